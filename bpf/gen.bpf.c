@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
+/* Live-frame traffic generator.
+ *
+ * Run with BPF_PROG_RUN and BPF_F_TEST_XDP_LIVE_FRAMES: the kernel hands this
+ * program the same page-pool frames again and again and transmits what it
+ * redirects. On veth a frame's page travels to the receiver and comes back with
+ * whatever the receiver wrote, so every header byte is rewritten on every run
+ * from the templates in rodata. Checksums are templated for flow 0 with a zero
+ * sequence/timestamp and patched incrementally (RFC 1624) for the rest.
+ */
+#include <linux/bpf.h>
+#include "peregrine/parse.h"
+#include "peregrine/gen_kern_user.h"
+
+const volatile struct gen_config cfg = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gen_state);
+} gen_state_map SEC(".maps");
+
+/* Makes the skeleton carry struct gen_state and gen_meta as Rust types. */
+struct gen_state gen_state_type_anchor;
+struct gen_meta gen_meta_type_anchor;
+enum gen_flags gen_flags_anchor;
+enum gen_magic gen_magic_anchor;
+
+static __always_inline void copy_words(__u64 *dst, const volatile __u64 *src, int n)
+{
+#pragma unroll
+	for (int i = 0; i < GEN_HDR_MAX / 8; i++)
+		if (i < n)
+			dst[i] = src[i];
+}
+
+SEC("xdp")
+int gen(struct xdp_md *ctx)
+{
+	/* User space keeps this program attached (generic mode) to the
+	 * namespace's loopback so that each BPF_PROG_RUN finds it already in
+	 * the XDP dispatcher; otherwise every run pays two synchronize_rcu().
+	 * Real frames arriving there are not ours to touch. */
+	if (ctx->ingress_ifindex != cfg.ifindex)
+		return XDP_PASS;
+
+	__u32 zero = 0;
+	struct gen_state *st = bpf_map_lookup_elem(&gen_state_map, &zero);
+	if (!st)
+		return XDP_ABORTED;
+
+	__u64 seq = st->seq++;
+	__u32 cls = 0;
+	if (cfg.pattern_len > 1)
+		cls = cfg.pattern[(seq % cfg.pattern_len) & (GEN_MAX_PATTERN - 1)] &
+		      (GEN_MAX_CLASSES - 1);
+	const volatile struct gen_class *c = &cfg.classes[cls];
+
+	int shrink = (int)c->frame_len - (int)cfg.template_len;
+	if (shrink < 0 && bpf_xdp_adjust_tail(ctx, shrink)) {
+		st->errors++;
+		return XDP_DROP;
+	}
+
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	const int v6 = cfg.flags & GEN_F_IPV6;
+	const int words = v6 ? 8 : 6; /* headers rounded up to u64 */
+	if (data + words * 8 > data_end) {
+		st->errors++;
+		return XDP_DROP;
+	}
+	copy_words(data, (const volatile __u64 *)c->hdr, words);
+
+	const __u32 l4 = v6 ? ETH_HLEN + sizeof(struct ipv6hdr) : ETH_HLEN + sizeof(struct iphdr);
+	struct udphdr *udp = data + l4;
+	if ((void *)(udp + 1) > data_end) {
+		st->errors++;
+		return XDP_DROP;
+	}
+	__u64 udp_sum = (__u16)~udp->check;
+	int touched = 0;
+
+	if (c->has_meta) {
+		struct gen_meta *m = (void *)(udp + 1);
+		if ((void *)(m + 1) > data_end) {
+			st->errors++;
+			return XDP_DROP;
+		}
+		m->magic = PEREGRINE_MAGIC;
+		if (cfg.flags & GEN_F_STAMP) {
+			__u64 now = bpf_ktime_get_ns();
+			m->seq = (__u32)seq;
+			m->tx_ns = now;
+			udp_sum += csum_word32((__u32)seq) + csum_word32((__u32)now) +
+				   csum_word32((__u32)(now >> 32));
+			touched = 1;
+		} else {
+			m->seq = 0;
+			m->tx_ns = 0;
+		}
+	}
+
+	if (cfg.nflows > 1) {
+		__u32 k = seq % cfg.nflows;
+		__u16 old_port = udp->source;
+		__u16 new_port = bpf_htons((__u16)(cfg.src_port + k));
+		udp->source = new_port;
+		udp_sum += (__u16)~old_port + new_port;
+
+		__u32 *saddr;
+		if (v6) {
+			struct ipv6hdr *ip6 = data + ETH_HLEN;
+			saddr = &ip6->saddr.in6_u.u6_addr32[3];
+		} else {
+			struct iphdr *ip = data + ETH_HLEN;
+			saddr = &ip->saddr;
+		}
+		__u32 old_addr = *saddr;
+		__u32 new_addr = bpf_htonl(bpf_ntohl(old_addr) + k);
+		*saddr = new_addr;
+		__u64 addr_delta = csum_unword32(old_addr) + csum_word32(new_addr);
+		udp_sum += addr_delta;
+		if (!v6) {
+			struct iphdr *ip = data + ETH_HLEN;
+			ip->check = ~csum_fold((__u16)~ip->check + addr_delta);
+		}
+		touched = 1;
+	}
+
+	if (touched) {
+		__u16 sum = ~csum_fold(udp_sum);
+		/* A computed zero is sent as all ones (RFC 768); zero means "none". */
+		udp->check = sum ? sum : 0xffff;
+	}
+	return bpf_redirect(cfg.ifindex, 0);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

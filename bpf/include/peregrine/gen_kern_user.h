@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
+/* Live-frame traffic generator: the only definitions shared by gen.bpf.c and
+ * user space. Rust sees them through the generated skeleton types. */
+#ifndef PEREGRINE_GEN_KERN_USER_H
+#define PEREGRINE_GEN_KERN_USER_H
+
+#include <linux/types.h>
+
+/* Frame sizes the generator can mix in one run (IMIX needs three). */
+#define GEN_MAX_CLASSES 4
+/* Length of the repeating size pattern (IMIX 7:4:1 needs twelve). */
+#define GEN_MAX_PATTERN 16
+/* Ethernet (14) + IPv6 (40) + UDP (8) rounded up to whole u64 words. */
+#define GEN_HDR_MAX 64
+
+/* Enums rather than #defines so the values reach Rust through BTF and the
+ * generated skeleton types. */
+enum gen_flags {
+	GEN_F_IPV6 = 1 << 0,
+	/* Write sequence number and transmit time into every frame's payload. */
+	GEN_F_STAMP = 1 << 1,
+};
+
+enum gen_magic {
+	/* "PRGR": marks a frame made by the generator, so sinks count only those. */
+	PEREGRINE_MAGIC = 0x52475250,
+};
+
+/* Placed right after the UDP header when the payload has room for it. */
+struct gen_meta {
+	__u32 magic; /* PEREGRINE_MAGIC, byte order as written by the host */
+	__u32 seq;   /* per-CPU sequence number, wraps */
+	__u64 tx_ns; /* bpf_ktime_get_ns() at generation (CLOCK_MONOTONIC) */
+};
+
+/* One frame size: its headers for flow 0, with checksums computed over a
+ * payload that is all zero except gen_meta.magic (seq and tx_ns zero). */
+struct gen_class {
+	__u8 hdr[GEN_HDR_MAX];
+	__u16 frame_len; /* bytes handed to the device, without FCS */
+	__u16 has_meta;  /* 1 when the payload holds a gen_meta */
+};
+
+struct gen_config {
+	__u32 ifindex;      /* device the frames leave through */
+	__u32 nflows;       /* flows 0..nflows-1 vary source address and port */
+	__u32 pattern_len;  /* entries used in pattern[] */
+	__u32 flags;        /* GEN_F_* */
+	__u32 template_len; /* length of the frame given to BPF_PROG_RUN */
+	__u32 src_port;     /* flow 0 source UDP port, host order */
+	__u8 pattern[GEN_MAX_PATTERN];
+	struct gen_class classes[GEN_MAX_CLASSES];
+};
+
+/* Per-CPU state of the generator program. */
+struct gen_state {
+	__u64 seq;    /* frames made on this CPU */
+	__u64 errors; /* frames it could not build (too short, tail adjust failed) */
+};
+
+#endif

@@ -1,0 +1,158 @@
+//! BPF_PROG_RUN fixtures: an input frame, the verdict the program must return
+//! and the frame it must leave behind. Each program's fixtures live next to
+//! its control code (`gen.rs`, `sink.rs`) and run in `tests/fixtures.rs`.
+use std::fmt;
+use std::os::fd::{AsFd, AsRawFd};
+
+use crate::error::{BpfError, Result};
+
+/// Smallest frame BPF_PROG_RUN accepts for XDP (an Ethernet header).
+pub const MIN_TEST_FRAME: usize = 14;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpAction {
+    Aborted,
+    Drop,
+    Pass,
+    Tx,
+    Redirect,
+}
+
+impl XdpAction {
+    pub fn from_raw(v: u32) -> Option<XdpAction> {
+        Some(match v {
+            0 => XdpAction::Aborted,
+            1 => XdpAction::Drop,
+            2 => XdpAction::Pass,
+            3 => XdpAction::Tx,
+            4 => XdpAction::Redirect,
+            _ => return None,
+        })
+    }
+    pub fn raw(self) -> u32 {
+        self as u32
+    }
+}
+
+/// What the program must leave in the frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// The frame comes back byte for byte as it went in.
+    Unchanged,
+    /// The frame comes back as exactly these bytes.
+    Frame(Vec<u8>),
+}
+
+#[derive(Debug, Clone)]
+pub struct Fixture {
+    pub name: String,
+    pub input: Vec<u8>,
+    pub verdict: XdpAction,
+    pub output: Expect,
+}
+
+impl Fixture {
+    pub fn new(
+        name: impl Into<String>,
+        input: Vec<u8>,
+        verdict: XdpAction,
+        output: Expect,
+    ) -> Self {
+        Fixture {
+            name: name.into(),
+            input,
+            verdict,
+            output,
+        }
+    }
+}
+
+/// One BPF_PROG_RUN of `prog` on `input`: the raw verdict and the frame after.
+pub fn run_once(prog: &impl AsFd, input: &[u8]) -> Result<(u32, Vec<u8>)> {
+    if input.len() < MIN_TEST_FRAME {
+        return Err(BpfError::Invalid(format!(
+            "fixture frame of {} bytes: BPF_PROG_RUN needs at least {MIN_TEST_FRAME}",
+            input.len()
+        )));
+    }
+    let mut out = vec![0u8; input.len() + 512];
+    // Safety: zeroed is the valid empty options struct; `sz` is set below.
+    let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of_val(&opts) as _;
+    opts.data_in = input.as_ptr().cast();
+    opts.data_size_in = input.len() as u32;
+    opts.data_out = out.as_mut_ptr().cast();
+    opts.data_size_out = out.len() as u32;
+    opts.repeat = 1;
+    // Safety: buffers are valid for the sizes given and outlive the call.
+    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_fd().as_raw_fd(), &mut opts) };
+    if rc < 0 {
+        return Err(BpfError::Io {
+            what: "BPF_PROG_RUN".into(),
+            source: std::io::Error::from_raw_os_error(-rc),
+        });
+    }
+    out.truncate(opts.data_size_out as usize);
+    Ok((opts.retval, out))
+}
+
+/// A fixture that did not hold.
+#[derive(Debug)]
+pub struct Mismatch {
+    pub name: String,
+    pub detail: String,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "fixture {:?}: {}", self.name, self.detail)
+    }
+}
+
+/// Runs `fx` and compares verdict and output frame.
+pub fn check(prog: &impl AsFd, fx: &Fixture) -> std::result::Result<(), Mismatch> {
+    let fail = |detail: String| Mismatch {
+        name: fx.name.clone(),
+        detail,
+    };
+    let (ret, out) = run_once(prog, &fx.input).map_err(|e| fail(e.to_string()))?;
+    let got = XdpAction::from_raw(ret);
+    if got != Some(fx.verdict) {
+        return Err(fail(format!(
+            "verdict {got:?} (raw {ret}), expected {:?}",
+            fx.verdict
+        )));
+    }
+    let want = match &fx.output {
+        Expect::Unchanged => &fx.input,
+        Expect::Frame(f) => f,
+    };
+    if &out != want {
+        let first = out
+            .iter()
+            .zip(want.iter())
+            .position(|(a, b)| a != b)
+            .unwrap_or(out.len().min(want.len()));
+        return Err(fail(format!(
+            "output frame differs at byte {first} (got {} bytes, expected {})",
+            out.len(),
+            want.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs every fixture and returns all mismatches (not just the first), so one
+/// test run shows every broken case.
+pub fn check_all(prog: &impl AsFd, fixtures: &[Fixture]) -> Vec<Mismatch> {
+    fixtures
+        .iter()
+        .filter_map(|f| check(prog, f).err())
+        .collect()
+}
+
+/// Every prefix of `frame` from the smallest runnable length up to `upto`
+/// bytes (exclusive): cuts at and between every header boundary.
+pub fn truncations(frame: &[u8], upto: usize) -> impl Iterator<Item = (usize, Vec<u8>)> + '_ {
+    (MIN_TEST_FRAME..upto.min(frame.len())).map(move |n| (n, frame[..n].to_vec()))
+}

@@ -1,0 +1,30 @@
+//! peregrine's BPF layer: the programs under `bpf/` compiled into skeletons,
+//! and what every feature needs around them: loading with the verifier log
+//! kept, XDP attachment through bpf_link (detached on drop), pins under
+//! `/sys/fs/bpf/peregrine`, per-CPU map sums, and BPF_PROG_RUN (fixtures and
+//! live frames).
+
+pub mod bpffs;
+pub mod error;
+pub mod fixture;
+pub mod gen;
+pub mod loader;
+pub mod pod;
+pub mod sink;
+pub mod xdp;
+
+pub use error::{BpfError, Result};
+pub use fixture::{Fixture, XdpAction};
+pub use xdp::{XdpLink, XdpMode};
+
+/// Generated skeletons. Their `types` modules are the Rust side of the
+/// `bpf/include/peregrine/*_kern_user.h` headers.
+pub mod skel {
+    #![allow(clippy::all, non_camel_case_types, dead_code, missing_docs)]
+    pub mod gen {
+        include!(concat!(env!("OUT_DIR"), "/gen.skel.rs"));
+    }
+    pub mod sink {
+        include!(concat!(env!("OUT_DIR"), "/sink.skel.rs"));
+    }
+}

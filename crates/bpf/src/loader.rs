@@ -1,0 +1,140 @@
+//! Opening and loading skeletons: owns the skeleton's backing object, keeps
+//! libbpf's log (the verifier's output) for the error, and serialises loads so
+//! each error carries only its own log.
+use std::mem::{ManuallyDrop, MaybeUninit};
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use std::sync::{Mutex, Once};
+
+use libbpf_rs::{OpenObject, PrintLevel};
+
+use crate::error::{BpfError, Result};
+
+static CAPTURE: Mutex<Option<String>> = Mutex::new(None);
+static LOAD_LOCK: Mutex<()> = Mutex::new(());
+static INSTALL_PRINT: Once = Once::new();
+
+fn libbpf_print(level: PrintLevel, msg: String) {
+    let mut cap = CAPTURE.lock().unwrap_or_else(|e| e.into_inner());
+    match cap.as_mut() {
+        Some(buf) => buf.push_str(&msg),
+        None if matches!(level, PrintLevel::Warn) => eprint!("libbpf: {msg}"),
+        None => {}
+    }
+}
+
+/// A loaded skeleton together with the storage it borrows from. Skeletons
+/// borrow their `OpenObject` for `'obj`; boxing it gives a stable address that
+/// lives exactly as long as this value.
+pub struct Loaded<S> {
+    skel: ManuallyDrop<S>,
+    storage: NonNull<MaybeUninit<OpenObject>>,
+}
+
+// Safety: the generated skeletons are Send + Sync; the storage pointer is only
+// touched in Drop, after the skeleton is gone.
+unsafe impl<S: Send> Send for Loaded<S> {}
+unsafe impl<S: Sync> Sync for Loaded<S> {}
+
+impl<S> Loaded<S> {
+    /// Runs `open_and_load` with fresh storage and libbpf's log captured. On
+    /// failure the error carries the verifier log.
+    pub fn new<F>(object: &'static str, open_and_load: F) -> Result<Self>
+    where
+        F: FnOnce(&'static mut MaybeUninit<OpenObject>) -> std::result::Result<S, BpfError>,
+    {
+        INSTALL_PRINT.call_once(|| {
+            libbpf_rs::set_print(Some((PrintLevel::Debug, libbpf_print)));
+        });
+        let _serial = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let storage = NonNull::from(Box::leak(Box::new(MaybeUninit::<OpenObject>::uninit())));
+        *CAPTURE.lock().unwrap_or_else(|e| e.into_inner()) = Some(String::new());
+        // Safety: `storage` came from Box::leak above and is freed only in Drop
+        // (or below on failure), after everything borrowing it is dropped.
+        let result = open_and_load(unsafe { &mut *storage.as_ptr() });
+        let log = CAPTURE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default();
+        match result {
+            Ok(skel) => Ok(Loaded {
+                skel: ManuallyDrop::new(skel),
+                storage,
+            }),
+            Err(e) => {
+                // Safety: the failed skeleton was dropped inside the closure;
+                // MaybeUninit does not drop its content, so this only frees.
+                drop(unsafe { Box::from_raw(storage.as_ptr()) });
+                Err(match e {
+                    BpfError::Libbpf { what, source } => {
+                        classify_load_error(object, what, source, log)
+                    }
+                    other => other,
+                })
+            }
+        }
+    }
+}
+
+fn classify_load_error(
+    object: &'static str,
+    what: String,
+    source: libbpf_rs::Error,
+    log: String,
+) -> BpfError {
+    let errno = source.kind();
+    let reason = format!("{what}: {source}");
+    if matches!(errno, libbpf_rs::ErrorKind::PermissionDenied) && log.trim().is_empty() {
+        return BpfError::MissingFeature(format!(
+            "loading {object} was refused ({reason}); BPF needs root (CAP_BPF, CAP_NET_ADMIN)"
+        ));
+    }
+    let log = relevant_log(&log);
+    BpfError::Load {
+        object,
+        reason,
+        log,
+    }
+}
+
+/// The part of libbpf's output worth showing: the verifier's own log when
+/// present, otherwise libbpf's warnings.
+fn relevant_log(log: &str) -> String {
+    if let (Some(b), Some(e)) = (
+        log.find("-- BEGIN PROG LOAD LOG --"),
+        log.find("-- END PROG LOAD LOG --"),
+    ) {
+        let lines: Vec<&str> = log[b..e].lines().skip(1).collect();
+        let tail = lines.len().saturating_sub(40);
+        return lines[tail..].join("\n");
+    }
+    log.lines()
+        .filter(|l| l.contains("libbpf") || l.contains("error"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl<S> Deref for Loaded<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.skel
+    }
+}
+
+impl<S> DerefMut for Loaded<S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.skel
+    }
+}
+
+impl<S> Drop for Loaded<S> {
+    fn drop(&mut self) {
+        // Safety: the skeleton is dropped once, here, before the storage it
+        // borrows; the storage came from Box::leak in `new`.
+        unsafe {
+            ManuallyDrop::drop(&mut self.skel);
+            drop(Box::from_raw(self.storage.as_ptr()));
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! Building and removing labs. Every namespace a lab creates is named
+//! `pg-<lab>-<host>`; a state file under /run/peregrine/labs records who owns
+//! the lab, so state left by a killed run is recognised and removed by the
+//! next `lab up` or `lab down --all`.
+use std::fs::File;
+use std::net::IpAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{LabError, Result};
+use crate::nl::Netlink;
+use crate::topology::{parse_cidr, Endpoint, Topology};
+use crate::{netns, signals};
+use peregrine_wire::MacAddr;
+
+pub const NS_PREFIX: &str = "pg-";
+pub const STATE_DIR: &str = "/run/peregrine/labs";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LabState {
+    pub name: String,
+    pub topology: Topology,
+    /// Process that owns an ephemeral lab (or is still building it); `None`
+    /// for a lab made by `lab up`, which lives until `lab down`.
+    pub owner_pid: Option<u32>,
+}
+
+/// The namespace of `host` in lab `lab`.
+pub fn ns_name(lab: &str, host: &str) -> String {
+    format!("{NS_PREFIX}{lab}-{host}")
+}
+
+/// Lab name of a peregrine namespace (`pg-<lab>-<host>`).
+fn lab_of_ns(ns: &str) -> Option<&str> {
+    ns.strip_prefix(NS_PREFIX)?.split_once('-').map(|(l, _)| l)
+}
+
+fn state_path(name: &str) -> PathBuf {
+    Path::new(STATE_DIR).join(format!("{name}.json"))
+}
+
+fn read_state(name: &str) -> Option<LabState> {
+    serde_json::from_str(&std::fs::read_to_string(state_path(name)).ok()?).ok()
+}
+
+/// The recorded state of an existing lab.
+pub fn state(name: &str) -> Result<LabState> {
+    read_state(name).ok_or_else(|| LabError::NoSuchLab(name.to_string()))
+}
+
+fn write_state(s: &LabState) -> Result<()> {
+    std::fs::create_dir_all(STATE_DIR)
+        .map_err(|e| LabError::Other(format!("creating {STATE_DIR}: {e}")))?;
+    let tmp = state_path(&format!(".{}", s.name));
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(s).expect("state serialises"),
+    )
+    .and_then(|_| std::fs::rename(&tmp, state_path(&s.name)))
+    .map_err(|e| LabError::Other(format!("writing lab state: {e}")))
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Serialises lab creation and removal between processes (flock, released
+/// when the guard drops or the process dies).
+struct LabLock(#[allow(dead_code)] nix::fcntl::Flock<File>);
+
+impl LabLock {
+    fn take() -> Result<LabLock> {
+        std::fs::create_dir_all(STATE_DIR)
+            .map_err(|e| LabError::Other(format!("creating {STATE_DIR}: {e}")))?;
+        let f = File::create(Path::new(STATE_DIR).join(".lock"))
+            .map_err(|e| LabError::Other(format!("opening lab lock: {e}")))?;
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+            .map(LabLock)
+            .map_err(|(_, e)| LabError::Other(format!("locking labs: {e}")))
+    }
+}
+
+/// What a lab listing shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct LabInfo {
+    pub name: String,
+    pub namespaces: Vec<String>,
+    pub owner_pid: Option<u32>,
+    /// Left by a run that no longer exists (or has no state file at all).
+    pub stale: bool,
+}
+
+pub fn list() -> Vec<LabInfo> {
+    let all_ns = netns::list();
+    let mut names: Vec<String> = all_ns
+        .iter()
+        .filter_map(|n| lab_of_ns(n).map(str::to_string))
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(STATE_DIR) {
+        for e in rd.flatten() {
+            let f = e.file_name().to_string_lossy().into_owned();
+            if let Some(n) = f.strip_suffix(".json") {
+                if !n.starts_with('.') {
+                    names.push(n.to_string());
+                }
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let state = read_state(&name);
+            let prefix = format!("{NS_PREFIX}{name}-");
+            let namespaces = all_ns
+                .iter()
+                .filter(|n| n.starts_with(&prefix))
+                .cloned()
+                .collect();
+            let (owner_pid, stale) = match &state {
+                None => (None, true),
+                Some(s) => (s.owner_pid, s.owner_pid.is_some_and(|p| !pid_alive(p))),
+            };
+            LabInfo {
+                name,
+                namespaces,
+                owner_pid,
+                stale,
+            }
+        })
+        .collect()
+}
+
+/// Removes a lab's namespaces (and with them its links and XDP attachments),
+/// its pins and its state file. Idempotent.
+fn remove(name: &str) -> Result<Vec<String>> {
+    let prefix = format!("{NS_PREFIX}{name}-");
+    let mut removed = Vec::new();
+    for ns in netns::list().into_iter().filter(|n| n.starts_with(&prefix)) {
+        netns::delete(&ns)?;
+        removed.push(ns);
+    }
+    peregrine_bpf::bpffs::remove_pins(name)?;
+    let _ = std::fs::remove_file(state_path(name));
+    Ok(removed)
+}
+
+/// Removes every lab whose owner died and every peregrine namespace without
+/// a lab; returns the lab names removed.
+pub fn cleanup_stale() -> Result<Vec<String>> {
+    let _l = LabLock::take()?;
+    cleanup_stale_locked()
+}
+
+fn cleanup_stale_locked() -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for info in list() {
+        if info.stale {
+            remove(&info.name)?;
+            out.push(info.name);
+        }
+    }
+    // Pin directories of labs that no longer exist.
+    let live: Vec<String> = list().into_iter().map(|i| i.name).collect();
+    for d in peregrine_bpf::bpffs::list_pin_dirs() {
+        if !live.contains(&d) && d.chars().all(|c| c.is_ascii_alphanumeric()) {
+            peregrine_bpf::bpffs::remove_pins(&d)?;
+        }
+    }
+    Ok(out)
+}
+
+pub fn down(name: &str) -> Result<Vec<String>> {
+    let _l = LabLock::take()?;
+    if read_state(name).is_none() && !list().iter().any(|i| i.name == name) {
+        return Err(LabError::NoSuchLab(name.to_string()));
+    }
+    remove(name)
+}
+
+/// Removes every peregrine lab, live or stale.
+pub fn down_all() -> Result<Vec<String>> {
+    let _l = LabLock::take()?;
+    let mut out = Vec::new();
+    for info in list() {
+        remove(&info.name)?;
+        out.push(info.name);
+    }
+    for d in peregrine_bpf::bpffs::list_pin_dirs() {
+        peregrine_bpf::bpffs::remove_pins(&d)?;
+    }
+    Ok(out)
+}
+
+/// Runs a command inside a lab host's namespace and returns its exit code.
+pub fn exec(name: &str, host: &str, cmd: &[String]) -> Result<i32> {
+    let state = read_state(name).ok_or_else(|| LabError::NoSuchLab(name.to_string()))?;
+    if state.topology.host(host).is_none() {
+        return Err(LabError::Config(format!("lab {name} has no host {host:?}")));
+    }
+    let (prog, args) = cmd
+        .split_first()
+        .ok_or_else(|| LabError::Other("no command given after --".into()))?;
+    let ns = netns::open(&ns_name(name, host))?;
+    let mut c = Command::new(prog);
+    c.args(args);
+    // Safety: the closure runs in the forked child before exec and only makes
+    // syscalls (setns, unshare, mount); it allocates nothing.
+    unsafe {
+        c.pre_exec(move || netns::enter_for_exec(&ns));
+    }
+    let st = c
+        .status()
+        .map_err(|e| LabError::Other(format!("running {prog}: {e}")))?;
+    Ok(st
+        .code()
+        .unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&st).unwrap_or(0)))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifetime {
+    /// Stays until `peregrine lab down`.
+    Persistent,
+    /// Removed when the `Lab` value drops (normal end, error, Ctrl-C).
+    Ephemeral,
+}
+
+/// A lab that exists. An ephemeral one is removed on drop.
+pub struct Lab {
+    pub topo: Topology,
+    lifetime: Lifetime,
+    removed: bool,
+}
+
+fn stable_mac(lab: &str, ep: &Endpoint) -> MacAddr {
+    // FNV-1a: stable across runs so captures and neighbour entries line up.
+    let mut h: u32 = 0x811c9dc5;
+    for b in format!("{lab}/{ep}").bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x01000193);
+    }
+    MacAddr::local(h)
+}
+
+impl Lab {
+    pub fn name(&self) -> &str {
+        &self.topo.name
+    }
+
+    pub fn ns(&self, host: &str) -> String {
+        ns_name(&self.topo.name, host)
+    }
+
+    /// Builds `topo`. Stale labs are removed first. If anything fails (or
+    /// Ctrl-C arrives), everything created so far is removed again.
+    pub fn up(topo: Topology, lifetime: Lifetime) -> Result<Lab> {
+        topo.validate()?;
+        let lock = LabLock::take()?;
+        cleanup_stale_locked()?;
+        let name = topo.name.clone();
+        let prefix = format!("{NS_PREFIX}{name}-");
+        if read_state(&name).is_some() || netns::list().iter().any(|n| n.starts_with(&prefix)) {
+            return Err(LabError::Exists(name));
+        }
+        // The state file goes first: a run killed mid-build leaves a state
+        // whose owner is dead, which marks everything it made as stale.
+        write_state(&LabState {
+            name: name.clone(),
+            topology: topo.clone(),
+            owner_pid: Some(std::process::id()),
+        })?;
+        // `removed: true` while building: Drop must not take the lock we hold.
+        // A panic here leaves a state file whose owner is gone: stale, and
+        // removed by the next run.
+        let mut lab = Lab {
+            topo,
+            lifetime,
+            removed: true,
+        };
+        if let Err(e) = lab.build() {
+            if let Err(e2) = remove(&name) {
+                eprintln!("peregrine: removing half-built lab {name}: {e2}");
+            }
+            return Err(e);
+        }
+        drop(lock);
+        lab.removed = false;
+        if lifetime == Lifetime::Persistent {
+            write_state(&LabState {
+                name: name.clone(),
+                topology: lab.topo.clone(),
+                owner_pid: None,
+            })?;
+        }
+        Ok(lab)
+    }
+
+    fn build(&self) -> Result<()> {
+        let t = &self.topo;
+        for h in &t.hosts {
+            signals::check()?;
+            netns::create(&self.ns(&h.name))?;
+        }
+        let mut nl = Netlink::new()?;
+        for l in &t.links {
+            signals::check()?;
+            let (a, b) = (Endpoint::parse(&l.a)?, Endpoint::parse(&l.b)?);
+            nl.add_veth(
+                &self.ns(&a.host),
+                &a.iface,
+                &self.ns(&b.host),
+                &b.iface,
+                l.queues,
+                l.mtu,
+            )?;
+        }
+        for br in &t.bridges {
+            nl.add_bridge(&self.ns(&br.host), &br.name)?;
+            for p in &br.ports {
+                nl.set_master(&self.ns(&br.host), p, &br.name)?;
+            }
+        }
+        for m in &t.macvlans {
+            let p = Endpoint::parse(&m.parent)?;
+            nl.add_macvlan(&self.ns(&p.host), &p.iface, &self.ns(&m.host), &m.name)?;
+        }
+        for x in &t.vxlans {
+            nl.add_vxlan(
+                &self.ns(&x.host),
+                &x.name,
+                x.vni,
+                &x.dev,
+                x.local,
+                x.remote,
+                x.port,
+            )?;
+        }
+        for ep in t.interfaces()? {
+            signals::check()?;
+            let ns = self.ns(&ep.host);
+            let host = t.host(&ep.host).expect("validated");
+            let mac = match host.mac.get(&ep.iface) {
+                Some(m) => m.parse().map_err(|e| LabError::Config(format!("{e}")))?,
+                None => stable_mac(&t.name, &ep),
+            };
+            nl.set_mac(&ns, &ep.iface, mac)?;
+        }
+        for h in &t.hosts {
+            signals::check()?;
+            let ns = self.ns(&h.name);
+            netns::run_in(&ns, || -> Result<()> {
+                // No router solicitations or DAD probes: they would be noise
+                // on measured links.
+                for (k, v) in [
+                    ("net.ipv6.conf.default.router_solicitations", "0"),
+                    ("net.ipv6.conf.all.accept_dad", "0"),
+                ] {
+                    netns::write_sysctl(k, v)?;
+                }
+                for (k, v) in &h.sysctl {
+                    netns::write_sysctl(k, v)?;
+                }
+                Ok(())
+            })??;
+            nl.set_up(&ns, "lo")?;
+        }
+        for ep in t.interfaces()? {
+            nl.set_up(&self.ns(&ep.host), &ep.iface)?;
+        }
+        for h in &t.hosts {
+            signals::check()?;
+            let ns = self.ns(&h.name);
+            for (dev, addrs) in &h.addr {
+                for a in addrs {
+                    let (ip, plen) = parse_cidr(a)?;
+                    nl.add_addr(&ns, dev, ip, plen)?;
+                }
+            }
+        }
+        for h in &t.hosts {
+            let ns = self.ns(&h.name);
+            for n in &h.neighbours {
+                nl.add_neigh(
+                    &ns,
+                    &n.dev,
+                    n.ip,
+                    n.mac
+                        .parse()
+                        .map_err(|e| LabError::Config(format!("{e}")))?,
+                )?;
+            }
+            for r in &h.routes {
+                let (dst, plen) = if r.to == "default" {
+                    let v6 = r.via.map(|v| v.is_ipv6()).unwrap_or(false);
+                    (
+                        if v6 {
+                            IpAddr::V6(0.into())
+                        } else {
+                            IpAddr::V4(0.into())
+                        },
+                        0,
+                    )
+                } else {
+                    parse_cidr(&r.to)?
+                };
+                nl.add_route(&ns, dst, plen, r.via, r.dev.as_deref())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The other end of the veth at `ep`.
+    pub fn peer_of(&self, ep: &Endpoint) -> Option<Endpoint> {
+        self.topo.peer_of(ep)
+    }
+
+    /// Removes the lab now (also done on drop for ephemeral labs).
+    pub fn down(&mut self) -> Result<Vec<String>> {
+        self.removed = true;
+        let _l = LabLock::take()?;
+        remove(&self.topo.name)
+    }
+
+    /// The pin directory for this lab's BPF objects.
+    pub fn pin_dir(&self) -> Result<PathBuf> {
+        Ok(peregrine_bpf::bpffs::pin_dir(&self.topo.name)?)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if self.lifetime == Lifetime::Ephemeral && !self.removed {
+            if let Err(e) = self.down() {
+                eprintln!("peregrine: removing lab {}: {e}", self.topo.name);
+            }
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The packet lab: topologies in network namespaces, traffic generators,
+//! receiver-side sinks, measurement (rates, loss, CPU, latency), RFC 2544
+//! search, results and plots.
+
+pub mod error;
+pub mod lab;
+pub mod netns;
+pub mod nl;
+pub mod signals;
+pub mod topology;
+
+pub use error::{LabError, Result};
+pub use lab::{Lab, Lifetime};
+pub use topology::{Endpoint, Topology};
+pub mod measure;
+pub mod pacing;
+pub mod plot;
+pub mod results;
+pub mod sinks;
+pub mod traffic;
+pub mod trial;

@@ -1,0 +1,105 @@
+//! CPU use from /proc/stat and latency summaries from HDR histograms.
+use hdrhistogram::Histogram;
+
+use crate::results::{CoreCpu, Latency};
+
+/// Per-core jiffies: user, nice, system, idle, iowait, irq, softirq, steal.
+#[derive(Debug, Clone, Default)]
+pub struct CpuSnapshot(Vec<[u64; 8]>);
+
+impl CpuSnapshot {
+    pub fn take() -> CpuSnapshot {
+        let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        CpuSnapshot::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> CpuSnapshot {
+        let mut cores = Vec::new();
+        for line in text.lines() {
+            let mut it = line.split_whitespace();
+            match it.next() {
+                Some(n) if n.starts_with("cpu") && n.len() > 3 => {
+                    let mut v = [0u64; 8];
+                    for (slot, f) in v.iter_mut().zip(it) {
+                        *slot = f.parse().unwrap_or(0);
+                    }
+                    cores.push(v);
+                }
+                _ => {}
+            }
+        }
+        CpuSnapshot(cores)
+    }
+
+    /// Share of each core's time between two snapshots, in percent.
+    pub fn usage_since(&self, earlier: &CpuSnapshot) -> Vec<CoreCpu> {
+        self.0
+            .iter()
+            .zip(earlier.0.iter())
+            .enumerate()
+            .map(|(core, (b, a))| {
+                let d: Vec<u64> = b
+                    .iter()
+                    .zip(a.iter())
+                    .map(|(x, y)| x.saturating_sub(*y))
+                    .collect();
+                let total = d.iter().sum::<u64>().max(1) as f64;
+                let pct = |x: u64| (x as f64 * 1000.0 / total).round() / 10.0;
+                CoreCpu {
+                    core,
+                    user_pct: pct(d[0] + d[1]),
+                    system_pct: pct(d[2]),
+                    softirq_pct: pct(d[6]),
+                    irq_pct: pct(d[5]),
+                    idle_pct: pct(d[3] + d[4]),
+                }
+            })
+            .collect()
+    }
+}
+
+pub fn summarize(h: &Histogram<u64>) -> Option<Latency> {
+    if h.is_empty() {
+        return None;
+    }
+    Some(Latency {
+        count: h.len(),
+        min_ns: h.min(),
+        p50_ns: h.value_at_quantile(0.50),
+        p90_ns: h.value_at_quantile(0.90),
+        p99_ns: h.value_at_quantile(0.99),
+        p999_ns: h.value_at_quantile(0.999),
+        max_ns: h.max(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_split_from_proc_stat() {
+        let a = CpuSnapshot::parse("cpu 0 0 0 0\ncpu0 100 0 50 800 0 0 50 0\n");
+        let b = CpuSnapshot::parse("cpu 0 0 0 0\ncpu0 200 0 100 1600 0 0 100 0\n");
+        let u = b.usage_since(&a);
+        assert_eq!(u.len(), 1);
+        assert_eq!(u[0].user_pct, 10.0);
+        assert_eq!(u[0].system_pct, 5.0);
+        assert_eq!(u[0].softirq_pct, 5.0);
+        assert_eq!(u[0].idle_pct, 80.0);
+    }
+
+    #[test]
+    fn latency_percentiles() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 1_000_000, 3).unwrap();
+        for v in 1..=1000 {
+            h.record(v).unwrap();
+        }
+        let l = summarize(&h).unwrap();
+        assert_eq!(l.count, 1000);
+        assert_eq!(l.min_ns, 1);
+        assert!((499..=501).contains(&l.p50_ns));
+        assert!((989..=991).contains(&l.p99_ns));
+        assert_eq!(l.max_ns, 1000);
+    }
+}

@@ -1,0 +1,144 @@
+//! Network namespaces: created and removed the way `ip netns` does (a bind
+//! mount under /run/netns), entered by the calling thread with setns and left
+//! again when the guard drops.
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{setns, unshare, CloneFlags};
+
+use crate::error::{LabError, Result};
+
+pub const NETNS_RUN_DIR: &str = "/run/netns";
+
+pub fn path(name: &str) -> PathBuf {
+    Path::new(NETNS_RUN_DIR).join(name)
+}
+
+pub fn exists(name: &str) -> bool {
+    path(name).exists()
+}
+
+/// Names of all namespaces under /run/netns.
+pub fn list() -> Vec<String> {
+    std::fs::read_dir(NETNS_RUN_DIR)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn open(name: &str) -> Result<File> {
+    File::open(path(name)).map_err(|e| LabError::Netns(format!("opening namespace {name}: {e}")))
+}
+
+/// Creates a namespace named `name` (fails if it exists).
+pub fn create(name: &str) -> Result<()> {
+    std::fs::create_dir_all(NETNS_RUN_DIR)
+        .map_err(|e| LabError::Netns(format!("creating {NETNS_RUN_DIR}: {e}")))?;
+    let target = path(name);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&target)
+        .map_err(|e| LabError::Netns(format!("creating namespace {name}: {e}")))?;
+    // unshare moves the calling thread for good, so do it on a thread of its own.
+    let t = target.clone();
+    let res = std::thread::spawn(move || -> std::result::Result<(), String> {
+        unshare(CloneFlags::CLONE_NEWNET).map_err(|e| format!("unshare(CLONE_NEWNET): {e}"))?;
+        mount(
+            Some("/proc/thread-self/ns/net"),
+            &t,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| format!("bind-mounting the namespace: {e}"))
+    })
+    .join()
+    .unwrap_or_else(|_| Err("namespace thread panicked".into()));
+    if let Err(e) = res {
+        let _ = std::fs::remove_file(&target);
+        return Err(LabError::Netns(format!("creating namespace {name}: {e}")));
+    }
+    Ok(())
+}
+
+/// Removes namespace `name`; its interfaces go with it once no process is in it.
+pub fn delete(name: &str) -> Result<()> {
+    let p = path(name);
+    if !p.exists() {
+        return Ok(());
+    }
+    let _ = umount2(&p, MntFlags::MNT_DETACH);
+    std::fs::remove_file(&p).map_err(|e| LabError::Netns(format!("removing namespace {name}: {e}")))
+}
+
+/// While alive, the calling thread is in another network namespace.
+pub struct NetnsGuard {
+    original: File,
+}
+
+impl NetnsGuard {
+    pub fn enter(name: &str) -> Result<NetnsGuard> {
+        let original = File::open("/proc/thread-self/ns/net")
+            .map_err(|e| LabError::Netns(format!("opening own namespace: {e}")))?;
+        let target = open(name)?;
+        setns(target.as_fd(), CloneFlags::CLONE_NEWNET)
+            .map_err(|e| LabError::Netns(format!("entering namespace {name}: {e}")))?;
+        Ok(NetnsGuard { original })
+    }
+}
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        if let Err(e) = setns(self.original.as_fd(), CloneFlags::CLONE_NEWNET) {
+            // Staying in the wrong namespace would misdirect every later call.
+            panic!("cannot return to the original network namespace: {e}");
+        }
+    }
+}
+
+/// Runs `f` with the calling thread in namespace `name`.
+pub fn run_in<T>(name: &str, f: impl FnOnce() -> T) -> Result<T> {
+    let _g = NetnsGuard::enter(name)?;
+    Ok(f())
+}
+
+/// For a child process about to exec (called from `pre_exec`): joins the
+/// namespace and gives the child its own /sys, as `ip netns exec` does, so
+/// /sys/class/net shows the namespace's interfaces.
+pub fn enter_for_exec(ns: &File) -> std::io::Result<()> {
+    setns(ns.as_fd(), CloneFlags::CLONE_NEWNET)?;
+    unshare(CloneFlags::CLONE_NEWNS)?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_SLAVE | MsFlags::MS_REC,
+        None::<&str>,
+    )?;
+    let _ = umount2("/sys", MntFlags::MNT_DETACH);
+    mount(
+        Some("sysfs"),
+        "/sys",
+        Some("sysfs"),
+        MsFlags::empty(),
+        None::<&str>,
+    )?;
+    Ok(())
+}
+
+/// Writes a sysctl in the calling thread's namespace
+/// (`net.ipv4.ip_forward` -> /proc/sys/net/ipv4/ip_forward).
+pub fn write_sysctl(key: &str, value: &str) -> Result<()> {
+    if key.contains("..") || key.starts_with('/') {
+        return Err(LabError::Config(format!("invalid sysctl name {key:?}")));
+    }
+    let p = Path::new("/proc/sys").join(key.replace('.', "/"));
+    std::fs::write(&p, value)
+        .map_err(|e| LabError::Netns(format!("setting sysctl {key}={value}: {e}")))
+}

@@ -1,0 +1,199 @@
+//! Plots from result files (PNG and SVG), drawn with plotters and the
+//! embedded DejaVu Sans font so no system fonts are needed.
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::error::{LabError, Result};
+use crate::results::ResultFile;
+
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+static REGISTER: Once = Once::new();
+
+fn register_font() {
+    REGISTER.call_once(|| {
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+fn perr<E: std::fmt::Debug>(e: E) -> LabError {
+    LabError::Other(format!("drawing plot: {e:?}"))
+}
+
+/// Offered vs delivered rate for every trial of every run.
+fn draw_rates<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFile) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(perr)?;
+    let max = r
+        .runs
+        .iter()
+        .flat_map(|x| x.trials.iter())
+        .map(|t| t.offered_pps.max(t.delivered_pps))
+        .fold(0.0f64, f64::max)
+        .max(1.0)
+        / 1e6
+        * 1.1;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("{}: delivered vs offered", r.kind),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..max, 0.0..max)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .x_desc("offered (Mpps)")
+        .y_desc("delivered (Mpps)")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(perr)?;
+    chart
+        .draw_series(LineSeries::new(
+            vec![(0.0, 0.0), (max, max)],
+            BLACK.mix(0.3),
+        ))
+        .map_err(perr)?
+        .label("no loss")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.3)));
+    for (i, run) in r.runs.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let mut pts: Vec<(f64, f64)> = run
+            .trials
+            .iter()
+            .map(|t| (t.offered_pps / 1e6, t.delivered_pps / 1e6))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
+            .map_err(perr)?
+            .label(run.label.clone())
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(perr)?;
+    root.present().map_err(perr)
+}
+
+/// Delivered rate per ~1 s window of each run's longest trial.
+fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFile) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(perr)?;
+    let series: Vec<(String, Vec<(f64, f64)>)> = r
+        .runs
+        .iter()
+        .filter_map(|run| {
+            let t = run
+                .trials
+                .iter()
+                .max_by(|a, b| a.windows.len().cmp(&b.windows.len()))?;
+            Some((
+                run.label.clone(),
+                t.windows
+                    .iter()
+                    .map(|w| (w.t_s, w.delivered_pps / 1e6))
+                    .collect(),
+            ))
+        })
+        .collect();
+    let tmax = series
+        .iter()
+        .flat_map(|s| s.1.iter())
+        .map(|p| p.0)
+        .fold(1.0f64, f64::max);
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.1.iter())
+        .map(|p| p.1)
+        .fold(0.001f64, f64::max)
+        * 1.15;
+    let mut chart = ChartBuilder::on(root)
+        .caption(
+            format!("{}: delivered rate per second", r.kind),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..tmax, 0.0..ymax)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s)")
+        .y_desc("delivered (Mpps)")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(perr)?;
+    for (i, (label, pts)) in series.into_iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(perr)?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+            .map_err(perr)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(perr)?;
+    root.present().map_err(perr)
+}
+
+/// Writes `<stem>-rates.{png,svg}` and `<stem>-timeline.{png,svg}` into
+/// `outdir`; returns the paths written.
+pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
+    register_font();
+    std::fs::create_dir_all(outdir)
+        .map_err(|e| LabError::Other(format!("creating {}: {e}", outdir.display())))?;
+    let mut out = Vec::new();
+    let size = (900, 600);
+    for kind in ["rates", "timeline"] {
+        let draw_png = |root: &DrawingArea<BitMapBackend, Shift>| match kind {
+            "rates" => draw_rates(root, r),
+            _ => draw_timeline(root, r),
+        };
+        let png = outdir.join(format!("{stem}-{kind}.png"));
+        draw_png(&BitMapBackend::new(&png, size).into_drawing_area())?;
+        out.push(png);
+        let svg = outdir.join(format!("{stem}-{kind}.svg"));
+        {
+            let root = SVGBackend::new(&svg, size).into_drawing_area();
+            match kind {
+                "rates" => draw_rates(&root, r)?,
+                _ => draw_timeline(&root, r)?,
+            }
+        }
+        out.push(svg);
+    }
+    Ok(out)
+}

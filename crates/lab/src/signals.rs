@@ -1,0 +1,54 @@
+//! Ctrl-C and SIGTERM: set a flag that every long loop checks, so runs stop
+//! promptly and their guards tear down what they created.
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+
+use crate::error::{LabError, Result};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: nix::libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Installs the handlers (idempotent). Without SA_RESTART, blocking calls
+/// return EINTR so loops notice the flag quickly.
+pub fn install() {
+    let act = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        // Safety: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            let _ = sigaction(s, &act);
+        }
+    }
+}
+
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::Relaxed)
+}
+
+/// `Err(Interrupted)` once a stop was requested.
+pub fn check() -> Result<()> {
+    if stop_requested() {
+        Err(LabError::Interrupted)
+    } else {
+        Ok(())
+    }
+}
+
+/// Sleeps up to `d`, returning early when a stop is requested.
+pub fn sleep(d: std::time::Duration) {
+    let end = std::time::Instant::now() + d;
+    while !stop_requested() {
+        let now = std::time::Instant::now();
+        if now >= end {
+            break;
+        }
+        std::thread::sleep((end - now).min(std::time::Duration::from_millis(50)));
+    }
+}

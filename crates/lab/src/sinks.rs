@@ -1,0 +1,208 @@
+//! Receiver-side sinks: the XDP counting sink and a UDP socket sink that
+//! also measures latency from the generator's timestamps.
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use peregrine_bpf::gen::PEREGRINE_MAGIC;
+use peregrine_bpf::sink::SinkProgram;
+use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
+
+use crate::error::{LabError, Result};
+use crate::netns::{self, NetnsGuard};
+use crate::traffic::monotonic_ns;
+
+/// Delivered traffic as a sink counts it: frames carrying the generator's
+/// magic only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivered {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+pub trait Sink: Send + Sync {
+    fn delivered(&self) -> Result<Delivered>;
+    /// Latency histogram (ns) since the last `take_latency`, if this sink
+    /// sees packets in user space.
+    fn take_latency(&self) -> Option<Histogram<u64>> {
+        None
+    }
+    fn describe(&self) -> String;
+}
+
+/// `sink.bpf.c` attached to an interface; removed on drop.
+pub struct XdpSink {
+    prog: SinkProgram,
+    _link: XdpLink,
+    name: String,
+}
+
+impl XdpSink {
+    pub fn attach(ns: &str, iface: &str, verdict: XdpAction, mode: XdpMode) -> Result<XdpSink> {
+        let prog = SinkProgram::load(verdict)?;
+        let link = netns::run_in(ns, || prog.attach(iface, mode))??;
+        Ok(XdpSink {
+            prog,
+            _link: link,
+            name: format!("xdp-sink {ns}:{iface} ({mode})"),
+        })
+    }
+
+    /// All counters, including frames that are not the generator's.
+    pub fn stats(&self) -> Result<peregrine_bpf::sink::SinkStats> {
+        Ok(self.prog.stats()?)
+    }
+
+    pub fn pin(&mut self, path: &std::path::Path) -> Result<()> {
+        Ok(self.prog.pin_stats(path)?)
+    }
+}
+
+impl Sink for XdpSink {
+    fn delivered(&self) -> Result<Delivered> {
+        let s = self.prog.stats()?;
+        Ok(Delivered {
+            packets: s.gen_packets,
+            bytes: s.gen_bytes,
+        })
+    }
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+}
+
+/// A UDP socket in a namespace counting the generator's datagrams with
+/// recvmmsg and recording one-way latency (same host, same clock).
+pub struct SocketSink {
+    counters: Arc<(AtomicU64, AtomicU64)>,
+    hist: Arc<Mutex<Histogram<u64>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    name: String,
+}
+
+impl SocketSink {
+    pub fn start(ns: &str, bind: SocketAddr) -> Result<SocketSink> {
+        let sock = netns::run_in(ns, || std::net::UdpSocket::bind(bind))?
+            .map_err(|e| LabError::Other(format!("socket sink: binding {bind} in {ns}: {e}")))?;
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .map_err(|e| LabError::Other(format!("socket sink: {e}")))?;
+        // A large receive buffer so bursts are not lost in the socket itself.
+        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(16 << 20));
+        let counters = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+        let hist = Arc::new(Mutex::new(
+            Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds"),
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, h, st) = (counters.clone(), hist.clone(), stop.clone());
+        let nsn = ns.to_string();
+        let thread = std::thread::spawn(move || {
+            let _g = NetnsGuard::enter(&nsn).ok();
+            recv_loop(&sock, &c, &h, &st);
+        });
+        Ok(SocketSink {
+            counters,
+            hist,
+            stop,
+            thread: Some(thread),
+            name: format!("socket-sink {ns} {bind}"),
+        })
+    }
+}
+
+fn recv_loop(
+    sock: &std::net::UdpSocket,
+    c: &(AtomicU64, AtomicU64),
+    h: &Mutex<Histogram<u64>>,
+    stop: &AtomicBool,
+) {
+    const BATCH: usize = 64;
+    let mut bufs = vec![[0u8; 2048]; BATCH];
+    let mut lat = Vec::with_capacity(BATCH);
+    while !stop.load(Ordering::Relaxed) {
+        let mut iov: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|v| {
+                // Safety: mmsghdr is plain data; zeroed is a valid empty header.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        // Safety: buffers outlive the call; MSG_WAITFORONE returns after the
+        // first datagram plus whatever else is queued; SO_RCVTIMEO bounds it.
+        let n = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n <= 0 {
+            continue;
+        }
+        let now = monotonic_ns();
+        let (mut p, mut b) = (0u64, 0u64);
+        lat.clear();
+        for (m, buf) in msgs.iter().zip(bufs.iter()).take(n as usize) {
+            let len = m.msg_len as usize;
+            if len >= 16 && u32::from_ne_bytes(buf[0..4].try_into().unwrap()) == PEREGRINE_MAGIC {
+                p += 1;
+                b += len as u64;
+                let tx = u64::from_ne_bytes(buf[8..16].try_into().unwrap());
+                if tx != 0 && now >= tx {
+                    lat.push(now - tx);
+                }
+            }
+        }
+        c.0.fetch_add(p, Ordering::Relaxed);
+        c.1.fetch_add(b, Ordering::Relaxed);
+        if !lat.is_empty() {
+            let mut hh = h.lock().unwrap_or_else(|e| e.into_inner());
+            for &l in &lat {
+                let _ = hh.record(l.max(1));
+            }
+        }
+    }
+}
+
+impl Sink for SocketSink {
+    /// Bytes here are UDP payload bytes; callers convert with frame sizes.
+    fn delivered(&self) -> Result<Delivered> {
+        Ok(Delivered {
+            packets: self.counters.0.load(Ordering::Relaxed),
+            bytes: self.counters.1.load(Ordering::Relaxed),
+        })
+    }
+    fn take_latency(&self) -> Option<Histogram<u64>> {
+        let mut h = self.hist.lock().unwrap_or_else(|e| e.into_inner());
+        let out = h.clone();
+        h.reset();
+        Some(out)
+    }
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl Drop for SocketSink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! Traffic generators. The live-frame backend runs `gen.bpf.c` with
+//! BPF_PROG_RUN live frames from pinned threads; the socket backend uses
+//! UDP sockets and sendmmsg where live frames cannot go (through the host
+//! stack, bridges, overlays).
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use peregrine_bpf::gen::{FrameSizes, GenProgram, GenSetup, PEREGRINE_MAGIC};
+use peregrine_bpf::sink::SinkProgram;
+use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
+use peregrine_wire::{UdpFrameSpec, FCS_LEN};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{LabError, Result};
+use crate::netns::{self, NetnsGuard};
+use crate::pacing::{pace, Limit, Rate};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// BPF_PROG_RUN with live frames (XDP).
+    Xdp,
+    /// UDP sockets with sendmmsg.
+    Socket,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = LabError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "xdp" | "live" => Ok(Backend::Xdp),
+            "socket" | "mmsg" => Ok(Backend::Socket),
+            _ => Err(LabError::Config(format!(
+                "unknown generator backend {s:?}: expected xdp or socket"
+            ))),
+        }
+    }
+}
+
+/// What to send, from where.
+#[derive(Debug, Clone)]
+pub struct TrafficSpec {
+    /// Namespace and interface the traffic leaves from.
+    pub ns: String,
+    pub iface: String,
+    /// Flow 0 headers (frame_len ignored: see `sizes`).
+    pub frame: UdpFrameSpec,
+    pub sizes: FrameSizes,
+    pub flows: u32,
+    /// Stamp sequence and transmit time into each frame (for latency).
+    pub stamp: bool,
+    /// One sending thread per entry, pinned to that CPU.
+    pub cpus: Vec<usize>,
+    pub backend: Backend,
+}
+
+/// What a run offered.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Offered {
+    pub packets: u64,
+    pub elapsed: Duration,
+}
+
+fn pin_to_cpu(cpu: usize) -> Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu)
+        .map_err(|e| LabError::Config(format!("cpu {cpu}: {e}")))?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .map_err(|e| LabError::Config(format!("pinning to cpu {cpu}: {e}")))
+}
+
+/// A loaded generator, ready for any number of runs.
+pub struct Generator {
+    spec: TrafficSpec,
+    prog: Option<Arc<GenProgram>>,
+    /// The generator attached to the namespace's `lo` (see GenProgram::anchor).
+    _anchor: Option<XdpLink>,
+    /// Pass-through program put on the veth peer when it had none: veth
+    /// drops redirected frames silently unless the peer runs XDP.
+    _peer_xdp: Option<(SinkProgram, XdpLink)>,
+}
+
+impl Generator {
+    /// Prepares a generator. `peer` is the namespace and name of the veth
+    /// peer of `spec.iface`, checked (and fixed) for the live backend.
+    pub fn new(spec: TrafficSpec, peer: Option<(String, String)>) -> Result<Generator> {
+        if spec.cpus.is_empty() {
+            return Err(LabError::Config(
+                "generator needs at least one thread".into(),
+            ));
+        }
+        for ip in [spec.frame.src_ip, spec.frame.dst_ip] {
+            if !crate::topology::allowed_address(ip) {
+                return Err(LabError::Config(format!(
+                    "address {ip} is outside 198.18.0.0/15 and 2001:db8::/32; the generator sends only to lab ranges"
+                )));
+            }
+        }
+        let ncpu = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        if let Some(c) = spec.cpus.iter().find(|&&c| c >= ncpu) {
+            return Err(LabError::Config(format!(
+                "cpu {c} does not exist (this machine has {ncpu})"
+            )));
+        }
+        let mut peer_xdp = None;
+        let mut anchor = None;
+        let prog = match spec.backend {
+            Backend::Xdp => {
+                let ifindex =
+                    netns::run_in(&spec.ns, || peregrine_bpf::xdp::ifindex(&spec.iface))??;
+                let setup = GenSetup {
+                    spec: spec.frame.clone(),
+                    sizes: spec.sizes.clone(),
+                    flows: spec.flows,
+                    stamp: spec.stamp,
+                    ifindex,
+                };
+                let prog = GenProgram::load(&setup)?;
+                anchor = Some(netns::run_in(&spec.ns, || prog.anchor("lo"))??);
+                if let Some((pns, piface)) = peer {
+                    peer_xdp = ensure_peer_accepts(&pns, &piface)?;
+                }
+                Some(Arc::new(prog))
+            }
+            Backend::Socket => {
+                let v6 = spec.frame.src_ip.is_ipv6();
+                let (min, max) = peregrine_bpf::gen::size_limits(v6);
+                if let FrameSizes::Fixed(s) = spec.sizes {
+                    if s < min || s > max {
+                        return Err(LabError::Config(format!(
+                            "frame size {s} outside {min}..={max}"
+                        )));
+                    }
+                }
+                None
+            }
+        };
+        Ok(Generator {
+            spec,
+            prog,
+            _anchor: anchor,
+            _peer_xdp: peer_xdp,
+        })
+    }
+
+    pub fn spec(&self) -> &TrafficSpec {
+        &self.spec
+    }
+
+    /// Sends at `rate` until `limit`, adding to `progress` as it goes.
+    pub fn run(&self, rate: Rate, limit: Limit, progress: &Arc<AtomicU64>) -> Result<Offered> {
+        let n = self.spec.cpus.len() as u64;
+        let per_rate = match rate {
+            Rate::Max => Rate::Max,
+            Rate::Pps(p) => Rate::Pps(p / n as f64),
+        };
+        let start = Instant::now();
+        let results: Vec<Result<u64>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .spec
+                .cpus
+                .iter()
+                .enumerate()
+                .map(|(i, &cpu)| {
+                    let count = limit.count.map(|c| c / n + u64::from((i as u64) < c % n));
+                    let lim = Limit {
+                        count,
+                        duration: limit.duration,
+                    };
+                    let progress = progress.clone();
+                    s.spawn(move || self.thread_main(cpu, i, per_rate, lim, &progress))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(LabError::Other("generator thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        let mut packets = 0;
+        for r in results {
+            packets += r?;
+        }
+        Ok(Offered {
+            packets,
+            elapsed: start.elapsed(),
+        })
+    }
+
+    fn thread_main(
+        &self,
+        cpu: usize,
+        index: usize,
+        rate: Rate,
+        limit: Limit,
+        progress: &AtomicU64,
+    ) -> Result<u64> {
+        pin_to_cpu(cpu)?;
+        let _ns = NetnsGuard::enter(&self.spec.ns)?;
+        match &self.prog {
+            Some(prog) => {
+                let sent = pace(rate, limit, 1 << 16, |k| {
+                    prog.run_live(k as u32)
+                        .map_err(|e| std::io::Error::other(e.to_string()))?;
+                    progress.fetch_add(k, Ordering::Relaxed);
+                    Ok(k)
+                })
+                .map_err(|e| LabError::Other(e.to_string()))?;
+                Ok(sent)
+            }
+            None => {
+                let mut s = SocketSender::new(&self.spec, index)?;
+                let sent = pace(rate, limit, 1024, |k| {
+                    let n = s.send(k)?;
+                    progress.fetch_add(n, Ordering::Relaxed);
+                    Ok(n)
+                })
+                .map_err(|e| LabError::Other(format!("socket generator: {e}")))?;
+                Ok(sent)
+            }
+        }
+    }
+
+    /// Generator-side counters of the live backend (frames made, build errors).
+    pub fn made(&self) -> Option<(u64, u64)> {
+        let p = self.prog.as_ref()?;
+        p.state().ok().map(|s| (s.seq, s.errors))
+    }
+}
+
+/// Makes sure the veth peer takes redirected frames: if no XDP program runs
+/// there, attach a counting pass-through one (and keep it while we run).
+fn ensure_peer_accepts(ns: &str, iface: &str) -> Result<Option<(SinkProgram, XdpLink)>> {
+    netns::run_in(ns, || -> Result<Option<(SinkProgram, XdpLink)>> {
+        let idx = peregrine_bpf::xdp::ifindex(iface)?;
+        if peregrine_bpf::xdp::attached_prog_id(idx)?.is_some() {
+            return Ok(None);
+        }
+        let p = SinkProgram::load(XdpAction::Pass)?;
+        let l = p.attach(iface, XdpMode::Native)?;
+        tracing::info!("{ns}:{iface} had no XDP program; attached a pass-through so redirected frames are not dropped");
+        Ok(Some((p, l)))
+    })?
+}
+
+/// One thread's UDP sockets for the socket backend. Each flow is a socket
+/// bound to its own source port; frames carry the same meta as live frames.
+struct SocketSender {
+    socks: Vec<std::net::UdpSocket>,
+    payload: Vec<u8>,
+    seq: u32,
+    next: usize,
+}
+
+const MMSG_BATCH: usize = 64;
+
+impl SocketSender {
+    fn new(spec: &TrafficSpec, index: usize) -> Result<SocketSender> {
+        let f = &spec.frame;
+        let size = match spec.sizes {
+            FrameSizes::Fixed(s) => s,
+            FrameSizes::Imix => {
+                return Err(LabError::Config(
+                    "IMIX needs the xdp backend (one size per socket run)".into(),
+                ))
+            }
+        };
+        let hl = f.header_len();
+        let payload_len = size - FCS_LEN - hl;
+        let nsock = spec.flows.clamp(1, 256) as usize;
+        let mut socks = Vec::with_capacity(nsock);
+        for k in 0..nsock {
+            // Threads use disjoint source ports so their flows do not clash.
+            let port = f.src_port.wrapping_add((index * nsock + k) as u16);
+            let s = std::net::UdpSocket::bind(SocketAddr::new(f.src_ip, port))
+                .map_err(|e| LabError::Other(format!("binding {}:{port}: {e}", f.src_ip)))?;
+            s.connect(SocketAddr::new(f.dst_ip, f.dst_port))
+                .map_err(|e| {
+                    LabError::Other(format!("connecting to {}:{}: {e}", f.dst_ip, f.dst_port))
+                })?;
+            socks.push(s);
+        }
+        Ok(SocketSender {
+            socks,
+            payload: vec![0u8; payload_len],
+            seq: 0,
+            next: 0,
+        })
+    }
+
+    fn send(&mut self, n: u64) -> std::io::Result<u64> {
+        let n = (n as usize).min(MMSG_BATCH);
+        let now = monotonic_ns();
+        let meta_len = 16.min(self.payload.len());
+        let mut bufs = vec![self.payload.clone(); n];
+        for b in bufs.iter_mut() {
+            if meta_len == 16 {
+                b[0..4].copy_from_slice(&PEREGRINE_MAGIC.to_ne_bytes());
+                b[4..8].copy_from_slice(&self.seq.to_ne_bytes());
+                b[8..16].copy_from_slice(&now.to_ne_bytes());
+            }
+            self.seq = self.seq.wrapping_add(1);
+        }
+        let mut iov: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        // Safety: mmsghdr is plain data; zeroed is a valid empty header.
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|v| {
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        let sock = &self.socks[self.next];
+        self.next = (self.next + 1) % self.socks.len();
+        // Safety: msgs/iov/bufs stay alive and unmoved for the call.
+        let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), n as u32, 0) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            // A full socket buffer is back-pressure, not an error.
+            if e.kind() == std::io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
+            {
+                return Ok(0);
+            }
+            if e.raw_os_error() == Some(libc::ECONNREFUSED) {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        Ok(r as u64)
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns() reads.
+pub fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}

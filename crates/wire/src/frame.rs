@@ -1,0 +1,341 @@
+//! Whole Ethernet/IP/UDP frames: a builder for the frames peregrine sends and a
+//! checked parser for the frames it receives.
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::checksum;
+use crate::{ethertype, ipproto, MacAddr, ETH_HLEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN, VLAN_HLEN};
+
+/// Why a frame was refused. Each names the header and the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame cut short in the {0} header")]
+    Truncated(&'static str),
+    #[error("not an IPv4/IPv6 frame (ethertype {0:#06x})")]
+    NotIp(u16),
+    #[error("malformed {0} header: {1}")]
+    Malformed(&'static str, &'static str),
+    #[error("not UDP (IP protocol {0})")]
+    NotUdp(u8),
+    #[error("bad {0} checksum")]
+    BadChecksum(&'static str),
+    #[error("frame size {size} outside {min}..={max} for this address family")]
+    BadSize { size: usize, min: usize, max: usize },
+    #[error("source and destination address families differ")]
+    MixedFamilies,
+}
+
+/// What a UDP frame should contain. `frame_len` excludes the FCS, so a
+/// "64-byte frame" in benchmark terms is `frame_len = 60`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpFrameSpec {
+    pub src_mac: MacAddr,
+    pub dst_mac: MacAddr,
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub ttl: u8,
+    pub frame_len: usize,
+}
+
+impl UdpFrameSpec {
+    /// Header bytes in front of the UDP payload.
+    pub fn header_len(&self) -> usize {
+        ETH_HLEN + ip_header_len(self.src_ip) + UDP_HLEN
+    }
+
+    /// The smallest `frame_len` that still holds the headers.
+    pub fn min_frame_len(&self) -> usize {
+        self.header_len()
+    }
+
+    /// Builds the frame with `payload` at the start of the UDP payload and
+    /// zeros after it; IPv4 header and UDP checksums are filled in.
+    pub fn build(&self, payload: &[u8]) -> Result<Vec<u8>, FrameError> {
+        let hl = self.header_len();
+        let max = 9216;
+        if self.frame_len < hl || self.frame_len > max || payload.len() > self.frame_len - hl {
+            return Err(FrameError::BadSize {
+                size: self.frame_len,
+                min: hl,
+                max,
+            });
+        }
+        if self.src_ip.is_ipv4() != self.dst_ip.is_ipv4() {
+            return Err(FrameError::MixedFamilies);
+        }
+        let mut f = vec![0u8; self.frame_len];
+        f[0..6].copy_from_slice(&self.dst_mac.0);
+        f[6..12].copy_from_slice(&self.src_mac.0);
+        let l4 = match (self.src_ip, self.dst_ip) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                f[12..14].copy_from_slice(&ethertype::IPV4.to_be_bytes());
+                let ip = &mut f[ETH_HLEN..ETH_HLEN + IPV4_HLEN];
+                ip[0] = 0x45;
+                let total = (self.frame_len - ETH_HLEN) as u16;
+                ip[2..4].copy_from_slice(&total.to_be_bytes());
+                ip[6] = 0x40; // DF: never fragmented on our paths
+                ip[8] = self.ttl;
+                ip[9] = ipproto::UDP;
+                ip[12..16].copy_from_slice(&s.octets());
+                ip[16..20].copy_from_slice(&d.octets());
+                let c = checksum::checksum(ip);
+                ip[10..12].copy_from_slice(&c.to_be_bytes());
+                ETH_HLEN + IPV4_HLEN
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                f[12..14].copy_from_slice(&ethertype::IPV6.to_be_bytes());
+                let ip = &mut f[ETH_HLEN..ETH_HLEN + IPV6_HLEN];
+                ip[0] = 0x60;
+                let plen = (self.frame_len - ETH_HLEN - IPV6_HLEN) as u16;
+                ip[4..6].copy_from_slice(&plen.to_be_bytes());
+                ip[6] = ipproto::UDP;
+                ip[7] = self.ttl;
+                ip[8..24].copy_from_slice(&s.octets());
+                ip[24..40].copy_from_slice(&d.octets());
+                ETH_HLEN + IPV6_HLEN
+            }
+            _ => unreachable!("families checked above"),
+        };
+        let udp_len = (self.frame_len - l4) as u16;
+        f[l4..l4 + 2].copy_from_slice(&self.src_port.to_be_bytes());
+        f[l4 + 2..l4 + 4].copy_from_slice(&self.dst_port.to_be_bytes());
+        f[l4 + 4..l4 + 6].copy_from_slice(&udp_len.to_be_bytes());
+        f[l4 + UDP_HLEN..l4 + UDP_HLEN + payload.len()].copy_from_slice(payload);
+        let c = checksum::udp_checksum(self.src_ip, self.dst_ip, &f[l4..]);
+        f[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
+        Ok(f)
+    }
+}
+
+fn ip_header_len(a: IpAddr) -> usize {
+    if a.is_ipv4() {
+        IPV4_HLEN
+    } else {
+        IPV6_HLEN
+    }
+}
+
+/// A received UDP frame, checked down to the UDP payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpFrame<'a> {
+    pub dst_mac: MacAddr,
+    pub src_mac: MacAddr,
+    pub vlan: Option<u16>,
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub ttl: u8,
+    pub src_port: u16,
+    pub dst_port: u16,
+    /// Offset of the IP header in the frame.
+    pub l3_offset: usize,
+    /// Offset of the UDP header in the frame.
+    pub l4_offset: usize,
+    pub payload: &'a [u8],
+}
+
+/// Parses and verifies a frame: lengths consistent, IPv4 header checksum and
+/// UDP checksum valid (a zero UDP checksum is accepted on IPv4 only).
+/// Padding after the IP datagram (short frames) is ignored.
+pub fn parse_udp_frame(f: &[u8]) -> Result<UdpFrame<'_>, FrameError> {
+    if f.len() < ETH_HLEN {
+        return Err(FrameError::Truncated("Ethernet"));
+    }
+    let mut dst = [0u8; 6];
+    let mut src = [0u8; 6];
+    dst.copy_from_slice(&f[0..6]);
+    src.copy_from_slice(&f[6..12]);
+    let mut et = u16::from_be_bytes([f[12], f[13]]);
+    let mut l3 = ETH_HLEN;
+    let mut vlan = None;
+    if et == ethertype::VLAN || et == ethertype::QINQ {
+        if f.len() < l3 + VLAN_HLEN {
+            return Err(FrameError::Truncated("802.1Q"));
+        }
+        vlan = Some(u16::from_be_bytes([f[l3], f[l3 + 1]]) & 0x0fff);
+        et = u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]);
+        l3 += VLAN_HLEN;
+    }
+    let ip = &f[l3..];
+    let (src_ip, dst_ip, ttl, l4, l4_len) = match et {
+        ethertype::IPV4 => {
+            if ip.len() < IPV4_HLEN {
+                return Err(FrameError::Truncated("IPv4"));
+            }
+            if ip[0] >> 4 != 4 {
+                return Err(FrameError::Malformed("IPv4", "version is not 4"));
+            }
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            if ihl < IPV4_HLEN {
+                return Err(FrameError::Malformed("IPv4", "header length below 20"));
+            }
+            if ip.len() < ihl {
+                return Err(FrameError::Truncated("IPv4"));
+            }
+            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+            if total < ihl || total > ip.len() {
+                return Err(FrameError::Malformed(
+                    "IPv4",
+                    "total length disagrees with frame",
+                ));
+            }
+            if checksum::checksum(&ip[..ihl]) != 0 {
+                return Err(FrameError::BadChecksum("IPv4 header"));
+            }
+            if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
+                return Err(FrameError::Malformed("IPv4", "fragment"));
+            }
+            if ip[9] != ipproto::UDP {
+                return Err(FrameError::NotUdp(ip[9]));
+            }
+            let s = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+            let d = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+            (IpAddr::V4(s), IpAddr::V4(d), ip[8], l3 + ihl, total - ihl)
+        }
+        ethertype::IPV6 => {
+            if ip.len() < IPV6_HLEN {
+                return Err(FrameError::Truncated("IPv6"));
+            }
+            if ip[0] >> 4 != 6 {
+                return Err(FrameError::Malformed("IPv6", "version is not 6"));
+            }
+            let plen = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+            if plen > ip.len() - IPV6_HLEN {
+                return Err(FrameError::Malformed(
+                    "IPv6",
+                    "payload length disagrees with frame",
+                ));
+            }
+            if ip[6] != ipproto::UDP {
+                return Err(FrameError::NotUdp(ip[6]));
+            }
+            let mut s = [0u8; 16];
+            let mut d = [0u8; 16];
+            s.copy_from_slice(&ip[8..24]);
+            d.copy_from_slice(&ip[24..40]);
+            (
+                IpAddr::V6(Ipv6Addr::from(s)),
+                IpAddr::V6(Ipv6Addr::from(d)),
+                ip[7],
+                l3 + IPV6_HLEN,
+                plen,
+            )
+        }
+        other => return Err(FrameError::NotIp(other)),
+    };
+    if l4_len < UDP_HLEN {
+        return Err(FrameError::Truncated("UDP"));
+    }
+    let udp = &f[l4..l4 + l4_len];
+    let ulen = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+    if ulen < UDP_HLEN || ulen > udp.len() {
+        return Err(FrameError::Malformed("UDP", "length disagrees with IP"));
+    }
+    let udp = &udp[..ulen];
+    let stored = u16::from_be_bytes([udp[6], udp[7]]);
+    let zero_ok = src_ip.is_ipv4() && stored == 0;
+    if !zero_ok {
+        let acc = checksum::pseudo_header_sum(src_ip, dst_ip, ipproto::UDP, ulen);
+        if checksum::finish(checksum::sum_words(acc, udp)) != 0 {
+            return Err(FrameError::BadChecksum("UDP"));
+        }
+    }
+    Ok(UdpFrame {
+        dst_mac: MacAddr(dst),
+        src_mac: MacAddr(src),
+        vlan,
+        src_ip,
+        dst_ip,
+        ttl,
+        src_port: u16::from_be_bytes([udp[0], udp[1]]),
+        dst_port: u16::from_be_bytes([udp[2], udp[3]]),
+        l3_offset: l3,
+        l4_offset: l4,
+        payload: &udp[UDP_HLEN..],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn spec(v6: bool, len: usize) -> UdpFrameSpec {
+        let (s, d): (IpAddr, IpAddr) = if v6 {
+            (
+                "2001:db8::1".parse().unwrap(),
+                "2001:db8::2".parse().unwrap(),
+            )
+        } else {
+            ("198.18.0.1".parse().unwrap(), "198.19.0.1".parse().unwrap())
+        };
+        UdpFrameSpec {
+            src_mac: MacAddr::local(1),
+            dst_mac: MacAddr::local(2),
+            src_ip: s,
+            dst_ip: d,
+            src_port: 1000,
+            dst_port: 9,
+            ttl: 64,
+            frame_len: len,
+        }
+    }
+
+    #[test]
+    fn build_then_parse_v4_and_v6() {
+        for v6 in [false, true] {
+            let f = spec(v6, 128).build(b"hello").unwrap();
+            assert_eq!(f.len(), 128);
+            let p = parse_udp_frame(&f).unwrap();
+            assert_eq!(p.src_port, 1000);
+            assert_eq!(p.dst_port, 9);
+            assert_eq!(&p.payload[..5], b"hello");
+            assert_eq!(p.ttl, 64);
+        }
+    }
+
+    #[test]
+    fn corrupted_udp_byte_fails_checksum() {
+        let mut f = spec(true, 100).build(b"abc").unwrap();
+        let n = f.len();
+        f[n - 1] ^= 0x55;
+        assert_eq!(parse_udp_frame(&f), Err(FrameError::BadChecksum("UDP")));
+    }
+
+    #[test]
+    fn every_truncation_is_refused() {
+        for v6 in [false, true] {
+            let f = spec(v6, 90).build(&[]).unwrap();
+            let hl = spec(v6, 90).header_len();
+            for cut in 0..hl {
+                assert!(parse_udp_frame(&f[..cut]).is_err(), "cut at {cut} v6={v6}");
+            }
+        }
+    }
+
+    #[test]
+    fn too_small_frame_is_refused() {
+        assert!(matches!(
+            spec(true, 60).build(&[]),
+            Err(FrameError::BadSize { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = parse_udp_frame(&bytes);
+        }
+
+        #[test]
+        fn built_frames_parse(v6 in any::<bool>(), len in 62usize..1518, sp in any::<u16>()) {
+            let mut s = spec(v6, len);
+            s.src_port = sp;
+            if len >= s.min_frame_len() {
+                let f = s.build(&[]).unwrap();
+                let p = parse_udp_frame(&f).unwrap();
+                prop_assert_eq!(p.src_port, sp);
+            }
+        }
+    }
+}
