@@ -82,23 +82,30 @@ int gen(struct xdp_md *ctx)
 	__u64 udp_sum = (__u16)~udp->check;
 	int touched = 0;
 
-	if (c->has_meta) {
+	if (c->meta_len >= 4) {
 		struct gen_meta *m = (void *)(udp + 1);
-		if ((void *)(m + 1) > data_end) {
+		if ((void *)&m->seq > data_end) {
 			st->errors++;
 			return XDP_DROP;
 		}
 		m->magic = PEREGRINE_MAGIC;
-		if (cfg.flags & GEN_F_STAMP) {
-			__u64 now = bpf_ktime_get_ns();
+		if ((cfg.flags & GEN_F_STAMP) && c->meta_len >= 8) {
+			if ((void *)&m->tx_ns > data_end) {
+				st->errors++;
+				return XDP_DROP;
+			}
 			m->seq = (__u32)seq;
-			m->tx_ns = now;
-			udp_sum += csum_word32((__u32)seq) + csum_word32((__u32)now) +
-				   csum_word32((__u32)(now >> 32));
+			udp_sum += csum_word32((__u32)seq);
 			touched = 1;
-		} else {
-			m->seq = 0;
-			m->tx_ns = 0;
+			if (c->meta_len >= 16) {
+				if ((void *)(m + 1) > data_end) {
+					st->errors++;
+					return XDP_DROP;
+				}
+				__u64 now = bpf_ktime_get_ns();
+				m->tx_ns = now;
+				udp_sum += csum_word32((__u32)now) + csum_word32((__u32)(now >> 32));
+			}
 		}
 	}
 

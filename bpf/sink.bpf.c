@@ -47,6 +47,9 @@ static __always_inline int classify(struct cursor *c)
 			return 0;
 		if (ip->ihl > 5 && !cursor_take(c, (ip->ihl - 5) * 4))
 			return -1;
+		/* The datagram the header announces must be all there. */
+		if ((void *)ip + bpf_ntohs(ip->tot_len) > c->end)
+			return -1;
 		if (ip->protocol != IPPROTO_UDP || (ip->frag_off & bpf_htons(0x1fff)))
 			return 0;
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
@@ -55,6 +58,8 @@ static __always_inline int classify(struct cursor *c)
 			return -1;
 		if (ip6->version != 6 || ip6->nexthdr != IPPROTO_UDP)
 			return 0;
+		if ((void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len) > c->end)
+			return -1;
 	} else {
 		return 0;
 	}
@@ -62,10 +67,10 @@ static __always_inline int classify(struct cursor *c)
 	struct udphdr *udp = cursor_take(c, sizeof(*udp));
 	if (!udp)
 		return -1;
-	struct gen_meta *m = cursor_take(c, sizeof(*m));
-	if (!m)
-		return 0; /* a UDP datagram too small for the meta is not ours */
-	return m->magic == PEREGRINE_MAGIC;
+	__u32 *magic = cursor_take(c, sizeof(*magic));
+	if (!magic)
+		return 0; /* a UDP datagram too small for the magic is not ours */
+	return *magic == PEREGRINE_MAGIC;
 }
 
 SEC("xdp")

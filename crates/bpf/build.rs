@@ -26,4 +26,16 @@ fn main() {
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building bpf/{name}.bpf.c: {e:#}"));
     }
+    // Test-only objects: compiled, no skeleton.
+    let reject = root.join("tests/verifier_reject.bpf.c");
+    println!("cargo:rerun-if-changed={}", reject.display());
+    SkeletonBuilder::new()
+        .source(&reject)
+        .obj(out.join("verifier_reject.bpf.o"))
+        .clang_args([
+            format!("-I{}", include.display()),
+            format!("-I{arch_include}"),
+        ])
+        .build()
+        .unwrap_or_else(|e| panic!("building bpf/tests/verifier_reject.bpf.c: {e:#}"));
 }

@@ -26,7 +26,9 @@ enum gen_magic {
 	PEREGRINE_MAGIC = 0x52475250,
 };
 
-/* Placed right after the UDP header when the payload has room for it. */
+/* Placed right after the UDP header, as much of it as the payload holds:
+ * the magic alone (4 bytes) is what makes a frame count as delivered, so even
+ * the smallest IPv6 frame (78 bytes, 12 payload bytes) carries it. */
 struct gen_meta {
 	__u32 magic; /* PEREGRINE_MAGIC, byte order as written by the host */
 	__u32 seq;   /* per-CPU sequence number, wraps */
@@ -38,7 +40,7 @@ struct gen_meta {
 struct gen_class {
 	__u8 hdr[GEN_HDR_MAX];
 	__u16 frame_len; /* bytes handed to the device, without FCS */
-	__u16 has_meta;  /* 1 when the payload holds a gen_meta */
+	__u16 meta_len;  /* bytes of gen_meta in the payload: 0, 4, 8 or 16 */
 };
 
 struct gen_config {

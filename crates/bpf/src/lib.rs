@@ -11,6 +11,7 @@ pub mod gen;
 pub mod loader;
 pub mod pod;
 pub mod sink;
+pub mod testing;
 pub mod xdp;
 
 pub use error::{BpfError, Result};

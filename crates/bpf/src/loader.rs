@@ -138,3 +138,36 @@ impl<S> Drop for Loaded<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::privileged;
+
+    #[test]
+    fn verifier_rejection_carries_the_log() {
+        if !privileged("verifier_rejection_carries_the_log") {
+            return;
+        }
+        let path = concat!(env!("OUT_DIR"), "/verifier_reject.bpf.o");
+        let err = Loaded::new("verifier_reject.bpf.o", |_storage| {
+            let open = libbpf_rs::ObjectBuilder::default()
+                .open_file(path)
+                .map_err(BpfError::libbpf("opening verifier_reject.bpf.o"))?;
+            open.load()
+                .map_err(BpfError::libbpf("loading verifier_reject.bpf.o"))
+        })
+        .err()
+        .expect("the verifier must refuse an unchecked packet read");
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("loading verifier_reject.bpf.o failed"),
+            "{msg}"
+        );
+        assert!(msg.contains("verifier log:"), "{msg}");
+        assert!(
+            msg.contains("invalid access to packet"),
+            "verifier's own words expected: {msg}"
+        );
+    }
+}

@@ -1,6 +1,7 @@
 //! Benchmarks, the generator command, reports and the showcase. Each one
 //! builds its lab, runs every contender in the same run, prints a table (or
 //! JSON with --json), writes the result file and plots, and removes the lab.
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -139,7 +140,11 @@ fn secs(s: f64, what: &str) -> Result<Duration> {
 
 /// Parses 1Mpps / 250kpps / 1000000 (pps) / 10Gbps / 500Mbps / 1e9bps.
 pub fn parse_rate(s: &str, mean_frame_bytes: f64) -> Result<Rate> {
-    let t = s.trim().to_ascii_lowercase();
+    let t: String = s
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_ascii_lowercase();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let v: f64 = num.parse().with_context(|| {
@@ -170,6 +175,15 @@ fn progress_line(label: &str) -> impl FnMut(&Window) + '_ {
             w.delivered_pps / 1e6
         )
     }
+}
+
+/// An XDP sink whose counters are pinned under the lab's pin directory
+/// while it runs, so other tools can read them; removed with the lab.
+fn lab_sink(lab: &str, ns: &str, ep: &Endpoint, verdict: XdpAction) -> Result<XdpSink> {
+    let mut s = XdpSink::attach(ns, &ep.iface, verdict, XdpMode::Native)?;
+    let dir = peregrine_bpf::bpffs::pin_dir(lab)?;
+    s.pin(&dir.join(format!("sink-{}-{}", ep.host, ep.iface)))?;
+    Ok(s)
 }
 
 /// Addresses and MACs for traffic from `from` to `to_ip` via the veth peer.
@@ -259,10 +273,20 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
         host: "a".into(),
         iface: "eth0".into(),
     };
-    let (src, dst): (std::net::IpAddr, std::net::IpAddr) = if a.ipv6 {
-        ("2001:db8::1".parse()?, "2001:db8::2".parse()?)
+    // Live frames use sources from .100 up (one per flow), clear of both
+    // hosts' own addresses; sockets must bind the sender's own address.
+    let (src, socket_src, dst): (IpAddr, IpAddr, IpAddr) = if a.ipv6 {
+        (
+            "2001:db8::100".parse()?,
+            "2001:db8::1".parse()?,
+            "2001:db8::2".parse()?,
+        )
     } else {
-        ("198.18.0.1".parse()?, "198.18.0.2".parse()?)
+        (
+            "198.18.0.100".parse()?,
+            "198.18.0.1".parse()?,
+            "198.18.0.2".parse()?,
+        )
     };
     let (frame, peer) = frame_for(&lab, &mut nl, &from, src, dst, 9)?;
     let sink_ns = lab.ns(&peer.host);
@@ -284,7 +308,7 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
 
     // Contenders at full speed into the XDP drop sink.
     {
-        let sink = XdpSink::attach(&sink_ns, &peer.iface, XdpAction::Drop, XdpMode::Native)?;
+        let sink = lab_sink(lab.name(), &sink_ns, &peer, XdpAction::Drop)?;
         let sink_desc = format!("xdp drop sink {peer}");
         let mut contenders = vec![("xdp live frames, 1 thread".to_string(), base.clone())];
         if ncpu > 1 {
@@ -295,6 +319,7 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
         if sizes != FrameSizes::Imix {
             let mut s = base.clone();
             s.backend = Backend::Socket;
+            s.frame.src_ip = socket_src;
             contenders.push(("socket sendmmsg, 1 thread".to_string(), s));
         }
         for (label, spec) in contenders {
@@ -340,7 +365,7 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
     // Latency: live frames with timestamps into a UDP socket (XDP pass in front).
     if sizes != FrameSizes::Imix {
         signals::check()?;
-        let _pass = XdpSink::attach(&sink_ns, &peer.iface, XdpAction::Pass, XdpMode::Native)?;
+        let _pass = lab_sink(lab.name(), &sink_ns, &peer, XdpAction::Pass)?;
         let sock = SocketSink::start(&sink_ns, std::net::SocketAddr::new(dst, 9))?;
         let mut spec = base.clone();
         spec.stamp = true;
@@ -434,12 +459,7 @@ pub fn gen(a: GenArgs) -> Result<()> {
     let sink = match &a.sink {
         Some(s) => {
             let ep = Endpoint::parse(s)?;
-            Some(XdpSink::attach(
-                &ns(&ep.host),
-                &ep.iface,
-                XdpAction::Drop,
-                XdpMode::Native,
-            )?)
+            Some(lab_sink(&topo.name, &ns(&ep.host), &ep, XdpAction::Drop)?)
         }
         None => None,
     };
@@ -537,16 +557,11 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             &lab,
             &mut nl,
             &from,
-            "198.18.1.1".parse()?,
+            "198.18.1.100".parse()?,
             "198.19.0.1".parse()?,
             9,
         )?;
-        let sink = XdpSink::attach(
-            &lab.ns(&peer.host),
-            &peer.iface,
-            XdpAction::Drop,
-            XdpMode::Native,
-        )?;
+        let sink = lab_sink(lab.name(), &lab.ns(&peer.host), &peer, XdpAction::Drop)?;
         let spec = TrafficSpec {
             ns: lab.ns("gen"),
             iface: "eth0".into(),
@@ -583,11 +598,15 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             &lab,
             &mut nl,
             &from,
-            "198.18.1.1".parse()?,
+            "198.18.1.100".parse()?,
             "198.19.0.1".parse()?,
             9,
         )?;
-        let sink = XdpSink::attach(&lab.ns("sink"), "eth0", XdpAction::Drop, XdpMode::Native)?;
+        let sink_ep = Endpoint {
+            host: "sink".into(),
+            iface: "eth0".into(),
+        };
+        let sink = lab_sink(lab.name(), &lab.ns("sink"), &sink_ep, XdpAction::Drop)?;
         let spec = TrafficSpec {
             ns: lab.ns("gen"),
             iface: "eth0".into(),

@@ -152,7 +152,16 @@ impl ResultFile {
         serde_json::to_string_pretty(self).expect("results serialise")
     }
 
+    /// Parses a result file, first checking it against the published schema
+    /// so an error names the offending field.
     pub fn from_json(text: &str) -> Result<ResultFile, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let schema: serde_json::Value =
+            serde_json::from_str(JSON_SCHEMA).expect("embedded schema is JSON");
+        if let Some(first) = schema_errors(&v, &schema).into_iter().next() {
+            return Err(format!("not a {SCHEMA} result file: {first}"));
+        }
         let r: ResultFile =
             serde_json::from_str(text).map_err(|e| format!("not a peregrine result file: {e}"))?;
         if r.schema != SCHEMA {
@@ -231,5 +240,199 @@ fn truncate(s: &str, n: usize) -> String {
         s.to_string()
     } else {
         s.chars().take(n - 1).collect::<String>() + "~"
+    }
+}
+
+/// The published JSON Schema of result files.
+pub const JSON_SCHEMA: &str = include_str!("../../../docs/results.schema.json");
+
+/// Checks `v` against the subset of JSON Schema our schema uses (type,
+/// const, required, properties, additionalProperties: false, items).
+/// Returns one message per violation, each naming the JSON path.
+pub fn schema_errors(v: &serde_json::Value, schema: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    check_node(v, schema, "$", &mut out);
+    out
+}
+
+fn type_ok(v: &serde_json::Value, t: &str) -> bool {
+    use serde_json::Value as V;
+    match t {
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "string" => v.is_string(),
+        "integer" => v.is_u64() || v.is_i64(),
+        "number" => v.is_number(),
+        "boolean" => v.is_boolean(),
+        "null" => matches!(v, V::Null),
+        _ => false,
+    }
+}
+
+fn check_node(v: &serde_json::Value, s: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    if let Some(t) = s.get("type") {
+        let types: Vec<&str> = match t {
+            serde_json::Value::String(x) => vec![x.as_str()],
+            serde_json::Value::Array(xs) => xs.iter().filter_map(|x| x.as_str()).collect(),
+            _ => vec![],
+        };
+        if !types.iter().any(|t| type_ok(v, t)) {
+            out.push(format!(
+                "{path}: expected {}, found {v}",
+                types.join(" or ")
+            ));
+            return;
+        }
+    }
+    if let Some(c) = s.get("const") {
+        if v != c {
+            out.push(format!("{path}: expected {c}, found {v}"));
+        }
+    }
+    if let (Some(obj), Some(props)) = (
+        v.as_object(),
+        s.get("properties").and_then(|p| p.as_object()),
+    ) {
+        for r in s
+            .get("required")
+            .and_then(|r| r.as_array())
+            .into_iter()
+            .flatten()
+        {
+            if let Some(k) = r.as_str() {
+                if !obj.contains_key(k) {
+                    out.push(format!("{path}: missing field {k:?}"));
+                }
+            }
+        }
+        let closed = s.get("additionalProperties") == Some(&serde_json::Value::Bool(false));
+        for (k, val) in obj {
+            match props.get(k) {
+                Some(ps) => check_node(val, ps, &format!("{path}.{k}"), out),
+                None if closed => out.push(format!("{path}: unknown field {k:?}")),
+                None => {}
+            }
+        }
+    }
+    if let (Some(arr), Some(items)) = (v.as_array(), s.get("items")) {
+        for (i, x) in arr.iter().enumerate() {
+            check_node(x, items, &format!("{path}[{i}]"), out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn example() -> ResultFile {
+        let trial = Trial {
+            phase: "max".into(),
+            requested_pps: None,
+            duration_s: 1.0,
+            offered_packets: 10,
+            delivered_packets: 9,
+            offered_pps: 10.0,
+            delivered_pps: 9.0,
+            offered_bps: 5120.0,
+            delivered_bps: 4608.0,
+            loss_ratio: 0.1,
+            cpu: vec![CoreCpu {
+                core: 0,
+                user_pct: 1.0,
+                system_pct: 2.0,
+                softirq_pct: 3.0,
+                irq_pct: 0.0,
+                idle_pct: 94.0,
+            }],
+            latency: Some(Latency {
+                count: 9,
+                min_ns: 1,
+                p50_ns: 2,
+                p90_ns: 3,
+                p99_ns: 4,
+                p999_ns: 5,
+                max_ns: 6,
+            }),
+            windows: vec![Window {
+                t_s: 1.0,
+                seconds: 1.0,
+                offered_pps: 10.0,
+                delivered_pps: 9.0,
+            }],
+        };
+        let run = Run {
+            label: "x".into(),
+            params: RunParams {
+                backend: "xdp".into(),
+                ip: "ipv4".into(),
+                frame_size: "64".into(),
+                mean_frame_bytes: 64.0,
+                flows: 1,
+                threads: 1,
+                sink: "s".into(),
+            },
+            trials: vec![
+                trial.clone(),
+                Trial {
+                    latency: None,
+                    requested_pps: Some(5.0),
+                    ..trial
+                },
+            ],
+            rfc2544: Some(Rfc2544 {
+                loss_tolerance: 0.0,
+                resolution_pps: 1.0,
+                trial_s: 1.0,
+                throughput_pps: 5.0,
+                throughput_bps: 2560.0,
+            }),
+        };
+        ResultFile::new(
+            "test",
+            "peregrine test".into(),
+            vec![
+                run.clone(),
+                Run {
+                    rfc2544: None,
+                    ..run
+                },
+            ],
+        )
+    }
+
+    #[test]
+    fn results_match_the_published_schema() {
+        let schema: serde_json::Value = serde_json::from_str(JSON_SCHEMA).unwrap();
+        let r = example();
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(schema_errors(&v, &schema), Vec::<String>::new());
+        assert_eq!(ResultFile::from_json(&r.to_json()).unwrap(), r);
+    }
+
+    #[test]
+    fn schema_names_what_is_wrong() {
+        let schema: serde_json::Value = serde_json::from_str(JSON_SCHEMA).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&example().to_json()).unwrap();
+        v["runs"][0]["trials"][0]["surprise"] = 1.into();
+        v["runs"][1]["params"]["flows"] = "many".into();
+        v["machine"].as_object_mut().unwrap().remove("cpus");
+        let e = schema_errors(&v, &schema);
+        assert!(
+            e.iter()
+                .any(|m| m.contains("$.runs[0].trials[0]: unknown field \"surprise\"")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter()
+                .any(|m| m.contains("$.runs[1].params.flows: expected integer")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter()
+                .any(|m| m.contains("$.machine: missing field \"cpus\"")),
+            "{e:?}"
+        );
+        assert!(ResultFile::from_json("{}").is_err());
     }
 }

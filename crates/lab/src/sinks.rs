@@ -38,6 +38,7 @@ pub struct XdpSink {
     prog: SinkProgram,
     _link: XdpLink,
     name: String,
+    pinned: Option<std::path::PathBuf>,
 }
 
 impl XdpSink {
@@ -48,6 +49,7 @@ impl XdpSink {
             prog,
             _link: link,
             name: format!("xdp-sink {ns}:{iface} ({mode})"),
+            pinned: None,
         })
     }
 
@@ -56,8 +58,21 @@ impl XdpSink {
         Ok(self.prog.stats()?)
     }
 
+    /// Pins the counters at `path` (replacing a pin a killed run left) for
+    /// as long as this sink lives.
     pub fn pin(&mut self, path: &std::path::Path) -> Result<()> {
-        Ok(self.prog.pin_stats(path)?)
+        let _ = std::fs::remove_file(path);
+        self.prog.pin_stats(path)?;
+        self.pinned = Some(path.to_path_buf());
+        Ok(())
+    }
+}
+
+impl Drop for XdpSink {
+    fn drop(&mut self) {
+        if let Some(p) = self.pinned.take() {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 
@@ -159,12 +174,14 @@ fn recv_loop(
         lat.clear();
         for (m, buf) in msgs.iter().zip(bufs.iter()).take(n as usize) {
             let len = m.msg_len as usize;
-            if len >= 16 && u32::from_ne_bytes(buf[0..4].try_into().unwrap()) == PEREGRINE_MAGIC {
+            if len >= 4 && u32::from_ne_bytes(buf[0..4].try_into().unwrap()) == PEREGRINE_MAGIC {
                 p += 1;
                 b += len as u64;
-                let tx = u64::from_ne_bytes(buf[8..16].try_into().unwrap());
-                if tx != 0 && now >= tx {
-                    lat.push(now - tx);
+                if len >= 16 {
+                    let tx = u64::from_ne_bytes(buf[8..16].try_into().unwrap());
+                    if tx != 0 && now >= tx {
+                        lat.push(now - tx);
+                    }
                 }
             }
         }

@@ -208,7 +208,7 @@ fn check_ifname(n: &str) -> Result<()> {
 impl Topology {
     pub fn from_toml(text: &str) -> Result<Topology> {
         let t: Topology = toml::from_str(text).map_err(|e| {
-            let msg = e.message().to_string();
+            let msg = e.message().replace('\n', "; ");
             let at = e.span().map(|s| {
                 let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
                 format!(" (line {line})")

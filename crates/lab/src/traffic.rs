@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use peregrine_bpf::gen::{FrameSizes, GenProgram, GenSetup, PEREGRINE_MAGIC};
+use peregrine_bpf::pod::Pod;
 use peregrine_bpf::sink::SinkProgram;
+use peregrine_bpf::skel::gen::types::gen_meta;
 use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
 use peregrine_wire::{UdpFrameSpec, FCS_LEN};
 use serde::{Deserialize, Serialize};
@@ -299,14 +301,16 @@ impl SocketSender {
     fn send(&mut self, n: u64) -> std::io::Result<u64> {
         let n = (n as usize).min(MMSG_BATCH);
         let now = monotonic_ns();
-        let meta_len = 16.min(self.payload.len());
+        let meta_len = peregrine_bpf::gen::meta_len(self.payload.len());
         let mut bufs = vec![self.payload.clone(); n];
         for b in bufs.iter_mut() {
-            if meta_len == 16 {
-                b[0..4].copy_from_slice(&PEREGRINE_MAGIC.to_ne_bytes());
-                b[4..8].copy_from_slice(&self.seq.to_ne_bytes());
-                b[8..16].copy_from_slice(&now.to_ne_bytes());
-            }
+            // The live generator's gen_meta, as much as fits.
+            let meta = gen_meta {
+                magic: PEREGRINE_MAGIC,
+                seq: self.seq,
+                tx_ns: now,
+            };
+            b[..meta_len].copy_from_slice(&meta.as_bytes()[..meta_len]);
             self.seq = self.seq.wrapping_add(1);
         }
         let mut iov: Vec<libc::iovec> = bufs

@@ -152,7 +152,8 @@ mod tests {
     use super::*;
 
     fn fake(capacity: f64, rate: Rate) -> Trial {
-        let offered = rate.pps().unwrap_or(capacity * 1.5);
+        // Unpaced, the generator offers 2 Mpps.
+        let offered = rate.pps().unwrap_or(2_000_000.0);
         let delivered = offered.min(capacity);
         Trial {
             phase: "x".into(),

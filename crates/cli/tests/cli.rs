@@ -1,0 +1,363 @@
+//! End-to-end tests of the `peregrine` binary as a user runs it: the main
+//! job, Ctrl-C and SIGKILL hygiene, and one-line errors for bad input.
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use peregrine_bpf::testing::privileged;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_peregrine"));
+    c.env_remove("RUST_BACKTRACE");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("peregrine runs")
+}
+
+fn namespaces(lab: &str) -> Vec<String> {
+    let p = format!("pg-{lab}-");
+    std::fs::read_dir("/run/netns")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&p))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn pins(lab: &str) -> bool {
+    Path::new("/sys/fs/bpf/peregrine").join(lab).exists()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("peregrine-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Asserts a failure with exactly one line on stderr, naming `needle`.
+fn assert_one_line_error(out: &Output, needle: &str) {
+    assert!(!out.status.success(), "expected failure");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line expected, got: {err}");
+    assert!(lines[0].starts_with("peregrine: error: "), "{err}");
+    assert!(lines[0].contains(needle), "{err:?} should name {needle:?}");
+}
+
+fn topology_file(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(format!("{name}.toml"));
+    std::fs::write(&p, text).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+const PAIR_TEMPLATE: &str = r#"
+name = "NAME"
+[[host]]
+name = "a"
+addr = { eth0 = ["198.18.0.1/24"] }
+[[host]]
+name = "b"
+addr = { eth0 = ["198.18.0.2/24"] }
+[[link]]
+a = "a:eth0"
+b = "b:eth0"
+"#;
+
+#[test]
+fn main_job_runs_and_leaves_nothing() {
+    if !privileged("main_job_runs_and_leaves_nothing") {
+        return;
+    }
+    let dir = tmp("showcase");
+    let out = bin()
+        .args(["showcase", "--trial", "0.5", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("RFC 2544 throughput"), "{table}");
+    let json = std::fs::read_to_string(dir.join("showcase.json")).unwrap();
+    let r = peregrine_lab::results::ResultFile::from_json(&json).unwrap();
+    assert_eq!(r.runs.len(), 2);
+    let direct = &r.runs[0].trials[0];
+    assert!(direct.delivered_packets > 100_000, "{direct:?}");
+    assert!(r.runs[1].rfc2544.as_ref().unwrap().throughput_pps > 10_000.0);
+    for f in [
+        "showcase-rates.png",
+        "showcase-rates.svg",
+        "showcase-timeline.png",
+        "showcase-timeline.svg",
+        "showcase.cmd",
+    ] {
+        assert!(dir.join(f).metadata().unwrap().len() > 10, "{f}");
+    }
+    assert!(namespaces("showcase").is_empty());
+    assert!(!pins("showcase"));
+    // `report` redraws the plots from the file.
+    let out = bin()
+        .args(["report", "--json"])
+        .arg(dir.join("showcase.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["plots"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn ctrl_c_removes_the_lab() {
+    if !privileged("ctrl_c_removes_the_lab") {
+        return;
+    }
+    let dir = tmp("ctrlc");
+    let f = topology_file(&dir, "tctrlc", &PAIR_TEMPLATE.replace("NAME", "tctrlc"));
+    let mut child = bin()
+        .args(["lab", "up", "--foreground", &f])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the lab", Duration::from_secs(20), || {
+        namespaces("tctrlc").len() == 2
+    });
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let st = wait_child(&mut child, Duration::from_secs(20));
+    assert!(st.success());
+    assert!(namespaces("tctrlc").is_empty());
+    assert!(!Path::new("/run/peregrine/labs/tctrlc.json").exists());
+}
+
+fn wait_child(c: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > end {
+            let _ = c.kill();
+            panic!("child did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn sigkill_leaves_stale_state_that_the_next_run_removes() {
+    if !privileged("sigkill_leaves_stale_state_that_the_next_run_removes") {
+        return;
+    }
+    let dir = tmp("kill");
+    // A benchmark mid-run: lab, XDP sinks, the generator anchored on lo, pins.
+    let mut child = bin()
+        .args(["bench", "gen", "--duration", "30", "--out"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the benchmark's pins", Duration::from_secs(30), || {
+        pins("benchgen")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    wait_child(&mut child, Duration::from_secs(10));
+    assert_eq!(namespaces("benchgen").len(), 2, "SIGKILL cannot clean up");
+    let list = run(&["lab", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert!(
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["name"] == "benchgen" && l["stale"] == true),
+        "{v}"
+    );
+
+    // The next run finds and removes it.
+    let f = topology_file(&dir, "tnext", &PAIR_TEMPLATE.replace("NAME", "tnext"));
+    let out = run(&["lab", "up", &f]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(namespaces("benchgen").is_empty());
+    assert!(!pins("benchgen"));
+    assert!(!Path::new("/run/peregrine/labs/benchgen.json").exists());
+    let out = run(&["lab", "down", "tnext"]);
+    assert!(out.status.success());
+    assert!(namespaces("tnext").is_empty());
+}
+
+#[test]
+fn bad_input_gets_one_line_errors_and_changes_nothing() {
+    if !privileged("bad_input_gets_one_line_errors_and_changes_nothing") {
+        return;
+    }
+    let dir = tmp("bad");
+    // A malformed topology file.
+    let f = topology_file(
+        &dir,
+        "broken",
+        "name = \"tbad\"\n[[host]]\nname = \"a\"\n[[link]]\na = \"a:eth0\"\nb = \"ghost:eth0\"\n",
+    );
+    assert_one_line_error(&run(&["lab", "up", &f]), "no host named \"ghost\"");
+    let f2 = topology_file(&dir, "syntax", "name = \"tbad\"\n[[host]\n");
+    assert_one_line_error(&run(&["lab", "up", &f2]), "line 2");
+    assert!(namespaces("tbad").is_empty());
+    assert_one_line_error(
+        &run(&["lab", "up", "/nonexistent.toml"]),
+        "no such file and not a built-in",
+    );
+
+    // A lab for the rest; a second `lab up` of it clashes.
+    let good = topology_file(&dir, "tbad", &PAIR_TEMPLATE.replace("NAME", "tbad"));
+    assert!(run(&["lab", "up", &good]).status.success());
+    let before = namespaces("tbad");
+    assert_one_line_error(&run(&["lab", "up", &good]), "lab \"tbad\" already exists");
+    assert_eq!(namespaces("tbad"), before);
+
+    // An unknown interface.
+    assert_one_line_error(
+        &run(&[
+            "gen",
+            "--lab",
+            "tbad",
+            "--from",
+            "a:nope0",
+            "--to",
+            "198.18.0.2",
+            "--count",
+            "10",
+        ]),
+        "nope0",
+    );
+    // A kernel/device feature that is missing: native XDP on loopback.
+    assert_one_line_error(
+        &run(&[
+            "gen",
+            "--lab",
+            "tbad",
+            "--from",
+            "a:eth0",
+            "--to",
+            "198.18.0.2",
+            "--count",
+            "10",
+            "--sink",
+            "b:lo",
+        ]),
+        "no native XDP",
+    );
+    // Addresses outside the lab ranges are never sent to.
+    assert_one_line_error(
+        &run(&[
+            "gen",
+            "--lab",
+            "tbad",
+            "--from",
+            "a:eth0",
+            "--to",
+            "10.1.2.3",
+            "--src",
+            "198.18.0.1",
+            "--count",
+            "10",
+        ]),
+        "outside 198.18.0.0/15",
+    );
+    assert_one_line_error(
+        &run(&[
+            "gen",
+            "--lab",
+            "tbad",
+            "--from",
+            "a:eth0",
+            "--to",
+            "198.18.0.2",
+            "--count",
+            "10",
+            "--rate",
+            "5 parsecs",
+        ]),
+        "unknown unit",
+    );
+    assert_one_line_error(
+        &run(&[
+            "gen",
+            "--lab",
+            "tbad",
+            "--from",
+            "a:eth0",
+            "--to",
+            "198.18.0.2",
+        ]),
+        "--count or --duration",
+    );
+    assert_one_line_error(
+        &run(&[
+            "gen",
+            "--lab",
+            "nolab",
+            "--from",
+            "a:eth0",
+            "--to",
+            "198.18.0.2",
+            "--count",
+            "1",
+        ]),
+        "no lab named",
+    );
+    // Nothing was left attached by the failed runs: a clean run still works.
+    let out = run(&[
+        "gen",
+        "--lab",
+        "tbad",
+        "--from",
+        "a:eth0",
+        "--to",
+        "198.18.0.2",
+        "--count",
+        "1000",
+        "--sink",
+        "b:eth0",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["offered_packets"], 1000);
+    assert_eq!(v["delivered_packets"], 1000);
+    assert!(run(&["lab", "down", "tbad"]).status.success());
+    assert!(namespaces("tbad").is_empty());
+    assert!(!pins("tbad"));
+}

@@ -1,0 +1,391 @@
+//! Privileged lab tests: real namespaces, veth, bridges, macvlan, VXLAN,
+//! XDP sinks and the generator. Each test uses its own lab name.
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use peregrine_bpf::gen::FrameSizes;
+use peregrine_bpf::testing::privileged;
+use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_lab::lab::{self, ns_name};
+use peregrine_lab::nl::Netlink;
+use peregrine_lab::pacing::{Limit, Rate};
+use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
+use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
+use peregrine_lab::trial::run_trial;
+use peregrine_lab::{netns, Endpoint, Lab, LabError, Lifetime, Topology};
+use peregrine_wire::UdpFrameSpec;
+
+fn pair(name: &str) -> Topology {
+    let mut t = Topology::from_toml(peregrine_lab::topology::builtin::PAIR).unwrap();
+    t.name = name.into();
+    t
+}
+
+fn namespaces_of(lab: &str) -> Vec<String> {
+    let p = format!("pg-{lab}-");
+    netns::list()
+        .into_iter()
+        .filter(|n| n.starts_with(&p))
+        .collect()
+}
+
+fn assert_no_residue(lab: &str) {
+    assert!(
+        namespaces_of(lab).is_empty(),
+        "namespaces left: {:?}",
+        namespaces_of(lab)
+    );
+    assert!(
+        !Path::new(lab::STATE_DIR)
+            .join(format!("{lab}.json"))
+            .exists(),
+        "state file left"
+    );
+    assert!(
+        !Path::new(peregrine_bpf::bpffs::PIN_ROOT).join(lab).exists(),
+        "pins left"
+    );
+}
+
+fn ping(lab: &str, host: &str, ip: &str) -> i32 {
+    lab::exec(
+        lab,
+        host,
+        &[
+            "ping".into(),
+            "-c".into(),
+            "1".into(),
+            "-W".into(),
+            "2".into(),
+            ip.into(),
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+fn lab_lifecycle_leaves_nothing_behind() {
+    if !privileged("lab_lifecycle_leaves_nothing_behind") {
+        return;
+    }
+    {
+        let lab = Lab::up(pair("tlife"), Lifetime::Persistent).unwrap();
+        assert_eq!(namespaces_of("tlife").len(), 2);
+        assert_eq!(ping("tlife", "a", "198.18.0.2"), 0);
+        assert_eq!(ping("tlife", "a", "2001:db8::2"), 0);
+        // An XDP program and a pin, both must go with the lab.
+        let mut sink =
+            XdpSink::attach(&lab.ns("b"), "eth0", XdpAction::Pass, XdpMode::Native).unwrap();
+        sink.pin(&lab.pin_dir().unwrap().join("sink-b-eth0"))
+            .unwrap();
+        assert!(Path::new("/sys/fs/bpf/peregrine/tlife/sink-b-eth0").exists());
+        std::mem::forget(lab); // persistent: still there after the value is gone
+    }
+    assert_eq!(namespaces_of("tlife").len(), 2);
+    assert!(lab::list().iter().any(|l| l.name == "tlife" && !l.stale));
+    let removed = lab::down("tlife").unwrap();
+    assert_eq!(removed.len(), 2);
+    assert_no_residue("tlife");
+    assert!(matches!(lab::down("tlife"), Err(LabError::NoSuchLab(_))));
+}
+
+#[test]
+fn ephemeral_lab_goes_on_drop() {
+    if !privileged("ephemeral_lab_goes_on_drop") {
+        return;
+    }
+    let lab = Lab::up(pair("teph"), Lifetime::Ephemeral).unwrap();
+    assert_eq!(namespaces_of("teph").len(), 2);
+    drop(lab);
+    assert_no_residue("teph");
+}
+
+#[test]
+fn bridges_macvlans_and_vxlan_carry_traffic() {
+    if !privileged("bridges_macvlans_and_vxlan_carry_traffic") {
+        return;
+    }
+    let t = Topology::from_toml(
+        r#"
+name = "tdev"
+[[host]]
+name = "sw"
+[[host]]
+name = "c1"
+addr = { eth0 = ["198.18.10.1/24", "2001:db8:10::1/64"] }
+[[host]]
+name = "c2"
+addr = { eth0 = ["198.18.10.2/24", "2001:db8:10::2/64"] }
+[[host]]
+name = "m1"
+addr = { mv0 = ["198.18.20.1/24"] }
+[[host]]
+name = "m2"
+addr = { mv0 = ["198.18.20.2/24"] }
+[[host]]
+name = "v1"
+addr = { u0 = ["198.18.30.1/24"], vx0 = ["198.18.40.1/24", "2001:db8:40::1/64"] }
+[[host]]
+name = "v2"
+addr = { u0 = ["198.18.30.2/24"], vx0 = ["198.18.40.2/24", "2001:db8:40::2/64"] }
+[[link]]
+a = "c1:eth0"
+b = "sw:p1"
+[[link]]
+a = "c2:eth0"
+b = "sw:p2"
+[[link]]
+a = "sw:up0"
+b = "sw:up0peer"
+[[link]]
+a = "v1:u0"
+b = "v2:u0"
+[[bridge]]
+host = "sw"
+name = "br0"
+ports = ["p1", "p2"]
+[[macvlan]]
+host = "m1"
+name = "mv0"
+parent = "sw:up0"
+[[macvlan]]
+host = "m2"
+name = "mv0"
+parent = "sw:up0"
+[[vxlan]]
+host = "v1"
+name = "vx0"
+vni = 42
+dev = "u0"
+local = "198.18.30.1"
+remote = "198.18.30.2"
+[[vxlan]]
+host = "v2"
+name = "vx0"
+vni = 42
+dev = "u0"
+local = "198.18.30.2"
+remote = "198.18.30.1"
+"#,
+    )
+    .unwrap();
+    let _lab = Lab::up(t, Lifetime::Ephemeral).unwrap();
+    assert_eq!(ping("tdev", "c1", "198.18.10.2"), 0, "through the bridge");
+    assert_eq!(
+        ping("tdev", "c1", "2001:db8:10::2"),
+        0,
+        "IPv6 through the bridge"
+    );
+    assert_eq!(ping("tdev", "m1", "198.18.20.2"), 0, "macvlan bridge mode");
+    assert_eq!(ping("tdev", "v1", "198.18.40.2"), 0, "over VXLAN");
+    assert_eq!(ping("tdev", "v1", "2001:db8:40::2"), 0, "IPv6 over VXLAN");
+}
+
+#[test]
+fn clashing_lab_is_refused_and_creates_nothing() {
+    if !privileged("clashing_lab_is_refused_and_creates_nothing") {
+        return;
+    }
+    let _first = Lab::up(pair("tclash"), Lifetime::Ephemeral).unwrap();
+    let before = namespaces_of("tclash");
+    let err = Lab::up(pair("tclash"), Lifetime::Ephemeral)
+        .err()
+        .expect("second lab up must fail");
+    assert!(matches!(err, LabError::Exists(_)), "{err}");
+    assert_eq!(namespaces_of("tclash"), before);
+}
+
+#[test]
+fn failure_midway_leaves_nothing_half_built() {
+    if !privileged("failure_midway_leaves_nothing_half_built") {
+        return;
+    }
+    // Valid on paper, refused by the kernel: the gateway is on no subnet.
+    let mut t = pair("thalf");
+    t.hosts[0].routes.push(peregrine_lab::topology::Route {
+        to: "198.19.0.0/16".into(),
+        via: Some("198.18.99.1".parse().unwrap()),
+        dev: None,
+    });
+    let err = Lab::up(t, Lifetime::Persistent)
+        .err()
+        .expect("route via an unreachable gateway must fail");
+    let msg = err.to_string();
+    assert!(msg.contains("adding route 198.19.0.0/16"), "{msg}");
+    assert!(!msg.contains('\n'), "one line: {msg}");
+    assert_no_residue("thalf");
+}
+
+#[test]
+fn stale_state_is_found_and_removed() {
+    if !privileged("stale_state_is_found_and_removed") {
+        return;
+    }
+    // What a killed run leaves: namespaces and a state file owned by a dead pid.
+    netns::create(&ns_name("tstale", "a")).unwrap();
+    netns::create(&ns_name("tstale", "b")).unwrap();
+    std::fs::create_dir_all(lab::STATE_DIR).unwrap();
+    let st = lab::LabState {
+        name: "tstale".into(),
+        topology: pair("tstale"),
+        owner_pid: Some(u32::MAX - 1),
+    };
+    std::fs::write(
+        Path::new(lab::STATE_DIR).join("tstale.json"),
+        serde_json::to_string(&st).unwrap(),
+    )
+    .unwrap();
+    peregrine_bpf::bpffs::pin_dir("tstale").unwrap();
+    assert!(lab::list().iter().any(|l| l.name == "tstale" && l.stale));
+    let removed = lab::cleanup_stale().unwrap();
+    assert!(removed.contains(&"tstale".to_string()));
+    assert_no_residue("tstale");
+}
+
+/// Frames from a:eth0 to b in a pair lab.
+fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) {
+    let mut nl = Netlink::new().unwrap();
+    let from = Endpoint {
+        host: "a".into(),
+        iface: "eth0".into(),
+    };
+    let peer = lab.peer_of(&from).unwrap();
+    let frame = UdpFrameSpec {
+        src_mac: nl.mac_of(&lab.ns("a"), "eth0").unwrap(),
+        dst_mac: nl.mac_of(&lab.ns("b"), "eth0").unwrap(),
+        // Live frames vary the source address per flow (.101 up), clear of
+        // the receiver's own .2; sockets must bind the host's own address.
+        src_ip: if backend == Backend::Xdp {
+            "198.18.0.101"
+        } else {
+            "198.18.0.1"
+        }
+        .parse()
+        .unwrap(),
+        dst_ip: "198.18.0.2".parse().unwrap(),
+        src_port: 1024,
+        dst_port: 9,
+        ttl: 64,
+        frame_len: 0,
+    };
+    let spec = TrafficSpec {
+        ns: lab.ns("a"),
+        iface: "eth0".into(),
+        frame,
+        sizes: FrameSizes::Fixed(64),
+        flows: 4,
+        stamp,
+        cpus: vec![0],
+        backend,
+    };
+    (spec, peer)
+}
+
+#[test]
+fn generator_holds_the_requested_rate() {
+    if !privileged("generator_holds_the_requested_rate") {
+        return;
+    }
+    let lab = Lab::up(pair("trate"), Lifetime::Ephemeral).unwrap();
+    let (spec, peer) = traffic(&lab, Backend::Xdp, false);
+    let sink = XdpSink::attach(
+        &lab.ns(&peer.host),
+        &peer.iface,
+        XdpAction::Drop,
+        XdpMode::Native,
+    )
+    .unwrap();
+    let gen = Generator::new(spec, None).unwrap();
+    for rate in [1_000_000.0, 100_000.0] {
+        let t = run_trial(
+            &gen,
+            &sink,
+            "fixed",
+            Rate::Pps(rate),
+            Duration::from_secs(3),
+            64.0,
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(t.loss_ratio, 0.0, "{t:?}");
+        assert!(t.windows.len() >= 2, "{t:?}");
+        for w in t.windows.iter().filter(|w| (w.seconds - 1.0).abs() < 0.05) {
+            let err = (w.delivered_pps - rate).abs() / rate;
+            assert!(
+                err < 0.01,
+                "window at {:.2}s: {:.0} pps delivered for {rate} requested ({:.2}%)",
+                w.t_s,
+                w.delivered_pps,
+                err * 100.0
+            );
+        }
+        let err = (t.delivered_pps - rate).abs() / rate;
+        assert!(
+            err < 0.01,
+            "whole trial {:.0} pps for {rate}",
+            t.delivered_pps
+        );
+    }
+    // A count is exact: every frame offered arrives, none extra.
+    let before = sink.delivered().unwrap();
+    let off = gen
+        .run(
+            Rate::Pps(2_000_000.0),
+            Limit {
+                count: Some(1_234_567),
+                duration: None,
+            },
+            &Arc::new(AtomicU64::new(0)),
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(off.packets, 1_234_567);
+    assert_eq!(
+        sink.delivered().unwrap().packets - before.packets,
+        1_234_567
+    );
+    assert_eq!(
+        gen.made().unwrap().1,
+        0,
+        "no frame the generator could not build"
+    );
+}
+
+#[test]
+fn frames_arrive_intact_at_a_socket_with_latency() {
+    if !privileged("frames_arrive_intact_at_a_socket_with_latency") {
+        return;
+    }
+    let lab = Lab::up(pair("tsock"), Lifetime::Ephemeral).unwrap();
+    for backend in [Backend::Xdp, Backend::Socket] {
+        let (spec, peer) = traffic(&lab, backend, true);
+        // The socket counts only datagrams the kernel accepted: valid IP
+        // header and UDP checksums, right length.
+        let sock = SocketSink::start(&lab.ns(&peer.host), "198.18.0.2:9".parse().unwrap()).unwrap();
+        let gen = Generator::new(spec, Some((lab.ns(&peer.host), peer.iface.clone()))).unwrap();
+        let off = gen
+            .run(
+                Rate::Pps(50_000.0),
+                Limit {
+                    count: Some(50_000),
+                    duration: Some(Duration::from_secs(5)),
+                },
+                &Arc::new(AtomicU64::new(0)),
+            )
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(off.packets, 50_000, "{backend:?}");
+        assert_eq!(
+            sock.delivered().unwrap().packets,
+            50_000,
+            "{backend:?}: every frame accepted by the kernel"
+        );
+        let h = sock.take_latency().unwrap();
+        assert_eq!(h.len(), 50_000, "{backend:?}: a latency sample per frame");
+        assert!(h.value_at_quantile(0.5) > 0);
+        drop(gen);
+        drop(sock);
+    }
+}
