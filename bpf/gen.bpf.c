@@ -22,7 +22,18 @@ struct {
 } gen_state_map SEC(".maps");
 
 /* Makes the skeleton carry struct gen_state and gen_meta as Rust types. */
+/* Key: CPU number. An array, not per-CPU, so each sending thread can set its
+ * own CPU's entry without touching the others. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* set to the number of possible CPUs at load */
+	__type(key, __u32);
+	__type(value, struct gen_pace);
+} gen_pace_map SEC(".maps");
+
 struct gen_state gen_state_type_anchor;
+struct gen_pace gen_pace_type_anchor;
+enum gen_pace_limits gen_pace_limits_anchor;
 struct gen_meta gen_meta_type_anchor;
 enum gen_flags gen_flags_anchor;
 enum gen_magic gen_magic_anchor;
@@ -46,9 +57,26 @@ int gen(struct xdp_md *ctx)
 		return XDP_PASS;
 
 	__u32 zero = 0;
+	__u32 cpu = bpf_get_smp_processor_id();
 	struct gen_state *st = bpf_map_lookup_elem(&gen_state_map, &zero);
-	if (!st)
+	struct gen_pace *pace = bpf_map_lookup_elem(&gen_pace_map, &cpu);
+	if (!st || !pace)
 		return XDP_ABORTED;
+
+	if (pace->limit && pace->sent >= pace->limit)
+		return XDP_DROP; /* this run's frames are all out: skip */
+	__u64 now = 0;
+	if (pace->gap_fp) {
+		now = bpf_ktime_get_ns();
+		__u64 now_fp = now << GEN_FP_SHIFT;
+		if (now_fp < pace->next_fp)
+			return XDP_DROP; /* too early: skip this iteration */
+		__u64 lag = GEN_MAX_CATCHUP * pace->gap_fp;
+		__u64 floor = now_fp > lag ? now_fp - lag : 0;
+		__u64 next = pace->next_fp > floor ? pace->next_fp : floor;
+		pace->next_fp = next + pace->gap_fp;
+	}
+	pace->sent++;
 
 	__u64 seq = st->seq++;
 	__u32 cls = 0;
@@ -102,7 +130,8 @@ int gen(struct xdp_md *ctx)
 					st->errors++;
 					return XDP_DROP;
 				}
-				__u64 now = bpf_ktime_get_ns();
+				if (!now)
+					now = bpf_ktime_get_ns();
 				m->tx_ns = now;
 				udp_sum += csum_word32((__u32)now) + csum_word32((__u32)(now >> 32));
 			}

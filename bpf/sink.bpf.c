@@ -4,8 +4,9 @@
  * Counts every frame and, separately, the frames that carry the generator's
  * magic right after a UDP header (IPv4 or IPv6, optionally one 802.1Q tag), so
  * that kernel chatter on the link (ND, MLD) never counts as delivered traffic.
- * Verdict is fixed at load time: XDP_DROP for a drop sink, XDP_PASS when a
- * socket sink behind it must see the packets.
+ * The verdict for generator frames is fixed at load time: XDP_DROP for a
+ * drop sink, XDP_PASS when a socket sink behind it must see them. Every other
+ * frame is passed, so ARP, ND and management traffic keep working.
  */
 #include <linux/bpf.h>
 #include "peregrine/parse.h"
@@ -93,10 +94,13 @@ int sink(struct xdp_md *ctx)
 	if (kind > 0) {
 		st->gen_packets++;
 		st->gen_bytes += len;
-	} else if (kind < 0) {
-		st->malformed++;
+		return sink_verdict;
 	}
-	return sink_verdict;
+	if (kind < 0)
+		st->malformed++;
+	/* Not test traffic: ARP, ND and the rest go on to the kernel, so the
+	 * link keeps working while the sink drops what the generator sends. */
+	return XDP_PASS;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -54,6 +54,28 @@ struct gen_config {
 	struct gen_class classes[GEN_MAX_CLASSES];
 };
 
+/* Pacing of one sending CPU, set by its thread before a run. Frames leave at
+ * most every gap_ns; iterations of the BPF_PROG_RUN loop that come too early
+ * are skipped (XDP_DROP, nothing sent), so the rate is smooth down to the
+ * loop's granularity with no bursts, and one long run covers many frames.
+ * All zero: unpaced and unlimited (what the fixtures run with). */
+struct gen_pace {
+	/* Times in 1/256 ns (24.8 fixed point) so that gaps like 66.67 ns
+	 * (15 Mpps) do not round the rate off by up to 1%. */
+	__u64 gap_fp;  /* time between frames; 0: as fast as possible */
+	__u64 next_fp; /* when the next frame may leave (CLOCK_MONOTONIC) */
+	__u64 limit;   /* frames to send in this run; 0: no limit */
+	__u64 sent;    /* frames sent in this run */
+};
+
+/* How far a paced sender may fall behind (preemption, the gap between two
+ * BPF_PROG_RUN calls) and still catch up: beyond this it resumes from now
+ * rather than sending a burst the device under test never asked for. */
+enum gen_pace_limits {
+	GEN_MAX_CATCHUP = 128,
+	GEN_FP_SHIFT = 8,
+};
+
 /* Per-CPU state of the generator program. */
 struct gen_state {
 	__u64 seq;    /* frames made on this CPU */

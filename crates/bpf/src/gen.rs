@@ -10,7 +10,8 @@ use crate::error::{BpfError, Result};
 use crate::loader::Loaded;
 use crate::pod::Pod;
 use crate::skel::gen::types::{
-    gen_class, gen_config, gen_flags, gen_magic, gen_meta, gen_state, xdp_md,
+    gen_class, gen_config, gen_flags, gen_magic, gen_meta, gen_pace, gen_pace_limits, gen_state,
+    xdp_md,
 };
 use crate::skel::gen::{GenSkel, GenSkelBuilder};
 use crate::xdp::{XdpLink, XdpMode};
@@ -207,6 +208,12 @@ impl GenProgram {
                     .as_deref_mut()
                     .ok_or_else(|| BpfError::Invalid("gen.bpf.o has no rodata".into()))?;
                 rodata.cfg = cfg;
+                let cpus =
+                    libbpf_rs::num_possible_cpus().map_err(BpfError::libbpf("counting CPUs"))?;
+                open.maps
+                    .gen_pace_map
+                    .set_max_entries(cpus as u32)
+                    .map_err(BpfError::libbpf("sizing gen_pace_map"))?;
                 open.load().map_err(BpfError::libbpf("loading gen.bpf.o"))
             },
         )?;
@@ -276,6 +283,46 @@ impl GenProgram {
     }
 
     /// Frames made and build errors, summed over CPUs.
+    /// Sets the pacing of `cpu`'s sender for the next runs: one frame every
+    /// 1e9/`pps` ns (None: unpaced), at most `limit` frames (None: no limit).
+    pub fn set_pace(&self, cpu: usize, pps: Option<f64>, limit: Option<u64>) -> Result<()> {
+        let shift = gen_pace_limits::GEN_FP_SHIFT.0;
+        let gap_fp = match pps {
+            Some(p) if p > 0.0 => (1e9 * f64::from(1u32 << shift) / p).round() as u64,
+            _ => 0,
+        };
+        let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+            .map_err(|e| BpfError::Io {
+                what: "reading CLOCK_MONOTONIC".into(),
+                source: e.into(),
+            })?;
+        let p = gen_pace {
+            gap_fp,
+            next_fp: now << shift,
+            limit: limit.unwrap_or(0),
+            sent: 0,
+        };
+        self.skel
+            .maps
+            .gen_pace_map
+            .update(&(cpu as u32).to_ne_bytes(), p.as_bytes(), MapFlags::ANY)
+            .map_err(BpfError::libbpf(format!("setting the pace of cpu {cpu}")))
+    }
+
+    /// Frames `cpu`'s sender has sent since its last `set_pace`.
+    pub fn pace_sent(&self, cpu: usize) -> Result<u64> {
+        let v = self
+            .skel
+            .maps
+            .gen_pace_map
+            .lookup(&(cpu as u32).to_ne_bytes(), MapFlags::ANY)
+            .map_err(BpfError::libbpf("reading gen_pace_map"))?
+            .and_then(|b| gen_pace::from_bytes(&b))
+            .unwrap_or_default();
+        Ok(v.sent)
+    }
+
     pub fn state(&self) -> Result<gen_state> {
         let vals = self
             .skel

@@ -80,6 +80,10 @@ pub struct GenArgs {
     pub threads: usize,
     #[arg(long, default_value = "xdp")]
     pub backend: String,
+    /// Stamp sequence and transmit time into every frame (costs ~40% of the
+    /// live backend's top rate on this VM: reading the clock is slow here).
+    #[arg(long)]
+    pub stamp: bool,
     /// Count delivery here with an XDP drop sink, HOST:IFACE.
     #[arg(long)]
     pub sink: Option<String>,
@@ -452,7 +456,7 @@ pub fn gen(a: GenArgs) -> Result<()> {
         },
         sizes: sizes.clone(),
         flows: a.flows,
-        stamp: true,
+        stamp: a.stamp,
         cpus: (0..a.threads).collect(),
         backend: a.backend.parse()?,
     };
