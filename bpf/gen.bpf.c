@@ -170,6 +170,8 @@ int gen(struct xdp_md *ctx)
 		/* A computed zero is sent as all ones (RFC 768); zero means "none". */
 		udp->check = sum ? sum : 0xffff;
 	}
+	if (cfg.flags & GEN_F_DRY_RUN)
+		return XDP_DROP;
 	return bpf_redirect(cfg.ifindex, 0);
 }
 

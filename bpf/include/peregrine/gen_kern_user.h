@@ -19,6 +19,9 @@ enum gen_flags {
 	GEN_F_IPV6 = 1 << 0,
 	/* Write sequence number and transmit time into every frame's payload. */
 	GEN_F_STAMP = 1 << 1,
+	/* Build every frame but drop it instead of sending: the generator's
+	 * own ceiling, without the device and receiver behind it. */
+	GEN_F_DRY_RUN = 1 << 2,
 };
 
 enum gen_magic {

@@ -19,6 +19,7 @@ use crate::xdp::{XdpLink, XdpMode};
 /// Values of gen_kern_user.h's enums, as generated into the skeleton.
 pub const GEN_F_IPV6: u32 = gen_flags::GEN_F_IPV6.0;
 pub const GEN_F_STAMP: u32 = gen_flags::GEN_F_STAMP.0;
+pub const GEN_F_DRY_RUN: u32 = gen_flags::GEN_F_DRY_RUN.0;
 pub const PEREGRINE_MAGIC: u32 = gen_magic::PEREGRINE_MAGIC.0;
 
 /// Classic simple IMIX (frame sizes with FCS, weights 7:4:1).
@@ -88,6 +89,8 @@ pub struct GenSetup {
     pub stamp: bool,
     /// Interface the frames leave through (in the generator's namespace).
     pub ifindex: u32,
+    /// Build frames but drop them (measures the generator alone).
+    pub dry_run: bool,
 }
 
 /// Smallest and largest frame size (with FCS) for an address family.
@@ -154,7 +157,8 @@ impl GenSetup {
                 GEN_F_IPV6
             } else {
                 0
-            } | if self.stamp { GEN_F_STAMP } else { 0 },
+            } | if self.stamp { GEN_F_STAMP } else { 0 }
+                | if self.dry_run { GEN_F_DRY_RUN } else { 0 },
             src_port: u32::from(self.spec.src_port),
             ..Default::default()
         };
@@ -378,6 +382,7 @@ mod fixtures {
             flows,
             stamp,
             ifindex: LO,
+            dry_run: false,
         }
     }
 

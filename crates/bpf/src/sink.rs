@@ -148,6 +148,7 @@ mod fixtures {
             flows: 1,
             stamp: false,
             ifindex: 1,
+            dry_run: false,
         };
         setup.frame(len + 4).unwrap()
     }

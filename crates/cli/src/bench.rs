@@ -43,6 +43,9 @@ pub struct BenchGenArgs {
     /// Directory for the result file and plots.
     #[arg(long, default_value = "docs/results")]
     pub out: PathBuf,
+    /// File name stem of the result and plots.
+    #[arg(long, default_value = "bench-gen")]
+    pub name: String,
     /// Print the result as JSON on stdout (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
@@ -111,6 +114,11 @@ pub struct ShowcaseArgs {
     /// Seconds per trial.
     #[arg(long, default_value_t = 1.0)]
     pub trial: f64,
+    /// Run the DUT's receive work on this CPU (threaded NAPI) instead of on
+    /// the generator's. On a VM, waking the NAPI thread can take long enough
+    /// to overflow veth's 256-frame ring: expect small losses at low rates.
+    #[arg(long)]
+    pub dut_cpu: Option<usize>,
     #[arg(long)]
     pub json: bool,
 }
@@ -120,6 +128,7 @@ impl Default for ShowcaseArgs {
         ShowcaseArgs {
             out: PathBuf::from("peregrine-results"),
             trial: 1.0,
+            dut_cpu: None,
             json: false,
         }
     }
@@ -270,7 +279,13 @@ fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: bool) -> Res
 pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
     let dur = secs(a.duration, "--duration")?;
     let sizes: FrameSizes = a.size.parse()?;
-    let topo = builtin_topology("pair", "benchgen")?;
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mut topo = builtin_topology("pair", "benchgen")?;
+    // One veth queue per CPU: each sending thread then feeds its own ring
+    // and its own receive NAPI, and threads do not contend.
+    topo.links[0].queues = ncpu as u32;
     let lab = Lab::up(topo, Lifetime::Ephemeral)?;
     let mut nl = Netlink::new()?;
     let from = Endpoint {
@@ -294,9 +309,6 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
     };
     let (frame, peer) = frame_for(&lab, &mut nl, &from, src, dst, 9)?;
     let sink_ns = lab.ns(&peer.host);
-    let ncpu = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
     let base = TrafficSpec {
         ns: lab.ns(&from.host),
         iface: from.iface.clone(),
@@ -306,9 +318,35 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
         stamp: false,
         cpus: vec![0],
         backend: Backend::Xdp,
+        dry_run: false,
     };
     let mean = sizes.mean_size();
     let mut runs = Vec::new();
+
+    // The generator alone: frames built, then dropped instead of sent.
+    {
+        let mut spec = base.clone();
+        spec.dry_run = true;
+        let label = "xdp live frames, 1 thread, not sent".to_string();
+        eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
+        let gen = Generator::new(spec.clone(), None)?;
+        let count = peregrine_lab::sinks::GeneratorCount(&gen);
+        let t = run_trial(
+            &gen,
+            &count,
+            "max",
+            Rate::Max,
+            dur,
+            mean,
+            &mut progress_line(&label),
+        )?;
+        runs.push(Run {
+            label,
+            params: params(&spec, &count.describe()),
+            trials: vec![t],
+            rfc2544: None,
+        });
+    }
 
     // Contenders at full speed into the XDP drop sink.
     {
@@ -395,7 +433,7 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
     drop(nl);
     drop(lab);
     let result = ResultFile::new("bench-gen", command_line(), runs);
-    write_outputs(&result, &a.out, "bench-gen", a.json)
+    write_outputs(&result, &a.out, &a.name, a.json)
 }
 
 /// `peregrine gen`: send in an existing lab, optionally counting at a sink.
@@ -459,6 +497,7 @@ pub fn gen(a: GenArgs) -> Result<()> {
         stamp: a.stamp,
         cpus: (0..a.threads).collect(),
         backend: a.backend.parse()?,
+        dry_run: false,
     };
     let sink = match &a.sink {
         Some(s) => {
@@ -575,6 +614,7 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             stamp: false,
             cpus: vec![0],
             backend: Backend::Xdp,
+            dry_run: false,
         };
         let label = "generator -> XDP drop sink".to_string();
         eprintln!("{label}");
@@ -620,9 +660,20 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             stamp: false,
             cpus: vec![0],
             backend: Backend::Xdp,
+            dry_run: false,
         };
         let gen = Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
-        let label = "Linux forwarding (dut), RFC 2544".to_string();
+        // By default the DUT's receive work runs on the generator's CPU (how
+        // veth works: the receiver's NAPI runs where the sender transmits),
+        // so the generator is back-pressured and nothing is lost in the ring.
+        // --dut-cpu moves it to its own core with threaded NAPI instead.
+        let label = match a.dut_cpu {
+            Some(cpu) => {
+                peregrine_lab::napi::pin_receive(&lab.ns(&peer.host), &peer.iface, cpu)?;
+                format!("Linux forwarding (dut on cpu {cpu}), RFC 2544")
+            }
+            None => "Linux forwarding, RFC 2544".to_string(),
+        };
         eprintln!("{label}");
         let search = SearchParams {
             loss_tolerance: 0.0,

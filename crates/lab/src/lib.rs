@@ -13,6 +13,7 @@ pub use error::{LabError, Result};
 pub use lab::{Lab, Lifetime};
 pub use topology::{Endpoint, Topology};
 pub mod measure;
+pub mod napi;
 pub mod pacing;
 pub mod plot;
 pub mod results;

@@ -142,3 +142,37 @@ pub fn write_sysctl(key: &str, value: &str) -> Result<()> {
     std::fs::write(&p, value)
         .map_err(|e| LabError::Netns(format!("setting sysctl {key}={value}: {e}")))
 }
+
+/// Runs `f` on a short-lived thread that is in namespace `ns` and sees that
+/// namespace's /sys (a private mount of sysfs made inside it), for the
+/// settings netlink does not carry, like threaded NAPI.
+pub fn with_sysfs<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
+    let target = open(ns)?;
+    std::thread::scope(|s| {
+        s.spawn(|| -> Result<T> {
+            let fail = |what: &str, e: nix::Error| LabError::Netns(format!("{what} for {ns}: {e}"));
+            // A mount namespace of this thread alone; it dies with the thread.
+            unshare(CloneFlags::CLONE_NEWNS).map_err(|e| fail("unshare(CLONE_NEWNS)", e))?;
+            mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                MsFlags::MS_SLAVE | MsFlags::MS_REC,
+                None::<&str>,
+            )
+            .map_err(|e| fail("making / a slave mount", e))?;
+            setns(target.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| fail("setns", e))?;
+            mount(
+                Some("sysfs"),
+                "/sys",
+                Some("sysfs"),
+                MsFlags::empty(),
+                None::<&str>,
+            )
+            .map_err(|e| fail("mounting sysfs", e))?;
+            Ok(f())
+        })
+        .join()
+        .unwrap_or_else(|_| Err(LabError::Netns(format!("sysfs thread for {ns} panicked"))))
+    })
+}

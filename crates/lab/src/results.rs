@@ -177,7 +177,7 @@ impl ResultFile {
     pub fn table(&self) -> String {
         let mut out = String::new();
         out.push_str(&format!(
-            "{:<28} {:<6} {:>11} {:>11} {:>11} {:>10} {:>9} {:>12}\n",
+            "{:<40} {:<6} {:>11} {:>11} {:>11} {:>10} {:>9} {:>12}\n",
             "run",
             "phase",
             "req Mpps",
@@ -195,8 +195,8 @@ impl ResultFile {
                     .map(|c| format!("{:.0}", 100.0 - c.idle_pct))
                     .collect();
                 out.push_str(&format!(
-                    "{:<28} {:<6} {:>11} {:>11.3} {:>11.3} {:>10.3} {:>9.4} {:>12}\n",
-                    truncate(&r.label, 28),
+                    "{:<40} {:<6} {:>11} {:>11.3} {:>11.3} {:>10.3} {:>9.4} {:>12}\n",
+                    truncate(&r.label, 40),
                     t.phase,
                     t.requested_pps
                         .map(|p| format!("{:.3}", p / 1e6))
@@ -209,7 +209,7 @@ impl ResultFile {
                 ));
                 if let Some(l) = &t.latency {
                     out.push_str(&format!(
-                        "{:<28} latency us: min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} ({} samples)\n",
+                        "{:<40} latency us: min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} ({} samples)\n",
                         "",
                         l.min_ns as f64 / 1e3,
                         l.p50_ns as f64 / 1e3,
@@ -223,8 +223,8 @@ impl ResultFile {
             }
             if let Some(s) = &r.rfc2544 {
                 out.push_str(&format!(
-                    "{:<28} RFC 2544 throughput (loss <= {}): {:.3} Mpps, {:.3} Gb/s\n",
-                    truncate(&r.label, 28),
+                    "{:<40} RFC 2544 throughput (loss <= {}): {:.3} Mpps, {:.3} Gb/s\n",
+                    truncate(&r.label, 40),
                     s.loss_tolerance,
                     s.throughput_pps / 1e6,
                     s.throughput_bps / 1e9

@@ -57,6 +57,9 @@ pub struct TrafficSpec {
     /// One sending thread per entry, pinned to that CPU.
     pub cpus: Vec<usize>,
     pub backend: Backend,
+    /// Live backend only: build every frame but drop it instead of sending,
+    /// to measure the generator's own ceiling.
+    pub dry_run: bool,
 }
 
 /// What a run offered.
@@ -121,6 +124,7 @@ impl Generator {
                     flows: spec.flows,
                     stamp: spec.stamp,
                     ifindex,
+                    dry_run: spec.dry_run,
                 };
                 let prog = GenProgram::load(&setup)?;
                 anchor = Some(netns::run_in(&spec.ns, || prog.anchor("lo"))??);

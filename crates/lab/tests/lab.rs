@@ -279,6 +279,7 @@ fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) 
         stamp,
         cpus: vec![0],
         backend,
+        dry_run: false,
     };
     (spec, peer)
 }

@@ -1,0 +1,1 @@
+./target/release/peregrine bench gen --duration 5 --out docs/results

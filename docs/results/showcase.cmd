@@ -1,0 +1,1 @@
+./target/release/peregrine showcase --out docs/results

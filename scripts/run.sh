@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The main job: set up, build, and run peregrine on its built-in lab.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec ./target/release/peregrine "$@"

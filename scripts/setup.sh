@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what peregrine needs on a fresh Debian 12 machine (run as root) and
+# builds it. Idempotent: installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  clang llvm libelf-dev zlib1g-dev pkg-config libbpf-dev linux-libc-dev  # BPF build
+  iproute2 ethtool iputils-ping iperf3                                    # lab tools
+)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "peregrine: setup needs root (apt, BPF, network namespaces)" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  for c in "$HOME/.cargo/bin/cargo" /usr/local/cargo/bin/cargo; do
+    [ -x "$c" ] && export PATH="$(dirname "$c"):$PATH" && break
+  done
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "peregrine: no Rust toolchain (cargo) found; install Rust >= 1.85 with rustup" >&2
+  exit 1
+fi
+
+# bpffs is not mounted at boot on the project machines.
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+
+cargo build --release --locked --workspace
