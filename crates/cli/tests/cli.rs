@@ -138,20 +138,34 @@ fn ctrl_c_removes_the_lab() {
     }
     let dir = tmp("ctrlc");
     let f = topology_file(&dir, "tctrlc", &PAIR_TEMPLATE.replace("NAME", "tctrlc"));
-    let mut child = bin()
-        .args(["lab", "up", "--foreground", &f])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        bin()
+            .args(["lab", "up", "--foreground", &f])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     wait_for("the lab", Duration::from_secs(20), || {
         namespaces("tctrlc").len() == 2
     });
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let st = wait_child(&mut child, Duration::from_secs(20));
+    kill(Pid::from_raw(child.0.id() as i32), Signal::SIGINT).unwrap();
+    let st = wait_child(&mut child.0, Duration::from_secs(20));
     assert!(st.success());
     assert!(namespaces("tctrlc").is_empty());
     assert!(!Path::new("/run/peregrine/labs/tctrlc.json").exists());
+}
+
+/// Kills the child if the test fails before it does, so no run outlives it.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = kill(Pid::from_raw(self.0.id() as i32), Signal::SIGINT);
+            let _ = wait_child(&mut self.0, Duration::from_secs(20));
+        }
+    }
 }
 
 fn wait_child(c: &mut Child, timeout: Duration) -> std::process::ExitStatus {
@@ -175,19 +189,21 @@ fn sigkill_leaves_stale_state_that_the_next_run_removes() {
     }
     let dir = tmp("kill");
     // A benchmark mid-run: lab, XDP sinks, the generator anchored on lo, pins.
-    let mut child = bin()
-        .args(["bench", "gen", "--duration", "30", "--out"])
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        bin()
+            .args(["bench", "gen", "--duration", "3", "--out"])
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     wait_for("the benchmark's pins", Duration::from_secs(30), || {
         pins("benchgen")
     });
     std::thread::sleep(Duration::from_millis(500));
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
-    wait_child(&mut child, Duration::from_secs(10));
+    kill(Pid::from_raw(child.0.id() as i32), Signal::SIGKILL).unwrap();
+    wait_child(&mut child.0, Duration::from_secs(10));
     assert_eq!(namespaces("benchgen").len(), 2, "SIGKILL cannot clean up");
     let list = run(&["lab", "list", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
