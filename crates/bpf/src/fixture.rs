@@ -49,26 +49,30 @@ pub struct Fixture {
     pub input: Vec<u8>,
     pub verdict: XdpAction,
     pub output: Expect,
+    /// Interface the frame arrives on (in the calling thread's namespace);
+    /// None: BPF_PROG_RUN's default, the loopback device.
+    pub ingress: Option<u32>,
 }
 
 impl Fixture {
-    pub fn new(
-        name: impl Into<String>,
-        input: Vec<u8>,
-        verdict: XdpAction,
-        output: Expect,
-    ) -> Self {
-        Fixture {
-            name: name.into(),
-            input,
-            verdict,
-            output,
-        }
+    pub fn new(name: impl Into<String>, input: Vec<u8>, verdict: XdpAction, output: Expect) -> Self {
+        Fixture { name: name.into(), input, verdict, output, ingress: None }
+    }
+
+    /// The same fixture arriving on interface `ifindex`.
+    pub fn on(mut self, ifindex: u32) -> Self {
+        self.ingress = Some(ifindex);
+        self
     }
 }
 
 /// One BPF_PROG_RUN of `prog` on `input`: the raw verdict and the frame after.
 pub fn run_once(prog: &impl AsFd, input: &[u8]) -> Result<(u32, Vec<u8>)> {
+    run_once_on(prog, input, None)
+}
+
+/// As `run_once`, with the frame arriving on interface `ingress`.
+pub fn run_once_on(prog: &impl AsFd, input: &[u8], ingress: Option<u32>) -> Result<(u32, Vec<u8>)> {
     if input.len() < MIN_TEST_FRAME {
         return Err(BpfError::Invalid(format!(
             "fixture frame of {} bytes: BPF_PROG_RUN needs at least {MIN_TEST_FRAME}",
@@ -84,6 +88,15 @@ pub fn run_once(prog: &impl AsFd, input: &[u8]) -> Result<(u32, Vec<u8>)> {
     opts.data_out = out.as_mut_ptr().cast();
     opts.data_size_out = out.len() as u32;
     opts.repeat = 1;
+    let mut ctx = crate::skel::gen::types::xdp_md {
+        data_end: input.len() as u32,
+        ingress_ifindex: ingress.unwrap_or(0),
+        ..Default::default()
+    };
+    if ingress.is_some() {
+        opts.ctx_in = (&mut ctx as *mut crate::skel::gen::types::xdp_md).cast();
+        opts.ctx_size_in = std::mem::size_of_val(&ctx) as u32;
+    }
     // Safety: buffers are valid for the sizes given and outlive the call.
     let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_fd().as_raw_fd(), &mut opts) };
     if rc < 0 {
@@ -115,7 +128,7 @@ pub fn check(prog: &impl AsFd, fx: &Fixture) -> std::result::Result<(), Mismatch
         name: fx.name.clone(),
         detail,
     };
-    let (ret, out) = run_once(prog, &fx.input).map_err(|e| fail(e.to_string()))?;
+    let (ret, out) = run_once_on(prog, &fx.input, fx.ingress).map_err(|e| fail(e.to_string()))?;
     let got = XdpAction::from_raw(ret);
     if got != Some(fx.verdict) {
         return Err(fail(format!(

@@ -9,7 +9,9 @@ pub mod error;
 pub mod fixture;
 pub mod gen;
 pub mod loader;
+pub mod nf;
 pub mod pod;
+pub mod router;
 pub mod sink;
 pub mod testing;
 pub mod xdp;
@@ -27,5 +29,11 @@ pub mod skel {
     }
     pub mod sink {
         include!(concat!(env!("OUT_DIR"), "/sink.skel.rs"));
+    }
+    pub mod router {
+        include!(concat!(env!("OUT_DIR"), "/router.skel.rs"));
+    }
+    pub mod nf {
+        include!(concat!(env!("OUT_DIR"), "/nf.skel.rs"));
     }
 }

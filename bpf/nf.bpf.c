@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
+/* A network function for a container in a service chain: counts every frame,
+ * optionally filters it with ACL rules, and sends the rest on: back out of
+ * the interface it came in on (XDP_TX, the source's "reflect"), or to another
+ * interface of the container ("forward"). Configured in rodata at load time.
+ */
+#include <linux/bpf.h>
+#include "peregrine/parse.h"
+#include "peregrine/nf_kern_user.h"
+
+const volatile struct nf_config cfg = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nf_stats);
+} nf_stats_map SEC(".maps");
+
+struct nf_stats nf_stats_anchor;
+enum acl_verdict acl_verdict_anchor;
+enum nf_limits nf_limits_anchor;
+
+static __always_inline int prefix_match(const volatile __u8 *want, const __u8 *got, __u32 bits)
+{
+	for (int i = 0; i < 16; i++) {
+		if (bits == 0)
+			return 1;
+		__u8 mask = bits >= 8 ? 0xff : (__u8)(0xff << (8 - bits));
+		if ((want[i] ^ got[i]) & mask)
+			return 0;
+		bits = bits >= 8 ? bits - 8 : 0;
+	}
+	return 1;
+}
+
+/* ACL_PASS or ACL_DROP for a parsed IP frame. */
+static __always_inline int acl(__u8 family, __u8 proto, __u16 dport, const __u8 *src, const __u8 *dst)
+{
+	for (int i = 0; i < NF_MAX_RULES; i++) {
+		if (i >= cfg.rules)
+			break;
+		const volatile struct acl_rule *r = &cfg.acl[i];
+		if (r->family && r->family != family)
+			continue;
+		if (r->proto && r->proto != proto)
+			continue;
+		if (r->port && r->port != dport)
+			continue;
+		if (r->prefixlen && !prefix_match(r->addr, r->match_src ? src : dst, r->prefixlen))
+			continue;
+		return r->verdict;
+	}
+	return ACL_PASS;
+}
+
+SEC("xdp")
+int nf(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct nf_stats *st = bpf_map_lookup_elem(&nf_stats_map, &zero);
+	if (!st)
+		return XDP_ABORTED;
+	struct cursor c = {
+		.pos = (void *)(long)ctx->data,
+		.end = (void *)(long)ctx->data_end,
+	};
+	st->packets++;
+	st->bytes += c.end - c.pos;
+
+	if (cfg.rules) {
+		__u8 src[16] = {}, dst[16] = {};
+		__u8 family = 0, proto = 0;
+		__u16 dport = 0;
+		struct ethhdr *eth = cursor_take(&c, sizeof(*eth));
+		if (eth && eth->h_proto == bpf_htons(ETH_P_IP)) {
+			struct iphdr *ip = cursor_take(&c, sizeof(*ip));
+			if (ip && ip->ihl >= 5) {
+				family = 4;
+				proto = ip->protocol;
+				__builtin_memcpy(src, &ip->saddr, 4);
+				__builtin_memcpy(dst, &ip->daddr, 4);
+				if (ip->ihl > 5)
+					cursor_take(&c, (ip->ihl - 5) * 4);
+			}
+		} else if (eth && eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+			struct ipv6hdr *ip6 = cursor_take(&c, sizeof(*ip6));
+			if (ip6) {
+				family = 6;
+				proto = ip6->nexthdr;
+				__builtin_memcpy(src, &ip6->saddr, 16);
+				__builtin_memcpy(dst, &ip6->daddr, 16);
+			}
+		}
+		if (family) {
+			st->ip++;
+			if (proto == IPPROTO_UDP || proto == IPPROTO_TCP) {
+				__u16 *ports = cursor_take(&c, 4);
+				if (ports)
+					dport = ports[1];
+			}
+			if (acl(family, proto, dport, src, dst) == ACL_DROP) {
+				st->dropped++;
+				return XDP_DROP;
+			}
+		}
+	}
+
+	st->sent++;
+	if (cfg.out_ifindex)
+		return bpf_redirect(cfg.out_ifindex, 0);
+	return XDP_TX;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,233 @@
+//! Control side of `bpf/router.bpf.c`: the XDP router and its steering maps.
+use std::mem::MaybeUninit;
+use std::net::IpAddr;
+use std::path::Path;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use peregrine_wire::MacAddr;
+
+use crate::error::{BpfError, Result};
+use crate::loader::Loaded;
+use crate::pod::Pod;
+use crate::skel::router::types::{
+    router_action, router_limits, router_port, steer_l4_key, steer_mac_key, steer_target, steer_v4_key, steer_v6_key,
+};
+use crate::skel::router::{RouterSkel, RouterSkelBuilder};
+use crate::xdp::{XdpLink, XdpMode};
+
+pub use crate::skel::router::types::router_port_stats as PortStats;
+
+pub const ACTIONS: usize = router_action::ROUTER_ACTIONS.0 as usize;
+pub const MAX_IFINDEX: u32 = router_limits::ROUTER_MAX_IFINDEX.0;
+
+/// Short name of a router action (index into PortStats arrays).
+pub fn action_name(i: usize) -> &'static str {
+    match router_action(i as u32) {
+        router_action::ROUTER_FORWARD => "forward",
+        router_action::ROUTER_STEER => "steer",
+        router_action::ROUTER_PASS_NOT_IP => "pass_not_ip",
+        router_action::ROUTER_PASS_VLAN => "pass_vlan",
+        router_action::ROUTER_PASS_MALFORMED => "pass_malformed",
+        router_action::ROUTER_PASS_OPTIONS => "pass_ip_options",
+        router_action::ROUTER_PASS_FRAGMENT => "pass_fragment",
+        router_action::ROUTER_PASS_TTL => "pass_ttl",
+        router_action::ROUTER_PASS_LOCAL => "pass_local",
+        router_action::ROUTER_PASS_NO_NEIGH => "pass_no_neigh",
+        router_action::ROUTER_PASS_NO_ROUTE => "pass_no_route",
+        router_action::ROUTER_PASS_FRAG_NEEDED => "pass_frag_needed",
+        router_action::ROUTER_PASS_NO_PORT => "pass_no_port",
+        _ => "unknown",
+    }
+}
+
+/// Which FIB lookup the router does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FibMode {
+    /// Policy routing rules, then the table they pick.
+    #[default]
+    Full,
+    /// Straight to the ingress device's table (main, or its l3mdev's).
+    Direct,
+}
+
+impl std::str::FromStr for FibMode {
+    type Err = BpfError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "full" => Ok(FibMode::Full),
+            "direct" => Ok(FibMode::Direct),
+            _ => Err(BpfError::Invalid(format!("unknown FIB mode {s:?}: expected full or direct"))),
+        }
+    }
+}
+
+/// Sums per-CPU counter values.
+pub fn sum_stats(per_cpu: &[Vec<u8>]) -> PortStats {
+    let mut out = PortStats::default();
+    for s in per_cpu.iter().filter_map(|v| PortStats::from_bytes(v)) {
+        for i in 0..ACTIONS {
+            out.packets[i] += s.packets[i];
+            out.bytes[i] += s.bytes[i];
+        }
+        out.tx_packets += s.tx_packets;
+        out.tx_bytes += s.tx_bytes;
+    }
+    out
+}
+
+fn slot(ifindex: u32) -> u32 {
+    if ifindex < MAX_IFINDEX {
+        ifindex
+    } else {
+        0
+    }
+}
+
+/// Names of the maps pinned for a persistent router.
+const PINNED_MAPS: &[&str] = &["port_stats", "ports", "tx_ports", "steer_v4", "steer_v6", "steer_l4", "steer_mac"];
+
+pub struct RouterProgram {
+    skel: Loaded<RouterSkel<'static>>,
+}
+
+impl RouterProgram {
+    pub fn load(mode: FibMode) -> Result<RouterProgram> {
+        let skel = Loaded::new("router.bpf.o", |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
+            let mut open = RouterSkelBuilder::default().open(storage).map_err(BpfError::libbpf("opening router.bpf.o"))?;
+            let rodata = open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .ok_or_else(|| BpfError::Invalid("router.bpf.o has no rodata".into()))?;
+            rodata.fib_flags = match mode {
+                FibMode::Full => 0,
+                FibMode::Direct => libbpf_sys::BPF_FIB_LOOKUP_DIRECT,
+            };
+            open.load().map_err(BpfError::libbpf("loading router.bpf.o"))
+        })?;
+        Ok(RouterProgram { skel })
+    }
+
+    pub fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.router
+    }
+
+    /// Attaches the router to `iface` and makes it an egress port.
+    /// `classify`: apply steering rules to frames arriving here.
+    pub fn attach(&self, iface: &str, mode: XdpMode, classify: bool) -> Result<XdpLink> {
+        let link = XdpLink::attach(self.prog(), iface, mode)?;
+        self.add_port(link.ifindex)?;
+        self.set_port(link.ifindex, 0, classify)?;
+        Ok(link)
+    }
+
+    /// Makes `ifindex` a port frames may be redirected to.
+    pub fn add_port(&self, ifindex: u32) -> Result<()> {
+        self.skel
+            .maps
+            .tx_ports
+            .update(&ifindex.to_ne_bytes(), &ifindex.to_ne_bytes(), MapFlags::ANY)
+            .map_err(BpfError::libbpf(format!("adding ifindex {ifindex} to the router's ports")))
+    }
+
+    /// Frames arriving on `ifindex` go on to `next_ifindex` (a service chain
+    /// hop; 0: classify if asked, then route).
+    pub fn set_port(&self, ifindex: u32, next_ifindex: u32, classify: bool) -> Result<()> {
+        if ifindex >= MAX_IFINDEX {
+            return Err(BpfError::Invalid(format!(
+                "ifindex {ifindex} is beyond the router's port table ({MAX_IFINDEX})"
+            )));
+        }
+        let p = router_port { next_ifindex, classify: u32::from(classify) };
+        self.skel
+            .maps
+            .ports
+            .update(&ifindex.to_ne_bytes(), p.as_bytes(), MapFlags::ANY)
+            .map_err(BpfError::libbpf(format!("configuring router port {ifindex}")))
+    }
+
+    /// Steers frames to destinations in `net/plen` to port `ifindex`.
+    pub fn steer_prefix(&self, net: IpAddr, plen: u8, ifindex: u32, chain: u32) -> Result<()> {
+        let t = steer_target { ifindex, chain };
+        let r = match net {
+            IpAddr::V4(a) => {
+                let k = steer_v4_key { prefixlen: u32::from(plen.min(32)), addr: u32::from_ne_bytes(a.octets()) };
+                self.skel.maps.steer_v4.update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
+            }
+            IpAddr::V6(a) => {
+                let k = steer_v6_key { prefixlen: u32::from(plen.min(128)), addr: a.octets() };
+                self.skel.maps.steer_v6.update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
+            }
+        };
+        r.map_err(BpfError::libbpf(format!("adding steering rule {net}/{plen}")))
+    }
+
+    /// Steers frames of IP protocol `proto` to destination port `port`.
+    pub fn steer_l4(&self, proto: u8, port: u16, ifindex: u32, chain: u32) -> Result<()> {
+        let k = steer_l4_key { proto, pad: 0, port: port.to_be() };
+        let t = steer_target { ifindex, chain };
+        self.skel
+            .maps
+            .steer_l4
+            .update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
+            .map_err(BpfError::libbpf(format!("adding steering rule proto {proto} port {port}")))
+    }
+
+    /// Steers frames from source MAC `mac` (the source's method).
+    pub fn steer_mac(&self, mac: MacAddr, ifindex: u32, chain: u32) -> Result<()> {
+        let k = steer_mac_key { mac: mac.0, pad: 0 };
+        let t = steer_target { ifindex, chain };
+        self.skel
+            .maps
+            .steer_mac
+            .update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
+            .map_err(BpfError::libbpf(format!("adding steering rule for source MAC {mac}")))
+    }
+
+    /// Counters of port `ifindex`, summed over CPUs.
+    pub fn stats(&self, ifindex: u32) -> Result<PortStats> {
+        let v = self
+            .skel
+            .maps
+            .port_stats
+            .lookup_percpu(&slot(ifindex).to_ne_bytes(), MapFlags::ANY)
+            .map_err(BpfError::libbpf("reading router counters"))?
+            .unwrap_or_default();
+        Ok(sum_stats(&v))
+    }
+
+    /// Pins the router's maps in `dir` so that it can be inspected and
+    /// changed after this process exits (with its links pinned too).
+    pub fn pin_maps(&mut self, dir: &Path) -> Result<()> {
+        let m = &mut self.skel.maps;
+        let maps: [(&str, &mut libbpf_rs::MapMut<'static>); 7] = [
+            ("port_stats", &mut m.port_stats),
+            ("ports", &mut m.ports),
+            ("tx_ports", &mut m.tx_ports),
+            ("steer_v4", &mut m.steer_v4),
+            ("steer_v6", &mut m.steer_v6),
+            ("steer_l4", &mut m.steer_l4),
+            ("steer_mac", &mut m.steer_mac),
+        ];
+        debug_assert_eq!(maps.len(), PINNED_MAPS.len());
+        for (name, map) in maps {
+            let p = dir.join(name);
+            let _ = std::fs::remove_file(&p);
+            map.pin(&p).map_err(BpfError::libbpf(format!("pinning {}", p.display())))?;
+        }
+        Ok(())
+    }
+}
+
+/// Counters of port `ifindex` of a router pinned in `dir`.
+pub fn read_pinned_stats(dir: &Path, ifindex: u32) -> Result<PortStats> {
+    let p = dir.join("port_stats");
+    let map = MapHandle::from_pinned_path(&p)
+        .map_err(BpfError::libbpf(format!("opening {} (is a router attached?)", p.display())))?;
+    let v = map
+        .lookup_percpu(&slot(ifindex).to_ne_bytes(), MapFlags::ANY)
+        .map_err(BpfError::libbpf("reading router counters"))?
+        .unwrap_or_default();
+    Ok(sum_stats(&v))
+}
