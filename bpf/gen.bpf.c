@@ -145,13 +145,14 @@ int gen(struct xdp_md *ctx)
 		udp->source = new_port;
 		udp_sum += (__u16)~old_port + new_port;
 
+		const int dst = cfg.flags & GEN_F_VARY_DST;
 		__u32 *saddr;
 		if (v6) {
 			struct ipv6hdr *ip6 = data + ETH_HLEN;
-			saddr = &ip6->saddr.in6_u.u6_addr32[3];
+			saddr = dst ? &ip6->daddr.in6_u.u6_addr32[3] : &ip6->saddr.in6_u.u6_addr32[3];
 		} else {
 			struct iphdr *ip = data + ETH_HLEN;
-			saddr = &ip->saddr;
+			saddr = dst ? &ip->daddr : &ip->saddr;
 		}
 		__u32 old_addr = *saddr;
 		__u32 new_addr = bpf_htonl(bpf_ntohl(old_addr) + k);

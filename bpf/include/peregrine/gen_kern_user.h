@@ -22,6 +22,9 @@ enum gen_flags {
 	/* Build every frame but drop it instead of sending: the generator's
 	 * own ceiling, without the device and receiver behind it. */
 	GEN_F_DRY_RUN = 1 << 2,
+	/* Flows vary the destination address instead of the source (many
+	 * destinations, e.g. to exercise a large routing table). */
+	GEN_F_VARY_DST = 1 << 3,
 };
 
 enum gen_magic {

@@ -55,8 +55,19 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    pub fn new(name: impl Into<String>, input: Vec<u8>, verdict: XdpAction, output: Expect) -> Self {
-        Fixture { name: name.into(), input, verdict, output, ingress: None }
+    pub fn new(
+        name: impl Into<String>,
+        input: Vec<u8>,
+        verdict: XdpAction,
+        output: Expect,
+    ) -> Self {
+        Fixture {
+            name: name.into(),
+            input,
+            verdict,
+            output,
+            ingress: None,
+        }
     }
 
     /// The same fixture arriving on interface `ifindex`.

@@ -20,6 +20,7 @@ use crate::xdp::{XdpLink, XdpMode};
 pub const GEN_F_IPV6: u32 = gen_flags::GEN_F_IPV6.0;
 pub const GEN_F_STAMP: u32 = gen_flags::GEN_F_STAMP.0;
 pub const GEN_F_DRY_RUN: u32 = gen_flags::GEN_F_DRY_RUN.0;
+pub const GEN_F_VARY_DST: u32 = gen_flags::GEN_F_VARY_DST.0;
 pub const PEREGRINE_MAGIC: u32 = gen_magic::PEREGRINE_MAGIC.0;
 
 /// Classic simple IMIX (frame sizes with FCS, weights 7:4:1).
@@ -91,6 +92,8 @@ pub struct GenSetup {
     pub ifindex: u32,
     /// Build frames but drop them (measures the generator alone).
     pub dry_run: bool,
+    /// Flows vary the destination address instead of the source.
+    pub vary_dst: bool,
 }
 
 /// Smallest and largest frame size (with FCS) for an address family.
@@ -158,7 +161,8 @@ impl GenSetup {
             } else {
                 0
             } | if self.stamp { GEN_F_STAMP } else { 0 }
-                | if self.dry_run { GEN_F_DRY_RUN } else { 0 },
+                | if self.dry_run { GEN_F_DRY_RUN } else { 0 }
+                | if self.vary_dst { GEN_F_VARY_DST } else { 0 },
             src_port: u32::from(self.spec.src_port),
             ..Default::default()
         };
@@ -383,17 +387,25 @@ mod fixtures {
             stamp,
             ifindex: LO,
             dry_run: false,
+            vary_dst: false,
         }
     }
 
     /// Flow `k`'s frame built from scratch: source address and port + k.
+    /// Flow `k`'s frame built from scratch: source port + k, and source (or
+    /// with vary_dst destination) address + k.
     fn flow_frame(s: &GenSetup, k: u32, size: usize) -> Vec<u8> {
         let mut f = s.clone();
         f.spec.src_port = f.spec.src_port.wrapping_add(k as u16);
-        f.spec.src_ip = match f.spec.src_ip {
+        let bump = |ip: IpAddr| match ip {
             IpAddr::V4(a) => IpAddr::V4((u32::from(a) + k).into()),
             IpAddr::V6(a) => IpAddr::V6((u128::from(a) + u128::from(k)).into()),
         };
+        if s.vary_dst {
+            f.spec.dst_ip = bump(f.spec.dst_ip);
+        } else {
+            f.spec.src_ip = bump(f.spec.src_ip);
+        }
         f.frame(size).unwrap()
     }
 
@@ -451,14 +463,15 @@ mod fixtures {
             return;
         }
         pin_cpu0();
-        for v6 in [false, true] {
+        for (v6, vary_dst) in [(false, false), (true, false), (false, true), (true, true)] {
             let size = if v6 { 78 } else { 64 };
-            let s = setup(v6, FrameSizes::Fixed(size), 5, false);
+            let mut s = setup(v6, FrameSizes::Fixed(size), 5, false);
+            s.vary_dst = vary_dst;
             let g = GenProgram::load(&s).unwrap();
             for i in 0..12u32 {
                 let want = flow_frame(&s, i % 5, size);
                 let fx = Fixture::new(
-                    format!("v6={v6} run {i}"),
+                    format!("v6={v6} vary_dst={vary_dst} run {i}"),
                     g.template().to_vec(),
                     XdpAction::Redirect,
                     Expect::Frame(want),

@@ -38,7 +38,11 @@ impl Acl {
             proto: self.proto.unwrap_or(0),
             port: self.port.unwrap_or(0).to_be(),
             match_src: u8::from(self.match_src),
-            verdict: if self.drop { acl_verdict::ACL_DROP.0 as u8 } else { acl_verdict::ACL_PASS.0 as u8 },
+            verdict: if self.drop {
+                acl_verdict::ACL_DROP.0 as u8
+            } else {
+                acl_verdict::ACL_PASS.0 as u8
+            },
             ..Default::default()
         };
         if let Some((net, plen)) = self.prefix {
@@ -81,20 +85,29 @@ impl NfProgram {
                 setup.rules.len()
             )));
         }
-        let mut cfg = nf_config { out_ifindex: setup.out_ifindex.unwrap_or(0), rules: setup.rules.len() as u32, ..Default::default() };
+        let mut cfg = nf_config {
+            out_ifindex: setup.out_ifindex.unwrap_or(0),
+            rules: setup.rules.len() as u32,
+            ..Default::default()
+        };
         for (slot, r) in cfg.acl.iter_mut().zip(&setup.rules) {
             *slot = r.to_rule();
         }
-        let skel = Loaded::new("nf.bpf.o", |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
-            let mut open = NfSkelBuilder::default().open(storage).map_err(BpfError::libbpf("opening nf.bpf.o"))?;
-            let rodata = open
-                .maps
-                .rodata_data
-                .as_deref_mut()
-                .ok_or_else(|| BpfError::Invalid("nf.bpf.o has no rodata".into()))?;
-            rodata.cfg = cfg;
-            open.load().map_err(BpfError::libbpf("loading nf.bpf.o"))
-        })?;
+        let skel = Loaded::new(
+            "nf.bpf.o",
+            |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
+                let mut open = NfSkelBuilder::default()
+                    .open(storage)
+                    .map_err(BpfError::libbpf("opening nf.bpf.o"))?;
+                let rodata = open
+                    .maps
+                    .rodata_data
+                    .as_deref_mut()
+                    .ok_or_else(|| BpfError::Invalid("nf.bpf.o has no rodata".into()))?;
+                rodata.cfg = cfg;
+                open.load().map_err(BpfError::libbpf("loading nf.bpf.o"))
+            },
+        )?;
         Ok(NfProgram { skel })
     }
 
@@ -114,13 +127,15 @@ impl NfProgram {
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
             .map_err(BpfError::libbpf("reading network function counters"))?
             .unwrap_or_default();
-        Ok(v.iter().filter_map(|b| NfStats::from_bytes(b)).fold(NfStats::default(), |a, b| NfStats {
-            packets: a.packets + b.packets,
-            bytes: a.bytes + b.bytes,
-            sent: a.sent + b.sent,
-            dropped: a.dropped + b.dropped,
-            ip: a.ip + b.ip,
-        }))
+        Ok(v.iter()
+            .filter_map(|b| NfStats::from_bytes(b))
+            .fold(NfStats::default(), |a, b| NfStats {
+                packets: a.packets + b.packets,
+                bytes: a.bytes + b.bytes,
+                sent: a.sent + b.sent,
+                dropped: a.dropped + b.dropped,
+                ip: a.ip + b.ip,
+            }))
     }
 }
 
@@ -149,9 +164,14 @@ mod fixtures {
 
     fn run(setup: &NfSetup, cases: Vec<(&str, Vec<u8>, XdpAction)>) -> (NfStats, usize) {
         let p = NfProgram::load(setup).unwrap();
-        let fx: Vec<Fixture> =
-            cases.into_iter().map(|(n, f, v)| Fixture::new(n, f, v, Expect::Unchanged)).collect();
-        let bad: Vec<String> = check_all(p.prog(), &fx).iter().map(|m| m.to_string()).collect();
+        let fx: Vec<Fixture> = cases
+            .into_iter()
+            .map(|(n, f, v)| Fixture::new(n, f, v, Expect::Unchanged))
+            .collect();
+        let bad: Vec<String> = check_all(p.prog(), &fx)
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
         assert!(bad.is_empty(), "{}", bad.join("\n"));
         (p.stats().unwrap(), fx.len())
     }
@@ -164,16 +184,33 @@ mod fixtures {
         let v4 = udp("198.18.0.1", "198.19.0.1", 9);
         let mut cases = vec![
             ("ipv4", v4.clone(), XdpAction::Tx),
-            ("ipv6", udp("2001:db8::1", "2001:db8:2::1", 9), XdpAction::Tx),
+            (
+                "ipv6",
+                udp("2001:db8::1", "2001:db8:2::1", 9),
+                XdpAction::Tx,
+            ),
             ("garbage", vec![0x5a; 40], XdpAction::Tx),
         ];
         for (n, cut) in truncations(&v4, 42) {
-            cases.push((Box::leak(format!("cut at {n}").into_boxed_str()), cut, XdpAction::Tx));
+            cases.push((
+                Box::leak(format!("cut at {n}").into_boxed_str()),
+                cut,
+                XdpAction::Tx,
+            ));
         }
         let (st, n) = run(&NfSetup::default(), cases.clone());
         assert_eq!((st.packets, st.sent, st.dropped), (n as u64, n as u64, 0));
-        let fwd: Vec<_> = cases.into_iter().map(|(a, b, _)| (a, b, XdpAction::Redirect)).collect();
-        let (st, n) = run(&NfSetup { out_ifindex: Some(1), rules: vec![] }, fwd);
+        let fwd: Vec<_> = cases
+            .into_iter()
+            .map(|(a, b, _)| (a, b, XdpAction::Redirect))
+            .collect();
+        let (st, n) = run(
+            &NfSetup {
+                out_ifindex: Some(1),
+                rules: vec![],
+            },
+            fwd,
+        );
         assert_eq!(st.sent, n as u64);
     }
 
@@ -184,26 +221,87 @@ mod fixtures {
         }
         let rules = vec![
             // Let one host through, drop the rest of its subnet.
-            Acl { prefix: Some(("198.18.0.7".parse().unwrap(), 32)), match_src: true, drop: false, ..Default::default() },
-            Acl { prefix: Some(("198.18.0.0".parse().unwrap(), 24)), match_src: true, drop: true, ..Default::default() },
+            Acl {
+                prefix: Some(("198.18.0.7".parse().unwrap(), 32)),
+                match_src: true,
+                drop: false,
+                ..Default::default()
+            },
+            Acl {
+                prefix: Some(("198.18.0.0".parse().unwrap(), 24)),
+                match_src: true,
+                drop: true,
+                ..Default::default()
+            },
             // UDP to port 53 anywhere.
-            Acl { proto: Some(17), port: Some(53), drop: true, ..Default::default() },
+            Acl {
+                proto: Some(17),
+                port: Some(53),
+                drop: true,
+                ..Default::default()
+            },
             // An IPv6 destination prefix.
-            Acl { prefix: Some(("2001:db8:bad::".parse().unwrap(), 48)), drop: true, ..Default::default() },
+            Acl {
+                prefix: Some(("2001:db8:bad::".parse().unwrap(), 48)),
+                drop: true,
+                ..Default::default()
+            },
         ];
         let cases = vec![
-            ("allowed host", udp("198.18.0.7", "198.19.0.1", 9), XdpAction::Tx),
-            ("denied subnet", udp("198.18.0.8", "198.19.0.1", 9), XdpAction::Drop),
-            ("other subnet", udp("198.18.1.8", "198.19.0.1", 9), XdpAction::Tx),
-            ("udp 53", udp("198.18.1.8", "198.19.0.1", 53), XdpAction::Drop),
-            ("v6 bad prefix", udp("2001:db8::1", "2001:db8:bad:1::1", 9), XdpAction::Drop),
-            ("v6 good prefix", udp("2001:db8::1", "2001:db8:bae::1", 9), XdpAction::Tx),
-            ("v6 udp 53", udp("2001:db8::1", "2001:db8:2::1", 53), XdpAction::Drop),
+            (
+                "allowed host",
+                udp("198.18.0.7", "198.19.0.1", 9),
+                XdpAction::Tx,
+            ),
+            (
+                "denied subnet",
+                udp("198.18.0.8", "198.19.0.1", 9),
+                XdpAction::Drop,
+            ),
+            (
+                "other subnet",
+                udp("198.18.1.8", "198.19.0.1", 9),
+                XdpAction::Tx,
+            ),
+            (
+                "udp 53",
+                udp("198.18.1.8", "198.19.0.1", 53),
+                XdpAction::Drop,
+            ),
+            (
+                "v6 bad prefix",
+                udp("2001:db8::1", "2001:db8:bad:1::1", 9),
+                XdpAction::Drop,
+            ),
+            (
+                "v6 good prefix",
+                udp("2001:db8::1", "2001:db8:bae::1", 9),
+                XdpAction::Tx,
+            ),
+            (
+                "v6 udp 53",
+                udp("2001:db8::1", "2001:db8:2::1", 53),
+                XdpAction::Drop,
+            ),
             ("non-ip", vec![0xff; 60], XdpAction::Tx),
-            ("eth only", udp("198.18.0.8", "198.19.0.1", 9)[..14].to_vec(), XdpAction::Tx),
-            ("ip cut short", udp("198.18.0.8", "198.19.0.1", 9)[..30].to_vec(), XdpAction::Tx),
+            (
+                "eth only",
+                udp("198.18.0.8", "198.19.0.1", 9)[..14].to_vec(),
+                XdpAction::Tx,
+            ),
+            (
+                "ip cut short",
+                udp("198.18.0.8", "198.19.0.1", 9)[..30].to_vec(),
+                XdpAction::Tx,
+            ),
         ];
-        let (st, _) = run(&NfSetup { out_ifindex: None, rules }, cases);
+        let (st, _) = run(
+            &NfSetup {
+                out_ifindex: None,
+                rules,
+            },
+            cases,
+        );
         assert_eq!(st.dropped, 4);
         assert_eq!(st.sent, 6);
     }
@@ -211,7 +309,13 @@ mod fixtures {
     #[test]
     fn too_many_rules_are_refused() {
         let rules = vec![Acl::default(); MAX_RULES + 1];
-        let e = NfProgram::load(&NfSetup { out_ifindex: None, rules }).err().unwrap().to_string();
+        let e = NfProgram::load(&NfSetup {
+            out_ifindex: None,
+            rules,
+        })
+        .err()
+        .unwrap()
+        .to_string();
         assert!(e.contains("at most"), "{e}");
     }
 }

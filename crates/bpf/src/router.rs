@@ -11,7 +11,8 @@ use crate::error::{BpfError, Result};
 use crate::loader::Loaded;
 use crate::pod::Pod;
 use crate::skel::router::types::{
-    router_action, router_limits, router_port, steer_l4_key, steer_mac_key, steer_target, steer_v4_key, steer_v6_key,
+    router_action, router_limits, router_port, steer_l4_key, steer_mac_key, steer_target,
+    steer_v4_key, steer_v6_key,
 };
 use crate::skel::router::{RouterSkel, RouterSkelBuilder};
 use crate::xdp::{XdpLink, XdpMode};
@@ -57,7 +58,9 @@ impl std::str::FromStr for FibMode {
         match s {
             "full" => Ok(FibMode::Full),
             "direct" => Ok(FibMode::Direct),
-            _ => Err(BpfError::Invalid(format!("unknown FIB mode {s:?}: expected full or direct"))),
+            _ => Err(BpfError::Invalid(format!(
+                "unknown FIB mode {s:?}: expected full or direct"
+            ))),
         }
     }
 }
@@ -85,7 +88,15 @@ fn slot(ifindex: u32) -> u32 {
 }
 
 /// Names of the maps pinned for a persistent router.
-const PINNED_MAPS: &[&str] = &["port_stats", "ports", "tx_ports", "steer_v4", "steer_v6", "steer_l4", "steer_mac"];
+const PINNED_MAPS: &[&str] = &[
+    "port_stats",
+    "ports",
+    "tx_ports",
+    "steer_v4",
+    "steer_v6",
+    "steer_l4",
+    "steer_mac",
+];
 
 pub struct RouterProgram {
     skel: Loaded<RouterSkel<'static>>,
@@ -93,19 +104,25 @@ pub struct RouterProgram {
 
 impl RouterProgram {
     pub fn load(mode: FibMode) -> Result<RouterProgram> {
-        let skel = Loaded::new("router.bpf.o", |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
-            let mut open = RouterSkelBuilder::default().open(storage).map_err(BpfError::libbpf("opening router.bpf.o"))?;
-            let rodata = open
-                .maps
-                .rodata_data
-                .as_deref_mut()
-                .ok_or_else(|| BpfError::Invalid("router.bpf.o has no rodata".into()))?;
-            rodata.fib_flags = match mode {
-                FibMode::Full => 0,
-                FibMode::Direct => libbpf_sys::BPF_FIB_LOOKUP_DIRECT,
-            };
-            open.load().map_err(BpfError::libbpf("loading router.bpf.o"))
-        })?;
+        let skel = Loaded::new(
+            "router.bpf.o",
+            |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
+                let mut open = RouterSkelBuilder::default()
+                    .open(storage)
+                    .map_err(BpfError::libbpf("opening router.bpf.o"))?;
+                let rodata = open
+                    .maps
+                    .rodata_data
+                    .as_deref_mut()
+                    .ok_or_else(|| BpfError::Invalid("router.bpf.o has no rodata".into()))?;
+                rodata.fib_flags = match mode {
+                    FibMode::Full => 0,
+                    FibMode::Direct => libbpf_sys::BPF_FIB_LOOKUP_DIRECT,
+                };
+                open.load()
+                    .map_err(BpfError::libbpf("loading router.bpf.o"))
+            },
+        )?;
         Ok(RouterProgram { skel })
     }
 
@@ -127,8 +144,14 @@ impl RouterProgram {
         self.skel
             .maps
             .tx_ports
-            .update(&ifindex.to_ne_bytes(), &ifindex.to_ne_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!("adding ifindex {ifindex} to the router's ports")))
+            .update(
+                &ifindex.to_ne_bytes(),
+                &ifindex.to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(BpfError::libbpf(format!(
+                "adding ifindex {ifindex} to the router's ports"
+            )))
     }
 
     /// Frames arriving on `ifindex` go on to `next_ifindex` (a service chain
@@ -139,12 +162,17 @@ impl RouterProgram {
                 "ifindex {ifindex} is beyond the router's port table ({MAX_IFINDEX})"
             )));
         }
-        let p = router_port { next_ifindex, classify: u32::from(classify) };
+        let p = router_port {
+            next_ifindex,
+            classify: u32::from(classify),
+        };
         self.skel
             .maps
             .ports
             .update(&ifindex.to_ne_bytes(), p.as_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!("configuring router port {ifindex}")))
+            .map_err(BpfError::libbpf(format!(
+                "configuring router port {ifindex}"
+            )))
     }
 
     /// Steers frames to destinations in `net/plen` to port `ifindex`.
@@ -152,26 +180,46 @@ impl RouterProgram {
         let t = steer_target { ifindex, chain };
         let r = match net {
             IpAddr::V4(a) => {
-                let k = steer_v4_key { prefixlen: u32::from(plen.min(32)), addr: u32::from_ne_bytes(a.octets()) };
-                self.skel.maps.steer_v4.update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
+                let k = steer_v4_key {
+                    prefixlen: u32::from(plen.min(32)),
+                    addr: u32::from_ne_bytes(a.octets()),
+                };
+                self.skel
+                    .maps
+                    .steer_v4
+                    .update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
             }
             IpAddr::V6(a) => {
-                let k = steer_v6_key { prefixlen: u32::from(plen.min(128)), addr: a.octets() };
-                self.skel.maps.steer_v6.update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
+                let k = steer_v6_key {
+                    prefixlen: u32::from(plen.min(128)),
+                    addr: a.octets(),
+                };
+                self.skel
+                    .maps
+                    .steer_v6
+                    .update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
             }
         };
-        r.map_err(BpfError::libbpf(format!("adding steering rule {net}/{plen}")))
+        r.map_err(BpfError::libbpf(format!(
+            "adding steering rule {net}/{plen}"
+        )))
     }
 
     /// Steers frames of IP protocol `proto` to destination port `port`.
     pub fn steer_l4(&self, proto: u8, port: u16, ifindex: u32, chain: u32) -> Result<()> {
-        let k = steer_l4_key { proto, pad: 0, port: port.to_be() };
+        let k = steer_l4_key {
+            proto,
+            pad: 0,
+            port: port.to_be(),
+        };
         let t = steer_target { ifindex, chain };
         self.skel
             .maps
             .steer_l4
             .update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!("adding steering rule proto {proto} port {port}")))
+            .map_err(BpfError::libbpf(format!(
+                "adding steering rule proto {proto} port {port}"
+            )))
     }
 
     /// Steers frames from source MAC `mac` (the source's method).
@@ -182,7 +230,9 @@ impl RouterProgram {
             .maps
             .steer_mac
             .update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!("adding steering rule for source MAC {mac}")))
+            .map_err(BpfError::libbpf(format!(
+                "adding steering rule for source MAC {mac}"
+            )))
     }
 
     /// Counters of port `ifindex`, summed over CPUs.
@@ -214,7 +264,8 @@ impl RouterProgram {
         for (name, map) in maps {
             let p = dir.join(name);
             let _ = std::fs::remove_file(&p);
-            map.pin(&p).map_err(BpfError::libbpf(format!("pinning {}", p.display())))?;
+            map.pin(&p)
+                .map_err(BpfError::libbpf(format!("pinning {}", p.display())))?;
         }
         Ok(())
     }
@@ -223,8 +274,10 @@ impl RouterProgram {
 /// Counters of port `ifindex` of a router pinned in `dir`.
 pub fn read_pinned_stats(dir: &Path, ifindex: u32) -> Result<PortStats> {
     let p = dir.join("port_stats");
-    let map = MapHandle::from_pinned_path(&p)
-        .map_err(BpfError::libbpf(format!("opening {} (is a router attached?)", p.display())))?;
+    let map = MapHandle::from_pinned_path(&p).map_err(BpfError::libbpf(format!(
+        "opening {} (is a router attached?)",
+        p.display()
+    )))?;
     let v = map
         .lookup_percpu(&slot(ifindex).to_ne_bytes(), MapFlags::ANY)
         .map_err(BpfError::libbpf("reading router counters"))?

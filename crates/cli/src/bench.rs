@@ -193,7 +193,7 @@ fn progress_line(label: &str) -> impl FnMut(&Window) + '_ {
 /// An XDP sink whose counters are pinned under the lab's pin directory
 /// while it runs, so other tools can read them; removed with the lab.
 fn lab_sink(lab: &str, ns: &str, ep: &Endpoint, verdict: XdpAction) -> Result<XdpSink> {
-    let mut s = XdpSink::attach(ns, &ep.iface, verdict, XdpMode::Native)?;
+    let mut s = XdpSink::attach_or_share(ns, &ep.iface, verdict, XdpMode::Native)?;
     let dir = peregrine_bpf::bpffs::pin_dir(lab)?;
     s.pin(&dir.join(format!("sink-{}-{}", ep.host, ep.iface)))?;
     Ok(s)
@@ -319,6 +319,7 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
         cpus: vec![0],
         backend: Backend::Xdp,
         dry_run: false,
+        vary_dst: false,
     };
     let mean = sizes.mean_size();
     let mut runs = Vec::new();
@@ -498,6 +499,7 @@ pub fn gen(a: GenArgs) -> Result<()> {
         cpus: (0..a.threads).collect(),
         backend: a.backend.parse()?,
         dry_run: false,
+        vary_dst: false,
     };
     let sink = match &a.sink {
         Some(s) => {
@@ -615,6 +617,7 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             cpus: vec![0],
             backend: Backend::Xdp,
             dry_run: false,
+            vary_dst: false,
         };
         let label = "generator -> XDP drop sink".to_string();
         eprintln!("{label}");
@@ -661,6 +664,7 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             cpus: vec![0],
             backend: Backend::Xdp,
             dry_run: false,
+            vary_dst: false,
         };
         let gen = Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
         // By default the DUT's receive work runs on the generator's CPU (how

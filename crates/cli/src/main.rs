@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use peregrine_lab::{lab, signals, Lab, Lifetime, Topology};
 
 mod bench;
+mod dp;
 
 #[derive(Parser)]
 #[command(
@@ -29,6 +30,12 @@ enum Cmd {
     Bench(bench::BenchCmd),
     /// Send traffic in a lab with the generator.
     Gen(bench::GenArgs),
+    /// The XDP router: attach, detach, counters.
+    #[command(subcommand)]
+    Router(dp::RouterCmd),
+    /// Service chains through containers: apply or remove a declaration.
+    #[command(subcommand)]
+    Chain(dp::ChainCmd),
     /// Turn result files into plots (PNG and SVG).
     Report(bench::ReportArgs),
     /// The built-in showcase (what runs with no subcommand).
@@ -178,6 +185,8 @@ fn main() -> ExitCode {
         Some(Cmd::Bench(c)) => bench::run(c),
         Some(Cmd::Gen(a)) => bench::gen(a),
         Some(Cmd::Report(a)) => bench::report(a),
+        Some(Cmd::Router(c)) => dp::router(c),
+        Some(Cmd::Chain(c)) => dp::chain(c),
         Some(Cmd::Showcase(a)) => bench::showcase(a),
     };
     match res.context("peregrine") {

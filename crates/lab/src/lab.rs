@@ -190,8 +190,12 @@ pub fn down_all() -> Result<Vec<String>> {
         remove(&info.name)?;
         out.push(info.name);
     }
+    // Pins of labs; `_`-prefixed directories belong to data planes outside
+    // labs (e.g. a router in the root namespace) and are left alone.
     for d in peregrine_bpf::bpffs::list_pin_dirs() {
-        peregrine_bpf::bpffs::remove_pins(&d)?;
+        if !d.starts_with('_') {
+            peregrine_bpf::bpffs::remove_pins(&d)?;
+        }
     }
     Ok(out)
 }

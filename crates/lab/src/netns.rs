@@ -176,3 +176,11 @@ pub fn with_sysfs<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> 
         .unwrap_or_else(|_| Err(LabError::Netns(format!("sysfs thread for {ns} panicked"))))
     })
 }
+
+/// `run_in` for an optional namespace: None runs `f` where the thread is.
+pub fn run_in_opt<T>(name: Option<&str>, f: impl FnOnce() -> T) -> Result<T> {
+    match name {
+        Some(n) => run_in(n, f),
+        None => Ok(f()),
+    }
+}

@@ -35,10 +35,17 @@ pub trait Sink: Send + Sync {
 
 /// `sink.bpf.c` attached to an interface; removed on drop.
 pub struct XdpSink {
-    prog: SinkProgram,
-    _link: XdpLink,
+    counters: SinkCounters,
     name: String,
     pinned: Option<std::path::PathBuf>,
+}
+
+enum SinkCounters {
+    /// Our own program, attached by us.
+    Own(SinkProgram, #[allow(dead_code)] XdpLink),
+    /// A peregrine sink someone else attached there (a data plane's
+    /// pass-through): we read its counters and leave it in place.
+    Shared(peregrine_bpf::sink::MapHandle),
 }
 
 impl XdpSink {
@@ -46,24 +53,50 @@ impl XdpSink {
         let prog = SinkProgram::load(verdict)?;
         let link = netns::run_in(ns, || prog.attach(iface, mode))??;
         Ok(XdpSink {
-            prog,
-            _link: link,
+            counters: SinkCounters::Own(prog, link),
             name: format!("xdp-sink {ns}:{iface} ({mode})"),
             pinned: None,
         })
     }
 
+    /// As `attach`, but if a peregrine sink already runs there (for example
+    /// the pass-through a data plane put on a veth peer), counts with it.
+    pub fn attach_or_share(
+        ns: &str,
+        iface: &str,
+        verdict: XdpAction,
+        mode: XdpMode,
+    ) -> Result<XdpSink> {
+        let existing = netns::run_in(ns, || -> Result<Option<peregrine_bpf::sink::MapHandle>> {
+            let idx = peregrine_bpf::xdp::ifindex(iface)?;
+            Ok(peregrine_bpf::sink::attached_sink_stats(idx)?)
+        })??;
+        match existing {
+            Some(map) => Ok(XdpSink {
+                counters: SinkCounters::Shared(map),
+                name: format!("xdp-sink {ns}:{iface} (already attached, pass)"),
+                pinned: None,
+            }),
+            None => XdpSink::attach(ns, iface, verdict, mode),
+        }
+    }
+
     /// All counters, including frames that are not the generator's.
     pub fn stats(&self) -> Result<peregrine_bpf::sink::SinkStats> {
-        Ok(self.prog.stats()?)
+        Ok(match &self.counters {
+            SinkCounters::Own(p, _) => p.stats()?,
+            SinkCounters::Shared(m) => peregrine_bpf::sink::read_stats(m)?,
+        })
     }
 
     /// Pins the counters at `path` (replacing a pin a killed run left) for
     /// as long as this sink lives.
     pub fn pin(&mut self, path: &std::path::Path) -> Result<()> {
-        let _ = std::fs::remove_file(path);
-        self.prog.pin_stats(path)?;
-        self.pinned = Some(path.to_path_buf());
+        if let SinkCounters::Own(p, _) = &mut self.counters {
+            let _ = std::fs::remove_file(path);
+            p.pin_stats(path)?;
+            self.pinned = Some(path.to_path_buf());
+        }
         Ok(())
     }
 }
@@ -78,7 +111,7 @@ impl Drop for XdpSink {
 
 impl Sink for XdpSink {
     fn delivered(&self) -> Result<Delivered> {
-        let s = self.prog.stats()?;
+        let s = self.stats()?;
         Ok(Delivered {
             packets: s.gen_packets,
             bytes: s.gen_bytes,
@@ -242,4 +275,34 @@ impl Sink for GeneratorCount<'_> {
     fn describe(&self) -> String {
         "none: frames built by the generator and dropped, not sent".into()
     }
+}
+
+/// A counting pass-through XDP program on a veth that had none: veth drops
+/// frames redirected to it (XDP_REDIRECT, live frames) unless its receiving
+/// end runs XDP, so the generator and the data plane put one there.
+pub struct PassThrough {
+    pub ns: String,
+    pub iface: String,
+    pub prog: SinkProgram,
+    pub link: XdpLink,
+}
+
+/// Makes `ns:iface` accept redirected frames: attaches a pass-through program
+/// if no XDP program runs there (None if one already does).
+pub fn ensure_xdp_receiver(ns: &str, iface: &str) -> Result<Option<PassThrough>> {
+    netns::run_in(ns, || -> Result<Option<PassThrough>> {
+        let idx = peregrine_bpf::xdp::ifindex(iface)?;
+        if peregrine_bpf::xdp::attached_prog_id(idx)?.is_some() {
+            return Ok(None);
+        }
+        let prog = SinkProgram::load(XdpAction::Pass)?;
+        let link = prog.attach(iface, XdpMode::Native)?;
+        tracing::info!("{ns}:{iface} had no XDP program; attached a pass-through so redirected frames are not dropped");
+        Ok(Some(PassThrough {
+            ns: ns.to_string(),
+            iface: iface.to_string(),
+            prog,
+            link,
+        }))
+    })?
 }

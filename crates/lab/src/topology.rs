@@ -460,15 +460,19 @@ pub mod builtin {
     /// Generator -> device under test (forwarding) -> sink, IPv4 and IPv6.
     pub const GEN_DUT_SINK: &str = include_str!("../topologies/gen-dut-sink.toml");
 
+    /// gen-dut-sink plus containers c1 (reflect) and c2 (forward) on the DUT.
+    pub const CHAIN: &str = include_str!("../topologies/chain.toml");
+
     pub fn get(name: &str) -> Option<&'static str> {
         match name {
             "pair" => Some(PAIR),
             "gen-dut-sink" => Some(GEN_DUT_SINK),
+            "chain" => Some(CHAIN),
             _ => None,
         }
     }
 
-    pub const NAMES: &[&str] = &["pair", "gen-dut-sink"];
+    pub const NAMES: &[&str] = &["pair", "gen-dut-sink", "chain"];
 }
 
 #[cfg(test)]

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use peregrine_bpf::gen::{FrameSizes, GenProgram, GenSetup, PEREGRINE_MAGIC};
 use peregrine_bpf::pod::Pod;
-use peregrine_bpf::sink::SinkProgram;
 use peregrine_bpf::skel::gen::types::gen_meta;
-use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
+use peregrine_bpf::XdpLink;
 use peregrine_wire::{UdpFrameSpec, FCS_LEN};
 use serde::{Deserialize, Serialize};
 
@@ -60,6 +59,8 @@ pub struct TrafficSpec {
     /// Live backend only: build every frame but drop it instead of sending,
     /// to measure the generator's own ceiling.
     pub dry_run: bool,
+    /// Live backend only: flows vary the destination address, not the source.
+    pub vary_dst: bool,
 }
 
 /// What a run offered.
@@ -85,7 +86,7 @@ pub struct Generator {
     _anchor: Option<XdpLink>,
     /// Pass-through program put on the veth peer when it had none: veth
     /// drops redirected frames silently unless the peer runs XDP.
-    _peer_xdp: Option<(SinkProgram, XdpLink)>,
+    _peer_xdp: Option<crate::sinks::PassThrough>,
 }
 
 impl Generator {
@@ -125,11 +126,12 @@ impl Generator {
                     stamp: spec.stamp,
                     ifindex,
                     dry_run: spec.dry_run,
+                    vary_dst: spec.vary_dst,
                 };
                 let prog = GenProgram::load(&setup)?;
                 anchor = Some(netns::run_in(&spec.ns, || prog.anchor("lo"))??);
                 if let Some((pns, piface)) = peer {
-                    peer_xdp = ensure_peer_accepts(&pns, &piface)?;
+                    peer_xdp = crate::sinks::ensure_xdp_receiver(&pns, &piface)?;
                 }
                 Some(Arc::new(prog))
             }
@@ -231,21 +233,6 @@ impl Generator {
         let p = self.prog.as_ref()?;
         p.state().ok().map(|s| (s.seq, s.errors))
     }
-}
-
-/// Makes sure the veth peer takes redirected frames: if no XDP program runs
-/// there, attach a counting pass-through one (and keep it while we run).
-fn ensure_peer_accepts(ns: &str, iface: &str) -> Result<Option<(SinkProgram, XdpLink)>> {
-    netns::run_in(ns, || -> Result<Option<(SinkProgram, XdpLink)>> {
-        let idx = peregrine_bpf::xdp::ifindex(iface)?;
-        if peregrine_bpf::xdp::attached_prog_id(idx)?.is_some() {
-            return Ok(None);
-        }
-        let p = SinkProgram::load(XdpAction::Pass)?;
-        let l = p.attach(iface, XdpMode::Native)?;
-        tracing::info!("{ns}:{iface} had no XDP program; attached a pass-through so redirected frames are not dropped");
-        Ok(Some((p, l)))
-    })?
 }
 
 /// One thread's UDP sockets for the socket backend. Each flow is a socket

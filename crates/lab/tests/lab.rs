@@ -280,6 +280,7 @@ fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) 
         cpus: vec![0],
         backend,
         dry_run: false,
+        vary_dst: false,
     };
     (spec, peer)
 }
