@@ -1,0 +1,271 @@
+//! BPF_PROG_RUN fixtures for router.bpf.c. The router's FIB lookups need a
+//! real namespace with routes and neighbours, so the fixtures run inside a
+//! small lab: a - r - b (routed), r - c (out1, not a router port).
+use peregrine_bpf::fixture::{check, truncations, Expect, Fixture};
+use peregrine_bpf::router::{action_name, FibMode, ACTIONS};
+use peregrine_bpf::testing::privileged;
+use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_lab::dataplane::Dataplane;
+use peregrine_lab::netns::NetnsGuard;
+use peregrine_lab::{Lab, Lifetime, Topology};
+use peregrine_wire::{MacAddr, UdpFrameSpec};
+
+const TOPO: &str = r#"
+name = "rfix"
+# Host a stays silent (no IPv6: no MLD or ND), so the only frames r:in0
+# sees are the fixtures and its counters can be checked exactly.
+[[host]]
+name = "a"
+addr = { eth0 = ["198.18.1.1/24"] }
+mac = { eth0 = "02:50:00:00:0a:01" }
+sysctl = { "net.ipv6.conf.all.disable_ipv6" = "1" }
+[[host]]
+name = "b"
+addr = { eth0 = ["198.18.2.2/24", "2001:db8:2::2/64"] }
+mac = { eth0 = "02:50:00:00:0b:01" }
+[[host]]
+name = "c"
+addr = { eth0 = ["198.18.3.2/24"] }
+mac = { eth0 = "02:50:00:00:0c:01" }
+[[host]]
+name = "r"
+addr = { in0 = ["198.18.1.2/24", "2001:db8:1::2/64"], out0 = ["198.18.2.1/24", "2001:db8:2::1/64"], out1 = ["198.18.3.1/24"] }
+mac = { in0 = "02:50:00:00:01:01", out0 = "02:50:00:00:02:01", out1 = "02:50:00:00:03:01" }
+sysctl = { "net.ipv4.conf.all.forwarding" = "1", "net.ipv6.conf.all.forwarding" = "1" }
+route = [
+  { to = "198.19.0.0/16", via = "198.18.2.2" },
+  { to = "2001:db8:99::/48", via = "2001:db8:2::2" },
+  { to = "198.19.99.0/24", via = "198.18.2.99" },
+  { to = "198.19.77.0/24", via = "198.18.3.2" },
+]
+neigh = [
+  { dev = "out0", ip = "198.18.2.2", mac = "02:50:00:00:0b:01" },
+  { dev = "out0", ip = "2001:db8:2::2", mac = "02:50:00:00:0b:01" },
+  { dev = "out1", ip = "198.18.3.2", mac = "02:50:00:00:0c:01" },
+]
+[[link]]
+a = "a:eth0"
+b = "r:in0"
+[[link]]
+a = "r:out0"
+b = "b:eth0"
+[[link]]
+a = "r:out1"
+b = "c:eth0"
+"#;
+
+fn mac(s: &str) -> MacAddr {
+    s.parse().unwrap()
+}
+
+/// A UDP frame as host a sends it to the router.
+fn from_a(dst: &str, ttl: u8) -> UdpFrameSpec {
+    let v6 = dst.contains(':');
+    UdpFrameSpec {
+        src_mac: mac("02:50:00:00:0a:01"),
+        dst_mac: mac("02:50:00:00:01:01"),
+        src_ip: if v6 { "2001:db8:1::1" } else { "198.18.1.1" }
+            .parse()
+            .unwrap(),
+        dst_ip: dst.parse().unwrap(),
+        src_port: 4000,
+        dst_port: 5000,
+        ttl,
+        frame_len: 100,
+    }
+}
+
+/// The same frame as the router must send it on to b.
+fn routed(mut s: UdpFrameSpec) -> Vec<u8> {
+    s.src_mac = mac("02:50:00:00:02:01");
+    s.dst_mac = mac("02:50:00:00:0b:01");
+    s.ttl -= 1;
+    s.build(b"hello").unwrap()
+}
+
+fn build(s: &UdpFrameSpec) -> Vec<u8> {
+    s.build(b"hello").unwrap()
+}
+
+#[test]
+fn router_fixtures() {
+    if !privileged("router_fixtures") {
+        return;
+    }
+    let lab = Lab::up(Topology::from_toml(TOPO).unwrap(), Lifetime::Ephemeral).unwrap();
+    let ns = lab.ns("r");
+    let dp = Dataplane::router(
+        Some(&ns),
+        &["in0".into(), "out0".into()],
+        XdpMode::Native,
+        FibMode::Full,
+        false,
+    )
+    .unwrap();
+    let in0 = dp.ports[0].1.ifindex;
+    let out0 = dp.ports[1].1.ifindex;
+    let _in_r = NetnsGuard::enter(&ns).unwrap();
+
+    let pass =
+        |name: &str, f: Vec<u8>| Fixture::new(name, f, XdpAction::Pass, Expect::Unchanged).on(in0);
+    let mut fx = vec![
+        Fixture::new(
+            "ipv4 forward",
+            build(&from_a("198.19.0.5", 64)),
+            XdpAction::Redirect,
+            Expect::Frame(routed(from_a("198.19.0.5", 64))),
+        )
+        .on(in0),
+        Fixture::new(
+            "ipv6 forward",
+            build(&from_a("2001:db8:99::5", 64)),
+            XdpAction::Redirect,
+            Expect::Frame(routed(from_a("2001:db8:99::5", 64))),
+        )
+        .on(in0),
+        Fixture::new(
+            "ipv4 ttl 2 forward",
+            build(&from_a("198.19.0.5", 2)),
+            XdpAction::Redirect,
+            Expect::Frame(routed(from_a("198.19.0.5", 2))),
+        )
+        .on(in0),
+        pass("ipv4 ttl 1 expires", build(&from_a("198.19.0.5", 1))),
+        pass("ipv4 ttl 0", build(&from_a("198.19.0.5", 0))),
+        pass(
+            "ipv6 hop limit 1 expires",
+            build(&from_a("2001:db8:99::5", 1)),
+        ),
+        pass("unresolved neighbour", build(&from_a("198.19.99.5", 64))),
+        pass("local destination", build(&from_a("198.18.1.2", 64))),
+        pass("no route", build(&from_a("198.18.200.1", 64))),
+        pass(
+            "egress not a router port",
+            build(&from_a("198.19.77.5", 64)),
+        ),
+    ];
+    // ARP request for the router's address.
+    let mut arp = vec![0xff; 6];
+    arp.extend_from_slice(&mac("02:50:00:00:0a:01").0);
+    arp.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend_from_slice(&mac("02:50:00:00:0a:01").0);
+    arp.extend_from_slice(&[198, 18, 1, 1, 0, 0, 0, 0, 0, 0, 198, 18, 1, 2]);
+    fx.push(pass("arp", arp));
+    // Neighbour solicitation (ICMPv6 to the solicited-node multicast group).
+    let mut ns_frame = build(&from_a("ff02::1:ff00:2", 255));
+    ns_frame[20] = 58;
+    fx.push(pass("ipv6 neighbour solicitation", ns_frame));
+    let mut mf = build(&from_a("198.19.0.5", 64));
+    mf[20] = 0x20; // more fragments
+    fx.push(pass("ipv4 first fragment", mf));
+    let mut off = build(&from_a("198.19.0.5", 64));
+    off[20] = 0x00;
+    off[21] = 0x10; // offset 128
+    fx.push(pass("ipv4 later fragment", off));
+    let mut opt = build(&from_a("198.19.0.5", 64));
+    opt.splice(34..34, [1u8, 1, 1, 1]);
+    opt[14] = 0x46;
+    opt.truncate(100);
+    fx.push(pass("ipv4 options", opt));
+    let plain = build(&from_a("198.19.0.5", 64));
+    let mut vlan = plain[..12].to_vec();
+    vlan.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
+    vlan.extend_from_slice(&plain[12..]);
+    fx.push(pass("802.1Q tagged", vlan));
+    fx.push(pass(
+        "garbage",
+        (0..80u32).map(|i| (i * 37 + 11) as u8).collect(),
+    ));
+    let mut bad_ver = plain.clone();
+    bad_ver[14] = 0x55;
+    fx.push(pass("ipv4 ethertype, version 5", bad_ver));
+    for (label, frame) in [
+        ("ipv4", plain.clone()),
+        ("ipv6", build(&from_a("2001:db8:99::5", 64))),
+    ] {
+        for (n, cut) in truncations(&frame, frame.len()) {
+            fx.push(pass(&format!("{label} cut at {n} bytes"), cut));
+        }
+    }
+    let failures: Vec<String> = fx
+        .iter()
+        .filter_map(|f| check(dp.router.prog(), f).err())
+        .map(|m| m.to_string())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} fixture(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+
+    // Every frame was counted once, under the right action.
+    let st = dp.router.stats(in0).unwrap();
+    let count = |name: &str| st.packets[(0..ACTIONS).find(|&a| action_name(a) == name).unwrap()];
+    assert_eq!(count("forward"), 3);
+    assert_eq!(count("pass_ttl"), 3);
+    assert_eq!(count("pass_no_neigh"), 1);
+    assert_eq!(count("pass_no_port"), 1);
+    assert_eq!(count("pass_not_ip"), 2, "arp + garbage");
+    assert_eq!(count("pass_fragment"), 2);
+    assert_eq!(count("pass_ip_options"), 1);
+    assert_eq!(count("pass_vlan"), 1);
+    let total: u64 = st.packets.iter().sum();
+    assert_eq!(total, fx.len() as u64, "each frame counted exactly once");
+    assert_eq!(dp.router.stats(out0).unwrap().tx_packets, 3);
+
+    // Steering: matched frames go to the chain's port unchanged (no TTL or
+    // MAC rewrite: a container is a bump in the wire, not a router hop).
+    dp.router.set_port(in0, 0, true).unwrap();
+    dp.router
+        .steer_prefix("198.19.5.0".parse().unwrap(), 24, out0, 1)
+        .unwrap();
+    dp.router.steer_l4(17, 6000, out0, 2).unwrap();
+    dp.router
+        .steer_mac(mac("02:50:00:00:0a:77"), out0, 3)
+        .unwrap();
+    let mut by_port = from_a("198.19.0.5", 64);
+    by_port.dst_port = 6000;
+    let mut by_mac = from_a("198.19.0.5", 64);
+    by_mac.src_mac = mac("02:50:00:00:0a:77");
+    let steer = |name: &str, f: Vec<u8>| {
+        Fixture::new(name, f, XdpAction::Redirect, Expect::Unchanged).on(in0)
+    };
+    let steered = [
+        steer(
+            "steer by destination prefix",
+            build(&from_a("198.19.5.9", 64)),
+        ),
+        steer("steer by udp port", build(&by_port)),
+        steer("steer by source mac", build(&by_mac)),
+        Fixture::new(
+            "unmatched is routed",
+            build(&from_a("198.19.0.5", 64)),
+            XdpAction::Redirect,
+            Expect::Frame(routed(from_a("198.19.0.5", 64))),
+        )
+        .on(in0),
+    ];
+    // Chain continuation: frames coming back on out0 go on to in0 unchanged.
+    dp.router.set_port(out0, in0, false).unwrap();
+    let back = Fixture::new(
+        "chain continues",
+        build(&from_a("198.19.0.5", 64)),
+        XdpAction::Redirect,
+        Expect::Unchanged,
+    )
+    .on(out0);
+    let failures: Vec<String> = steered
+        .iter()
+        .chain([&back])
+        .filter_map(|f| check(dp.router.prog(), f).err())
+        .map(|m| m.to_string())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let st = dp.router.stats(in0).unwrap();
+    assert_eq!(count_in(&st, "steer"), 3);
+}
+
+fn count_in(st: &peregrine_bpf::router::PortStats, name: &str) -> u64 {
+    st.packets[(0..ACTIONS).find(|&a| action_name(a) == name).unwrap()]
+}
