@@ -27,9 +27,11 @@
  * of the ingress device (main unless an l3mdev says otherwise). */
 const volatile __u32 fib_flags = 0;
 
+/* Egress ports, indexed by ifindex: an array devmap is a direct index, the
+ * cheapest lookup on the hot path. */
 struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
-	__uint(max_entries, 256);
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, ROUTER_MAX_IFINDEX);
 	__type(key, __u32);
 	__type(value, __u32);
 } tx_ports SEC(".maps");
@@ -103,9 +105,16 @@ static __always_inline int done(struct router_port_stats *st, enum router_action
 	return verdict;
 }
 
-/* Redirects to `egress` if it is a router port; the frame must not have been
- * changed yet when it is not (the kernel gets it as it arrived). */
-static __always_inline int send(struct router_port_stats *st, __u32 egress, enum router_action a, __u64 len)
+/* Picks `egress` as the redirect target if it is a router port. Only the
+ * target is recorded here (the kernel redirects after the program returns),
+ * so the frame can still be rewritten after a yes, and goes to the kernel as
+ * it arrived after a no. */
+static __always_inline int pick(__u32 egress)
+{
+	return bpf_redirect_map(&tx_ports, egress, XDP_PASS) == XDP_REDIRECT;
+}
+
+static __always_inline int sent(struct router_port_stats *st, __u32 egress, enum router_action a, __u64 len)
 {
 	__u32 eslot = slot_of(egress);
 	struct router_port_stats *tx = bpf_map_lookup_elem(&port_stats, &eslot);
@@ -113,12 +122,15 @@ static __always_inline int send(struct router_port_stats *st, __u32 egress, enum
 		tx->tx_packets++;
 		tx->tx_bytes += len;
 	}
-	return done(st, a, len, bpf_redirect_map(&tx_ports, egress, XDP_PASS));
+	return done(st, a, len, XDP_REDIRECT);
 }
 
-static __always_inline int is_port(__u32 ifindex)
+/* Sends the frame unchanged to `egress`, or passes it if that is no port. */
+static __always_inline int send(struct router_port_stats *st, __u32 egress, enum router_action a, __u64 len)
 {
-	return bpf_map_lookup_elem(&tx_ports, &ifindex) != NULL;
+	if (!pick(egress))
+		return done(st, ROUTER_PASS_NO_PORT, len, XDP_PASS);
+	return sent(st, egress, a, len);
 }
 
 static __always_inline void ipv4_decrease_ttl(struct iphdr *ip)
@@ -186,19 +198,13 @@ int router(struct xdp_md *ctx)
 		if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
 			return done(st, ROUTER_PASS_FRAGMENT, len, XDP_PASS);
 
-		if (port && port->next_ifindex) {
-			if (!is_port(port->next_ifindex))
-				return done(st, ROUTER_PASS_NO_PORT, len, XDP_PASS);
+		if (port && port->next_ifindex)
 			return send(st, port->next_ifindex, ROUTER_STEER, len);
-		}
 		if (port && port->classify) {
 			struct steer_v4_key k4 = { .prefixlen = 32, .addr = ip->daddr };
 			struct steer_target *t = classify(eth, ip->protocol, c.pos, c.end, &k4, NULL);
-			if (t) {
-				if (!is_port(t->ifindex))
-					return done(st, ROUTER_PASS_NO_PORT, len, XDP_PASS);
+			if (t)
 				return send(st, t->ifindex, ROUTER_STEER, len);
-			}
 		}
 		if (ip->ttl <= 1)
 			return done(st, ROUTER_PASS_TTL, len, XDP_PASS);
@@ -212,7 +218,7 @@ int router(struct xdp_md *ctx)
 		fib.ifindex = in;
 		rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), fib_flags);
 		if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
-			if (!is_port(fib.ifindex))
+			if (!pick(fib.ifindex))
 				return done(st, ROUTER_PASS_NO_PORT, len, XDP_PASS);
 			ipv4_decrease_ttl(ip);
 		}
@@ -224,20 +230,14 @@ int router(struct xdp_md *ctx)
 		if ((void *)(ip6 + 1) + plen > c.end)
 			return done(st, ROUTER_PASS_MALFORMED, len, XDP_PASS);
 
-		if (port && port->next_ifindex) {
-			if (!is_port(port->next_ifindex))
-				return done(st, ROUTER_PASS_NO_PORT, len, XDP_PASS);
+		if (port && port->next_ifindex)
 			return send(st, port->next_ifindex, ROUTER_STEER, len);
-		}
 		if (port && port->classify) {
 			struct steer_v6_key k6 = { .prefixlen = 128 };
 			__builtin_memcpy(k6.addr, &ip6->daddr, 16);
 			struct steer_target *t = classify(eth, ip6->nexthdr, c.pos, c.end, NULL, &k6);
-			if (t) {
-				if (!is_port(t->ifindex))
-					return done(st, ROUTER_PASS_NO_PORT, len, XDP_PASS);
+			if (t)
 				return send(st, t->ifindex, ROUTER_STEER, len);
-			}
 		}
 		if (ip6->hop_limit <= 1)
 			return done(st, ROUTER_PASS_TTL, len, XDP_PASS);
@@ -253,7 +253,7 @@ int router(struct xdp_md *ctx)
 		fib.ifindex = in;
 		rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), fib_flags);
 		if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
-			if (!is_port(fib.ifindex))
+			if (!pick(fib.ifindex))
 				return done(st, ROUTER_PASS_NO_PORT, len, XDP_PASS);
 			ip6->hop_limit--;
 		}
@@ -265,7 +265,7 @@ int router(struct xdp_md *ctx)
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 		__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-		return send(st, fib.ifindex, ROUTER_FORWARD, len);
+		return sent(st, fib.ifindex, ROUTER_FORWARD, len);
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
 		return done(st, ROUTER_PASS_NO_NEIGH, len, XDP_PASS);
 	case BPF_FIB_LKUP_RET_NOT_FWDED:

@@ -141,6 +141,11 @@ impl RouterProgram {
 
     /// Makes `ifindex` a port frames may be redirected to.
     pub fn add_port(&self, ifindex: u32) -> Result<()> {
+        if ifindex >= MAX_IFINDEX {
+            return Err(BpfError::Invalid(format!(
+                "ifindex {ifindex} is beyond the router's port table ({MAX_IFINDEX})"
+            )));
+        }
         self.skel
             .maps
             .tx_ports

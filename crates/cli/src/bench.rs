@@ -23,6 +23,8 @@ use peregrine_wire::UdpFrameSpec;
 pub enum BenchCmd {
     /// Generator -> veth -> XDP drop sink: live frames vs sockets, rate accuracy, latency.
     Gen(BenchGenArgs),
+    /// XDP router vs Linux forwarding (and a 2-NF chain) on generator -> dut -> sink.
+    Router(crate::bench_router::BenchRouterArgs),
 }
 
 #[derive(Args, Clone)]
@@ -137,14 +139,15 @@ impl Default for ShowcaseArgs {
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Gen(a) => bench_gen(a),
+        BenchCmd::Router(a) => crate::bench_router::bench_router(a),
     }
 }
 
-fn command_line() -> String {
+pub(crate) fn command_line() -> String {
     std::env::args().collect::<Vec<_>>().join(" ")
 }
 
-fn secs(s: f64, what: &str) -> Result<Duration> {
+pub(crate) fn secs(s: f64, what: &str) -> Result<Duration> {
     if !(s > 0.0 && s <= 3600.0) {
         bail!("{what} {s}: expected seconds in (0, 3600]");
     }
@@ -179,7 +182,7 @@ pub fn parse_rate(s: &str, mean_frame_bytes: f64) -> Result<Rate> {
     Ok(Rate::Pps(pps))
 }
 
-fn progress_line(label: &str) -> impl FnMut(&Window) + '_ {
+pub(crate) fn progress_line(label: &str) -> impl FnMut(&Window) + '_ {
     move |w| {
         eprintln!(
             "  {label}: t={:>4.1}s offered {:>8.3} Mpps, delivered {:>8.3} Mpps",
@@ -192,7 +195,7 @@ fn progress_line(label: &str) -> impl FnMut(&Window) + '_ {
 
 /// An XDP sink whose counters are pinned under the lab's pin directory
 /// while it runs, so other tools can read them; removed with the lab.
-fn lab_sink(lab: &str, ns: &str, ep: &Endpoint, verdict: XdpAction) -> Result<XdpSink> {
+pub(crate) fn lab_sink(lab: &str, ns: &str, ep: &Endpoint, verdict: XdpAction) -> Result<XdpSink> {
     let mut s = XdpSink::attach_or_share(ns, &ep.iface, verdict, XdpMode::Native)?;
     let dir = peregrine_bpf::bpffs::pin_dir(lab)?;
     s.pin(&dir.join(format!("sink-{}-{}", ep.host, ep.iface)))?;
@@ -200,7 +203,7 @@ fn lab_sink(lab: &str, ns: &str, ep: &Endpoint, verdict: XdpAction) -> Result<Xd
 }
 
 /// Addresses and MACs for traffic from `from` to `to_ip` via the veth peer.
-fn frame_for(
+pub(crate) fn frame_for(
     lab: &Lab,
     nl: &mut Netlink,
     from: &Endpoint,
@@ -228,7 +231,7 @@ fn frame_for(
     ))
 }
 
-fn params(spec: &TrafficSpec, sink: &str) -> RunParams {
+pub(crate) fn params(spec: &TrafficSpec, sink: &str) -> RunParams {
     RunParams {
         backend: match spec.backend {
             Backend::Xdp => "xdp".into(),
@@ -247,13 +250,13 @@ fn params(spec: &TrafficSpec, sink: &str) -> RunParams {
     }
 }
 
-fn builtin_topology(name: &str, lab_name: &str) -> Result<Topology> {
+pub(crate) fn builtin_topology(name: &str, lab_name: &str) -> Result<Topology> {
     let mut t = Topology::from_toml(builtin::get(name).expect("built-in exists"))?;
     t.name = lab_name.into();
     Ok(t)
 }
 
-fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: bool) -> Result<()> {
+pub(crate) fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: bool) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let path = out.join(format!("{stem}.json"));
     std::fs::write(&path, result.to_json())

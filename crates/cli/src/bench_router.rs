@@ -1,0 +1,320 @@
+//! `peregrine bench router`: the XDP router against Linux IP forwarding on the
+//! same lab in the same run, per configuration, plus a 2-NF service chain.
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use peregrine_bpf::gen::FrameSizes;
+use peregrine_bpf::router::FibMode;
+use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_lab::dataplane::{ChainConfig, Dataplane, DataplaneConfig, MatchConfig, NfConfig};
+use peregrine_lab::nl::Netlink;
+use peregrine_lab::pacing::Rate;
+use peregrine_lab::results::{ResultFile, Run};
+use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
+use peregrine_lab::trial::{rfc2544_search, run_trial, SearchParams};
+use peregrine_lab::{signals, Endpoint, Lab, Lifetime};
+
+use crate::bench::{
+    builtin_topology, command_line, frame_for, lab_sink, params, progress_line, secs, write_outputs,
+};
+
+#[derive(Args, Clone)]
+pub struct BenchRouterArgs {
+    /// Seconds per trial.
+    #[arg(long, default_value_t = 2.0)]
+    pub trial: f64,
+    /// Offered rate of the fixed-rate trial, frames/s.
+    #[arg(long, default_value_t = 2_000_000.0)]
+    pub fixed_rate: f64,
+    /// RFC 2544 search resolution, frames/s.
+    #[arg(long, default_value_t = 20_000.0)]
+    pub resolution: f64,
+    /// Routes added for the large-table configurations.
+    #[arg(long, default_value_t = 10_000)]
+    pub routes: u32,
+    /// Only IPv4, one flow, direct and chain (a quick look).
+    #[arg(long)]
+    pub quick: bool,
+    /// Rounds per configuration; contenders alternate within each round so
+    /// slow drifts of this noisy machine hit them alike. Ratios use medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    #[arg(long, default_value = "docs/results")]
+    pub out: PathBuf,
+    #[arg(long, default_value = "bench-router")]
+    pub name: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Contender {
+    Linux,
+    Xdp,
+    XdpChain,
+}
+
+impl Contender {
+    fn label(self) -> &'static str {
+        match self {
+            Contender::Linux => "linux forwarding",
+            Contender::Xdp => "xdp router",
+            Contender::XdpChain => "xdp router + 2-NF chain",
+        }
+    }
+}
+
+struct Config {
+    name: String,
+    v6: bool,
+    flows: u32,
+    vary_dst: bool,
+    big_table: bool,
+    contenders: Vec<Contender>,
+}
+
+/// The chain used by the chain contender: two reflecting functions (XDP_TX,
+/// as in the source), in c1 and c2.
+fn chain_config(lab: &str) -> DataplaneConfig {
+    let nf = |host: &str, kind: &str, out: Option<&str>| NfConfig {
+        host: host.into(),
+        iface: "eth0".into(),
+        kind: kind.into(),
+        out: out.map(str::to_string),
+        acl: vec![],
+    };
+    DataplaneConfig {
+        lab: lab.into(),
+        router: "dut".into(),
+        ports: vec!["in0".into(), "out0".into()],
+        mode: "native".into(),
+        fib: "full".into(),
+        nfs: vec![nf("c1", "reflect", None), nf("c2", "reflect", None)],
+        chains: vec![ChainConfig {
+            name: "bench".into(),
+            matches: MatchConfig {
+                dst: Some("198.19.0.0/16".into()),
+                ..Default::default()
+            },
+            hops: vec!["c1".into(), "c2".into()],
+        }],
+    }
+}
+
+pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
+    let trial = secs(a.trial, "--trial")?;
+    let topo = builtin_topology("chain", "benchrt")?;
+    eprintln!(
+        "building lab {} (gen -> dut -> sink, containers c1 c2)",
+        topo.name
+    );
+    let lab = Lab::up(topo, Lifetime::Ephemeral)?;
+    let mut nl = Netlink::new()?;
+    let from = Endpoint {
+        host: "gen".into(),
+        iface: "eth0".into(),
+    };
+    let sink_ep = Endpoint {
+        host: "sink".into(),
+        iface: "eth0".into(),
+    };
+    let sink = lab_sink(lab.name(), &lab.ns("sink"), &sink_ep, XdpAction::Drop)?;
+    let dut = lab.ns("dut");
+    let sizes = FrameSizes::Fixed(64);
+    let mean = sizes.mean_size();
+
+    let both = vec![Contender::Linux, Contender::Xdp];
+    let mut configs = vec![Config {
+        name: "ipv4, 1 flow".into(),
+        v6: false,
+        flows: 1,
+        vary_dst: false,
+        big_table: false,
+        contenders: vec![Contender::Linux, Contender::Xdp, Contender::XdpChain],
+    }];
+    if !a.quick {
+        configs.extend([
+            Config {
+                name: "ipv6, 1 flow".into(),
+                v6: true,
+                flows: 1,
+                vary_dst: false,
+                big_table: false,
+                contenders: both.clone(),
+            },
+            Config {
+                name: "ipv4, 100 flows".into(),
+                v6: false,
+                flows: 100,
+                vary_dst: false,
+                big_table: false,
+                contenders: both.clone(),
+            },
+            Config {
+                name: "ipv4, 10000 flows".into(),
+                v6: false,
+                flows: 10_000,
+                vary_dst: false,
+                big_table: false,
+                contenders: both.clone(),
+            },
+            Config {
+                name: format!("ipv4, {} routes, 1 destination", a.routes),
+                v6: false,
+                flows: 1,
+                vary_dst: false,
+                big_table: true,
+                contenders: both.clone(),
+            },
+            Config {
+                name: format!("ipv4, {} routes, {} destinations", a.routes, a.routes),
+                v6: false,
+                flows: a.routes,
+                vary_dst: true,
+                big_table: true,
+                contenders: both.clone(),
+            },
+        ]);
+    }
+
+    let mut runs = Vec::new();
+    let mut table_routes = false;
+    for cfg in &configs {
+        if cfg.big_table && !table_routes {
+            eprintln!("adding {} /32 routes in the dut", a.routes);
+            for k in 0..a.routes {
+                let ip = IpAddr::V4(std::net::Ipv4Addr::from(
+                    u32::from(std::net::Ipv4Addr::new(198, 19, 0, 1)) + k,
+                ));
+                nl.add_route(&dut, ip, 32, Some("198.18.2.2".parse()?), None)?;
+            }
+            table_routes = true;
+        }
+        let (src, dst): (IpAddr, IpAddr) = if cfg.v6 {
+            ("2001:db8:1::100".parse()?, "2001:db8:2::2".parse()?)
+        } else {
+            ("198.18.1.100".parse()?, "198.19.0.1".parse()?)
+        };
+        let (frame, peer) = frame_for(&lab, &mut nl, &from, src, dst, 9)?;
+        let spec = TrafficSpec {
+            ns: lab.ns("gen"),
+            iface: "eth0".into(),
+            frame,
+            sizes: sizes.clone(),
+            flows: cfg.flows,
+            stamp: false,
+            cpus: vec![0],
+            backend: Backend::Xdp,
+            dry_run: false,
+            vary_dst: cfg.vary_dst,
+        };
+        for round in 1..=a.rounds.max(1) {
+            for &c in &cfg.contenders {
+                signals::check()?;
+                // The data plane under test; dropped (detached) after the contender.
+                let _dp = match c {
+                    Contender::Linux => None,
+                    Contender::Xdp => Some(Dataplane::router(
+                        Some(&dut),
+                        &["in0".into(), "out0".into()],
+                        XdpMode::Native,
+                        FibMode::Full,
+                        false,
+                    )?),
+                    Contender::XdpChain => {
+                        Some(Dataplane::deploy(&lab.topo, &chain_config(lab.name()))?)
+                    }
+                };
+                let gen =
+                    Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
+                let label = format!("{} | {} | round {round}", c.label(), cfg.name);
+                eprintln!("{label}");
+                let search = SearchParams {
+                    loss_tolerance: 0.0,
+                    resolution_pps: a.resolution,
+                    trial,
+                    max_trials: 12,
+                };
+                let mut show = progress_line(&label);
+                let (summary, mut trials) = rfc2544_search(search, mean, |phase, rate| {
+                    run_trial(&gen, &sink, phase, rate, trial, mean, &mut show)
+                })?;
+                trials.push(run_trial(
+                    &gen,
+                    &sink,
+                    "fixed",
+                    Rate::Pps(a.fixed_rate),
+                    trial,
+                    mean,
+                    &mut show,
+                )?);
+                drop(show);
+                runs.push(Run {
+                    label,
+                    params: params(&spec, &format!("xdp drop sink {}", sink_ep)),
+                    trials,
+                    rfc2544: Some(summary),
+                });
+            }
+        }
+    }
+    drop(sink);
+    drop(nl);
+    drop(lab);
+    let result = ResultFile::new("bench-router", command_line(), runs);
+    if !a.json {
+        print_ratios(&result);
+    }
+    write_outputs(&result, &a.out, &a.name, a.json)
+}
+
+/// Median RFC 2544 throughput of every round of `contender | config`.
+fn median_throughput(r: &ResultFile, contender: &str, config: &str) -> Option<f64> {
+    let prefix = format!("{contender} | {config} | round ");
+    let mut v: Vec<f64> = r
+        .runs
+        .iter()
+        .filter(|x| x.label.starts_with(&prefix))
+        .filter_map(|x| x.rfc2544.as_ref())
+        .map(|s| s.throughput_pps)
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+/// XDP / Linux throughput ratios per configuration (medians over rounds of
+/// the same run), and chain / direct.
+fn print_ratios(r: &ResultFile) {
+    let mut configs: Vec<&str> = r
+        .runs
+        .iter()
+        .filter_map(|x| x.label.split(" | ").nth(1))
+        .collect();
+    configs.dedup();
+    for cfg in configs {
+        let x = median_throughput(r, Contender::Xdp.label(), cfg);
+        let l = median_throughput(r, Contender::Linux.label(), cfg);
+        let ch = median_throughput(r, Contender::XdpChain.label(), cfg);
+        if let (Some(x), Some(l)) = (x, l) {
+            println!(
+                "ratio  {cfg}: xdp {:.3} Mpps / linux {:.3} Mpps = {:.2}x (medians)",
+                x / 1e6,
+                l / 1e6,
+                x / l.max(1.0)
+            );
+        }
+        if let (Some(ch), Some(x)) = (ch, x) {
+            println!(
+                "ratio  {cfg}: 2-NF chain {:.3} Mpps / direct {:.3} Mpps = {:.2} (medians)",
+                ch / 1e6,
+                x / 1e6,
+                ch / x.max(1.0)
+            );
+        }
+    }
+}
