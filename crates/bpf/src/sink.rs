@@ -105,6 +105,65 @@ pub fn read_pinned_stats(path: &Path) -> Result<SinkStats> {
     Ok(sum_stats(&v))
 }
 
+/// Counters of a peregrine sink already attached to `ifindex` (in the calling
+/// thread's namespace), e.g. the pass-through a data plane put on a veth
+/// peer. None if no XDP program runs there or it is not our sink.
+pub fn attached_sink_stats(ifindex: u32) -> Result<Option<MapHandle>> {
+    let Some(id) = crate::xdp::attached_prog_id(ifindex)? else {
+        return Ok(None);
+    };
+    // Safety: plain syscall wrappers; the fd is owned right after.
+    let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
+    if fd < 0 {
+        return Ok(None);
+    }
+    // Safety: a non-negative return is a new fd we own.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let mut map_ids = [0u32; 8];
+    // Safety: zeroed is the valid empty info struct.
+    let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    info.nr_map_ids = map_ids.len() as u32;
+    info.map_ids = map_ids.as_mut_ptr() as u64;
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // Safety: info and map_ids outlive the call; len is info's size.
+    let rc = unsafe {
+        libbpf_sys::bpf_prog_get_info_by_fd(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &mut info,
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Ok(None);
+    }
+    let name: Vec<u8> = info
+        .name
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    if name != b"sink" {
+        return Ok(None);
+    }
+    for &mid in map_ids.iter().take(info.nr_map_ids.min(8) as usize) {
+        if let Ok(m) = MapHandle::from_map_id(mid) {
+            if m.name() == "sink_stats_map" {
+                return Ok(Some(m));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Reads counters from a map found by `attached_sink_stats`.
+pub fn read_stats(map: &MapHandle) -> Result<SinkStats> {
+    let v = map
+        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .map_err(BpfError::libbpf("reading sink counters"))?
+        .unwrap_or_default();
+    Ok(sum_stats(&v))
+}
+
 /// BPF_PROG_RUN fixtures: frame in, verdict and frame out, and the exact
 /// counter change each frame must cause.
 #[cfg(test)]
@@ -333,63 +392,4 @@ mod fixtures {
     fn sink_refuses_other_verdicts() {
         assert!(SinkProgram::load(XdpAction::Tx).is_err());
     }
-}
-
-/// Counters of a peregrine sink already attached to `ifindex` (in the calling
-/// thread's namespace), e.g. the pass-through a data plane put on a veth
-/// peer. None if no XDP program runs there or it is not our sink.
-pub fn attached_sink_stats(ifindex: u32) -> Result<Option<MapHandle>> {
-    let Some(id) = crate::xdp::attached_prog_id(ifindex)? else {
-        return Ok(None);
-    };
-    // Safety: plain syscall wrappers; the fd is owned right after.
-    let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
-    if fd < 0 {
-        return Ok(None);
-    }
-    // Safety: a non-negative return is a new fd we own.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let mut map_ids = [0u32; 8];
-    // Safety: zeroed is the valid empty info struct.
-    let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
-    info.nr_map_ids = map_ids.len() as u32;
-    info.map_ids = map_ids.as_mut_ptr() as u64;
-    let mut len = std::mem::size_of_val(&info) as u32;
-    // Safety: info and map_ids outlive the call; len is info's size.
-    let rc = unsafe {
-        libbpf_sys::bpf_prog_get_info_by_fd(
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            &mut info,
-            &mut len,
-        )
-    };
-    if rc < 0 {
-        return Ok(None);
-    }
-    let name: Vec<u8> = info
-        .name
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    if name != b"sink" {
-        return Ok(None);
-    }
-    for &mid in map_ids.iter().take(info.nr_map_ids.min(8) as usize) {
-        if let Ok(m) = MapHandle::from_map_id(mid) {
-            if m.name() == "sink_stats_map" {
-                return Ok(Some(m));
-            }
-        }
-    }
-    Ok(None)
-}
-
-/// Reads counters from a map found by `attached_sink_stats`.
-pub fn read_stats(map: &MapHandle) -> Result<SinkStats> {
-    let v = map
-        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-        .map_err(BpfError::libbpf("reading sink counters"))?
-        .unwrap_or_default();
-    Ok(sum_stats(&v))
 }

@@ -377,3 +377,109 @@ fn bad_input_gets_one_line_errors_and_changes_nothing() {
     assert!(namespaces("tbad").is_empty());
     assert!(!pins("tbad"));
 }
+
+#[test]
+fn router_and_chain_commands_work_and_leave_nothing() {
+    if !privileged("router_and_chain_commands_work_and_leave_nothing") {
+        return;
+    }
+    let chain_file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/chain.toml");
+    assert!(run(&["lab", "up", "chain"]).status.success());
+    let attach = [
+        "router", "attach", "in0", "out0", "--lab", "chain", "--host", "dut",
+    ];
+    let out = run(&attach);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_one_line_error(&run(&attach), "already attached");
+    assert!(run(&[
+        "lab",
+        "exec",
+        "chain",
+        "gen",
+        "--",
+        "ping",
+        "-c",
+        "2",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        "198.19.0.1"
+    ])
+    .status
+    .success());
+    let out = run(&[
+        "router", "stats", "--lab", "chain", "--host", "dut", "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let in0 = v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"] == "in0")
+        .unwrap();
+    assert!(
+        in0["rx"]["forward"]["packets"].as_u64().unwrap() >= 2,
+        "{v}"
+    );
+    assert!(
+        run(&["router", "detach", "--lab", "chain", "--host", "dut"])
+            .status
+            .success()
+    );
+    assert!(!Path::new("/sys/fs/bpf/peregrine/chain/dp-dut").exists());
+    assert_one_line_error(
+        &run(&["router", "detach", "--lab", "chain", "--host", "dut"]),
+        "no router attached",
+    );
+
+    let out = run(&["chain", "apply", chain_file]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(run(&[
+        "lab",
+        "exec",
+        "chain",
+        "gen",
+        "--",
+        "ping",
+        "-c",
+        "2",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        "198.19.0.1"
+    ])
+    .status
+    .success());
+    let out = run(&[
+        "router", "stats", "--lab", "chain", "--host", "dut", "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let in0 = v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"] == "in0")
+        .unwrap();
+    assert!(
+        in0["rx"]["steer"]["packets"].as_u64().unwrap() >= 2,
+        "ping entered the chain: {v}"
+    );
+    assert!(run(&["chain", "remove", chain_file]).status.success());
+
+    let dir = tmp("chainbad");
+    let bad = topology_file(&dir, "badchain", "lab = \"chain\"\nrouter = \"dut\"\nports = [\"in0\"]\n[[chain]]\nname = \"x\"\nmatch = { dst = \"198.19.0.0/16\" }\nhops = [\"c9\"]\n");
+    assert_one_line_error(&run(&["chain", "apply", &bad]), "hop \"c9\" has no [[nf]]");
+    assert!(run(&["lab", "down", "chain"]).status.success());
+    assert!(namespaces("chain").is_empty());
+    assert!(!pins("chain"));
+}

@@ -15,6 +15,7 @@ pub use lab::{Lab, Lifetime};
 pub use topology::{Endpoint, Topology};
 pub mod measure;
 pub mod napi;
+pub mod netdev;
 pub mod pacing;
 pub mod plot;
 pub mod results;

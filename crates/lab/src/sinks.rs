@@ -42,7 +42,7 @@ pub struct XdpSink {
 
 enum SinkCounters {
     /// Our own program, attached by us.
-    Own(SinkProgram, #[allow(dead_code)] XdpLink),
+    Own(Box<(SinkProgram, XdpLink)>),
     /// A peregrine sink someone else attached there (a data plane's
     /// pass-through): we read its counters and leave it in place.
     Shared(peregrine_bpf::sink::MapHandle),
@@ -53,7 +53,7 @@ impl XdpSink {
         let prog = SinkProgram::load(verdict)?;
         let link = netns::run_in(ns, || prog.attach(iface, mode))??;
         Ok(XdpSink {
-            counters: SinkCounters::Own(prog, link),
+            counters: SinkCounters::Own(Box::new((prog, link))),
             name: format!("xdp-sink {ns}:{iface} ({mode})"),
             pinned: None,
         })
@@ -84,7 +84,7 @@ impl XdpSink {
     /// All counters, including frames that are not the generator's.
     pub fn stats(&self) -> Result<peregrine_bpf::sink::SinkStats> {
         Ok(match &self.counters {
-            SinkCounters::Own(p, _) => p.stats()?,
+            SinkCounters::Own(own) => own.0.stats()?,
             SinkCounters::Shared(m) => peregrine_bpf::sink::read_stats(m)?,
         })
     }
@@ -92,9 +92,9 @@ impl XdpSink {
     /// Pins the counters at `path` (replacing a pin a killed run left) for
     /// as long as this sink lives.
     pub fn pin(&mut self, path: &std::path::Path) -> Result<()> {
-        if let SinkCounters::Own(p, _) = &mut self.counters {
+        if let SinkCounters::Own(own) = &mut self.counters {
             let _ = std::fs::remove_file(path);
-            p.pin_stats(path)?;
+            own.0.pin_stats(path)?;
             self.pinned = Some(path.to_path_buf());
         }
         Ok(())

@@ -1,0 +1,66 @@
+//! Device settings netlink does not carry here: veth offloads through the
+//! ethtool ioctl (struct and command numbers generated from the kernel's
+//! headers, see bpf/include/peregrine/netdev_uapi.h).
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use peregrine_bpf::skel::sink::types::{ethtool_value, peregrine_ethtool_cmd};
+
+use crate::error::{LabError, Result};
+use crate::netns;
+
+#[derive(Debug, Clone, Copy)]
+pub enum Offload {
+    /// TX checksum offload. On veth it leaves TCP/UDP checksums to be filled
+    /// in later, which an XDP redirect never does: the receiver then drops
+    /// the datagram. Labs turn it off so frames carry full checksums.
+    TxChecksum,
+}
+
+/// Turns an offload of `ns:iface` on or off.
+pub fn set_offload(ns: &str, iface: &str, offload: Offload, on: bool) -> Result<()> {
+    let cmd = match offload {
+        Offload::TxChecksum => peregrine_ethtool_cmd::PG_ETHTOOL_STXCSUM,
+    };
+    let mut val = ethtool_value {
+        cmd: cmd.0,
+        data: u32::from(on),
+    };
+    let res = netns::run_in(ns, || -> std::io::Result<()> {
+        // Safety: plain socket(2); the fd is owned right after.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // Safety: fd was just returned by socket(2) and is owned here only.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Safety: ifreq is plain data; zeroed is a valid empty request.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        let name = iface.as_bytes();
+        if name.len() >= req.ifr_name.len() {
+            return Err(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+        }
+        for (d, s) in req.ifr_name.iter_mut().zip(name) {
+            *d = *s as libc::c_char;
+        }
+        req.ifr_ifru.ifru_data = (&mut val as *mut ethtool_value).cast();
+        // Safety: req points at a valid ifreq whose data points at `val`,
+        // both alive for the call.
+        let rc = unsafe {
+            libc::ioctl(
+                sock.as_raw_fd(),
+                peregrine_ethtool_cmd::PG_SIOCETHTOOL.0 as libc::c_ulong,
+                &mut req,
+            )
+        };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    })?;
+    res.map_err(|e| {
+        LabError::Other(format!(
+            "setting {offload:?} {} on {ns}:{iface}: {e}",
+            if on { "on" } else { "off" }
+        ))
+    })
+}

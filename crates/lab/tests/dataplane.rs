@@ -1,0 +1,317 @@
+//! The XDP router and service chains carrying real traffic in a lab: ping,
+//! UDP through sockets (the receiving kernel checks every checksum), TCP with
+//! iperf3, a route added with `ip route` while traffic runs, and a chain
+//! whose filter drops what its ACL says.
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use peregrine_bpf::gen::FrameSizes;
+use peregrine_bpf::router::{action_name, FibMode, ACTIONS};
+use peregrine_bpf::testing::privileged;
+use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_lab::dataplane::{Dataplane, DataplaneConfig};
+use peregrine_lab::lab;
+use peregrine_lab::nl::Netlink;
+use peregrine_lab::pacing::{Limit, Rate};
+use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
+use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
+use peregrine_lab::{Lab, Lifetime, Topology};
+use peregrine_wire::UdpFrameSpec;
+
+fn chain_lab(name: &str) -> Lab {
+    let mut t = Topology::from_toml(peregrine_lab::topology::builtin::CHAIN).unwrap();
+    t.name = name.into();
+    Lab::up(t, Lifetime::Ephemeral).unwrap()
+}
+
+fn run(lab: &str, host: &str, cmd: &[&str]) -> i32 {
+    lab::exec(
+        lab,
+        host,
+        &cmd.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+    )
+    .unwrap()
+}
+
+fn count(st: &peregrine_bpf::router::PortStats, name: &str) -> u64 {
+    st.packets[(0..ACTIONS).find(|&a| action_name(a) == name).unwrap()]
+}
+
+/// UDP datagrams from gen's own address through the DUT to `dst`.
+fn udp_from_gen(lab: &Lab, backend: Backend, src: &str, dst: &str, port: u16) -> TrafficSpec {
+    let mut nl = Netlink::new().unwrap();
+    TrafficSpec {
+        ns: lab.ns("gen"),
+        iface: "eth0".into(),
+        frame: UdpFrameSpec {
+            src_mac: nl.mac_of(&lab.ns("gen"), "eth0").unwrap(),
+            dst_mac: nl.mac_of(&lab.ns("dut"), "in0").unwrap(),
+            src_ip: src.parse().unwrap(),
+            dst_ip: dst.parse().unwrap(),
+            src_port: 20000,
+            dst_port: port,
+            ttl: 64,
+            frame_len: 0,
+        },
+        sizes: FrameSizes::Fixed(128),
+        flows: 1,
+        stamp: true,
+        cpus: vec![0],
+        backend,
+        dry_run: false,
+        vary_dst: false,
+    }
+}
+
+fn send(spec: TrafficSpec, peer: Option<(String, String)>, n: u64, pps: f64) -> u64 {
+    let gen = Generator::new(spec, peer).unwrap();
+    let off = gen
+        .run(
+            Rate::Pps(pps),
+            Limit {
+                count: Some(n),
+                duration: Some(Duration::from_secs(10)),
+            },
+            &Arc::new(AtomicU64::new(0)),
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    off.packets
+}
+
+#[test]
+fn router_carries_ping_udp_and_tcp_intact() {
+    if !privileged("router_carries_ping_udp_and_tcp_intact") {
+        return;
+    }
+    let lab = chain_lab("trt");
+    let topo = lab.topo.clone();
+    let mut dp = Dataplane::router(
+        Some(&lab.ns("dut")),
+        &["in0".into(), "out0".into()],
+        XdpMode::Native,
+        FibMode::Full,
+        false,
+    )
+    .unwrap();
+    dp.prepare_peers(&topo, "dut").unwrap();
+    assert_eq!(
+        run(
+            "trt",
+            "gen",
+            &["ping", "-c", "3", "-i", "0.2", "-W", "2", "198.19.0.1"]
+        ),
+        0
+    );
+    assert_eq!(
+        run(
+            "trt",
+            "gen",
+            &[
+                "ping",
+                "-6",
+                "-c",
+                "3",
+                "-i",
+                "0.2",
+                "-W",
+                "2",
+                "2001:db8:2::2"
+            ]
+        ),
+        0
+    );
+    // TTL expiry is answered by the kernel (traceroute-style ping with ttl 1).
+    assert_ne!(
+        run(
+            "trt",
+            "gen",
+            &["ping", "-c", "1", "-t", "1", "-W", "1", "198.19.0.1"]
+        ),
+        0
+    );
+
+    let before = dp.router.stats(dp.ports[0].1.ifindex).unwrap();
+    // UDP: a socket counts only datagrams its kernel accepted (IP and UDP
+    // checksums, lengths), so every one arriving proves the rewrite intact.
+    let sock = SocketSink::start(&lab.ns("sink"), "198.19.0.1:9".parse().unwrap()).unwrap();
+    for backend in [Backend::Socket, Backend::Xdp] {
+        let src = if backend == Backend::Xdp {
+            "198.18.1.100"
+        } else {
+            "198.18.1.1"
+        };
+        let before_sock = sock.delivered().unwrap().packets;
+        let sent = send(
+            udp_from_gen(&lab, backend, src, "198.19.0.1", 9),
+            Some((lab.ns("dut"), "in0".into())),
+            20_000,
+            100_000.0,
+        );
+        assert_eq!(sent, 20_000, "{backend:?}");
+        assert_eq!(
+            sock.delivered().unwrap().packets - before_sock,
+            20_000,
+            "{backend:?}: all accepted by the receiver"
+        );
+    }
+    let after = dp.router.stats(dp.ports[0].1.ifindex).unwrap();
+    assert!(
+        count(&after, "forward") - count(&before, "forward") >= 40_000,
+        "the XDP router, not the kernel, forwarded them"
+    );
+    drop(sock);
+
+    // TCP with iperf3, both directions through the router.
+    let server =
+        std::thread::spawn(|| run("trt", "sink", &["iperf3", "-s", "-1", "-B", "198.19.0.1"]));
+    std::thread::sleep(Duration::from_millis(500));
+    let client = run(
+        "trt",
+        "gen",
+        &[
+            "iperf3",
+            "-c",
+            "198.19.0.1",
+            "-t",
+            "2",
+            "--connect-timeout",
+            "3000",
+        ],
+    );
+    assert_eq!(client, 0, "iperf3 through the router");
+    assert_eq!(server.join().unwrap(), 0);
+}
+
+#[test]
+fn route_added_with_ip_route_takes_effect_while_traffic_runs() {
+    if !privileged("route_added_with_ip_route_takes_effect_while_traffic_runs") {
+        return;
+    }
+    let lab = chain_lab("troute");
+    let sink = XdpSink::attach(&lab.ns("sink"), "eth0", XdpAction::Drop, XdpMode::Native).unwrap();
+    let dp = Dataplane::router(
+        Some(&lab.ns("dut")),
+        &["in0".into(), "out0".into()],
+        XdpMode::Native,
+        FibMode::Full,
+        false,
+    )
+    .unwrap();
+    // 198.18.99.0/24 is routed nowhere yet.
+    let spec = udp_from_gen(&lab, Backend::Xdp, "198.18.1.100", "198.18.99.1", 9);
+    let gen = Generator::new(spec, Some((lab.ns("dut"), "in0".into()))).unwrap();
+    let progress = Arc::new(AtomicU64::new(0));
+    let in0 = dp.ports[0].1.ifindex;
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            gen.run(
+                Rate::Pps(100_000.0),
+                Limit {
+                    count: None,
+                    duration: Some(Duration::from_secs(3)),
+                },
+                &progress,
+            )
+        });
+        std::thread::sleep(Duration::from_millis(1000));
+        assert_eq!(sink.delivered().unwrap().packets, 0, "no route yet");
+        assert!(
+            count(&dp.router.stats(in0).unwrap(), "pass_local") > 10_000,
+            "unroutable frames go to the kernel"
+        );
+        // The user's way: plain `ip route`, no restart of anything.
+        assert_eq!(
+            run(
+                "troute",
+                "dut",
+                &["ip", "route", "add", "198.18.99.0/24", "via", "198.18.2.2"]
+            ),
+            0
+        );
+        let at_change = progress.load(std::sync::atomic::Ordering::Relaxed);
+        let off = h.join().unwrap().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let delivered = sink.delivered().unwrap().packets;
+        let after_change = off.packets - at_change;
+        assert!(
+            delivered + 2_000 >= after_change,
+            "delivered {delivered} of {after_change} sent after the route was added"
+        );
+        assert!(delivered > 100_000, "{delivered}");
+    });
+    assert!(count(&dp.router.stats(in0).unwrap(), "forward") > 100_000);
+}
+
+#[test]
+fn chain_passes_both_functions_and_filters() {
+    if !privileged("chain_passes_both_functions_and_filters") {
+        return;
+    }
+    let lab = chain_lab("tchain");
+    let cfg = DataplaneConfig::from_toml(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/chain.toml"
+        ))
+        .unwrap()
+        .replace("lab = \"chain\"", "lab = \"tchain\""),
+    )
+    .unwrap();
+    let dp = Dataplane::deploy(&lab.topo, &cfg).unwrap();
+    assert_eq!(
+        run(
+            "tchain",
+            "gen",
+            &["ping", "-c", "3", "-i", "0.2", "-W", "2", "198.19.0.1"]
+        ),
+        0,
+        "ping through the chain"
+    );
+    let sock = SocketSink::start(&lab.ns("sink"), "198.19.0.1:9".parse().unwrap()).unwrap();
+    let dns = SocketSink::start(&lab.ns("sink"), "198.19.0.1:53".parse().unwrap()).unwrap();
+    let sent = send(
+        udp_from_gen(&lab, Backend::Socket, "198.18.1.1", "198.19.0.1", 9),
+        None,
+        10_000,
+        50_000.0,
+    );
+    assert_eq!(sent, 10_000);
+    assert_eq!(
+        sock.delivered().unwrap().packets,
+        10_000,
+        "every datagram through c1 and c2, intact"
+    );
+    let sent53 = send(
+        udp_from_gen(&lab, Backend::Socket, "198.18.1.1", "198.19.0.1", 53),
+        None,
+        1_000,
+        50_000.0,
+    );
+    assert_eq!(sent53, 1_000);
+    assert_eq!(
+        dns.delivered().unwrap().packets,
+        0,
+        "c2's ACL drops UDP port 53"
+    );
+    let c1 = dp
+        .nfs
+        .iter()
+        .find(|n| n.host == "c1")
+        .unwrap()
+        .prog
+        .stats()
+        .unwrap();
+    let c2 = dp
+        .nfs
+        .iter()
+        .find(|n| n.host == "c2")
+        .unwrap()
+        .prog
+        .stats()
+        .unwrap();
+    assert!(c1.sent >= 11_000, "{c1:?}");
+    assert!(c2.dropped >= 1_000 && c2.dropped < 1_010, "{c2:?}");
+    assert!(c2.sent >= 10_000, "{c2:?}");
+}

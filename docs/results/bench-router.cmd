@@ -1,0 +1,1 @@
+./target/release/peregrine bench router --out docs/results
