@@ -264,6 +264,45 @@ fn router_fixtures() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     let st = dp.router.stats(in0).unwrap();
     assert_eq!(count_in(&st, "steer"), 3);
+
+    // Direct FIB mode (BPF_FIB_LOOKUP_DIRECT) routes the same way here.
+    drop(_in_r);
+    drop(dp);
+    let direct = Dataplane::router(
+        Some(&ns),
+        &["in0".into(), "out0".into()],
+        XdpMode::Native,
+        FibMode::Direct,
+        false,
+    )
+    .unwrap();
+    let _in_r = NetnsGuard::enter(&ns).unwrap();
+    let fx = [
+        Fixture::new(
+            "direct: ipv4 forward",
+            build(&from_a("198.19.0.5", 64)),
+            XdpAction::Redirect,
+            Expect::Frame(routed(from_a("198.19.0.5", 64))),
+        )
+        .on(in0),
+        Fixture::new(
+            "direct: ipv6 forward",
+            build(&from_a("2001:db8:99::5", 64)),
+            XdpAction::Redirect,
+            Expect::Frame(routed(from_a("2001:db8:99::5", 64))),
+        )
+        .on(in0),
+        pass(
+            "direct: unresolved neighbour",
+            build(&from_a("198.19.99.5", 64)),
+        ),
+    ];
+    let failures: Vec<String> = fx
+        .iter()
+        .filter_map(|f| check(direct.router.prog(), f).err())
+        .map(|m| m.to_string())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 fn count_in(st: &peregrine_bpf::router::PortStats, name: &str) -> u64 {
