@@ -202,6 +202,36 @@ pub(crate) fn lab_sink(lab: &str, ns: &str, ep: &Endpoint, verdict: XdpAction) -
     Ok(s)
 }
 
+/// A run of one trial, shown live as it goes.
+#[allow(clippy::too_many_arguments)]
+fn one_trial_run(
+    label: String,
+    gen: &Generator,
+    sink: &dyn Sink,
+    phase: &str,
+    rate: Rate,
+    dur: Duration,
+    mean: f64,
+    spec: &TrafficSpec,
+    sink_desc: &str,
+) -> Result<Run> {
+    let t = run_trial(
+        gen,
+        sink,
+        phase,
+        rate,
+        dur,
+        mean,
+        &mut progress_line(&label),
+    )?;
+    Ok(Run {
+        label,
+        params: params(spec, sink_desc),
+        trials: vec![t],
+        rfc2544: None,
+    })
+}
+
 /// Addresses and MACs for traffic from `from` to `to_ip` via the veth peer.
 pub(crate) fn frame_for(
     lab: &Lab,
@@ -335,21 +365,17 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
         eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
         let gen = Generator::new(spec.clone(), None)?;
         let count = peregrine_lab::sinks::GeneratorCount(&gen);
-        let t = run_trial(
+        runs.push(one_trial_run(
+            label,
             &gen,
             &count,
             "max",
             Rate::Max,
             dur,
             mean,
-            &mut progress_line(&label),
-        )?;
-        runs.push(Run {
-            label,
-            params: params(&spec, &count.describe()),
-            trials: vec![t],
-            rfc2544: None,
-        });
+            &spec,
+            &count.describe(),
+        )?);
     }
 
     // Contenders at full speed into the XDP drop sink.
@@ -372,41 +398,33 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
             signals::check()?;
             eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
             let gen = Generator::new(spec.clone(), Some((sink_ns.clone(), peer.iface.clone())))?;
-            let t = run_trial(
+            runs.push(one_trial_run(
+                label,
                 &gen,
                 &sink,
                 "max",
                 Rate::Max,
                 dur,
                 mean,
-                &mut progress_line(&label),
-            )?;
-            runs.push(Run {
-                label,
-                params: params(&spec, &sink_desc),
-                trials: vec![t],
-                rfc2544: None,
-            });
+                &spec,
+                &sink_desc,
+            )?);
         }
         // Rate accuracy: a set rate, judged per 1 s window at the sink.
         let label = format!("xdp live frames at {:.3} Mpps", a.rate_check / 1e6);
         eprintln!("{label}: paced for {:.1}s", dur.as_secs_f64().max(3.0));
         let gen = Generator::new(base.clone(), None)?;
-        let t = run_trial(
+        runs.push(one_trial_run(
+            label,
             &gen,
             &sink,
             "fixed",
             Rate::Pps(a.rate_check),
             dur.max(Duration::from_secs(3)),
             mean,
-            &mut progress_line(&label),
-        )?;
-        runs.push(Run {
-            label,
-            params: params(&base, &sink_desc),
-            trials: vec![t],
-            rfc2544: None,
-        });
+            &base,
+            &sink_desc,
+        )?);
     }
     // Latency: live frames with timestamps into a UDP socket (XDP pass in front).
     if sizes != FrameSizes::Imix {
@@ -418,21 +436,17 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
         let label = "xdp live frames -> UDP socket, 100 kpps".to_string();
         eprintln!("{label}: latency for {:.1}s", dur.as_secs_f64());
         let gen = Generator::new(spec.clone(), None)?;
-        let t = run_trial(
+        runs.push(one_trial_run(
+            label,
             &gen,
             &sock,
             "fixed",
             Rate::Pps(100_000.0),
             dur,
             mean,
-            &mut progress_line(&label),
-        )?;
-        runs.push(Run {
-            label,
-            params: params(&spec, &sock.describe()),
-            trials: vec![t],
-            rfc2544: None,
-        });
+            &spec,
+            &sock.describe(),
+        )?);
     }
     drop(nl);
     drop(lab);
@@ -625,21 +639,17 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
         let label = "generator -> XDP drop sink".to_string();
         eprintln!("{label}");
         let gen = Generator::new(spec.clone(), None)?;
-        let t = run_trial(
+        runs.push(one_trial_run(
+            label,
             &gen,
             &sink,
             "max",
             Rate::Max,
             trial,
             mean,
-            &mut progress_line(&label),
-        )?;
-        runs.push(Run {
-            label,
-            params: params(&spec, &sink.describe()),
-            trials: vec![t],
-            rfc2544: None,
-        });
+            &spec,
+            &sink.describe(),
+        )?);
     }
     // 2. RFC 2544 throughput of Linux IPv4 forwarding in the DUT.
     {

@@ -378,6 +378,42 @@ fn bad_input_gets_one_line_errors_and_changes_nothing() {
     assert!(!pins("tbad"));
 }
 
+fn ping_sink_from_gen() -> bool {
+    run(&[
+        "lab",
+        "exec",
+        "chain",
+        "gen",
+        "--",
+        "ping",
+        "-c",
+        "2",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        "198.19.0.1",
+    ])
+    .status
+    .success()
+}
+
+/// Packets the router counted under `action` at port in0 (`router stats --json`).
+fn in0_rx(action: &str) -> u64 {
+    let out = run(&[
+        "router", "stats", "--lab", "chain", "--host", "dut", "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let in0 = v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"] == "in0")
+        .cloned()
+        .unwrap();
+    in0["rx"][action]["packets"].as_u64().unwrap()
+}
+
 #[test]
 fn router_and_chain_commands_work_and_leave_nothing() {
     if !privileged("router_and_chain_commands_work_and_leave_nothing") {
@@ -395,37 +431,8 @@ fn router_and_chain_commands_work_and_leave_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_one_line_error(&run(&attach), "already attached");
-    assert!(run(&[
-        "lab",
-        "exec",
-        "chain",
-        "gen",
-        "--",
-        "ping",
-        "-c",
-        "2",
-        "-i",
-        "0.2",
-        "-W",
-        "2",
-        "198.19.0.1"
-    ])
-    .status
-    .success());
-    let out = run(&[
-        "router", "stats", "--lab", "chain", "--host", "dut", "--json",
-    ]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let in0 = v["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["port"] == "in0")
-        .unwrap();
-    assert!(
-        in0["rx"]["forward"]["packets"].as_u64().unwrap() >= 2,
-        "{v}"
-    );
+    assert!(ping_sink_from_gen(), "ping through the data plane");
+    assert!(in0_rx("forward") >= 2, "the router forwarded the ping");
     assert!(
         run(&["router", "detach", "--lab", "chain", "--host", "dut"])
             .status
@@ -443,37 +450,8 @@ fn router_and_chain_commands_work_and_leave_nothing() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(run(&[
-        "lab",
-        "exec",
-        "chain",
-        "gen",
-        "--",
-        "ping",
-        "-c",
-        "2",
-        "-i",
-        "0.2",
-        "-W",
-        "2",
-        "198.19.0.1"
-    ])
-    .status
-    .success());
-    let out = run(&[
-        "router", "stats", "--lab", "chain", "--host", "dut", "--json",
-    ]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let in0 = v["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["port"] == "in0")
-        .unwrap();
-    assert!(
-        in0["rx"]["steer"]["packets"].as_u64().unwrap() >= 2,
-        "ping entered the chain: {v}"
-    );
+    assert!(ping_sink_from_gen(), "ping through the data plane");
+    assert!(in0_rx("steer") >= 2, "the ping entered the chain");
     assert!(run(&["chain", "remove", chain_file]).status.success());
 
     let dir = tmp("chainbad");
