@@ -5,6 +5,7 @@
 //! live frames).
 
 pub mod bpffs;
+pub mod dispatch;
 pub mod error;
 pub mod fixture;
 pub mod gen;
@@ -35,5 +36,8 @@ pub mod skel {
     }
     pub mod nf {
         include!(concat!(env!("OUT_DIR"), "/nf.skel.rs"));
+    }
+    pub mod dispatch {
+        include!(concat!(env!("OUT_DIR"), "/dispatch.skel.rs"));
     }
 }

@@ -42,5 +42,7 @@ unsafe impl Pod for crate::skel::router::types::steer_l4_key {}
 unsafe impl Pod for crate::skel::router::types::steer_mac_key {}
 unsafe impl Pod for crate::skel::router::types::steer_target {}
 unsafe impl Pod for crate::skel::nf::types::nf_stats {}
+unsafe impl Pod for crate::skel::dispatch::types::dispatch_func {}
+unsafe impl Pod for crate::skel::dispatch::types::dispatch_stats {}
 unsafe impl Pod for crate::skel::gen::types::gen_meta {}
 unsafe impl Pod for crate::skel::gen::types::xdp_md {}

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
+/* Function dispatch for the AF_XDP invoker: a UDP datagram (IPv4 or IPv6) to
+ * a registered port goes to one of its function's AF_XDP sockets on the RX
+ * queue it arrived on, round robin or by flow hash. Everything else (ARP,
+ * ND, other ports, malformed frames) is passed to the kernel. Functions and
+ * workers change at run time through the maps, without reloading.
+ */
+#include <linux/bpf.h>
+#include "peregrine/parse.h"
+#include "peregrine/dispatch_kern_user.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, DISPATCH_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+/* UDP destination port (network order) -> function id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u16);
+	__type(value, __u32);
+} ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DISPATCH_MAX_FUNCS);
+	__type(key, __u32);
+	__type(value, struct dispatch_func);
+} funcs SEC(".maps");
+
+/* Round-robin position per CPU and function. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DISPATCH_MAX_FUNCS);
+	__type(key, __u32);
+	__type(value, __u32);
+} rr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DISPATCH_MAX_FUNCS);
+	__type(key, __u32);
+	__type(value, struct dispatch_stats);
+} dispatch_stats_map SEC(".maps");
+
+struct dispatch_func dispatch_func_anchor;
+struct dispatch_stats dispatch_stats_anchor;
+enum dispatch_limits dispatch_limits_anchor;
+enum dispatch_policy dispatch_policy_anchor;
+
+SEC("xdp")
+int dispatch(struct xdp_md *ctx)
+{
+	struct cursor c = {
+		.pos = (void *)(long)ctx->data,
+		.end = (void *)(long)ctx->data_end,
+	};
+	__u64 len = c.end - c.pos;
+	__u32 flow;
+	__u8 proto;
+
+	struct ethhdr *eth = cursor_take(&c, sizeof(*eth));
+	if (!eth)
+		return XDP_PASS;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = cursor_take(&c, sizeof(*ip));
+		if (!ip || ip->version != 4 || ip->ihl < 5)
+			return XDP_PASS;
+		if (ip->ihl > 5 && !cursor_take(&c, (ip->ihl - 5) * 4))
+			return XDP_PASS;
+		if (ip->frag_off & bpf_htons(0x3fff))
+			return XDP_PASS; /* fragments: the kernel reassembles */
+		proto = ip->protocol;
+		flow = ip->saddr;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = cursor_take(&c, sizeof(*ip6));
+		if (!ip6 || ip6->version != 6)
+			return XDP_PASS;
+		proto = ip6->nexthdr;
+		flow = ip6->saddr.in6_u.u6_addr32[0] ^ ip6->saddr.in6_u.u6_addr32[1] ^
+		       ip6->saddr.in6_u.u6_addr32[2] ^ ip6->saddr.in6_u.u6_addr32[3];
+	} else {
+		return XDP_PASS;
+	}
+	if (proto != IPPROTO_UDP)
+		return XDP_PASS;
+	struct udphdr *udp = cursor_take(&c, sizeof(*udp));
+	if (!udp)
+		return XDP_PASS;
+
+	__u16 port = udp->dest;
+	__u32 *id = bpf_map_lookup_elem(&ports, &port);
+	if (!id)
+		return XDP_PASS;
+	__u32 fid = *id;
+	struct dispatch_func *f = bpf_map_lookup_elem(&funcs, &fid);
+	struct dispatch_stats *st = bpf_map_lookup_elem(&dispatch_stats_map, &fid);
+	if (!f || !st)
+		return XDP_PASS;
+	__u32 socks = f->socks;
+	if (socks == 0 || socks > DISPATCH_MAX_SOCKS) {
+		st->disabled++;
+		return XDP_PASS;
+	}
+	__u32 queue = ctx->rx_queue_index;
+	if (queue >= DISPATCH_MAX_QUEUES)
+		queue = 0;
+
+	__u32 w;
+	if (f->policy == DISPATCH_FLOW_HASH) {
+		__u32 h = (flow ^ ((__u32)udp->source << 16)) * 0x9e3779b1;
+		w = (h >> 16) % socks;
+	} else {
+		__u32 *pos = bpf_map_lookup_elem(&rr, &fid);
+		if (!pos)
+			return XDP_PASS;
+		w = *pos % socks;
+		*pos = w + 1;
+	}
+	__u32 slot = (fid * DISPATCH_MAX_QUEUES + queue) * DISPATCH_MAX_SOCKS + w;
+	int act = bpf_redirect_map(&xsks, slot, XDP_PASS);
+	if (act == XDP_REDIRECT) {
+		st->packets++;
+		st->bytes += len;
+	} else {
+		st->no_socket++;
+	}
+	return act;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

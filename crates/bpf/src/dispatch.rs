@@ -1,0 +1,241 @@
+//! Control side of `bpf/dispatch.bpf.c`: UDP port -> function -> AF_XDP socket.
+use std::mem::MaybeUninit;
+use std::os::fd::RawFd;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::error::{BpfError, Result};
+use crate::loader::Loaded;
+use crate::pod::Pod;
+use crate::skel::dispatch::types::{dispatch_func, dispatch_limits, dispatch_policy};
+use crate::skel::dispatch::{DispatchSkel, DispatchSkelBuilder};
+use crate::xdp::{XdpLink, XdpMode};
+
+pub use crate::skel::dispatch::types::dispatch_stats as DispatchStats;
+
+pub const MAX_FUNCS: u32 = dispatch_limits::DISPATCH_MAX_FUNCS.0;
+pub const MAX_SOCKS: u32 = dispatch_limits::DISPATCH_MAX_SOCKS.0;
+pub const MAX_QUEUES: u32 = dispatch_limits::DISPATCH_MAX_QUEUES.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    RoundRobin,
+    FlowHash,
+}
+
+impl Policy {
+    fn raw(self) -> u32 {
+        match self {
+            Policy::RoundRobin => dispatch_policy::DISPATCH_ROUND_ROBIN.0,
+            Policy::FlowHash => dispatch_policy::DISPATCH_FLOW_HASH.0,
+        }
+    }
+}
+
+/// XSKMAP slot of function `id`'s worker `worker` on RX queue `queue`.
+pub fn slot(id: u32, queue: u32, worker: u32) -> u32 {
+    (id * MAX_QUEUES + queue) * MAX_SOCKS + worker
+}
+
+pub struct DispatchProgram {
+    skel: Loaded<DispatchSkel<'static>>,
+}
+
+impl DispatchProgram {
+    pub fn load() -> Result<DispatchProgram> {
+        let skel = Loaded::new(
+            "dispatch.bpf.o",
+            |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
+                let open = DispatchSkelBuilder::default()
+                    .open(storage)
+                    .map_err(BpfError::libbpf("opening dispatch.bpf.o"))?;
+                open.load()
+                    .map_err(BpfError::libbpf("loading dispatch.bpf.o"))
+            },
+        )?;
+        Ok(DispatchProgram { skel })
+    }
+
+    pub fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.dispatch
+    }
+
+    pub fn attach(&self, iface: &str, mode: XdpMode) -> Result<XdpLink> {
+        XdpLink::attach(self.prog(), iface, mode)
+    }
+
+    fn check_id(id: u32) -> Result<()> {
+        if id >= MAX_FUNCS {
+            return Err(BpfError::Invalid(format!(
+                "function id {id}: at most {MAX_FUNCS} functions"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Routes UDP port `port` to function `id` with `workers` sockets per RX
+    /// queue (0: registered but off; its datagrams go to the kernel).
+    pub fn set_function(&self, id: u32, port: u16, workers: u32, policy: Policy) -> Result<()> {
+        Self::check_id(id)?;
+        self.set_workers(id, workers, policy)?;
+        self.skel
+            .maps
+            .ports
+            .update(&port.to_be_bytes(), &id.to_ne_bytes(), MapFlags::ANY)
+            .map_err(BpfError::libbpf(format!(
+                "routing UDP port {port} to function {id}"
+            )))
+    }
+
+    /// Changes how many workers per queue a function uses, at run time.
+    pub fn set_workers(&self, id: u32, workers: u32, policy: Policy) -> Result<()> {
+        Self::check_id(id)?;
+        if workers > MAX_SOCKS {
+            return Err(BpfError::Invalid(format!(
+                "{workers} workers per queue: at most {MAX_SOCKS}"
+            )));
+        }
+        let f = dispatch_func {
+            socks: workers,
+            policy: policy.raw(),
+        };
+        self.skel
+            .maps
+            .funcs
+            .update(&id.to_ne_bytes(), f.as_bytes(), MapFlags::ANY)
+            .map_err(BpfError::libbpf(format!("configuring function {id}")))
+    }
+
+    /// Stops routing `port` (its datagrams go to the kernel again).
+    pub fn remove_port(&self, port: u16) -> Result<()> {
+        self.skel
+            .maps
+            .ports
+            .delete(&port.to_be_bytes())
+            .map_err(BpfError::libbpf(format!("removing UDP port {port}")))
+    }
+
+    /// Puts an AF_XDP socket (its fd) in slot `slot`.
+    pub fn register_socket(&self, slot: u32, fd: RawFd) -> Result<()> {
+        self.skel
+            .maps
+            .xsks
+            .update(
+                &slot.to_ne_bytes(),
+                &(fd as u32).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(BpfError::libbpf(format!(
+                "registering an AF_XDP socket in slot {slot}"
+            )))
+    }
+
+    pub fn unregister_socket(&self, slot: u32) -> Result<()> {
+        self.skel
+            .maps
+            .xsks
+            .delete(&slot.to_ne_bytes())
+            .map_err(BpfError::libbpf(format!("clearing slot {slot}")))
+    }
+
+    pub fn stats(&self, id: u32) -> Result<DispatchStats> {
+        let v = self
+            .skel
+            .maps
+            .dispatch_stats_map
+            .lookup_percpu(&id.to_ne_bytes(), MapFlags::ANY)
+            .map_err(BpfError::libbpf("reading dispatch counters"))?
+            .unwrap_or_default();
+        Ok(v.iter().filter_map(|b| DispatchStats::from_bytes(b)).fold(
+            DispatchStats::default(),
+            |a, b| DispatchStats {
+                packets: a.packets + b.packets,
+                bytes: a.bytes + b.bytes,
+                no_socket: a.no_socket + b.no_socket,
+                disabled: a.disabled + b.disabled,
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod fixtures {
+    use super::*;
+    use crate::fixture::{check_all, truncations, Expect, Fixture};
+    use crate::testing::privileged;
+    use crate::XdpAction;
+    use peregrine_wire::{MacAddr, UdpFrameSpec};
+
+    fn udp(dst: &str, port: u16) -> Vec<u8> {
+        let v6 = dst.contains(':');
+        UdpFrameSpec {
+            src_mac: MacAddr::local(1),
+            dst_mac: MacAddr::local(2),
+            src_ip: if v6 { "2001:db8::1" } else { "198.18.0.1" }
+                .parse()
+                .unwrap(),
+            dst_ip: dst.parse().unwrap(),
+            src_port: 3333,
+            dst_port: port,
+            ttl: 64,
+            frame_len: 200,
+        }
+        .build(b"request")
+        .unwrap()
+    }
+
+    #[test]
+    fn everything_without_a_socket_goes_to_the_kernel_and_is_counted() {
+        if !privileged("everything_without_a_socket_goes_to_the_kernel_and_is_counted") {
+            return;
+        }
+        let d = DispatchProgram::load().unwrap();
+        d.set_function(1, 1232, 2, Policy::RoundRobin).unwrap();
+        d.set_function(2, 7000, 0, Policy::FlowHash).unwrap();
+        let pass = |n: &str, f: Vec<u8>| Fixture::new(n, f, XdpAction::Pass, Expect::Unchanged);
+        let v4 = udp("198.18.0.2", 1232);
+        let mut fx = vec![
+            pass("v4 to a function without sockets", v4.clone()),
+            pass("v6 to a function without sockets", udp("2001:db8::2", 1232)),
+            pass("v4 to a disabled function", udp("198.18.0.2", 7000)),
+            pass("v4 to an unknown port", udp("198.18.0.2", 53)),
+            pass("arp", {
+                let mut a = vec![0xff; 6];
+                a.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+                a.extend_from_slice(&[0; 28]);
+                a
+            }),
+            pass("garbage", vec![0x42; 64]),
+        ];
+        let mut frag = v4.clone();
+        frag[20] = 0x20;
+        fx.push(pass("fragment", frag));
+        let mut tcp = v4.clone();
+        tcp[23] = 6;
+        fx.push(pass("tcp", tcp));
+        for (n, cut) in truncations(&v4, 42) {
+            fx.push(pass(&format!("cut at {n}"), cut));
+        }
+        let bad: Vec<String> = check_all(d.prog(), &fx)
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+        let s1 = d.stats(1).unwrap();
+        assert_eq!((s1.packets, s1.no_socket, s1.disabled), (0, 2, 0));
+        let s2 = d.stats(2).unwrap();
+        assert_eq!((s2.packets, s2.no_socket, s2.disabled), (0, 0, 1));
+        // Removing the port: the function no longer sees its datagrams.
+        d.remove_port(1232).unwrap();
+        check_all(d.prog(), &[pass("after removal", v4)]);
+        assert_eq!(d.stats(1).unwrap().no_socket, 2);
+    }
+
+    #[test]
+    fn limits_are_checked() {
+        assert_eq!(slot(0, 0, 0), 0);
+        assert_eq!(slot(1, 0, 0), MAX_QUEUES * MAX_SOCKS);
+        assert_eq!(slot(0, 1, 3), MAX_SOCKS + 3);
+    }
+}
