@@ -426,6 +426,33 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
             &sink_desc,
         )?);
     }
+    // Live frames into AF_XDP sockets (copy mode on veth): every frame checked.
+    {
+        signals::check()?;
+        let queues = ncpu as u32;
+        let cpus: Vec<usize> = (0..ncpu).map(|c| (c + 1) % ncpu).collect();
+        let xsk = peregrine_lab::sinks::XskSink::start(&sink_ns, &peer.iface, 9, queues, &cpus)?;
+        let label = format!("xdp live frames -> AF_XDP ({}), 1 thread", xsk.mode);
+        eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
+        let gen = Generator::new(base.clone(), None)?;
+        runs.push(one_trial_run(
+            label,
+            &gen,
+            &xsk,
+            "max",
+            Rate::Max,
+            dur,
+            mean,
+            &base,
+            &xsk.describe(),
+        )?);
+        if xsk.corrupt() > 0 {
+            anyhow::bail!(
+                "{} frames arrived at the AF_XDP sink corrupted",
+                xsk.corrupt()
+            );
+        }
+    }
     // Latency: live frames with timestamps into a UDP socket (XDP pass in front).
     if sizes != FrameSizes::Imix {
         signals::check()?;
