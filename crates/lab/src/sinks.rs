@@ -376,7 +376,7 @@ impl XskSink {
                 let mut round = 0u32;
                 while !st.load(Ordering::Relaxed) {
                     round = round.wrapping_add(1);
-                    if round % 4096 == 0 {
+                    if round.is_multiple_of(4096) {
                         if let Ok(k) = xsk.kernel_stats() {
                             c.kernel_drops.store(
                                 k.rx_dropped
