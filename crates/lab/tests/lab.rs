@@ -50,19 +50,10 @@ fn assert_no_residue(lab: &str) {
 }
 
 fn ping(lab: &str, host: &str, ip: &str) -> i32 {
-    lab::exec(
-        lab,
-        host,
-        &[
-            "ping".into(),
-            "-c".into(),
-            "1".into(),
-            "-W".into(),
-            "2".into(),
-            ip.into(),
-        ],
-    )
-    .unwrap()
+    // One reply within 5 s: a bridge port may still be coming up right after
+    // the lab is built, and the first ARP request can go unanswered.
+    let args = ["ping", "-c", "1", "-w", "5", ip];
+    lab::exec(lab, host, &args.map(String::from)).unwrap()
 }
 
 #[test]
