@@ -33,6 +33,37 @@ pub trait Sink: Send + Sync {
     fn describe(&self) -> String;
 }
 
+/// One-way latencies (ns) recorded by a sink's receive threads, taken (and
+/// reset) once per trial.
+#[derive(Clone)]
+struct Latencies(Arc<Mutex<Histogram<u64>>>);
+
+impl Latencies {
+    fn new() -> Latencies {
+        let h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+        Latencies(Arc::new(Mutex::new(h)))
+    }
+
+    /// Records `now - tx` for each transmit timestamp of a batch (0: none).
+    /// `now` must be read after the batch arrived.
+    fn record_batch(&self, tx_times: &[u64], now: u64) {
+        if tx_times.is_empty() {
+            return;
+        }
+        let mut h = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for &tx in tx_times.iter().filter(|&&tx| tx != 0) {
+            let _ = h.record(now.saturating_sub(tx).max(1));
+        }
+    }
+
+    fn take(&self) -> Histogram<u64> {
+        let mut h = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let out = h.clone();
+        h.reset();
+        out
+    }
+}
+
 /// `sink.bpf.c` attached to an interface; removed on drop.
 pub struct XdpSink {
     counters: SinkCounters,
@@ -126,7 +157,7 @@ impl Sink for XdpSink {
 /// recvmmsg and recording one-way latency (same host, same clock).
 pub struct SocketSink {
     counters: Arc<(AtomicU64, AtomicU64)>,
-    hist: Arc<Mutex<Histogram<u64>>>,
+    hist: Latencies,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     name: String,
@@ -141,9 +172,7 @@ impl SocketSink {
         // A large receive buffer so bursts are not lost in the socket itself.
         let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(16 << 20));
         let counters = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
-        let hist = Arc::new(Mutex::new(
-            Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds"),
-        ));
+        let hist = Latencies::new();
         let stop = Arc::new(AtomicBool::new(false));
         let (c, h, st) = (counters.clone(), hist.clone(), stop.clone());
         let nsn = ns.to_string();
@@ -164,7 +193,7 @@ impl SocketSink {
 fn recv_loop(
     sock: &std::net::UdpSocket,
     c: &(AtomicU64, AtomicU64),
-    h: &Mutex<Histogram<u64>>,
+    h: &Latencies,
     stop: &AtomicBool,
 ) {
     const BATCH: usize = 64;
@@ -211,21 +240,13 @@ fn recv_loop(
                 p += 1;
                 b += len as u64;
                 if len >= 16 {
-                    let tx = u64::from_ne_bytes(buf[8..16].try_into().unwrap());
-                    if tx != 0 && now >= tx {
-                        lat.push(now - tx);
-                    }
+                    lat.push(u64::from_ne_bytes(buf[8..16].try_into().unwrap()));
                 }
             }
         }
         c.0.fetch_add(p, Ordering::Relaxed);
         c.1.fetch_add(b, Ordering::Relaxed);
-        if !lat.is_empty() {
-            let mut hh = h.lock().unwrap_or_else(|e| e.into_inner());
-            for &l in &lat {
-                let _ = hh.record(l.max(1));
-            }
-        }
+        h.record_batch(&lat, now);
     }
 }
 
@@ -238,10 +259,7 @@ impl Sink for SocketSink {
         })
     }
     fn take_latency(&self) -> Option<Histogram<u64>> {
-        let mut h = self.hist.lock().unwrap_or_else(|e| e.into_inner());
-        let out = h.clone();
-        h.reset();
-        Some(out)
+        Some(self.hist.take())
     }
     fn describe(&self) -> String {
         self.name.clone()
@@ -313,7 +331,7 @@ pub fn ensure_xdp_receiver(ns: &str, iface: &str) -> Result<Option<PassThrough>>
 /// and counts it.
 pub struct XskSink {
     counters: Arc<XskCounters>,
-    hist: Arc<Mutex<Histogram<u64>>>,
+    hist: Latencies,
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
     _prog: peregrine_bpf::dispatch::DispatchProgram,
@@ -343,9 +361,7 @@ impl XskSink {
         let link = netns::run_in(ns, || prog.attach(iface, XdpMode::Native))??;
         prog.set_function(0, port, 1, Policy::RoundRobin)?;
         let counters = Arc::new(XskCounters::default());
-        let hist = Arc::new(Mutex::new(
-            Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds"),
-        ));
+        let hist = Latencies::new();
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         let mut mode = "copy";
@@ -411,15 +427,9 @@ impl XskSink {
                     c.packets.fetch_add(p, Ordering::Relaxed);
                     c.bytes.fetch_add(b, Ordering::Relaxed);
                     c.corrupt.fetch_add(bad, Ordering::Relaxed);
-                    if !lat.is_empty() {
-                        // Read the clock after the batch: every frame in it
-                        // was sent before this instant.
-                        let now = monotonic_ns();
-                        let mut hh = h.lock().unwrap_or_else(|e| e.into_inner());
-                        for &tx in lat.iter().filter(|&&tx| tx != 0) {
-                            let _ = hh.record(now.saturating_sub(tx).max(1));
-                        }
-                    }
+                    // The clock is read after the batch: every frame in it
+                    // was sent before this instant.
+                    h.record_batch(&lat, monotonic_ns());
                     // Busy polling, as AF_XDP receivers do: a sleeping
                     // thread on a VM can take a millisecond to wake, by
                     // which time the ring has overflowed.
@@ -461,10 +471,7 @@ impl Sink for XskSink {
         })
     }
     fn take_latency(&self) -> Option<Histogram<u64>> {
-        let mut h = self.hist.lock().unwrap_or_else(|e| e.into_inner());
-        let out = h.clone();
-        h.reset();
-        Some(out)
+        Some(self.hist.take())
     }
     fn describe(&self) -> String {
         self.name.clone()
