@@ -52,6 +52,14 @@ impl UdpFrameSpec {
     /// Builds the frame with `payload` at the start of the UDP payload and
     /// zeros after it; IPv4 header and UDP checksums are filled in.
     pub fn build(&self, payload: &[u8]) -> Result<Vec<u8>, FrameError> {
+        let mut f = vec![0u8; self.frame_len];
+        self.write_into(&mut f, payload)?;
+        Ok(f)
+    }
+
+    /// As `build`, into the first `frame_len` bytes of `f` (which may be a
+    /// received frame being turned into its reply).
+    pub fn write_into(&self, f: &mut [u8], payload: &[u8]) -> Result<(), FrameError> {
         let hl = self.header_len();
         let max = 9216;
         if self.frame_len < hl || self.frame_len > max || payload.len() > self.frame_len - hl {
@@ -64,7 +72,11 @@ impl UdpFrameSpec {
         if self.src_ip.is_ipv4() != self.dst_ip.is_ipv4() {
             return Err(FrameError::MixedFamilies);
         }
-        let mut f = vec![0u8; self.frame_len];
+        if f.len() < self.frame_len {
+            return Err(FrameError::BadSize { size: self.frame_len, min: hl, max: f.len() });
+        }
+        let f = &mut f[..self.frame_len];
+        f.fill(0);
         f[0..6].copy_from_slice(&self.dst_mac.0);
         f[6..12].copy_from_slice(&self.src_mac.0);
         let l4 = match (self.src_ip, self.dst_ip) {
@@ -104,7 +116,7 @@ impl UdpFrameSpec {
         f[l4 + UDP_HLEN..l4 + UDP_HLEN + payload.len()].copy_from_slice(payload);
         let c = checksum::udp_checksum(self.src_ip, self.dst_ip, &f[l4..]);
         f[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
-        Ok(f)
+        Ok(())
     }
 }
 
@@ -337,5 +349,93 @@ mod tests {
                 prop_assert_eq!(p.src_port, sp);
             }
         }
+    }
+}
+
+/// Turns the UDP request frame in the first `len` bytes of `buf` into its
+/// reply, in place: MACs, addresses and ports swapped, TTL/hop limit 64,
+/// `payload` as the UDP payload (it may be longer or shorter than the
+/// request's), lengths and checksums (IPv4 header, UDP) computed anew.
+/// `buf` may extend past `len` to leave room to grow. Returns the reply's
+/// length. The request is checked first; a bad one is refused untouched.
+pub fn reply_in_place(buf: &mut [u8], len: usize, payload: &[u8]) -> Result<usize, FrameError> {
+    let req = parse_udp_frame(&buf[..len.min(buf.len())])?;
+    if req.vlan.is_some() {
+        return Err(FrameError::Malformed("Ethernet", "802.1Q-tagged requests are not answered"));
+    }
+    let mut spec = UdpFrameSpec {
+        src_mac: req.dst_mac,
+        dst_mac: req.src_mac,
+        src_ip: req.dst_ip,
+        dst_ip: req.src_ip,
+        src_port: req.dst_port,
+        dst_port: req.src_port,
+        ttl: 64,
+        frame_len: 0,
+    };
+    spec.frame_len = spec.header_len() + payload.len();
+    spec.write_into(buf, payload)?;
+    Ok(spec.frame_len)
+}
+
+#[cfg(test)]
+mod reply_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn request(v6: bool, payload: &[u8]) -> Vec<u8> {
+        let (s, d) = if v6 { ("2001:db8::1", "2001:db8::2") } else { ("198.18.0.1", "198.18.0.2") };
+        let spec = UdpFrameSpec {
+            src_mac: MacAddr::local(1),
+            dst_mac: MacAddr::local(2),
+            src_ip: s.parse().unwrap(),
+            dst_ip: d.parse().unwrap(),
+            src_port: 40000,
+            dst_port: 1232,
+            ttl: 61,
+            frame_len: 0,
+        };
+        let mut spec = spec;
+        spec.frame_len = spec.header_len() + payload.len();
+        spec.build(payload).unwrap()
+    }
+
+    proptest! {
+        #[test]
+        fn replies_swap_everything_and_carry_valid_checksums(
+            v6 in any::<bool>(),
+            req in proptest::collection::vec(any::<u8>(), 0..1400),
+            resp in proptest::collection::vec(any::<u8>(), 0..1400),
+        ) {
+            let f = request(v6, &req);
+            let len = f.len();
+            let mut buf = f.clone();
+            buf.resize(2048, 0xee);
+            let n = reply_in_place(&mut buf, len, &resp).unwrap();
+            let r = parse_udp_frame(&buf[..n]).unwrap();
+            let q = parse_udp_frame(&f).unwrap();
+            prop_assert_eq!(r.src_mac, q.dst_mac);
+            prop_assert_eq!(r.dst_mac, q.src_mac);
+            prop_assert_eq!(r.src_ip, q.dst_ip);
+            prop_assert_eq!(r.dst_ip, q.src_ip);
+            prop_assert_eq!((r.src_port, r.dst_port), (q.dst_port, q.src_port));
+            prop_assert_eq!(r.payload, &resp[..]);
+            prop_assert_eq!(r.ttl, 64);
+        }
+    }
+
+    #[test]
+    fn bad_requests_are_refused_untouched() {
+        let f = request(false, b"abc");
+        let mut buf = f.clone();
+        buf[f.len() - 1] ^= 1; // UDP checksum now wrong
+        let before = buf.clone();
+        assert_eq!(reply_in_place(&mut buf, f.len(), b"x"), Err(FrameError::BadChecksum("UDP")));
+        assert_eq!(buf, before);
+        let mut short = f[..20].to_vec();
+        assert!(reply_in_place(&mut short, 20, b"x").is_err());
+        // No room to grow: refused.
+        let mut tight = f.clone();
+        assert!(matches!(reply_in_place(&mut tight, f.len(), &[0u8; 64]), Err(FrameError::BadSize { .. })));
     }
 }

@@ -10,7 +10,7 @@ pub mod checksum;
 pub mod frame;
 pub mod mac;
 
-pub use frame::{parse_udp_frame, FrameError, UdpFrame, UdpFrameSpec};
+pub use frame::{parse_udp_frame, reply_in_place, FrameError, UdpFrame, UdpFrameSpec};
 pub use mac::MacAddr;
 
 /// Ethernet type numbers used on our paths.
