@@ -405,7 +405,8 @@ impl XskSink {
                     }
                     let (mut p, mut b, mut bad) = (0u64, 0u64, 0u64);
                     lat.clear();
-                    let got = xsk.process(256, |frame| {
+                    let got = xsk.process(256, |buf, len| {
+                        let frame = &buf[..len];
                         match peregrine_wire::parse_udp_frame(frame) {
                             Ok(u)
                                 if u.payload.len() >= 4

@@ -73,7 +73,11 @@ impl UdpFrameSpec {
             return Err(FrameError::MixedFamilies);
         }
         if f.len() < self.frame_len {
-            return Err(FrameError::BadSize { size: self.frame_len, min: hl, max: f.len() });
+            return Err(FrameError::BadSize {
+                size: self.frame_len,
+                min: hl,
+                max: f.len(),
+            });
         }
         let f = &mut f[..self.frame_len];
         f.fill(0);
@@ -361,7 +365,10 @@ mod tests {
 pub fn reply_in_place(buf: &mut [u8], len: usize, payload: &[u8]) -> Result<usize, FrameError> {
     let req = parse_udp_frame(&buf[..len.min(buf.len())])?;
     if req.vlan.is_some() {
-        return Err(FrameError::Malformed("Ethernet", "802.1Q-tagged requests are not answered"));
+        return Err(FrameError::Malformed(
+            "Ethernet",
+            "802.1Q-tagged requests are not answered",
+        ));
     }
     let mut spec = UdpFrameSpec {
         src_mac: req.dst_mac,
@@ -384,7 +391,11 @@ mod reply_tests {
     use proptest::prelude::*;
 
     fn request(v6: bool, payload: &[u8]) -> Vec<u8> {
-        let (s, d) = if v6 { ("2001:db8::1", "2001:db8::2") } else { ("198.18.0.1", "198.18.0.2") };
+        let (s, d) = if v6 {
+            ("2001:db8::1", "2001:db8::2")
+        } else {
+            ("198.18.0.1", "198.18.0.2")
+        };
         let spec = UdpFrameSpec {
             src_mac: MacAddr::local(1),
             dst_mac: MacAddr::local(2),
@@ -430,12 +441,18 @@ mod reply_tests {
         let mut buf = f.clone();
         buf[f.len() - 1] ^= 1; // UDP checksum now wrong
         let before = buf.clone();
-        assert_eq!(reply_in_place(&mut buf, f.len(), b"x"), Err(FrameError::BadChecksum("UDP")));
+        assert_eq!(
+            reply_in_place(&mut buf, f.len(), b"x"),
+            Err(FrameError::BadChecksum("UDP"))
+        );
         assert_eq!(buf, before);
         let mut short = f[..20].to_vec();
         assert!(reply_in_place(&mut short, 20, b"x").is_err());
         // No room to grow: refused.
         let mut tight = f.clone();
-        assert!(matches!(reply_in_place(&mut tight, f.len(), &[0u8; 64]), Err(FrameError::BadSize { .. })));
+        assert!(matches!(
+            reply_in_place(&mut tight, f.len(), &[0u8; 64]),
+            Err(FrameError::BadSize { .. })
+        ));
     }
 }

@@ -255,12 +255,14 @@ impl Xsk {
         self.comp.release(n);
     }
 
-    /// Handles up to `max` received frames with `f`; returns (received,
-    /// transmitted). Frames `f` answers are sent in place.
+    /// Handles up to `max` received frames with `f(buffer, len)`: the frame
+    /// is `buffer[..len]`, and the buffer runs to the end of its UMEM frame so
+    /// a reply may be longer. Frames `f` answers are sent in place. Returns
+    /// (received, transmitted).
     pub fn process(
         &mut self,
         max: u32,
-        mut f: impl FnMut(&mut [u8]) -> Verdict,
+        mut f: impl FnMut(&mut [u8], usize) -> Verdict,
     ) -> Result<(u32, u32)> {
         self.reclaim();
         let n = self.rx.acquire(1).min(max);
@@ -269,12 +271,18 @@ impl Xsk {
             let mut out: Vec<RxTxDescriptor> = Vec::with_capacity(n as usize);
             {
                 let (a, b) = self.rx.data();
+                let frame_size = u64::from(self.cfg.frame_size);
                 for d in a.iter().chain(b.iter()).take(n as usize) {
+                    // The whole rest of the UMEM frame the packet starts in.
+                    let room = RxTxDescriptor {
+                        len: (frame_size - d.address % frame_size) as u32,
+                        ..*d
+                    };
                     // Safety: the kernel handed this descriptor to us; nothing
-                    // else refers to its frame until we return it.
-                    let frame = unsafe { self.umem.get_mut(*d) };
-                    match f(frame) {
-                        Verdict::Transmit(len) if len <= self.cfg.frame_size as usize => {
+                    // else refers to its UMEM frame until we return it.
+                    let buf = unsafe { self.umem.get_mut(room) };
+                    match f(buf, d.len as usize) {
+                        Verdict::Transmit(len) if len <= room.len as usize => {
                             let mut t = *d;
                             t.len = len as u32;
                             out.push(t);

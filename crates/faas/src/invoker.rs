@@ -1,0 +1,207 @@
+//! The AF_XDP invoker: `dispatch.bpf.c` sends each function's UDP port to the
+//! AF_XDP sockets of the RX queue the request arrived on; pinned worker
+//! threads turn each request frame into its reply in place and send it back
+//! from the same UMEM frame. Every bad request is counted, never fatal.
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
+use peregrine_bpf::{XdpLink, XdpMode};
+use peregrine_lab::netns;
+use peregrine_wire::{parse_udp_frame, reply_in_place};
+use peregrine_xsk::{Verdict, Xsk, XskConfig};
+
+use crate::functions::Registry;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InvokerError {
+    #[error(transparent)]
+    Bpf(#[from] peregrine_bpf::BpfError),
+    #[error(transparent)]
+    Lab(#[from] peregrine_lab::LabError),
+    #[error(transparent)]
+    Xsk(#[from] peregrine_xsk::XskError),
+    #[error("invoker: {0}")]
+    Config(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct InvokerConfig {
+    /// RX queues served (0..queues).
+    pub queues: u32,
+    /// Worker sockets per queue.
+    pub workers: u32,
+    /// CPUs the workers are pinned to, round robin.
+    pub cpus: Vec<usize>,
+    pub xsk: XskConfig,
+    pub policy: Policy,
+}
+
+impl Default for InvokerConfig {
+    fn default() -> Self {
+        InvokerConfig {
+            queues: 1,
+            workers: 1,
+            cpus: vec![],
+            xsk: XskConfig::default(),
+            policy: Policy::RoundRobin,
+        }
+    }
+}
+
+/// Invoker counters (all workers).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub requests: AtomicU64,
+    pub replies: AtomicU64,
+    /// Frames that failed parsing (lengths, checksums): dropped.
+    pub malformed: AtomicU64,
+    /// A port without a function (dispatch and registry disagree): dropped.
+    pub unknown_port: AtomicU64,
+    /// The function returned an error: dropped.
+    pub failed: AtomicU64,
+    /// The reply did not fit in the UMEM frame: dropped.
+    pub too_large: AtomicU64,
+    /// Replies per function id.
+    pub per_function: Vec<AtomicU64>,
+}
+
+pub struct AfXdpInvoker {
+    pub prog: DispatchProgram,
+    _link: XdpLink,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    pub counters: Arc<Counters>,
+    /// "copy" or "zero-copy", as bound.
+    pub mode: &'static str,
+    /// UMEM and rings of all sockets.
+    pub memory_bytes: usize,
+}
+
+/// Answers one request in `buf[..len]`; the verdict says what to send.
+fn handle(
+    registry: &Registry,
+    buf: &mut [u8],
+    len: usize,
+    scratch: &mut Vec<u8>,
+    c: &Counters,
+) -> Verdict {
+    c.requests.fetch_add(1, Ordering::Relaxed);
+    let id = match parse_udp_frame(&buf[..len]) {
+        Ok(req) => match registry.get(req.dst_port) {
+            Some((id, f)) => {
+                scratch.clear();
+                if f.call(req.payload, scratch).is_err() {
+                    c.failed.fetch_add(1, Ordering::Relaxed);
+                    return Verdict::Drop;
+                }
+                *id
+            }
+            None => {
+                c.unknown_port.fetch_add(1, Ordering::Relaxed);
+                return Verdict::Drop;
+            }
+        },
+        Err(_) => {
+            c.malformed.fetch_add(1, Ordering::Relaxed);
+            return Verdict::Drop;
+        }
+    };
+    match reply_in_place(buf, len, scratch) {
+        Ok(n) => {
+            c.replies.fetch_add(1, Ordering::Relaxed);
+            if let Some(p) = c.per_function.get(id as usize) {
+                p.fetch_add(1, Ordering::Relaxed);
+            }
+            Verdict::Transmit(n)
+        }
+        Err(_) => {
+            c.too_large.fetch_add(1, Ordering::Relaxed);
+            Verdict::Drop
+        }
+    }
+}
+
+impl AfXdpInvoker {
+    /// Serves `registry` on `ns:iface` (None: this namespace).
+    pub fn start(
+        ns: Option<&str>,
+        iface: &str,
+        registry: Registry,
+        cfg: InvokerConfig,
+    ) -> Result<AfXdpInvoker, InvokerError> {
+        use peregrine_bpf::dispatch::{MAX_QUEUES, MAX_SOCKS};
+        if cfg.queues == 0 || cfg.queues > MAX_QUEUES || cfg.workers == 0 || cfg.workers > MAX_SOCKS
+        {
+            return Err(InvokerError::Config(format!(
+                "queues 1..={MAX_QUEUES} and workers per queue 1..={MAX_SOCKS} (got {} and {})",
+                cfg.queues, cfg.workers
+            )));
+        }
+        let prog = DispatchProgram::load()?;
+        let link = netns::run_in_opt(ns, || prog.attach(iface, XdpMode::Native))??;
+        let counters = Arc::new(Counters {
+            per_function: (0..registry.len()).map(|_| AtomicU64::new(0)).collect(),
+            ..Default::default()
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let registry = Arc::new(registry);
+        let mut threads = Vec::new();
+        let mut mode = "copy";
+        let mut memory = 0;
+        let mut n = 0usize;
+        for q in 0..cfg.queues {
+            for w in 0..cfg.workers {
+                let mut xsk = netns::run_in_opt(ns, || Xsk::open(iface, q, cfg.xsk))??;
+                mode = xsk.mode().as_str();
+                memory += xsk.memory_bytes();
+                // One socket serves every function on its queue.
+                for (_, id, _) in registry.iter() {
+                    prog.register_socket(slot(id, q, w), xsk.fd())?;
+                }
+                let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[n % cfg.cpus.len()]);
+                n += 1;
+                let (reg, c, st) = (registry.clone(), counters.clone(), stop.clone());
+                threads.push(std::thread::spawn(move || {
+                    if let Some(cpu) = cpu {
+                        let mut set = nix::sched::CpuSet::new();
+                        if set.set(cpu).is_ok() {
+                            let _ =
+                                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+                        }
+                    }
+                    let mut scratch = Vec::with_capacity(2048);
+                    while !st.load(Ordering::Relaxed) {
+                        let got =
+                            xsk.process(64, |buf, len| handle(&reg, buf, len, &mut scratch, &c));
+                        if matches!(got, Ok((0, 0))) {
+                            std::hint::spin_loop();
+                        }
+                    }
+                }));
+            }
+        }
+        // Workers are up: route the ports to them.
+        for (port, id, _) in registry.iter() {
+            prog.set_function(id, port, cfg.workers, cfg.policy)?;
+        }
+        Ok(AfXdpInvoker {
+            prog,
+            _link: link,
+            stop,
+            threads,
+            counters,
+            mode,
+            memory_bytes: memory,
+        })
+    }
+}
+
+impl Drop for AfXdpInvoker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

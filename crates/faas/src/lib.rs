@@ -1,0 +1,7 @@
+//! The serverless function invoker: functions keyed by UDP port, answered
+//! from AF_XDP sockets (the request frame becomes its reply in place).
+
+pub mod functions;
+pub mod invoker;
+
+pub use functions::{Function, Registry};
