@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use peregrine_bpf::testing::privileged;
+use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::functions::builtin;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
 use peregrine_faas::Registry;
@@ -31,27 +32,9 @@ fn payload(i: u32) -> Vec<u8> {
         .collect()
 }
 
-#[test]
-fn invoker_answers_every_request_correctly() {
-    if !privileged("invoker_answers_every_request_correctly") {
-        return;
-    }
-    let mut t = Topology::from_toml(peregrine_lab::topology::builtin::PAIR).unwrap();
-    t.name = "tfaas".into();
-    let lab = Lab::up(t, Lifetime::Ephemeral).unwrap();
-    let registry = Registry::parse("1232=reverse,1233=sha256,1234=upper").unwrap();
-    let cfg = InvokerConfig {
-        cpus: vec![1],
-        ..Default::default()
-    };
-    let inv = AfXdpInvoker::start(Some(&lab.ns("b")), "eth0", registry, cfg).unwrap();
-    assert_eq!(inv.mode, "copy");
-    assert!(
-        inv.memory_bytes <= 9 << 20,
-        "modest memory: {}",
-        inv.memory_bytes
-    );
-
+/// Sends 1500 requests over IPv4 and 1500 over IPv6 from host a, spread over
+/// three functions, and checks every reply. Returns (sent, wrong, missing).
+fn exercise(lab: &Lab) -> (u64, u32, u32) {
     let mut wrong = 0;
     let mut missing = 0;
     let mut sent = 0u64;
@@ -84,8 +67,10 @@ fn invoker_answers_every_request_correctly() {
             }
         }
     }
-    assert_eq!((wrong, missing), (0, 0), "every reply right, none missing");
-    let c = &inv.counters;
+    (sent, wrong, missing)
+}
+
+fn check_counters(c: &peregrine_faas::invoker::Counters, sent: u64) {
     assert_eq!(c.replies.load(Ordering::Relaxed), sent);
     assert_eq!(
         c.malformed.load(Ordering::Relaxed)
@@ -100,6 +85,42 @@ fn invoker_answers_every_request_correctly() {
             .collect::<Vec<_>>(),
         vec![1000, 1000, 1000]
     );
+}
+
+fn lab(name: &str) -> Lab {
+    let mut t = Topology::from_toml(peregrine_lab::topology::builtin::PAIR).unwrap();
+    t.name = name.into();
+    Lab::up(t, Lifetime::Ephemeral).unwrap()
+}
+
+const FUNCTIONS: &str = "1232=reverse,1233=sha256,1234=upper";
+
+#[test]
+fn afxdp_invoker_answers_every_request_correctly() {
+    if !privileged("afxdp_invoker_answers_every_request_correctly") {
+        return;
+    }
+    let lab = lab("tfaas");
+    let cfg = InvokerConfig {
+        cpus: vec![1],
+        ..Default::default()
+    };
+    let inv = AfXdpInvoker::start(
+        Some(&lab.ns("b")),
+        "eth0",
+        Registry::parse(FUNCTIONS).unwrap(),
+        cfg,
+    )
+    .unwrap();
+    assert_eq!(inv.mode, "copy");
+    assert!(
+        inv.memory_bytes <= 9 << 20,
+        "modest memory: {}",
+        inv.memory_bytes
+    );
+    let (sent, wrong, missing) = exercise(&lab);
+    assert_eq!((wrong, missing), (0, 0), "every reply right, none missing");
+    check_counters(&inv.counters, sent);
     // ARP, ND and ping still reach the kernel behind the dispatcher.
     let ping = peregrine_lab::lab::exec(
         "tfaas",
@@ -108,4 +129,27 @@ fn invoker_answers_every_request_correctly() {
     )
     .unwrap();
     assert_eq!(ping, 0);
+}
+
+#[test]
+fn socket_baselines_answer_every_request_correctly() {
+    if !privileged("socket_baselines_answer_every_request_correctly") {
+        return;
+    }
+    let lab = lab("tfaasb");
+    for mmsg in [false, true] {
+        let reg = Registry::parse(FUNCTIONS).unwrap();
+        let server = netns::run_in(&lab.ns("b"), || {
+            if mmsg {
+                SocketServer::mmsg(reg, 2, &[1])
+            } else {
+                SocketServer::simple(reg)
+            }
+        })
+        .unwrap()
+        .unwrap();
+        let (sent, wrong, missing) = exercise(&lab);
+        assert_eq!((wrong, missing), (0, 0), "mmsg={mmsg}");
+        check_counters(&server.counters, sent);
+    }
 }

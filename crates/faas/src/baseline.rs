@@ -1,0 +1,245 @@
+//! The source's baselines, with the same functions: `socket` (one thread,
+//! recvfrom/sendto) and `mmsg` (threads with SO_REUSEPORT sockets,
+//! recvmmsg/sendmmsg with MSG_WAITFORONE). Both bind dual-stack ([::]).
+use std::net::UdpSocket;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::socket::{setsockopt, sockopt};
+
+use crate::functions::{Function, Registry};
+use crate::invoker::{Counters, InvokerError};
+
+/// Batch of the mmsg baseline (the source used 1024).
+pub const MMSG_BATCH: usize = 1024;
+
+fn udp_socket(port: u16, reuse_port: bool) -> Result<UdpSocket, InvokerError> {
+    let fail = |e: nix::Error| InvokerError::Config(format!("UDP socket for port {port}: {e}"));
+    let fd = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet6,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(fail)?;
+    setsockopt(&fd, sockopt::Ipv6V6Only, &false).map_err(fail)?;
+    if reuse_port {
+        setsockopt(&fd, sockopt::ReusePort, &true).map_err(fail)?;
+    }
+    let _ = setsockopt(&fd, sockopt::RcvBuf, &(8 << 20));
+    let any = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, port, 0, 0);
+    nix::sys::socket::bind(fd.as_raw_fd(), &nix::sys::socket::SockaddrIn6::from(any))
+        .map_err(|e| InvokerError::Config(format!("binding UDP port {port}: {e}")))?;
+    let sock = UdpSocket::from(OwnedFd::from(fd));
+    sock.set_read_timeout(Some(Duration::from_millis(50)))
+        .map_err(|e| InvokerError::Config(format!("UDP port {port}: {e}")))?;
+    Ok(sock)
+}
+
+fn answer(f: &dyn Function, id: u32, req: &[u8], out: &mut Vec<u8>, c: &Counters) -> bool {
+    c.requests.fetch_add(1, Ordering::Relaxed);
+    out.clear();
+    if f.call(req, out).is_err() {
+        c.failed.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    c.replies.fetch_add(1, Ordering::Relaxed);
+    if let Some(p) = c.per_function.get(id as usize) {
+        p.fetch_add(1, Ordering::Relaxed);
+    }
+    true
+}
+
+/// A running baseline server; stops and joins its threads on drop.
+pub struct SocketServer {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    pub counters: Arc<Counters>,
+}
+
+impl SocketServer {
+    fn counters(registry: &Registry) -> Arc<Counters> {
+        Arc::new(Counters {
+            per_function: (0..registry.len()).map(|_| Default::default()).collect(),
+            ..Default::default()
+        })
+    }
+
+    /// One thread, one socket per function, recvfrom/sendto. The sockets are
+    /// made in the caller's namespace.
+    pub fn simple(registry: Registry) -> Result<SocketServer, InvokerError> {
+        let counters = Self::counters(&registry);
+        let socks: Vec<(UdpSocket, u32, Arc<dyn Function>)> = registry
+            .iter()
+            .map(|(port, id, f)| Ok((udp_socket(port, false)?, id, f.clone())))
+            .collect::<Result<_, InvokerError>>()?;
+        for (s, _, _) in &socks {
+            s.set_nonblocking(true)
+                .map_err(|e| InvokerError::Config(e.to_string()))?;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (st, c) = (stop.clone(), counters.clone());
+        let t = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            let mut out = Vec::with_capacity(2048);
+            let mut fds: Vec<libc::pollfd> = socks
+                .iter()
+                .map(|(s, _, _)| libc::pollfd {
+                    fd: s.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            while !st.load(Ordering::Relaxed) {
+                // Safety: `fds` is a valid array of pollfd for the call.
+                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
+                for (s, id, f) in &socks {
+                    while let Ok((n, from)) = s.recv_from(&mut buf) {
+                        if answer(f.as_ref(), *id, &buf[..n], &mut out, &c) {
+                            let _ = s.send_to(&out, from);
+                        }
+                    }
+                }
+            }
+        });
+        Ok(SocketServer {
+            stop,
+            threads: vec![t],
+            counters,
+        })
+    }
+
+    /// `threads` threads, each with its own SO_REUSEPORT socket per function,
+    /// recvmmsg (MSG_WAITFORONE) and sendmmsg in batches.
+    pub fn mmsg(
+        registry: Registry,
+        threads: usize,
+        cpus: &[usize],
+    ) -> Result<SocketServer, InvokerError> {
+        let counters = Self::counters(&registry);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut handles = Vec::new();
+        for t in 0..threads.max(1) {
+            for (port, id, f) in registry.iter() {
+                let sock = udp_socket(port, true)?;
+                let (st, c, f) = (stop.clone(), counters.clone(), f.clone());
+                let cpu = (!cpus.is_empty()).then(|| cpus[t % cpus.len()]);
+                handles.push(std::thread::spawn(move || {
+                    if let Some(cpu) = cpu {
+                        let mut set = nix::sched::CpuSet::new();
+                        if set.set(cpu).is_ok() {
+                            let _ =
+                                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+                        }
+                    }
+                    mmsg_loop(&sock, id, f.as_ref(), &c, &st);
+                }));
+            }
+        }
+        Ok(SocketServer {
+            stop,
+            threads: handles,
+            counters,
+        })
+    }
+}
+
+fn mmsg_loop(sock: &UdpSocket, id: u32, f: &dyn Function, c: &Counters, stop: &AtomicBool) {
+    const SLOT: usize = 2048;
+    let mut rx = vec![0u8; MMSG_BATCH * SLOT];
+    let mut tx = vec![0u8; MMSG_BATCH * SLOT];
+    // Safety (both): sockaddr_storage is plain data; zeroed is valid.
+    let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; MMSG_BATCH];
+    let mut out = Vec::with_capacity(SLOT);
+    while !stop.load(Ordering::Relaxed) {
+        let mut iov: Vec<libc::iovec> = rx
+            .chunks_mut(SLOT)
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: SLOT,
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .zip(names.iter_mut())
+            .map(|(v, n)| {
+                // Safety: mmsghdr is plain data; zeroed is a valid empty header.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+                m.msg_hdr.msg_name = (n as *mut libc::sockaddr_storage).cast();
+                m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+                m
+            })
+            .collect();
+        // Safety: all buffers outlive the call; SO_RCVTIMEO bounds the wait.
+        let n = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                MMSG_BATCH as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n <= 0 {
+            continue;
+        }
+        let n = n as usize;
+        let mut replies: Vec<(usize, usize)> = Vec::with_capacity(n);
+        for (i, m) in msgs.iter().take(n).enumerate() {
+            let req = &rx[i * SLOT..i * SLOT + m.msg_len as usize];
+            if answer(f, id, req, &mut out, c) && out.len() <= SLOT {
+                tx[i * SLOT..i * SLOT + out.len()].copy_from_slice(&out);
+                replies.push((i, out.len()));
+            }
+        }
+        let mut tiov: Vec<libc::iovec> = replies
+            .iter()
+            .map(|&(i, len)| libc::iovec {
+                iov_base: tx[i * SLOT..].as_mut_ptr().cast(),
+                iov_len: len,
+            })
+            .collect();
+        let mut tmsgs: Vec<libc::mmsghdr> = replies
+            .iter()
+            .zip(tiov.iter_mut())
+            .map(|(&(i, _), v)| {
+                // Safety: as above.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+                m.msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+                m.msg_hdr.msg_namelen = msgs[i].msg_hdr.msg_namelen;
+                m
+            })
+            .collect();
+        let mut done = 0;
+        while done < tmsgs.len() {
+            // Safety: tx buffers and names outlive the call.
+            let r = unsafe {
+                libc::sendmmsg(
+                    sock.as_raw_fd(),
+                    tmsgs[done..].as_mut_ptr(),
+                    (tmsgs.len() - done) as u32,
+                    0,
+                )
+            };
+            if r <= 0 {
+                break;
+            }
+            done += r as usize;
+        }
+    }
+}
+
+impl Drop for SocketServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
