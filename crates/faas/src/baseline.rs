@@ -2,7 +2,7 @@
 //! recvfrom/sendto) and `mmsg` (threads with SO_REUSEPORT sockets,
 //! recvmmsg/sendmmsg with MSG_WAITFORONE). Both bind dual-stack ([::]).
 use std::net::UdpSocket;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +32,7 @@ fn udp_socket(port: u16, reuse_port: bool) -> Result<UdpSocket, InvokerError> {
     let any = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, port, 0, 0);
     nix::sys::socket::bind(fd.as_raw_fd(), &nix::sys::socket::SockaddrIn6::from(any))
         .map_err(|e| InvokerError::Config(format!("binding UDP port {port}: {e}")))?;
-    let sock = UdpSocket::from(OwnedFd::from(fd));
+    let sock = UdpSocket::from(fd);
     sock.set_read_timeout(Some(Duration::from_millis(50)))
         .map_err(|e| InvokerError::Config(format!("UDP port {port}: {e}")))?;
     Ok(sock)
