@@ -9,6 +9,7 @@ use peregrine_lab::{lab, signals, Lab, Lifetime, Topology};
 mod bench;
 mod bench_router;
 mod dp;
+mod faas;
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +38,9 @@ enum Cmd {
     /// Service chains through containers: apply or remove a declaration.
     #[command(subcommand)]
     Chain(dp::ChainCmd),
+    /// The serverless function invoker (AF_XDP, with socket baselines).
+    #[command(subcommand)]
+    Faas(faas::FaasCmd),
     /// Turn result files into plots (PNG and SVG).
     Report(bench::ReportArgs),
     /// The built-in showcase (what runs with no subcommand).
@@ -188,6 +192,7 @@ fn main() -> ExitCode {
         Some(Cmd::Report(a)) => bench::report(a),
         Some(Cmd::Router(c)) => dp::router(c),
         Some(Cmd::Chain(c)) => dp::chain(c),
+        Some(Cmd::Faas(c)) => faas::run(c),
         Some(Cmd::Showcase(a)) => bench::showcase(a),
     };
     match res.context("peregrine") {
