@@ -46,7 +46,7 @@ pub struct ServeArgs {
 }
 
 enum Server {
-    AfXdp(AfXdpInvoker),
+    AfXdp(Box<AfXdpInvoker>),
     Sockets(SocketServer),
 }
 
@@ -107,7 +107,7 @@ pub fn run(cmd: FaasCmd) -> Result<()> {
                 a.threads / a.queues,
                 inv.memory_bytes / 1024
             );
-            Server::AfXdp(inv)
+            Server::AfXdp(Box::new(inv))
         }
         "mmsg" => {
             let s = netns::run_in_opt(ns.as_deref(), || {
