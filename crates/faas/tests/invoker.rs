@@ -153,3 +153,79 @@ fn socket_baselines_answer_every_request_correctly() {
         check_counters(&server.counters, sent);
     }
 }
+
+#[test]
+fn functions_change_at_run_time_without_losing_others_requests() {
+    if !privileged("functions_change_at_run_time_without_losing_others_requests") {
+        return;
+    }
+    use peregrine_bpf::dispatch::Policy;
+    let lab = lab("tfaasrt");
+    let cfg = InvokerConfig {
+        cpus: vec![1],
+        ..Default::default()
+    };
+    let inv = AfXdpInvoker::start(
+        Some(&lab.ns("b")),
+        "eth0",
+        Registry::parse("1232=reverse,1233=echo").unwrap(),
+        cfg,
+    )
+    .unwrap();
+    let sock = netns::run_in(&lab.ns("a"), || {
+        UdpSocket::bind("198.18.0.1:0".parse::<SocketAddr>().unwrap())
+    })
+    .unwrap()
+    .unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let to_a: SocketAddr = "198.18.0.2:1232".parse().unwrap();
+    let to_b: SocketAddr = "198.18.0.2:1233".parse().unwrap();
+    let mut buf = vec![0u8; 2048];
+    let (mut a_ok, mut b_ok, mut a_bad) = (0, 0, 0);
+    for round in 0..600u32 {
+        // Every 100 requests, change function B: off, on, port removed,
+        // port back; function A must never notice.
+        match round {
+            100 => inv.prog.set_workers(1, 0, Policy::RoundRobin).unwrap(),
+            200 => inv.prog.set_workers(1, 1, Policy::FlowHash).unwrap(),
+            300 => inv.prog.remove_port(1233).unwrap(),
+            400 => inv
+                .prog
+                .set_function(1, 1233, 1, Policy::RoundRobin)
+                .unwrap(),
+            _ => {}
+        }
+        let req = payload(round);
+        sock.send_to(&req, to_a).unwrap();
+        match sock.recv_from(&mut buf) {
+            Ok((n, _)) if buf[..n] == expected("reverse", &req)[..] => a_ok += 1,
+            _ => a_bad += 1,
+        }
+        sock.send_to(&req, to_b).unwrap();
+        // While B is off or unrouted its datagrams go to the kernel (no
+        // listener there): no reply to wait for.
+        let b_served = !(100..200).contains(&round) && !(300..400).contains(&round);
+        if b_served {
+            let (n, from) = sock
+                .recv_from(&mut buf)
+                .expect("B answers while it has workers");
+            assert_eq!(from, to_b);
+            assert_eq!(&buf[..n], &req[..]);
+            b_ok += 1;
+        }
+    }
+    assert_eq!(
+        (a_ok, a_bad),
+        (600, 0),
+        "function A lost nothing while B changed"
+    );
+    assert_eq!(
+        b_ok, 400,
+        "B answered exactly while it had workers and its port"
+    );
+    let s = inv.prog.stats(1).unwrap();
+    assert_eq!(
+        s.disabled, 100,
+        "B's datagrams while it had no workers were counted and passed"
+    );
+}
