@@ -62,6 +62,13 @@ fn assert_one_line_error(out: &Output, needle: &str) {
     assert!(lines[0].contains(needle), "{err:?} should name {needle:?}");
 }
 
+/// `peregrine gen` in the test lab "tbad" from `from` to `to`, plus `extra`.
+fn gen_in_tbad(from: &str, to: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["gen", "--lab", "tbad", "--from", from, "--to", to];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 fn topology_file(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(format!("{name}.toml"));
     std::fs::write(&p, text).unwrap();
@@ -261,79 +268,33 @@ fn bad_input_gets_one_line_errors_and_changes_nothing() {
 
     // An unknown interface.
     assert_one_line_error(
-        &run(&[
-            "gen",
-            "--lab",
-            "tbad",
-            "--from",
-            "a:nope0",
-            "--to",
-            "198.18.0.2",
-            "--count",
-            "10",
-        ]),
+        &gen_in_tbad("a:nope0", "198.18.0.2", &["--count", "10"]),
         "nope0",
     );
     // A kernel/device feature that is missing: native XDP on loopback.
     assert_one_line_error(
-        &run(&[
-            "gen",
-            "--lab",
-            "tbad",
-            "--from",
-            "a:eth0",
-            "--to",
-            "198.18.0.2",
-            "--count",
-            "10",
-            "--sink",
-            "b:lo",
-        ]),
+        &gen_in_tbad("a:eth0", "198.18.0.2", &["--count", "10", "--sink", "b:lo"]),
         "no native XDP",
     );
     // Addresses outside the lab ranges are never sent to.
     assert_one_line_error(
-        &run(&[
-            "gen",
-            "--lab",
-            "tbad",
-            "--from",
+        &gen_in_tbad(
             "a:eth0",
-            "--to",
             "10.1.2.3",
-            "--src",
-            "198.18.0.1",
-            "--count",
-            "10",
-        ]),
+            &["--src", "198.18.0.1", "--count", "10"],
+        ),
         "outside 198.18.0.0/15",
     );
     assert_one_line_error(
-        &run(&[
-            "gen",
-            "--lab",
-            "tbad",
-            "--from",
+        &gen_in_tbad(
             "a:eth0",
-            "--to",
             "198.18.0.2",
-            "--count",
-            "10",
-            "--rate",
-            "5 parsecs",
-        ]),
+            &["--count", "10", "--rate", "5 parsecs"],
+        ),
         "unknown unit",
     );
     assert_one_line_error(
-        &run(&[
-            "gen",
-            "--lab",
-            "tbad",
-            "--from",
-            "a:eth0",
-            "--to",
-            "198.18.0.2",
-        ]),
+        &gen_in_tbad("a:eth0", "198.18.0.2", &[]),
         "--count or --duration",
     );
     assert_one_line_error(
@@ -351,20 +312,11 @@ fn bad_input_gets_one_line_errors_and_changes_nothing() {
         "no lab named",
     );
     // Nothing was left attached by the failed runs: a clean run still works.
-    let out = run(&[
-        "gen",
-        "--lab",
-        "tbad",
-        "--from",
+    let out = gen_in_tbad(
         "a:eth0",
-        "--to",
         "198.18.0.2",
-        "--count",
-        "1000",
-        "--sink",
-        "b:eth0",
-        "--json",
-    ]);
+        &["--count", "1000", "--sink", "b:eth0", "--json"],
+    );
     assert!(
         out.status.success(),
         "{}",

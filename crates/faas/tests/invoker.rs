@@ -93,6 +93,21 @@ fn lab(name: &str) -> Lab {
     Lab::up(t, Lifetime::Ephemeral).unwrap()
 }
 
+/// The AF_XDP invoker on b:eth0, one worker pinned to CPU 1.
+fn invoker(lab: &Lab, functions: &str) -> AfXdpInvoker {
+    let cfg = InvokerConfig {
+        cpus: vec![1],
+        ..Default::default()
+    };
+    AfXdpInvoker::start(
+        Some(&lab.ns("b")),
+        "eth0",
+        Registry::parse(functions).unwrap(),
+        cfg,
+    )
+    .unwrap()
+}
+
 const FUNCTIONS: &str = "1232=reverse,1233=sha256,1234=upper";
 
 #[test]
@@ -101,17 +116,7 @@ fn afxdp_invoker_answers_every_request_correctly() {
         return;
     }
     let lab = lab("tfaas");
-    let cfg = InvokerConfig {
-        cpus: vec![1],
-        ..Default::default()
-    };
-    let inv = AfXdpInvoker::start(
-        Some(&lab.ns("b")),
-        "eth0",
-        Registry::parse(FUNCTIONS).unwrap(),
-        cfg,
-    )
-    .unwrap();
+    let inv = invoker(&lab, FUNCTIONS);
     assert_eq!(inv.mode, "copy");
     assert!(
         inv.memory_bytes <= 9 << 20,
@@ -161,17 +166,7 @@ fn functions_change_at_run_time_without_losing_others_requests() {
     }
     use peregrine_bpf::dispatch::Policy;
     let lab = lab("tfaasrt");
-    let cfg = InvokerConfig {
-        cpus: vec![1],
-        ..Default::default()
-    };
-    let inv = AfXdpInvoker::start(
-        Some(&lab.ns("b")),
-        "eth0",
-        Registry::parse("1232=reverse,1233=echo").unwrap(),
-        cfg,
-    )
-    .unwrap();
+    let inv = invoker(&lab, "1232=reverse,1233=echo");
     let sock = netns::run_in(&lab.ns("a"), || {
         UdpSocket::bind("198.18.0.1:0".parse::<SocketAddr>().unwrap())
     })
