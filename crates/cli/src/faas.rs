@@ -13,6 +13,38 @@ use peregrine_lab::{lab, netns, signals};
 pub enum FaasCmd {
     /// Serve functions on UDP ports until Ctrl-C or --duration.
     Serve(ServeArgs),
+    /// Closed-loop load: every reply checked, latency histogram, metrics.
+    Load(LoadArgs),
+}
+
+#[derive(Args)]
+pub struct LoadArgs {
+    /// Server address.
+    #[arg(long)]
+    pub to: std::net::IpAddr,
+    /// PORT=FUNCTION,... as the server runs them (replies are checked
+    /// against these functions run here).
+    #[arg(long)]
+    pub functions: String,
+    /// Concurrent connections, one outstanding request each.
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
+    /// Seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Request payload bytes.
+    #[arg(long, default_value_t = 200)]
+    pub size: usize,
+    /// Lab and host to send from (default: this namespace).
+    #[arg(long, requires = "host")]
+    pub lab: Option<String>,
+    #[arg(long, requires = "lab")]
+    pub host: Option<String>,
+    /// Serve Prometheus metrics here while running (e.g. 127.0.0.1:9464).
+    #[arg(long)]
+    pub metrics: Option<std::net::SocketAddr>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -60,17 +92,83 @@ impl Server {
 }
 
 pub fn run(cmd: FaasCmd) -> Result<()> {
-    let FaasCmd::Serve(a) = cmd;
-    let registry = Registry::parse(&a.functions).map_err(anyhow::Error::msg)?;
-    let ns = match (&a.lab, &a.host) {
+    match cmd {
+        FaasCmd::Serve(a) => serve(a),
+        FaasCmd::Load(a) => load(a),
+    }
+}
+
+fn lab_ns(lab: &Option<String>, host: &Option<String>) -> Result<Option<String>> {
+    match (lab, host) {
         (Some(l), Some(h)) => {
             if lab::state(l)?.topology.host(h).is_none() {
                 bail!("lab {l} has no host {h:?}");
             }
-            Some(lab::ns_name(l, h))
+            Ok(Some(lab::ns_name(l, h)))
         }
-        _ => None,
+        _ => Ok(None),
+    }
+}
+
+fn load(a: LoadArgs) -> Result<()> {
+    use peregrine_faas::load::{LoadConfig, LoadMetrics};
+    if !peregrine_lab::topology::allowed_address(a.to) {
+        bail!(
+            "address {} is outside 198.18.0.0/15 and 2001:db8::/32; load goes only to lab ranges",
+            a.to
+        );
+    }
+    if !(a.duration > 0.0 && a.duration <= 3600.0) {
+        bail!("--duration {}: expected seconds in (0, 3600]", a.duration);
+    }
+    let registry = Registry::parse(&a.functions).map_err(anyhow::Error::msg)?;
+    let ns = lab_ns(&a.lab, &a.host)?;
+    let metrics = LoadMetrics::new();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = a
+        .metrics
+        .map(|addr| metrics.serve(addr, stop.clone()))
+        .transpose()?;
+    let cfg = LoadConfig {
+        server: a.to,
+        connections: a.connections,
+        duration: Duration::from_secs_f64(a.duration),
+        size: a.size,
+        timeout: Duration::from_secs(1),
     };
+    let r = netns::run_in_opt(ns.as_deref(), || {
+        peregrine_faas::load::run(&registry, &cfg, &metrics)
+    })??;
+    stop.store(true, Ordering::Relaxed);
+    if let Some(s) = server {
+        let _ = s.join();
+    }
+    let lat = peregrine_lab::measure::summarize(&r.latency);
+    let out = serde_json::json!({
+        "seconds": r.seconds,
+        "connections": a.connections,
+        "size": a.size,
+        "requests": r.requests,
+        "responses": r.responses,
+        "wrong": r.wrong,
+        "missing": r.missing,
+        "requests_per_s": r.responses as f64 / r.seconds.max(1e-9),
+        "latency": lat,
+    });
+    if a.json {
+        println!("{out}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    if r.wrong > 0 {
+        bail!("{} wrong replies", r.wrong);
+    }
+    Ok(())
+}
+
+fn serve(a: ServeArgs) -> Result<()> {
+    let registry = Registry::parse(&a.functions).map_err(anyhow::Error::msg)?;
+    let ns = lab_ns(&a.lab, &a.host)?;
     if a.threads == 0 || a.queues == 0 {
         bail!("--threads and --queues must be at least 1");
     }

@@ -4,5 +4,6 @@
 pub mod baseline;
 pub mod functions;
 pub mod invoker;
+pub mod load;
 
 pub use functions::{Function, Registry};

@@ -3,6 +3,7 @@
 //! client kernel's UDP checksum check (a socket never sees a bad one).
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use peregrine_bpf::testing::privileged;
@@ -223,4 +224,50 @@ fn functions_change_at_run_time_without_losing_others_requests() {
         s.disabled, 100,
         "B's datagrams while it had no workers were counted and passed"
     );
+}
+
+#[test]
+fn load_client_checks_every_reply_and_serves_metrics() {
+    if !privileged("load_client_checks_every_reply_and_serves_metrics") {
+        return;
+    }
+    use peregrine_faas::load::{self, LoadConfig, LoadMetrics};
+    use std::io::{Read, Write};
+    let lab = lab("tfaasld");
+    let _inv = invoker(&lab, FUNCTIONS);
+    let metrics = LoadMetrics::new();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let addr: SocketAddr = "127.0.0.1:19464".parse().unwrap();
+    let srv = metrics.serve(addr, stop.clone()).unwrap();
+    for server_ip in ["198.18.0.2", "2001:db8::2"] {
+        let cfg = LoadConfig {
+            server: server_ip.parse().unwrap(),
+            connections: 8,
+            duration: Duration::from_secs(1),
+            size: 200,
+            timeout: Duration::from_secs(1),
+        };
+        let reg = Registry::parse(FUNCTIONS).unwrap();
+        let r = netns::run_in(&lab.ns("a"), || load::run(&reg, &cfg, &metrics))
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.wrong, r.missing), (0, 0), "{server_ip}: {r:?}");
+        assert!(r.responses > 1000, "{server_ip}: {r:?}");
+        assert_eq!(r.responses, r.requests);
+        assert_eq!(r.latency.len(), r.responses);
+    }
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    assert!(
+        body.contains("peregrine_faas_load_responses_total"),
+        "{body}"
+    );
+    assert!(
+        body.contains("peregrine_faas_load_latency_seconds_bucket"),
+        "{body}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    srv.join().unwrap();
 }
