@@ -182,7 +182,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         .collect();
     let server = match a.backend.as_str() {
         "afxdp" => {
-            if a.threads % a.queues != 0 {
+            if !a.threads.is_multiple_of(a.queues) {
                 bail!(
                     "--threads ({}) must be a multiple of --queues ({})",
                     a.threads,
