@@ -25,6 +25,8 @@ pub enum BenchCmd {
     Gen(BenchGenArgs),
     /// XDP router vs Linux forwarding (and a 2-NF chain) on generator -> dut -> sink.
     Router(crate::bench_router::BenchRouterArgs),
+    /// The function invoker: socket, mmsg and AF_XDP, per request size and workers.
+    Faas(crate::bench_faas::BenchFaasArgs),
 }
 
 #[derive(Args, Clone)]
@@ -140,6 +142,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Gen(a) => bench_gen(a),
         BenchCmd::Router(a) => crate::bench_router::bench_router(a),
+        BenchCmd::Faas(a) => crate::bench_faas::bench_faas(a),
     }
 }
 

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use peregrine_lab::{lab, signals, Lab, Lifetime, Topology};
 
 mod bench;
+mod bench_faas;
 mod bench_router;
 mod dp;
 mod faas;

@@ -138,6 +138,28 @@ impl AfXdpInvoker {
                 cfg.queues, cfg.workers
             )));
         }
+        // A request can only reach an AF_XDP socket bound to the queue it
+        // arrived on: serving fewer queues than the device has would lose
+        // every request hashed to the others.
+        let rx_dir = format!("/sys/class/net/{iface}/queues");
+        let count_rx = || {
+            std::fs::read_dir(&rx_dir)
+                .map(|rd| {
+                    rd.flatten()
+                        .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                        .count() as u32
+                })
+                .unwrap_or(0)
+        };
+        let device_queues = match ns {
+            Some(n) => netns::with_sysfs(n, count_rx)?,
+            None => count_rx(),
+        };
+        if device_queues > cfg.queues {
+            return Err(InvokerError::Config(format!(
+                "{iface} has {device_queues} RX queues; serve all of them (--queues {device_queues}) or reduce them, or requests arriving on the others are lost"
+            )));
+        }
         let prog = DispatchProgram::load()?;
         let link = netns::run_in_opt(ns, || prog.attach(iface, XdpMode::Native))??;
         let counters = Arc::new(Counters {

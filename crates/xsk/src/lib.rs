@@ -98,6 +98,8 @@ pub struct Xsk {
     tx: Tx,
     /// Frames owned by user space, ready for the fill ring or for sending.
     free: Vec<UmemDescriptor>,
+    /// Frames handed to the TX ring and not yet completed by the kernel.
+    in_flight: u32,
     mode: BindMode,
     cfg: XskConfig,
     pub iface: String,
@@ -194,6 +196,7 @@ impl Xsk {
             rx,
             tx,
             free,
+            in_flight: 0,
             mode,
             cfg,
             iface: iface.into(),
@@ -253,6 +256,7 @@ impl Xsk {
         self.free
             .extend(a.iter().chain(b.iter()).take(n as usize).copied());
         self.comp.release(n);
+        self.in_flight = self.in_flight.saturating_sub(n);
     }
 
     /// Handles up to `max` received frames with `f(buffer, len)`: the frame
@@ -308,7 +312,12 @@ impl Xsk {
                 self.tx.release(sent);
             }
         }
-        if sent > 0 && (!self.cfg.need_wakeup || self.tx.needs_wakeup()) {
+        self.in_flight += sent;
+        // Kick the kernel while anything waits in the TX ring: in copy mode
+        // only a sendto() moves frames out, and one that found the socket busy
+        // (EAGAIN) would otherwise leave a reply stranded until the next
+        // request arrives.
+        if self.in_flight > 0 && (!self.cfg.need_wakeup || self.tx.needs_wakeup()) {
             let _ = syscall::wake_tx(&self.fd);
         }
         self.refill();

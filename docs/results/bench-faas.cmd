@@ -1,0 +1,1 @@
+./target/release/peregrine bench faas --duration 3 --out docs/results
