@@ -1,1 +1,1 @@
-./target/release/peregrine bench faas --duration 3 --out docs/results
+./target/release/peregrine bench faas --out docs/results
