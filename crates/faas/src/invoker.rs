@@ -8,7 +8,7 @@ use std::sync::Arc;
 use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
 use peregrine_bpf::{XdpLink, XdpMode};
 use peregrine_lab::netns;
-use peregrine_wire::{parse_udp_frame, reply_in_place};
+use peregrine_wire::parse_udp_frame;
 use peregrine_xsk::{Verdict, Xsk, XskConfig};
 
 use crate::functions::Registry;
@@ -87,18 +87,24 @@ fn handle(
     c: &Counters,
 ) -> Verdict {
     c.requests.fetch_add(1, Ordering::Relaxed);
-    let id = match parse_udp_frame(&buf[..len]) {
-        Ok(req) => match registry.get(req.dst_port) {
-            Some((id, f)) => {
+    // Parsed (and its checksums checked) once; the reply is written from
+    // what the parse found.
+    let (id, mut spec) = match parse_udp_frame(&buf[..len]) {
+        Ok(req) => match (registry.get(req.dst_port), req.reply_spec(0)) {
+            (Some((id, f)), Ok(spec)) => {
                 scratch.clear();
                 if f.call(req.payload, scratch).is_err() {
                     c.failed.fetch_add(1, Ordering::Relaxed);
                     return Verdict::Drop;
                 }
-                *id
+                (*id, spec)
             }
-            None => {
+            (None, _) => {
                 c.unknown_port.fetch_add(1, Ordering::Relaxed);
+                return Verdict::Drop;
+            }
+            (_, Err(_)) => {
+                c.malformed.fetch_add(1, Ordering::Relaxed);
                 return Verdict::Drop;
             }
         },
@@ -107,7 +113,8 @@ fn handle(
             return Verdict::Drop;
         }
     };
-    match reply_in_place(buf, len, scratch) {
+    spec.frame_len += scratch.len();
+    match spec.write_into(buf, scratch).map(|()| spec.frame_len) {
         Ok(n) => {
             c.replies.fetch_add(1, Ordering::Relaxed);
             if let Some(p) = c.per_function.get(id as usize) {

@@ -108,10 +108,12 @@ pub fn run_in<T>(name: &str, f: impl FnOnce() -> T) -> Result<T> {
     Ok(f())
 }
 
-/// For a child process about to exec (called from `pre_exec`): joins the
-/// namespace and gives the child its own /sys, as `ip netns exec` does, so
-/// /sys/class/net shows the namespace's interfaces.
-pub fn enter_for_exec(ns: &File) -> std::io::Result<()> {
+/// Joins namespace `ns` with a mount namespace of the caller's own in which
+/// /sys is a fresh sysfs of that namespace, as `ip netns exec` does, so
+/// /sys/class/net shows its interfaces. Used by a child about to exec (from
+/// `pre_exec`) and by a short-lived thread (`with_sysfs`); either way the
+/// private mounts die with the caller.
+fn enter_with_sysfs(ns: &File) -> nix::Result<()> {
     setns(ns.as_fd(), CloneFlags::CLONE_NEWNET)?;
     unshare(CloneFlags::CLONE_NEWNS)?;
     mount(
@@ -128,8 +130,12 @@ pub fn enter_for_exec(ns: &File) -> std::io::Result<()> {
         Some("sysfs"),
         MsFlags::empty(),
         None::<&str>,
-    )?;
-    Ok(())
+    )
+}
+
+/// For a child process about to exec (called from `pre_exec`).
+pub fn enter_for_exec(ns: &File) -> std::io::Result<()> {
+    Ok(enter_with_sysfs(ns)?)
 }
 
 /// Writes a sysctl in the calling thread's namespace
@@ -150,26 +156,8 @@ pub fn with_sysfs<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> 
     let target = open(ns)?;
     std::thread::scope(|s| {
         s.spawn(|| -> Result<T> {
-            let fail = |what: &str, e: nix::Error| LabError::Netns(format!("{what} for {ns}: {e}"));
-            // A mount namespace of this thread alone; it dies with the thread.
-            unshare(CloneFlags::CLONE_NEWNS).map_err(|e| fail("unshare(CLONE_NEWNS)", e))?;
-            mount(
-                None::<&str>,
-                "/",
-                None::<&str>,
-                MsFlags::MS_SLAVE | MsFlags::MS_REC,
-                None::<&str>,
-            )
-            .map_err(|e| fail("making / a slave mount", e))?;
-            setns(target.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| fail("setns", e))?;
-            mount(
-                Some("sysfs"),
-                "/sys",
-                Some("sysfs"),
-                MsFlags::empty(),
-                None::<&str>,
-            )
-            .map_err(|e| fail("mounting sysfs", e))?;
+            enter_with_sysfs(&target)
+                .map_err(|e| LabError::Netns(format!("entering {ns} with its own /sys: {e}")))?;
             Ok(f())
         })
         .join()

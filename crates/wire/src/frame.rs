@@ -363,26 +363,35 @@ mod tests {
 /// `buf` may extend past `len` to leave room to grow. Returns the reply's
 /// length. The request is checked first; a bad one is refused untouched.
 pub fn reply_in_place(buf: &mut [u8], len: usize, payload: &[u8]) -> Result<usize, FrameError> {
-    let req = parse_udp_frame(&buf[..len.min(buf.len())])?;
-    if req.vlan.is_some() {
-        return Err(FrameError::Malformed(
-            "Ethernet",
-            "802.1Q-tagged requests are not answered",
-        ));
-    }
-    let mut spec = UdpFrameSpec {
-        src_mac: req.dst_mac,
-        dst_mac: req.src_mac,
-        src_ip: req.dst_ip,
-        dst_ip: req.src_ip,
-        src_port: req.dst_port,
-        dst_port: req.src_port,
-        ttl: 64,
-        frame_len: 0,
-    };
-    spec.frame_len = spec.header_len() + payload.len();
+    let spec = parse_udp_frame(&buf[..len.min(buf.len())])?.reply_spec(payload.len())?;
     spec.write_into(buf, payload)?;
     Ok(spec.frame_len)
+}
+
+impl UdpFrame<'_> {
+    /// The frame answering this one with a `payload_len`-byte payload: MACs,
+    /// addresses and ports swapped, TTL/hop limit 64. For callers that have
+    /// parsed the request already (`reply_in_place` parses it itself).
+    pub fn reply_spec(&self, payload_len: usize) -> Result<UdpFrameSpec, FrameError> {
+        if self.vlan.is_some() {
+            return Err(FrameError::Malformed(
+                "Ethernet",
+                "802.1Q-tagged requests are not answered",
+            ));
+        }
+        let mut spec = UdpFrameSpec {
+            src_mac: self.dst_mac,
+            dst_mac: self.src_mac,
+            src_ip: self.dst_ip,
+            dst_ip: self.src_ip,
+            src_port: self.dst_port,
+            dst_port: self.src_port,
+            ttl: 64,
+            frame_len: 0,
+        };
+        spec.frame_len = spec.header_len() + payload_len;
+        Ok(spec)
+    }
 }
 
 #[cfg(test)]

@@ -100,6 +100,8 @@ pub struct Xsk {
     free: Vec<UmemDescriptor>,
     /// Frames handed to the TX ring and not yet completed by the kernel.
     in_flight: u32,
+    /// Answers of the batch being processed (kept to reuse its allocation).
+    out: Vec<RxTxDescriptor>,
     mode: BindMode,
     cfg: XskConfig,
     pub iface: String,
@@ -197,6 +199,7 @@ impl Xsk {
             tx,
             free,
             in_flight: 0,
+            out: Vec::with_capacity(cfg.ring as usize),
             mode,
             cfg,
             iface: iface.into(),
@@ -272,7 +275,8 @@ impl Xsk {
         let n = self.rx.acquire(1).min(max);
         let mut sent = 0u32;
         if n > 0 {
-            let mut out: Vec<RxTxDescriptor> = Vec::with_capacity(n as usize);
+            let mut out = std::mem::take(&mut self.out);
+            out.clear();
             {
                 let (a, b) = self.rx.data();
                 let frame_size = u64::from(self.cfg.frame_size);
@@ -311,6 +315,7 @@ impl Xsk {
                 );
                 self.tx.release(sent);
             }
+            self.out = out;
         }
         self.in_flight += sent;
         // Kick the kernel while anything waits in the TX ring: in copy mode
