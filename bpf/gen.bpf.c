@@ -144,6 +144,10 @@ int gen(struct xdp_md *ctx)
 		__u16 new_port = bpf_htons((__u16)(cfg.src_port + k));
 		udp->source = new_port;
 		udp_sum += (__u16)~old_port + new_port;
+		touched = 1;
+	}
+	if (cfg.nflows > 1 && !(cfg.flags & GEN_F_PORTS_ONLY)) {
+		__u32 k = seq % cfg.nflows;
 
 		const int dst = cfg.flags & GEN_F_VARY_DST;
 		__u32 *saddr;
@@ -163,7 +167,6 @@ int gen(struct xdp_md *ctx)
 			struct iphdr *ip = data + ETH_HLEN;
 			ip->check = ~csum_fold((__u16)~ip->check + addr_delta);
 		}
-		touched = 1;
 	}
 
 	if (touched) {

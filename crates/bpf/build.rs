@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: &[&str] = &["gen", "sink", "router", "nf", "dispatch"];
+const PROGRAMS: &[&str] = &["gen", "sink", "router", "nf", "dispatch", "replycheck"];
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");

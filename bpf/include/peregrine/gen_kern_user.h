@@ -25,6 +25,9 @@ enum gen_flags {
 	/* Flows vary the destination address instead of the source (many
 	 * destinations, e.g. to exercise a large routing table). */
 	GEN_F_VARY_DST = 1 << 3,
+	/* Flows vary the source port only, addresses stay (replies then go
+	 * back to one host the sender's neighbours know). */
+	GEN_F_PORTS_ONLY = 1 << 4,
 };
 
 enum gen_magic {

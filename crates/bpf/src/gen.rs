@@ -21,6 +21,20 @@ pub const GEN_F_IPV6: u32 = gen_flags::GEN_F_IPV6.0;
 pub const GEN_F_STAMP: u32 = gen_flags::GEN_F_STAMP.0;
 pub const GEN_F_DRY_RUN: u32 = gen_flags::GEN_F_DRY_RUN.0;
 pub const GEN_F_VARY_DST: u32 = gen_flags::GEN_F_VARY_DST.0;
+pub const GEN_F_PORTS_ONLY: u32 = gen_flags::GEN_F_PORTS_ONLY.0;
+
+/// What the flows of a run differ in (each flow also has its own source port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlowVary {
+    /// Source address and port.
+    #[default]
+    Source,
+    /// Destination address (e.g. to exercise a large routing table) and
+    /// source port.
+    Destination,
+    /// Source port only: every reply goes back to the one sending host.
+    SourcePort,
+}
 pub const PEREGRINE_MAGIC: u32 = gen_magic::PEREGRINE_MAGIC.0;
 
 /// Classic simple IMIX (frame sizes with FCS, weights 7:4:1).
@@ -92,8 +106,7 @@ pub struct GenSetup {
     pub ifindex: u32,
     /// Build frames but drop them (measures the generator alone).
     pub dry_run: bool,
-    /// Flows vary the destination address instead of the source.
-    pub vary_dst: bool,
+    pub vary: FlowVary,
 }
 
 /// Smallest and largest frame size (with FCS) for an address family.
@@ -162,7 +175,11 @@ impl GenSetup {
                 0
             } | if self.stamp { GEN_F_STAMP } else { 0 }
                 | if self.dry_run { GEN_F_DRY_RUN } else { 0 }
-                | if self.vary_dst { GEN_F_VARY_DST } else { 0 },
+                | match self.vary {
+                    FlowVary::Source => 0,
+                    FlowVary::Destination => GEN_F_VARY_DST,
+                    FlowVary::SourcePort => GEN_F_PORTS_ONLY,
+                },
             src_port: u32::from(self.spec.src_port),
             ..Default::default()
         };
@@ -387,13 +404,12 @@ mod fixtures {
             stamp,
             ifindex: LO,
             dry_run: false,
-            vary_dst: false,
+            vary: FlowVary::Source,
         }
     }
 
-    /// Flow `k`'s frame built from scratch: source address and port + k.
     /// Flow `k`'s frame built from scratch: source port + k, and source (or
-    /// with vary_dst destination) address + k.
+    /// destination) address + k unless only ports vary.
     fn flow_frame(s: &GenSetup, k: u32, size: usize) -> Vec<u8> {
         let mut f = s.clone();
         f.spec.src_port = f.spec.src_port.wrapping_add(k as u16);
@@ -401,10 +417,10 @@ mod fixtures {
             IpAddr::V4(a) => IpAddr::V4((u32::from(a) + k).into()),
             IpAddr::V6(a) => IpAddr::V6((u128::from(a) + u128::from(k)).into()),
         };
-        if s.vary_dst {
-            f.spec.dst_ip = bump(f.spec.dst_ip);
-        } else {
-            f.spec.src_ip = bump(f.spec.src_ip);
+        match s.vary {
+            FlowVary::Destination => f.spec.dst_ip = bump(f.spec.dst_ip),
+            FlowVary::Source => f.spec.src_ip = bump(f.spec.src_ip),
+            FlowVary::SourcePort => {}
         }
         f.frame(size).unwrap()
     }
@@ -463,15 +479,20 @@ mod fixtures {
             return;
         }
         pin_cpu0();
-        for (v6, vary_dst) in [(false, false), (true, false), (false, true), (true, true)] {
+        let varies = [
+            FlowVary::Source,
+            FlowVary::Destination,
+            FlowVary::SourcePort,
+        ];
+        for (v6, vary) in varies.iter().flat_map(|&v| [(false, v), (true, v)]) {
             let size = if v6 { 78 } else { 64 };
             let mut s = setup(v6, FrameSizes::Fixed(size), 5, false);
-            s.vary_dst = vary_dst;
+            s.vary = vary;
             let g = GenProgram::load(&s).unwrap();
             for i in 0..12u32 {
                 let want = flow_frame(&s, i % 5, size);
                 let fx = Fixture::new(
-                    format!("v6={v6} vary_dst={vary_dst} run {i}"),
+                    format!("v6={v6} vary={vary:?} run {i}"),
                     g.template().to_vec(),
                     XdpAction::Redirect,
                     Expect::Frame(want),

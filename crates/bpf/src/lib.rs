@@ -12,6 +12,7 @@ pub mod gen;
 pub mod loader;
 pub mod nf;
 pub mod pod;
+pub mod replycheck;
 pub mod router;
 pub mod sink;
 pub mod testing;
@@ -39,5 +40,8 @@ pub mod skel {
     }
     pub mod dispatch {
         include!(concat!(env!("OUT_DIR"), "/dispatch.skel.rs"));
+    }
+    pub mod replycheck {
+        include!(concat!(env!("OUT_DIR"), "/replycheck.skel.rs"));
     }
 }

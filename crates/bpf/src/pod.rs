@@ -46,3 +46,4 @@ unsafe impl Pod for crate::skel::dispatch::types::dispatch_func {}
 unsafe impl Pod for crate::skel::dispatch::types::dispatch_stats {}
 unsafe impl Pod for crate::skel::gen::types::gen_meta {}
 unsafe impl Pod for crate::skel::gen::types::xdp_md {}
+unsafe impl Pod for crate::skel::replycheck::types::replycheck_stats {}

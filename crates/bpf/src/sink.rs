@@ -209,7 +209,7 @@ mod fixtures {
             stamp: false,
             ifindex: 1,
             dry_run: false,
-            vary_dst: false,
+            vary: crate::gen::FlowVary::Source,
         };
         setup.frame(len + 4).unwrap()
     }

@@ -355,7 +355,7 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
         cpus: vec![0],
         backend: Backend::Xdp,
         dry_run: false,
-        vary_dst: false,
+        vary: peregrine_bpf::gen::FlowVary::Source,
     };
     let mean = sizes.mean_size();
     let mut runs = Vec::new();
@@ -546,7 +546,7 @@ pub fn gen(a: GenArgs) -> Result<()> {
         cpus: (0..a.threads).collect(),
         backend: a.backend.parse()?,
         dry_run: false,
-        vary_dst: false,
+        vary: peregrine_bpf::gen::FlowVary::Source,
     };
     let sink = match &a.sink {
         Some(s) => {
@@ -664,7 +664,7 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             cpus: vec![0],
             backend: Backend::Xdp,
             dry_run: false,
-            vary_dst: false,
+            vary: peregrine_bpf::gen::FlowVary::Source,
         };
         let label = "generator -> XDP drop sink".to_string();
         eprintln!("{label}");
@@ -707,7 +707,7 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             cpus: vec![0],
             backend: Backend::Xdp,
             dry_run: false,
-            vary_dst: false,
+            vary: peregrine_bpf::gen::FlowVary::Source,
         };
         let gen = Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
         // By default the DUT's receive work runs on the generator's CPU (how

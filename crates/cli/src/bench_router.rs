@@ -209,7 +209,11 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
             cpus: vec![0],
             backend: Backend::Xdp,
             dry_run: false,
-            vary_dst: cfg.vary_dst,
+            vary: if cfg.vary_dst {
+                peregrine_bpf::gen::FlowVary::Destination
+            } else {
+                peregrine_bpf::gen::FlowVary::Source
+            },
         };
         for round in 1..=a.rounds.max(1) {
             for &c in &cfg.contenders {

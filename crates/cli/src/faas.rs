@@ -72,6 +72,9 @@ pub struct ServeArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
+    /// CPUs the workers are pinned to, in turn (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<usize>,
     /// Print the final counters as JSON.
     #[arg(long)]
     pub json: bool,
@@ -175,7 +178,14 @@ fn serve(a: ServeArgs) -> Result<()> {
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let cpus: Vec<usize> = (0..ncpu).collect();
+    if let Some(c) = a.cpus.iter().find(|&&c| c >= ncpu) {
+        bail!("--cpus: cpu {c} does not exist (this machine has {ncpu})");
+    }
+    let cpus: Vec<usize> = if a.cpus.is_empty() {
+        (0..ncpu).collect()
+    } else {
+        a.cpus.clone()
+    };
     let names: Vec<String> = registry
         .iter()
         .map(|(p, _, f)| format!("{p}={}", f.name()))

@@ -59,8 +59,8 @@ pub struct TrafficSpec {
     /// Live backend only: build every frame but drop it instead of sending,
     /// to measure the generator's own ceiling.
     pub dry_run: bool,
-    /// Live backend only: flows vary the destination address, not the source.
-    pub vary_dst: bool,
+    /// Live backend only: what the flows differ in.
+    pub vary: peregrine_bpf::gen::FlowVary,
 }
 
 /// What a run offered.
@@ -126,7 +126,7 @@ impl Generator {
                     stamp: spec.stamp,
                     ifindex,
                     dry_run: spec.dry_run,
-                    vary_dst: spec.vary_dst,
+                    vary: spec.vary,
                 };
                 let prog = GenProgram::load(&setup)?;
                 anchor = Some(netns::run_in(&spec.ns, || prog.anchor("lo"))??);

@@ -60,7 +60,7 @@ fn udp_from_gen(lab: &Lab, backend: Backend, src: &str, dst: &str, port: u16) ->
         cpus: vec![0],
         backend,
         dry_run: false,
-        vary_dst: false,
+        vary: peregrine_bpf::gen::FlowVary::Source,
     }
 }
 

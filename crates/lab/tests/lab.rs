@@ -271,7 +271,7 @@ fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) 
         cpus: vec![0],
         backend,
         dry_run: false,
-        vary_dst: false,
+        vary: peregrine_bpf::gen::FlowVary::Source,
     };
     (spec, peer)
 }

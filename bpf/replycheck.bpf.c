@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
+/* Reply checker of the open-loop function load (`peregrine faas load --rate`).
+ *
+ * The live-frame generator sends requests whose payload is gen_meta (magic,
+ * sequence, send time) followed by zeros, so the one correct reply of a
+ * one-to-one function (echo, reverse) is known byte for byte except for the
+ * twelve bytes it carries back. Every frame from the server's UDP port is
+ * checked here, in full, and dropped: lengths, IPv4 header checksum, UDP
+ * checksum (the pseudo header, the header and the only non-zero payload
+ * bytes, once every other byte is checked to be zero), magic and zeros. The
+ * send time it carries gives the request-to-reply latency into a log-linear
+ * histogram. Checking in XDP keeps the client off the CPUs the server is
+ * measured on; everything else on the link is passed.
+ */
+#include <linux/bpf.h>
+#include "peregrine/parse.h"
+#include "peregrine/gen_kern_user.h"
+#include "peregrine/replycheck_kern_user.h"
+
+const volatile struct replycheck_config cfg = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct replycheck_stats);
+} replycheck_stats_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, REPLYCHECK_BUCKETS);
+	__type(key, __u32);
+	__type(value, __u64);
+} replycheck_latency SEC(".maps");
+
+struct replycheck_stats replycheck_stats_anchor;
+struct replycheck_config replycheck_config_anchor;
+enum replycheck_function replycheck_function_anchor;
+enum replycheck_limits replycheck_limits_anchor;
+
+static __always_inline __u32 latency_bucket(__u64 v)
+{
+	if (v < (1 << REPLYCHECK_SUB_BITS))
+		return v;
+	__u32 msb = 0;
+	__u64 x = v;
+	if (x >> 32) { x >>= 32; msb += 32; }
+	if (x >> 16) { x >>= 16; msb += 16; }
+	if (x >> 8) { x >>= 8; msb += 8; }
+	if (x >> 4) { x >>= 4; msb += 4; }
+	if (x >> 2) { x >>= 2; msb += 2; }
+	if (x >> 1) { msb += 1; }
+	__u32 shift = msb - REPLYCHECK_SUB_BITS;
+	__u64 idx = ((__u64)(shift + 1) << REPLYCHECK_SUB_BITS) +
+		    ((v >> shift) - (1 << REPLYCHECK_SUB_BITS));
+	return idx < REPLYCHECK_BUCKETS ? idx : REPLYCHECK_BUCKETS - 1;
+}
+
+static __always_inline __u32 bswap32(__u32 x)
+{
+	return __builtin_bswap32(x);
+}
+
+/* Sum of a 16-bit quantity as it lies in memory (see parse.h). */
+static __always_inline __u16 swap16(__u16 x)
+{
+	return (x >> 8) | (x << 8);
+}
+
+SEC("xdp")
+int replycheck(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct replycheck_stats *st = bpf_map_lookup_elem(&replycheck_stats_map, &zero);
+	if (!st)
+		return XDP_ABORTED;
+	struct cursor c = {
+		.pos = (void *)(long)ctx->data,
+		.end = (void *)(long)ctx->data_end,
+	};
+	void *frame = c.pos;
+
+	struct ethhdr *eth = cursor_take(&c, sizeof(*eth));
+	if (!eth)
+		return XDP_PASS;
+	const __u32 plen = cfg.payload_len;
+	__u64 sum = 0; /* UDP checksum, memory-order ones' complement */
+	__u16 udp_len_want = bpf_htons(sizeof(struct udphdr) + plen);
+	int v4 = 0;
+	struct iphdr *ip = 0;
+
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		ip = cursor_take(&c, sizeof(*ip));
+		if (!ip || ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
+		    (ip->frag_off & bpf_htons(0x3fff)))
+			return XDP_PASS;
+		v4 = 1;
+		sum += csum_word32(ip->saddr) + csum_word32(ip->daddr) + bpf_htons(IPPROTO_UDP) +
+		       udp_len_want;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = cursor_take(&c, sizeof(*ip6));
+		if (!ip6 || ip6->version != 6 || ip6->nexthdr != IPPROTO_UDP)
+			return XDP_PASS;
+		if (ip6->payload_len != udp_len_want) {
+			struct udphdr *u = cursor_take(&c, sizeof(*u));
+			if (u && u->source == cfg.server_port) {
+				st->bad_length++;
+				return XDP_DROP;
+			}
+			return XDP_PASS;
+		}
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			sum += csum_word32(ip6->saddr.in6_u.u6_addr32[i]) +
+			       csum_word32(ip6->daddr.in6_u.u6_addr32[i]);
+		sum += bpf_htons(IPPROTO_UDP) + udp_len_want;
+	} else {
+		return XDP_PASS;
+	}
+
+	struct udphdr *udp = cursor_take(&c, sizeof(*udp));
+	if (!udp)
+		return XDP_PASS;
+	if (udp->source != cfg.server_port)
+		return XDP_PASS;
+	/* From here on the frame is a reply: counted under one outcome, dropped. */
+	if (udp->len != udp_len_want ||
+	    (v4 && ip->tot_len != bpf_htons(sizeof(*ip) + sizeof(*udp) + plen))) {
+		st->bad_length++;
+		return XDP_DROP;
+	}
+	__u8 *p = c.pos;
+	if ((void *)p + plen > c.end || plen < sizeof(struct gen_meta)) {
+		st->truncated++;
+		return XDP_DROP;
+	}
+	if (v4) {
+		__u16 *w = (void *)ip;
+		__u64 hs = 0;
+#pragma unroll
+		for (int i = 0; i < 10; i++)
+			hs += w[i];
+		if (csum_fold(hs) != 0xffff) {
+			st->bad_checksum++;
+			return XDP_DROP;
+		}
+	}
+
+	const int reverse = cfg.function == REPLYCHECK_REVERSE;
+	/* Where gen_meta's 16 bytes are in the reply, and the zeros around them. */
+	__u32 meta_at = reverse ? plen - sizeof(struct gen_meta) : 0;
+	__u32 zeros_at = reverse ? 0 : sizeof(struct gen_meta);
+	__u32 nzero = plen - sizeof(struct gen_meta);
+
+	__u8 *z = p + (zeros_at & 0xffff);
+	__u64 any = 0;
+	for (__u32 i = 0; i < REPLYCHECK_MAX_WORDS; i++) {
+		if (i >= nzero / 8)
+			break;
+		if ((void *)(z + 8) > c.end)
+			break;
+		any |= *(__u64 *)z;
+		z += 8;
+	}
+#pragma unroll
+	for (__u32 i = 0; i < 7; i++) {
+		if (i >= nzero % 8)
+			break;
+		if ((void *)(z + 1) > c.end)
+			break;
+		any |= *z;
+		z++;
+	}
+
+	__u8 *m = p + (meta_at & 0xffff);
+	if ((void *)(m + sizeof(struct gen_meta)) > c.end) {
+		st->truncated++;
+		return XDP_DROP;
+	}
+	__u32 magic = *(__u32 *)(reverse ? m + 12 : m);
+	__u64 tx_ns = *(__u64 *)(reverse ? m : m + 8);
+	if (reverse) {
+		magic = bswap32(magic);
+		tx_ns = __builtin_bswap64(tx_ns);
+	}
+	if (any || magic != PEREGRINE_MAGIC) {
+		st->bad_payload++;
+		return XDP_DROP;
+	}
+
+	if (!(v4 && udp->check == 0)) {
+		__u16 *uw = (void *)udp;
+		sum += uw[0] + uw[1] + uw[2] + uw[3];
+		__u64 ms = 0;
+		__u16 *mw = (void *)m;
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			ms += mw[i];
+		/* A run of 16-bit loads starting at an odd offset from the UDP
+		 * header sums byte-swapped words: swap the folded result back. */
+		__u16 mf = csum_fold(ms);
+		sum += (meta_at & 1) ? swap16(mf) : mf;
+		if (csum_fold(sum) != 0xffff) {
+			st->bad_checksum++;
+			return XDP_DROP;
+		}
+	}
+
+	st->replies++;
+	st->bytes += c.end - frame;
+	__u64 now = bpf_ktime_get_ns();
+	if (tx_ns && tx_ns <= now) {
+		__u32 b = latency_bucket(now - tx_ns);
+		__u64 *n = bpf_map_lookup_elem(&replycheck_latency, &b);
+		if (n)
+			*n += 1;
+	}
+	return XDP_DROP;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

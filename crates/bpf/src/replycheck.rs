@@ -1,0 +1,366 @@
+//! Control side of `bpf/replycheck.bpf.c`: checks, counts and times every
+//! reply to the live-frame generator's function requests, in XDP on the
+//! client's interface.
+use std::mem::MaybeUninit;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::error::{BpfError, Result};
+use crate::loader::Loaded;
+use crate::pod::Pod;
+use crate::skel::replycheck::types::{replycheck_function, replycheck_limits};
+use crate::skel::replycheck::{ReplycheckSkel, ReplycheckSkelBuilder};
+use crate::xdp::{XdpLink, XdpMode};
+
+pub use crate::skel::replycheck::types::replycheck_stats as ReplyStats;
+
+const SUB_BITS: u32 = replycheck_limits::REPLYCHECK_SUB_BITS.0;
+pub const BUCKETS: u32 = replycheck_limits::REPLYCHECK_BUCKETS.0;
+/// Longest payload the checker reads (bytes).
+pub const MAX_PAYLOAD: usize = replycheck_limits::REPLYCHECK_MAX_WORDS.0 as usize * 8;
+/// Shortest payload: the generator's meta (magic, sequence, send time).
+pub const MIN_PAYLOAD: usize = 16;
+
+/// The function whose replies are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckedFunction {
+    Echo,
+    Reverse,
+}
+
+impl CheckedFunction {
+    /// The checkable built-in called `name`, if it is one.
+    pub fn by_name(name: &str) -> Option<CheckedFunction> {
+        match name {
+            "echo" => Some(CheckedFunction::Echo),
+            "reverse" => Some(CheckedFunction::Reverse),
+            _ => None,
+        }
+    }
+
+    fn raw(self) -> u32 {
+        match self {
+            CheckedFunction::Echo => replycheck_function::REPLYCHECK_ECHO.0,
+            CheckedFunction::Reverse => replycheck_function::REPLYCHECK_REVERSE.0,
+        }
+    }
+}
+
+/// The lowest value (ns) and width of latency bucket `idx`: the inverse of
+/// `latency_bucket()` in replycheck.bpf.c.
+pub fn bucket_range(idx: u32) -> (u64, u64) {
+    let sub = 1u64 << SUB_BITS;
+    if u64::from(idx) < sub {
+        return (u64::from(idx), 1);
+    }
+    let shift = idx / sub as u32 - 1;
+    let low = (u64::from(idx) % sub + sub) << shift;
+    (low, 1 << shift)
+}
+
+fn sum_stats(per_cpu: &[Vec<u8>]) -> ReplyStats {
+    per_cpu
+        .iter()
+        .filter_map(|v| ReplyStats::from_bytes(v))
+        .fold(ReplyStats::default(), |a, b| ReplyStats {
+            replies: a.replies + b.replies,
+            bytes: a.bytes + b.bytes,
+            bad_length: a.bad_length + b.bad_length,
+            bad_payload: a.bad_payload + b.bad_payload,
+            bad_checksum: a.bad_checksum + b.bad_checksum,
+            truncated: a.truncated + b.truncated,
+        })
+}
+
+impl ReplyStats {
+    /// Replies from the server port that were not correct.
+    pub fn wrong(&self) -> u64 {
+        self.bad_length + self.bad_payload + self.bad_checksum + self.truncated
+    }
+}
+
+pub struct ReplyCheckProgram {
+    skel: Loaded<ReplycheckSkel<'static>>,
+}
+
+impl ReplyCheckProgram {
+    /// Checks replies from UDP `server_port` to requests of `payload_len`
+    /// bytes made by the generator (stamped).
+    pub fn load(
+        server_port: u16,
+        payload_len: usize,
+        function: CheckedFunction,
+    ) -> Result<ReplyCheckProgram> {
+        if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&payload_len) {
+            return Err(BpfError::Invalid(format!(
+                "checked payload of {payload_len} bytes: expected {MIN_PAYLOAD}..={MAX_PAYLOAD}"
+            )));
+        }
+        let skel = Loaded::new(
+            "replycheck.bpf.o",
+            |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
+                let mut open = ReplycheckSkelBuilder::default()
+                    .open(storage)
+                    .map_err(BpfError::libbpf("opening replycheck.bpf.o"))?;
+                let rodata =
+                    open.maps.rodata_data.as_deref_mut().ok_or_else(|| {
+                        BpfError::Invalid("replycheck.bpf.o has no rodata".into())
+                    })?;
+                rodata.cfg.server_port = server_port.to_be();
+                rodata.cfg.payload_len = payload_len as u16;
+                rodata.cfg.function = function.raw();
+                open.load()
+                    .map_err(BpfError::libbpf("loading replycheck.bpf.o"))
+            },
+        )?;
+        Ok(ReplyCheckProgram { skel })
+    }
+
+    pub fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.replycheck
+    }
+
+    pub fn attach(&self, iface: &str, mode: XdpMode) -> Result<XdpLink> {
+        XdpLink::attach(self.prog(), iface, mode)
+    }
+
+    pub fn stats(&self) -> Result<ReplyStats> {
+        let v = self
+            .skel
+            .maps
+            .replycheck_stats_map
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(BpfError::libbpf("reading replycheck_stats_map"))?
+            .unwrap_or_default();
+        Ok(sum_stats(&v))
+    }
+
+    /// Replies per latency bucket (see `bucket_range`), summed over CPUs.
+    pub fn latency_buckets(&self) -> Result<Vec<u64>> {
+        (0..BUCKETS)
+            .map(|b| {
+                let v = self
+                    .skel
+                    .maps
+                    .replycheck_latency
+                    .lookup_percpu(&b.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(BpfError::libbpf("reading replycheck_latency"))?
+                    .unwrap_or_default();
+                Ok(v.iter()
+                    .filter_map(|c| c.get(..8))
+                    .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+                    .sum())
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod fixtures {
+    use super::*;
+    use crate::fixture::{check_all, truncations, Expect, Fixture};
+    use crate::gen::PEREGRINE_MAGIC;
+    use crate::testing::privileged;
+    use crate::XdpAction;
+    use peregrine_wire::{MacAddr, UdpFrameSpec};
+
+    const SERVER_PORT: u16 = 1232;
+
+    /// The generator's request payload: meta, then zeros.
+    fn request(len: usize, seq: u32, tx_ns: u64) -> Vec<u8> {
+        let mut p = vec![0u8; len];
+        p[0..4].copy_from_slice(&PEREGRINE_MAGIC.to_ne_bytes());
+        p[4..8].copy_from_slice(&seq.to_ne_bytes());
+        p[8..16].copy_from_slice(&tx_ns.to_ne_bytes());
+        p
+    }
+
+    fn reply(v6: bool, src_port: u16, payload: &[u8]) -> Vec<u8> {
+        let spec = UdpFrameSpec {
+            src_mac: MacAddr::local(2),
+            dst_mac: MacAddr::local(1),
+            src_ip: if v6 { "2001:db8::2" } else { "198.18.0.2" }
+                .parse()
+                .unwrap(),
+            dst_ip: if v6 { "2001:db8::1" } else { "198.18.0.1" }
+                .parse()
+                .unwrap(),
+            src_port,
+            dst_port: 40000,
+            ttl: 64,
+            frame_len: 0,
+        };
+        let spec = UdpFrameSpec {
+            frame_len: spec.min_frame_len() + payload.len(),
+            ..spec
+        };
+        spec.build(payload).unwrap()
+    }
+
+    fn reversed(mut p: Vec<u8>) -> Vec<u8> {
+        p.reverse();
+        p
+    }
+
+    #[test]
+    fn bucket_ranges_tile_the_line() {
+        let mut next = 0;
+        for b in 0..BUCKETS {
+            let (low, width) = bucket_range(b);
+            assert_eq!(low, next, "bucket {b}");
+            // About 3% wide at most (2^-SUB_BITS of its value).
+            assert!(width == 1 || width * 32 <= low, "bucket {b}");
+            next = low + width;
+        }
+        assert!(next > 30_000_000_000, "the histogram covers 30 s");
+    }
+
+    /// Every outcome is counted exactly once; correct replies of either
+    /// function and family, odd and even sizes, are dropped after counting;
+    /// anything else from the server port is dropped as wrong; other traffic
+    /// is passed untouched.
+    #[test]
+    fn every_reply_is_checked_and_counted() {
+        if !privileged("every_reply_is_checked_and_counted") {
+            return;
+        }
+        let now = 1_000; // earlier than any run: latency recorded
+        for (function, len) in [
+            (CheckedFunction::Reverse, 200),
+            (CheckedFunction::Reverse, 201),
+            (CheckedFunction::Echo, 200),
+            (CheckedFunction::Echo, 1451),
+        ] {
+            let prog = ReplyCheckProgram::load(SERVER_PORT, len, function).unwrap();
+            let answer = |p: Vec<u8>| match function {
+                CheckedFunction::Reverse => reversed(p),
+                CheckedFunction::Echo => p,
+            };
+            let drop =
+                |n: String, f: Vec<u8>| Fixture::new(n, f, XdpAction::Drop, Expect::Unchanged);
+            let pass =
+                |n: String, f: Vec<u8>| Fixture::new(n, f, XdpAction::Pass, Expect::Unchanged);
+            let tag = format!("{function:?} {len}");
+            let mut good = vec![];
+            for v6 in [false, true] {
+                for seq in [0, 7, u32::MAX] {
+                    good.push(drop(
+                        format!("{tag} v6={v6} seq {seq}"),
+                        reply(
+                            v6,
+                            SERVER_PORT,
+                            &answer(request(len, seq, now + u64::from(seq))),
+                        ),
+                    ));
+                }
+            }
+            let ok = reply(false, SERVER_PORT, &answer(request(len, 3, now)));
+            let mut wrong_payload = vec![];
+            // A request's bytes sent back unchanged by a reversing server (or
+            // the other way round), one flipped zero byte, a wrong magic.
+            let other = match function {
+                CheckedFunction::Reverse => request(len, 3, now),
+                CheckedFunction::Echo => reversed(request(len, 3, now)),
+            };
+            wrong_payload.push(drop(
+                format!("{tag} other function"),
+                reply(false, SERVER_PORT, &other),
+            ));
+            for at in [0, len / 2, len - 1] {
+                let mut p = answer(request(len, 3, now));
+                if p[at] == 0 {
+                    p[at] = 0x40;
+                    wrong_payload.push(drop(
+                        format!("{tag} byte {at} not zero"),
+                        reply(false, SERVER_PORT, &p),
+                    ));
+                }
+            }
+            let mut bad_magic = request(len, 3, now);
+            bad_magic[0] ^= 1;
+            wrong_payload.push(drop(
+                format!("{tag} magic"),
+                reply(true, SERVER_PORT, &answer(bad_magic)),
+            ));
+
+            let mut bad_sum = vec![];
+            let mut udp_sum = ok.clone();
+            udp_sum[40] ^= 0x10; // UDP checksum
+            bad_sum.push(drop(format!("{tag} udp checksum"), udp_sum));
+            let mut ip_sum = ok.clone();
+            ip_sum[24] ^= 0x10; // IPv4 header checksum
+            bad_sum.push(drop(format!("{tag} ip checksum"), ip_sum));
+            // The checksum covers the meta bytes carried back.
+            let mut seq_changed = ok.clone();
+            let seq_at = match function {
+                CheckedFunction::Reverse => 42 + len - 6,
+                CheckedFunction::Echo => 42 + 5,
+            };
+            seq_changed[seq_at] ^= 0x01;
+            bad_sum.push(drop(format!("{tag} meta changed"), seq_changed));
+
+            let mut bad_len = vec![];
+            bad_len.push(drop(
+                format!("{tag} shorter payload"),
+                reply(false, SERVER_PORT, &answer(request(len - 1, 3, now))),
+            ));
+            bad_len.push(drop(
+                format!("{tag} v6 longer payload"),
+                reply(true, SERVER_PORT, &answer(request(len + 1, 3, now))),
+            ));
+
+            let mut cut = vec![];
+            for (n, f) in truncations(&ok, ok.len()).filter(|(n, _)| *n >= 42) {
+                cut.push(drop(format!("{tag} cut at {n}"), f));
+            }
+
+            let mut others = vec![
+                pass(
+                    format!("{tag} other port"),
+                    reply(false, 53, &answer(request(len, 3, now))),
+                ),
+                pass(format!("{tag} garbage"), vec![0x42; 64]),
+                pass(format!("{tag} arp"), {
+                    let mut a = vec![0xff; 6];
+                    a.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+                    a.extend_from_slice(&[0; 28]);
+                    a
+                }),
+            ];
+            let mut tcp = ok.clone();
+            tcp[23] = 6;
+            others.push(pass(format!("{tag} tcp"), tcp));
+            let mut frag = ok.clone();
+            frag[20] = 0x20;
+            others.push(pass(format!("{tag} fragment"), frag));
+            // Cut inside the UDP header: not recognisably a reply.
+            for (n, f) in truncations(&ok, 42) {
+                others.push(pass(format!("{tag} cut at {n}"), f));
+            }
+
+            let all: Vec<Fixture> = good
+                .iter()
+                .chain(&wrong_payload)
+                .chain(&bad_sum)
+                .chain(&bad_len)
+                .chain(&cut)
+                .chain(&others)
+                .cloned()
+                .collect();
+            let bad: Vec<String> = check_all(prog.prog(), &all)
+                .iter()
+                .map(|m| m.to_string())
+                .collect();
+            assert!(bad.is_empty(), "{}", bad.join("\n"));
+            let s = prog.stats().unwrap();
+            assert_eq!(s.replies, good.len() as u64, "{tag}");
+            assert_eq!(s.bad_payload, wrong_payload.len() as u64, "{tag}");
+            assert_eq!(s.bad_checksum, bad_sum.len() as u64, "{tag}");
+            assert_eq!(s.bad_length, bad_len.len() as u64, "{tag}");
+            assert_eq!(s.truncated, cut.len() as u64, "{tag}");
+            let buckets = prog.latency_buckets().unwrap();
+            assert_eq!(buckets.iter().sum::<u64>(), good.len() as u64, "{tag}");
+        }
+    }
+}
