@@ -13,6 +13,7 @@
  * measured on; everything else on the link is passed.
  */
 #include <linux/bpf.h>
+#include <linux/pkt_cls.h>
 #include "peregrine/parse.h"
 #include "peregrine/gen_kern_user.h"
 #include "peregrine/replycheck_kern_user.h"
@@ -67,16 +68,16 @@ static __always_inline __u16 swap16(__u16 x)
 	return (x >> 8) | (x << 8);
 }
 
-SEC("xdp")
-int replycheck(struct xdp_md *ctx)
+/* XDP_PASS: not a reply, leave it to the kernel; XDP_DROP: a reply, counted. */
+static __always_inline int check_reply(void *data, void *data_end)
 {
 	__u32 zero = 0;
 	struct replycheck_stats *st = bpf_map_lookup_elem(&replycheck_stats_map, &zero);
 	if (!st)
-		return XDP_ABORTED;
+		return XDP_PASS;
 	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
+		.pos = data,
+		.end = data_end,
 	};
 	void *frame = c.pos;
 
@@ -216,6 +217,24 @@ int replycheck(struct xdp_md *ctx)
 			*n += 1;
 	}
 	return XDP_DROP;
+}
+
+SEC("xdp")
+int replycheck(struct xdp_md *ctx)
+{
+	return check_reply((void *)(long)ctx->data, (void *)(long)ctx->data_end);
+}
+
+/* The same check at tcx ingress: on veth, an XDP program on the client makes
+ * every reply skb be copied into an XDP frame first (on the server's CPU); at
+ * tc the skb is read where it lies. */
+SEC("tc")
+int replycheck_tc(struct __sk_buff *skb)
+{
+	if ((long)skb->data_end - (long)skb->data < skb->len)
+		bpf_skb_pull_data(skb, skb->len);
+	int v = check_reply((void *)(long)skb->data, (void *)(long)skb->data_end);
+	return v == XDP_PASS ? TC_ACT_OK : TC_ACT_SHOT;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -15,7 +15,7 @@ pub enum BpfError {
     MissingFeature(String),
     #[error("unknown interface {0:?}")]
     UnknownInterface(String),
-    #[error("attaching XDP ({mode}) to {iface} failed: {reason}")]
+    #[error("attaching {mode} to {iface} failed: {reason}")]
     Attach {
         iface: String,
         mode: &'static str,

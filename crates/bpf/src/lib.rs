@@ -15,6 +15,7 @@ pub mod pod;
 pub mod replycheck;
 pub mod router;
 pub mod sink;
+pub mod tcx;
 pub mod testing;
 pub mod xdp;
 

@@ -30,6 +30,12 @@ impl XdpMode {
             XdpMode::Generic => "generic",
         }
     }
+    fn hook(self) -> &'static str {
+        match self {
+            XdpMode::Native => "XDP (native)",
+            XdpMode::Generic => "XDP (generic)",
+        }
+    }
 }
 
 impl fmt::Display for XdpMode {
@@ -114,7 +120,7 @@ impl XdpLink {
             };
             return Err(BpfError::Attach {
                 iface: iface.to_string(),
-                mode: mode.as_str(),
+                mode: mode.hook(),
                 reason,
             });
         }

@@ -485,13 +485,20 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
 }
 
 /// `peregrine gen`: send in an existing lab, optionally counting at a sink.
-pub fn gen(a: GenArgs) -> Result<()> {
-    let topo = peregrine_lab::lab::state(&a.lab)?.topology;
-    let from = Endpoint::parse(&a.from)?;
+/// Flow 0 of traffic from `from` (a veth end in lab `topo`) to `to`: the
+/// interface's address of the same family unless `src` is given, the MACs of
+/// both ends; and the peer end (namespace, interface).
+pub(crate) fn endpoint_frame(
+    topo: &peregrine_lab::Topology,
+    from: &Endpoint,
+    src: Option<std::net::IpAddr>,
+    to: std::net::IpAddr,
+    port: u16,
+) -> Result<(UdpFrameSpec, (String, String))> {
     let host = topo
         .host(&from.host)
-        .with_context(|| format!("lab {} has no host {:?}", a.lab, from.host))?;
-    let src = match a.src {
+        .with_context(|| format!("lab {} has no host {:?}", topo.name, from.host))?;
+    let src = match src {
         Some(s) => s,
         None => host
             .addr
@@ -500,14 +507,40 @@ pub fn gen(a: GenArgs) -> Result<()> {
             .flatten()
             .filter_map(|c| peregrine_lab::topology::parse_cidr(c).ok())
             .map(|(ip, _)| ip)
-            .find(|ip| ip.is_ipv6() == a.to.is_ipv6())
+            .find(|ip| ip.is_ipv6() == to.is_ipv6())
             .with_context(|| {
                 format!(
                     "{from} has no {} address; pass --src",
-                    if a.to.is_ipv6() { "IPv6" } else { "IPv4" }
+                    if to.is_ipv6() { "IPv6" } else { "IPv4" }
                 )
             })?,
     };
+    let ns = |host: &str| peregrine_lab::lab::ns_name(&topo.name, host);
+    let mut nl = Netlink::new()?;
+    let peer = topo
+        .peer_of(from)
+        .with_context(|| format!("{from} is not one end of a veth link"))?;
+    let src_mac = nl.mac_of(&ns(&from.host), &from.iface)?;
+    let dst_mac = nl.mac_of(&ns(&peer.host), &peer.iface)?;
+    Ok((
+        UdpFrameSpec {
+            src_mac,
+            dst_mac,
+            src_ip: src,
+            dst_ip: to,
+            src_port: 1024,
+            dst_port: port,
+            ttl: 64,
+            frame_len: 0,
+        },
+        (ns(&peer.host), peer.iface.clone()),
+    ))
+}
+
+pub fn gen(a: GenArgs) -> Result<()> {
+    let topo = peregrine_lab::lab::state(&a.lab)?.topology;
+    let from = Endpoint::parse(&a.from)?;
+    let (frame, peer) = endpoint_frame(&topo, &from, a.src, a.to, a.port)?;
     let sizes: FrameSizes = a.size.parse()?;
     let rate = match &a.rate {
         Some(r) => parse_rate(r, sizes.mean_size())?,
@@ -521,25 +554,10 @@ pub fn gen(a: GenArgs) -> Result<()> {
         bail!("--threads must be at least 1");
     }
     let ns = |host: &str| peregrine_lab::lab::ns_name(&topo.name, host);
-    let mut nl = Netlink::new()?;
-    let peer = topo
-        .peer_of(&from)
-        .with_context(|| format!("{from} is not one end of a veth link"))?;
-    let src_mac = nl.mac_of(&ns(&from.host), &from.iface)?;
-    let dst_mac = nl.mac_of(&ns(&peer.host), &peer.iface)?;
     let spec = TrafficSpec {
         ns: ns(&from.host),
         iface: from.iface.clone(),
-        frame: UdpFrameSpec {
-            src_mac,
-            dst_mac,
-            src_ip: src,
-            dst_ip: a.to,
-            src_port: 1024,
-            dst_port: a.port,
-            ttl: 64,
-            frame_len: 0,
-        },
+        frame,
         sizes: sizes.clone(),
         flows: a.flows,
         stamp: a.stamp,
@@ -555,7 +573,7 @@ pub fn gen(a: GenArgs) -> Result<()> {
         }
         None => None,
     };
-    let gen = Generator::new(spec.clone(), Some((ns(&peer.host), peer.iface.clone())))?;
+    let gen = Generator::new(spec.clone(), Some(peer))?;
     let limit = Limit {
         count: a.count,
         duration,

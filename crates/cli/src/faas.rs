@@ -4,16 +4,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
+use peregrine_bpf::replycheck::{CheckedFunction, MAX_PAYLOAD, MIN_PAYLOAD};
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::invoker::{AfXdpInvoker, Counters, InvokerConfig};
+use peregrine_faas::openloop::{request_frame_size, OpenLoopConfig, OpenLoopProgress};
 use peregrine_faas::Registry;
+use peregrine_lab::pacing::Rate;
 use peregrine_lab::{lab, netns, signals};
 
 #[derive(Subcommand)]
 pub enum FaasCmd {
     /// Serve functions on UDP ports until Ctrl-C or --duration.
     Serve(ServeArgs),
-    /// Closed-loop load: every reply checked, latency histogram, metrics.
+    /// Load: closed loop (connections), or open loop at --rate; every reply
+    /// checked, latency histogram.
     Load(LoadArgs),
 }
 
@@ -40,6 +44,20 @@ pub struct LoadArgs {
     pub lab: Option<String>,
     #[arg(long, requires = "lab")]
     pub host: Option<String>,
+    /// Open loop: send requests at this rate (e.g. 500k, 1M, 200000) from
+    /// the live-frame generator, whatever the server answers; replies are
+    /// checked in XDP on --iface (functions echo and reverse).
+    #[arg(long)]
+    pub rate: Option<String>,
+    /// Open loop: the client's interface.
+    #[arg(long, default_value = "eth0")]
+    pub iface: String,
+    /// Open loop: source ports the requests come from.
+    #[arg(long, default_value_t = 16)]
+    pub flows: u32,
+    /// Open loop: generator threads (pinned to CPUs 0..N).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     /// Serve Prometheus metrics here while running (e.g. 127.0.0.1:9464).
     #[arg(long)]
     pub metrics: Option<std::net::SocketAddr>,
@@ -125,6 +143,9 @@ fn load(a: LoadArgs) -> Result<()> {
         bail!("--duration {}: expected seconds in (0, 3600]", a.duration);
     }
     let registry = Registry::parse(&a.functions).map_err(anyhow::Error::msg)?;
+    if a.rate.is_some() {
+        return open_load(&a, &registry);
+    }
     let ns = lab_ns(&a.lab, &a.host)?;
     let metrics = LoadMetrics::new();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -156,6 +177,111 @@ fn load(a: LoadArgs) -> Result<()> {
         "wrong": r.wrong,
         "missing": r.missing,
         "requests_per_s": r.responses as f64 / r.seconds.max(1e-9),
+        "latency": lat,
+    });
+    if a.json {
+        println!("{out}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    if r.wrong > 0 {
+        bail!("{} wrong replies", r.wrong);
+    }
+    Ok(())
+}
+
+/// The open-loop settings of `faas load` (and `bench faas`) for a client
+/// `host:iface` of lab `lab` and one checkable function.
+pub(crate) fn open_loop_config(
+    lab: &str,
+    from: &peregrine_lab::Endpoint,
+    to: std::net::IpAddr,
+    registry: &Registry,
+    size: usize,
+) -> Result<OpenLoopConfig> {
+    let mut fs = registry.iter();
+    let (port, _, f) = match (fs.next(), fs.next()) {
+        (Some(one), None) => one,
+        _ => bail!("open-loop load checks one function: give one PORT=FUNCTION"),
+    };
+    let Some(function) = CheckedFunction::by_name(f.name()) else {
+        bail!(
+            "open-loop replies are checked in XDP, which knows the one-to-one functions echo and reverse; {} needs the closed loop (--connections)",
+            f.name()
+        );
+    };
+    if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&size) {
+        bail!(
+            "--size {size}: open-loop requests carry {MIN_PAYLOAD}..={MAX_PAYLOAD} payload bytes"
+        );
+    }
+    let topo = lab::state(lab)?.topology;
+    let (frame, peer) = crate::bench::endpoint_frame(&topo, from, None, to, port)?;
+    Ok(OpenLoopConfig {
+        ns: lab::ns_name(lab, &from.host),
+        iface: from.iface.clone(),
+        peer: Some(peer),
+        frame,
+        function,
+        size,
+        rate: Rate::Max,
+        duration: Duration::from_secs(1),
+        flows: 16,
+        cpus: vec![0],
+        drain: Duration::from_millis(500),
+    })
+}
+
+fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
+    let (Some(lab), Some(host)) = (&a.lab, &a.host) else {
+        bail!("open-loop load (--rate) sends from a lab host: give --lab and --host");
+    };
+    if a.metrics.is_some() {
+        bail!("--metrics serves the closed loop's counters; the open loop reports at the end");
+    }
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if a.threads == 0 || a.threads > ncpu {
+        bail!("--threads {}: expected 1..={ncpu}", a.threads);
+    }
+    let from = peregrine_lab::Endpoint {
+        host: host.clone(),
+        iface: a.iface.clone(),
+    };
+    let mut cfg = open_loop_config(lab, &from, a.to, registry, a.size)?;
+    let frame_bytes = request_frame_size(&cfg.frame, a.size) as f64;
+    cfg.rate = crate::bench::parse_rate(a.rate.as_deref().unwrap_or("0"), frame_bytes)?;
+    cfg.duration = Duration::from_secs_f64(a.duration);
+    cfg.flows = a.flows;
+    cfg.cpus = (0..a.threads).collect();
+    let progress = OpenLoopProgress::default();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let r = std::thread::scope(|s| {
+        if !a.json {
+            s.spawn(|| peregrine_faas::openloop::watch(&progress, &stop, "load"));
+        }
+        let r = peregrine_faas::openloop::run(&cfg, &progress);
+        stop.store(true, Ordering::Relaxed);
+        r
+    })?;
+    let lat = peregrine_lab::measure::summarize(&r.latency);
+    let c = &r.checks;
+    let out = serde_json::json!({
+        "mode": "open",
+        "seconds": r.seconds,
+        "size": a.size,
+        "flows": a.flows,
+        "requests": r.requests,
+        "responses": r.replies,
+        "wrong": r.wrong,
+        "missing": r.missing,
+        "requests_per_s": r.requests as f64 / r.seconds.max(1e-9),
+        "responses_per_s": r.replies as f64 / r.seconds.max(1e-9),
+        "wrong_by_check": {
+            "length": c.bad_length, "payload": c.bad_payload,
+            "checksum": c.bad_checksum, "truncated": c.truncated,
+        },
         "latency": lat,
     });
     if a.json {
@@ -267,6 +393,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         "unknown_port": get(&c.unknown_port),
         "failed": get(&c.failed),
         "too_large": get(&c.too_large),
+        "tx_ring_full": get(&c.tx_ring_full),
         "per_function": names.iter().zip(c.per_function.iter()).map(|(n, v)| (n.clone(), get(v))).collect::<std::collections::BTreeMap<_, _>>(),
     });
     if a.json {

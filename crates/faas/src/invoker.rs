@@ -62,7 +62,9 @@ pub struct Counters {
     pub failed: AtomicU64,
     /// The reply did not fit in the UMEM frame: dropped.
     pub too_large: AtomicU64,
-    /// Replies per function id.
+    /// Replies made but dropped: the TX ring stayed full (AF_XDP only).
+    pub tx_ring_full: AtomicU64,
+    /// Requests answered, per function id (sent, or counted in tx_ring_full).
     pub per_function: Vec<AtomicU64>,
 }
 
@@ -116,7 +118,7 @@ fn handle(
     spec.frame_len += scratch.len();
     match spec.write_into(buf, scratch).map(|()| spec.frame_len) {
         Ok(n) => {
-            c.replies.fetch_add(1, Ordering::Relaxed);
+            // `replies` is counted once the TX ring took the frame.
             if let Some(p) = c.per_function.get(id as usize) {
                 p.fetch_add(1, Ordering::Relaxed);
             }
@@ -201,10 +203,20 @@ impl AfXdpInvoker {
                     }
                     let mut scratch = Vec::with_capacity(2048);
                     while !st.load(Ordering::Relaxed) {
-                        let got =
-                            xsk.process(64, |buf, len| handle(&reg, buf, len, &mut scratch, &c));
-                        if matches!(got, Ok((0, 0))) {
-                            std::hint::spin_loop();
+                        let mut answered = 0u64;
+                        let got = xsk.process(64, |buf, len| {
+                            let v = handle(&reg, buf, len, &mut scratch, &c);
+                            answered += u64::from(matches!(v, Verdict::Transmit(_)));
+                            v
+                        });
+                        match got {
+                            Ok((0, 0)) => std::hint::spin_loop(),
+                            Ok((_, sent)) => {
+                                c.replies.fetch_add(u64::from(sent), Ordering::Relaxed);
+                                c.tx_ring_full
+                                    .fetch_add(answered - u64::from(sent), Ordering::Relaxed);
+                            }
+                            Err(_) => {}
                         }
                     }
                 }));

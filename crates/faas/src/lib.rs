@@ -5,5 +5,6 @@ pub mod baseline;
 pub mod functions;
 pub mod invoker;
 pub mod load;
+pub mod openloop;
 
 pub use functions::{Function, Registry};

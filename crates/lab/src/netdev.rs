@@ -64,3 +64,52 @@ pub fn set_offload(ns: &str, iface: &str, offload: Offload, on: bool) -> Result<
         ))
     })
 }
+
+/// Receive Packet Steering on every RX queue of `ns:iface`: packets the
+/// device receives outside NAPI (on veth, all skbs it is handed without XDP)
+/// are processed on `cpus` instead of the sender's CPU. Restored on drop.
+pub struct Rps {
+    ns: String,
+    iface: String,
+    before: Vec<(std::path::PathBuf, String)>,
+}
+
+pub fn steer_receive(ns: &str, iface: &str, cpus: &[usize]) -> Result<Rps> {
+    let mask: u64 = cpus.iter().fold(0, |m, &c| m | 1u64 << c);
+    let dir = format!("/sys/class/net/{iface}/queues");
+    let before = netns::with_sysfs(
+        ns,
+        || -> std::io::Result<Vec<(std::path::PathBuf, String)>> {
+            let mut before = Vec::new();
+            for e in std::fs::read_dir(&dir)? {
+                let e = e?;
+                if !e.file_name().to_string_lossy().starts_with("rx-") {
+                    continue;
+                }
+                let path = e.path().join("rps_cpus");
+                let old = std::fs::read_to_string(&path)?.trim().to_string();
+                std::fs::write(&path, format!("{mask:x}"))?;
+                before.push((path, old));
+            }
+            Ok(before)
+        },
+    )?
+    .map_err(|e| LabError::Other(format!("RPS on {ns}:{iface}: {e}")))?;
+    Ok(Rps {
+        ns: ns.into(),
+        iface: iface.into(),
+        before,
+    })
+}
+
+impl Drop for Rps {
+    fn drop(&mut self) {
+        let before = std::mem::take(&mut self.before);
+        let restored = netns::with_sysfs(&self.ns, || {
+            before.iter().all(|(p, old)| std::fs::write(p, old).is_ok())
+        });
+        if !matches!(restored, Ok(true)) {
+            tracing::warn!("could not restore RPS on {}:{}", self.ns, self.iface);
+        }
+    }
+}

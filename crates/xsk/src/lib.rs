@@ -301,7 +301,14 @@ impl Xsk {
             }
             self.rx.release(n);
             if !out.is_empty() {
-                let room = self.tx.acquire(out.len() as u32) as usize;
+                let mut room = self.tx.acquire(out.len() as u32) as usize;
+                if room < out.len() {
+                    // Make room: let the kernel send what waits, take back
+                    // what it finished.
+                    self.kick_tx();
+                    self.reclaim();
+                    room = self.tx.acquire(out.len() as u32) as usize;
+                }
                 let (a, b) = self.tx.data();
                 for (slot, d) in a.iter_mut().chain(b.iter_mut()).zip(out.iter()).take(room) {
                     *slot = *d;
@@ -323,13 +330,28 @@ impl Xsk {
         // (EAGAIN) would otherwise leave a reply stranded until the next
         // request arrives.
         if self.in_flight > 0 && (!self.cfg.need_wakeup || self.tx.needs_wakeup()) {
-            let _ = syscall::wake_tx(&self.fd);
+            self.kick_tx();
         }
         self.refill();
         if self.cfg.need_wakeup && self.fill.needs_wakeup() {
             let _ = syscall::busy_poll(&self.fd);
         }
         Ok((n, sent))
+    }
+
+    /// Asks the kernel to send what waits in the TX ring. In copy mode one
+    /// sendto() sends at most 32 frames and answers EAGAIN while more wait,
+    /// so it is repeated (a bounded number of times): one kick per batch
+    /// would leave the ring filling up and replies dropped for want of room.
+    fn kick_tx(&self) {
+        for _ in 0..=self.cfg.ring / 32 {
+            match syscall::wake_tx(&self.fd) {
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EBUSY)) => {
+                    continue
+                }
+                _ => break,
+            }
+        }
     }
 
     /// The kernel's drop counters for this socket.

@@ -1,0 +1,160 @@
+//! Open-loop load: requests leave at a set rate whatever the server does, as
+//! real clients arrive. The live-frame generator sends stamped requests
+//! (gen_meta, then zeros) from pinned threads; `replycheck.bpf.c` on the
+//! client's interface checks every reply byte for byte, counts it and times
+//! it. No user-space receiver competes for the CPUs, so the figures are the
+//! server's, not the client's.
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use peregrine_bpf::gen::{FlowVary, FrameSizes};
+use peregrine_bpf::replycheck::{bucket_range, CheckedFunction, ReplyCheckProgram, ReplyStats};
+use peregrine_lab::netns;
+use peregrine_lab::pacing::{Limit, Rate};
+use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
+use peregrine_wire::UdpFrameSpec;
+
+use crate::invoker::InvokerError;
+
+#[derive(Debug, Clone)]
+pub struct OpenLoopConfig {
+    /// Client namespace and interface the requests leave from.
+    pub ns: String,
+    pub iface: String,
+    /// The server's end of the link (namespace, interface): veth takes
+    /// redirected frames only when it runs XDP, so the generator puts a
+    /// pass-through program there if the server has none.
+    pub peer: Option<(String, String)>,
+    /// Addresses, MACs and the function's port (`dst_port`); the source
+    /// port is the first of `flows`.
+    pub frame: UdpFrameSpec,
+    pub function: CheckedFunction,
+    /// Request payload bytes.
+    pub size: usize,
+    pub rate: Rate,
+    pub duration: Duration,
+    /// Source ports used (RSS and SO_REUSEPORT spread them).
+    pub flows: u32,
+    /// One generator thread per CPU listed.
+    pub cpus: Vec<usize>,
+    /// How long replies are still waited for after the last request.
+    pub drain: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct OpenLoopReport {
+    /// Sending time.
+    pub seconds: f64,
+    pub requests: u64,
+    /// Correct replies.
+    pub replies: u64,
+    pub wrong: u64,
+    /// Requests without a reply (lost anywhere, or still unanswered after
+    /// the drain time).
+    pub missing: u64,
+    pub checks: ReplyStats,
+    /// Request to reply, ns (bucketed to about 3%).
+    pub latency: Histogram<u64>,
+}
+
+/// Progress of a running load, for a watcher thread.
+#[derive(Default)]
+pub struct OpenLoopProgress {
+    pub requests: Arc<AtomicU64>,
+}
+
+/// Frame length with FCS of a request carrying `size` payload bytes.
+pub fn request_frame_size(frame: &UdpFrameSpec, size: usize) -> usize {
+    frame.min_frame_len() + size + peregrine_wire::FCS_LEN
+}
+
+pub fn run(
+    cfg: &OpenLoopConfig,
+    progress: &OpenLoopProgress,
+) -> Result<OpenLoopReport, InvokerError> {
+    if cfg.cpus.is_empty() {
+        return Err(InvokerError::Config(
+            "open-loop load needs a generator CPU".into(),
+        ));
+    }
+    let check = ReplyCheckProgram::load(cfg.frame.dst_port, cfg.size, cfg.function)?;
+    // At tcx ingress, not XDP: on veth an XDP program makes the kernel copy
+    // every reply into an XDP frame on the sending (server's) CPU first.
+    let _check_link = netns::run_in(&cfg.ns, || check.attach_tcx(&cfg.iface))??;
+    // And on the client's CPUs: veth receives a reply on the CPU that sent
+    // it, the server's; RPS moves the client's share of the work (receive,
+    // check) to the generator's CPUs, so the server's core measures the
+    // server alone.
+    let _rps = peregrine_lab::netdev::steer_receive(&cfg.ns, &cfg.iface, &cfg.cpus)?;
+    let spec = TrafficSpec {
+        ns: cfg.ns.clone(),
+        iface: cfg.iface.clone(),
+        frame: cfg.frame.clone(),
+        sizes: FrameSizes::Fixed(request_frame_size(&cfg.frame, cfg.size)),
+        flows: cfg.flows.max(1),
+        stamp: true,
+        cpus: cfg.cpus.clone(),
+        backend: Backend::Xdp,
+        dry_run: false,
+        vary: FlowVary::SourcePort,
+    };
+    let gen = Generator::new(spec, cfg.peer.clone())?;
+    let limit = Limit {
+        count: None,
+        duration: Some(cfg.duration),
+    };
+    let offered = gen.run(cfg.rate, limit, &progress.requests)?;
+    // Replies still in flight: wait until they stop coming or the drain ends.
+    let drain_end = Instant::now() + cfg.drain;
+    let mut last = check.stats()?;
+    while Instant::now() < drain_end {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = check.stats()?;
+        if now.replies + now.wrong() == offered.packets
+            || (now.replies == last.replies && now.wrong() == last.wrong())
+        {
+            break;
+        }
+        last = now;
+    }
+    let checks = check.stats()?;
+    let mut latency =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+    for (b, n) in check.latency_buckets()?.into_iter().enumerate() {
+        if n > 0 {
+            let (low, width) = bucket_range(b as u32);
+            let _ = latency.record_n((low + width / 2).max(1), n);
+        }
+    }
+    let answered = checks.replies + checks.wrong();
+    Ok(OpenLoopReport {
+        seconds: offered.elapsed.as_secs_f64(),
+        requests: offered.packets,
+        replies: checks.replies,
+        wrong: checks.wrong(),
+        missing: offered.packets.saturating_sub(answered),
+        checks,
+        latency,
+    })
+}
+
+/// Prints requests and replies per second to stderr until `stop`.
+pub fn watch(progress: &OpenLoopProgress, stop: &AtomicBool, label: &str) {
+    let start = Instant::now();
+    let mut last = 0;
+    while !stop.load(Ordering::Relaxed) {
+        peregrine_lab::signals::sleep(Duration::from_millis(1000));
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let now = progress.requests.load(Ordering::Relaxed);
+        eprintln!(
+            "  {label} {:>5.1}s: {} requests/s offered",
+            start.elapsed().as_secs_f64(),
+            now - last
+        );
+        last = now;
+    }
+}
