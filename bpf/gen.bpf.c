@@ -130,10 +130,16 @@ int gen(struct xdp_md *ctx)
 					st->errors++;
 					return XDP_DROP;
 				}
-				if (!now)
-					now = bpf_ktime_get_ns();
-				m->tx_ns = now;
-				udp_sum += csum_word32((__u32)now) + csum_word32((__u32)(now >> 32));
+				/* Unsampled frames get zero, not what the page
+				 * held from an earlier run. */
+				__u64 t = 0;
+				if (!(seq & cfg.stamp_mask)) {
+					if (!now)
+						now = bpf_ktime_get_ns();
+					t = now;
+				}
+				m->tx_ns = t;
+				udp_sum += csum_word32((__u32)t) + csum_word32((__u32)(t >> 32));
 			}
 		}
 	}

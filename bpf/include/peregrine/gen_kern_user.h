@@ -41,7 +41,8 @@ enum gen_magic {
 struct gen_meta {
 	__u32 magic; /* PEREGRINE_MAGIC, byte order as written by the host */
 	__u32 seq;   /* per-CPU sequence number, wraps */
-	__u64 tx_ns; /* bpf_ktime_get_ns() at generation (CLOCK_MONOTONIC) */
+	__u64 tx_ns; /* bpf_ktime_get_ns() at generation (CLOCK_MONOTONIC), or
+		      * zero in frames left out of the latency sample */
 };
 
 /* One frame size: its headers for flow 0, with checksums computed over a
@@ -59,6 +60,11 @@ struct gen_config {
 	__u32 flags;        /* GEN_F_* */
 	__u32 template_len; /* length of the frame given to BPF_PROG_RUN */
 	__u32 src_port;     /* flow 0 source UDP port, host order */
+	/* With GEN_F_STAMP: the send time goes into frames whose sequence
+	 * number has these bits clear (0: every frame; 15: every 16th), the
+	 * others carry zero. Reading the clock is dear on a VM; a sample of
+	 * every 16th frame still gives tens of thousands of latencies a second. */
+	__u32 stamp_mask;
 	__u8 pattern[GEN_MAX_PATTERN];
 	struct gen_class classes[GEN_MAX_CLASSES];
 };

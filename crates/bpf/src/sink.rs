@@ -207,6 +207,7 @@ mod fixtures {
             sizes: FrameSizes::Fixed(len + 4),
             flows: 1,
             stamp: false,
+            latency_sample: 1,
             ifindex: 1,
             dry_run: false,
             vary: crate::gen::FlowVary::Source,

@@ -206,6 +206,7 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
             sizes: sizes.clone(),
             flows: cfg.flows,
             stamp: false,
+            latency_sample: 1,
             cpus: vec![0],
             backend: Backend::Xdp,
             dry_run: false,

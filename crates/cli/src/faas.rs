@@ -58,6 +58,10 @@ pub struct LoadArgs {
     /// Open loop: generator threads (pinned to CPUs 0..N).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Open loop: check replies on the CPU that sent them (the server's)
+    /// rather than on the generator's: for latency, not for throughput.
+    #[arg(long)]
+    pub check_on_server_cpu: bool,
     /// Serve Prometheus metrics here while running (e.g. 127.0.0.1:9464).
     #[arg(long)]
     pub metrics: Option<std::net::SocketAddr>,
@@ -90,6 +94,12 @@ pub struct ServeArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     pub duration: Option<f64>,
+    /// AF_XDP: UMEM frames per socket (2 KiB each; half receive, half send).
+    #[arg(long, default_value_t = 4096)]
+    pub frames: u32,
+    /// AF_XDP: entries of the RX and TX rings (fill and completion: twice).
+    #[arg(long, default_value_t = 1024)]
+    pub ring: u32,
     /// CPUs the workers are pinned to, in turn (default: all).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
@@ -193,7 +203,7 @@ fn load(a: LoadArgs) -> Result<()> {
 /// The open-loop settings of `faas load` (and `bench faas`) for a client
 /// `host:iface` of lab `lab` and one checkable function.
 pub(crate) fn open_loop_config(
-    lab: &str,
+    topo: &peregrine_lab::Topology,
     from: &peregrine_lab::Endpoint,
     to: std::net::IpAddr,
     registry: &Registry,
@@ -215,10 +225,9 @@ pub(crate) fn open_loop_config(
             "--size {size}: open-loop requests carry {MIN_PAYLOAD}..={MAX_PAYLOAD} payload bytes"
         );
     }
-    let topo = lab::state(lab)?.topology;
-    let (frame, peer) = crate::bench::endpoint_frame(&topo, from, None, to, port)?;
+    let (frame, peer) = crate::bench::endpoint_frame(topo, from, None, to, port)?;
     Ok(OpenLoopConfig {
-        ns: lab::ns_name(lab, &from.host),
+        ns: lab::ns_name(&topo.name, &from.host),
         iface: from.iface.clone(),
         peer: Some(peer),
         frame,
@@ -229,6 +238,7 @@ pub(crate) fn open_loop_config(
         flows: 16,
         cpus: vec![0],
         drain: Duration::from_millis(500),
+        check_on_client_cpus: true,
     })
 }
 
@@ -249,12 +259,14 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
         host: host.clone(),
         iface: a.iface.clone(),
     };
-    let mut cfg = open_loop_config(lab, &from, a.to, registry, a.size)?;
+    let topo = lab::state(lab)?.topology;
+    let mut cfg = open_loop_config(&topo, &from, a.to, registry, a.size)?;
     let frame_bytes = request_frame_size(&cfg.frame, a.size) as f64;
     cfg.rate = crate::bench::parse_rate(a.rate.as_deref().unwrap_or("0"), frame_bytes)?;
     cfg.duration = Duration::from_secs_f64(a.duration);
     cfg.flows = a.flows;
     cfg.cpus = (0..a.threads).collect();
+    cfg.check_on_client_cpus = !a.check_on_server_cpu;
     let progress = OpenLoopProgress::default();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let r = std::thread::scope(|s| {
@@ -329,6 +341,11 @@ fn serve(a: ServeArgs) -> Result<()> {
                 queues: a.queues,
                 workers: a.threads / a.queues,
                 cpus,
+                xsk: peregrine_xsk::XskConfig {
+                    frames: a.frames,
+                    ring: a.ring,
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let inv = AfXdpInvoker::start(ns.as_deref(), &a.iface, registry, cfg)?;

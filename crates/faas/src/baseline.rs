@@ -28,7 +28,11 @@ fn udp_socket(port: u16, reuse_port: bool) -> Result<UdpSocket, InvokerError> {
     if reuse_port {
         setsockopt(&fd, sockopt::ReusePort, &true).map_err(fail)?;
     }
-    let _ = setsockopt(&fd, sockopt::RcvBuf, &(8 << 20));
+    // A deep receive buffer, as a tuned server has (forced past rmem_max
+    // when root; plain otherwise): bursts must not be lost for want of room.
+    if setsockopt(&fd, sockopt::RcvBufForce, &(8 << 20)).is_err() {
+        let _ = setsockopt(&fd, sockopt::RcvBuf, &(8 << 20));
+    }
     let any = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, port, 0, 0);
     nix::sys::socket::bind(fd.as_raw_fd(), &nix::sys::socket::SockaddrIn6::from(any))
         .map_err(|e| InvokerError::Config(format!("binding UDP port {port}: {e}")))?;
@@ -70,6 +74,15 @@ impl SocketServer {
     /// One thread, one socket per function, recvfrom/sendto. The sockets are
     /// made in the caller's namespace.
     pub fn simple(registry: Registry) -> Result<SocketServer, InvokerError> {
+        Self::simple_pinned(registry, None)
+    }
+
+    /// As `simple`, the thread pinned to `cpu`.
+    pub fn simple_on(registry: Registry, cpu: usize) -> Result<SocketServer, InvokerError> {
+        Self::simple_pinned(registry, Some(cpu))
+    }
+
+    fn simple_pinned(registry: Registry, cpu: Option<usize>) -> Result<SocketServer, InvokerError> {
         let counters = Self::counters(&registry);
         let socks: Vec<(UdpSocket, u32, Arc<dyn Function>)> = registry
             .iter()
@@ -82,6 +95,9 @@ impl SocketServer {
         let stop = Arc::new(AtomicBool::new(false));
         let (st, c) = (stop.clone(), counters.clone());
         let t = std::thread::spawn(move || {
+            if let Some(cpu) = cpu {
+                let _ = peregrine_lab::traffic::pin_to_cpu(cpu);
+            }
             let mut buf = vec![0u8; 65536];
             let mut out = Vec::with_capacity(2048);
             let mut fds: Vec<libc::pollfd> = socks
@@ -128,11 +144,7 @@ impl SocketServer {
                 let cpu = (!cpus.is_empty()).then(|| cpus[t % cpus.len()]);
                 handles.push(std::thread::spawn(move || {
                     if let Some(cpu) = cpu {
-                        let mut set = nix::sched::CpuSet::new();
-                        if set.set(cpu).is_ok() {
-                            let _ =
-                                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
-                        }
+                        let _ = peregrine_lab::traffic::pin_to_cpu(cpu);
                     }
                     mmsg_loop(&sock, id, f.as_ref(), &c, &st);
                 }));

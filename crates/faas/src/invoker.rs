@@ -195,11 +195,7 @@ impl AfXdpInvoker {
                 let (reg, c, st) = (registry.clone(), counters.clone(), stop.clone());
                 threads.push(std::thread::spawn(move || {
                     if let Some(cpu) = cpu {
-                        let mut set = nix::sched::CpuSet::new();
-                        if set.set(cpu).is_ok() {
-                            let _ =
-                                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
-                        }
+                        let _ = peregrine_lab::traffic::pin_to_cpu(cpu);
                     }
                     let mut scratch = Vec::with_capacity(2048);
                     while !st.load(Ordering::Relaxed) {

@@ -254,6 +254,10 @@ impl Lab {
         &self.topo.name
     }
 
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
     pub fn ns(&self, host: &str) -> String {
         ns_name(&self.topo.name, host)
     }

@@ -383,10 +383,7 @@ impl XskSink {
             let cpu = cpus.get(q as usize % cpus.len().max(1)).copied();
             threads.push(std::thread::spawn(move || {
                 if let Some(cpu) = cpu {
-                    let mut set = nix::sched::CpuSet::new();
-                    if set.set(cpu).is_ok() {
-                        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
-                    }
+                    let _ = crate::traffic::pin_to_cpu(cpu);
                 }
                 let mut lat = Vec::with_capacity(64);
                 let mut round = 0u32;

@@ -53,6 +53,8 @@ pub struct TrafficSpec {
     pub flows: u32,
     /// Stamp sequence and transmit time into each frame (for latency).
     pub stamp: bool,
+    /// Every Nth frame carries its send time (power of two; 1: every one).
+    pub latency_sample: u32,
     /// One sending thread per entry, pinned to that CPU.
     pub cpus: Vec<usize>,
     pub backend: Backend,
@@ -70,7 +72,8 @@ pub struct Offered {
     pub elapsed: Duration,
 }
 
-fn pin_to_cpu(cpu: usize) -> Result<()> {
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> Result<()> {
     let mut set = nix::sched::CpuSet::new();
     set.set(cpu)
         .map_err(|e| LabError::Config(format!("cpu {cpu}: {e}")))?;
@@ -124,6 +127,7 @@ impl Generator {
                     sizes: spec.sizes.clone(),
                     flows: spec.flows,
                     stamp: spec.stamp,
+                    latency_sample: spec.latency_sample,
                     ifindex,
                     dry_run: spec.dry_run,
                     vary: spec.vary,

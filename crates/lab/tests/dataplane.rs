@@ -57,6 +57,7 @@ fn udp_from_gen(lab: &Lab, backend: Backend, src: &str, dst: &str, port: u16) ->
         sizes: FrameSizes::Fixed(128),
         flows: 1,
         stamp: true,
+        latency_sample: 1,
         cpus: vec![0],
         backend,
         dry_run: false,

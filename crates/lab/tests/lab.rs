@@ -268,6 +268,7 @@ fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) 
         sizes: FrameSizes::Fixed(64),
         flows: 4,
         stamp,
+        latency_sample: 1,
         cpus: vec![0],
         backend,
         dry_run: false,
