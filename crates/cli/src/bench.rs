@@ -486,9 +486,8 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
 }
 
 /// `peregrine gen`: send in an existing lab, optionally counting at a sink.
-/// Flow 0 of traffic from `from` (a veth end in lab `topo`) to `to`: the
-/// interface's address of the same family unless `src` is given, the MACs of
-/// both ends; and the peer end (namespace, interface).
+/// Flow 0 of traffic from `from` (a veth end in lab `topo`) to `to`, and
+/// the peer end (namespace, interface); see `traffic::lab_frame`.
 pub(crate) fn endpoint_frame(
     topo: &peregrine_lab::Topology,
     from: &Endpoint,
@@ -496,46 +495,9 @@ pub(crate) fn endpoint_frame(
     to: std::net::IpAddr,
     port: u16,
 ) -> Result<(UdpFrameSpec, (String, String))> {
-    let host = topo
-        .host(&from.host)
-        .with_context(|| format!("lab {} has no host {:?}", topo.name, from.host))?;
-    let src = match src {
-        Some(s) => s,
-        None => host
-            .addr
-            .get(&from.iface)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| peregrine_lab::topology::parse_cidr(c).ok())
-            .map(|(ip, _)| ip)
-            .find(|ip| ip.is_ipv6() == to.is_ipv6())
-            .with_context(|| {
-                format!(
-                    "{from} has no {} address; pass --src",
-                    if to.is_ipv6() { "IPv6" } else { "IPv4" }
-                )
-            })?,
-    };
-    let ns = |host: &str| peregrine_lab::lab::ns_name(&topo.name, host);
-    let mut nl = Netlink::new()?;
-    let peer = topo
-        .peer_of(from)
-        .with_context(|| format!("{from} is not one end of a veth link"))?;
-    let src_mac = nl.mac_of(&ns(&from.host), &from.iface)?;
-    let dst_mac = nl.mac_of(&ns(&peer.host), &peer.iface)?;
-    Ok((
-        UdpFrameSpec {
-            src_mac,
-            dst_mac,
-            src_ip: src,
-            dst_ip: to,
-            src_port: 1024,
-            dst_port: port,
-            ttl: 64,
-            frame_len: 0,
-        },
-        (ns(&peer.host), peer.iface.clone()),
-    ))
+    Ok(peregrine_lab::traffic::lab_frame(
+        topo, from, src, to, port,
+    )?)
 }
 
 pub fn gen(a: GenArgs) -> Result<()> {

@@ -177,7 +177,7 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
                 host: "a".into(),
                 iface: "eth0".into(),
             };
-            let mut cfg = crate::faas::open_loop_config(
+            let mut cfg = OpenLoopConfig::for_lab(
                 lab.topology(),
                 &from,
                 "198.18.0.2".parse()?,

@@ -4,12 +4,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use peregrine_bpf::replycheck::{CheckedFunction, MAX_PAYLOAD, MIN_PAYLOAD};
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::invoker::{AfXdpInvoker, Counters, InvokerConfig};
 use peregrine_faas::openloop::{request_frame_size, OpenLoopConfig, OpenLoopProgress};
 use peregrine_faas::Registry;
-use peregrine_lab::pacing::Rate;
 use peregrine_lab::{lab, netns, signals};
 
 #[derive(Subcommand)]
@@ -200,48 +198,6 @@ fn load(a: LoadArgs) -> Result<()> {
     Ok(())
 }
 
-/// The open-loop settings of `faas load` (and `bench faas`) for a client
-/// `host:iface` of lab `lab` and one checkable function.
-pub(crate) fn open_loop_config(
-    topo: &peregrine_lab::Topology,
-    from: &peregrine_lab::Endpoint,
-    to: std::net::IpAddr,
-    registry: &Registry,
-    size: usize,
-) -> Result<OpenLoopConfig> {
-    let mut fs = registry.iter();
-    let (port, _, f) = match (fs.next(), fs.next()) {
-        (Some(one), None) => one,
-        _ => bail!("open-loop load checks one function: give one PORT=FUNCTION"),
-    };
-    let Some(function) = CheckedFunction::by_name(f.name()) else {
-        bail!(
-            "open-loop replies are checked in XDP, which knows the one-to-one functions echo and reverse; {} needs the closed loop (--connections)",
-            f.name()
-        );
-    };
-    if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&size) {
-        bail!(
-            "--size {size}: open-loop requests carry {MIN_PAYLOAD}..={MAX_PAYLOAD} payload bytes"
-        );
-    }
-    let (frame, peer) = crate::bench::endpoint_frame(topo, from, None, to, port)?;
-    Ok(OpenLoopConfig {
-        ns: lab::ns_name(&topo.name, &from.host),
-        iface: from.iface.clone(),
-        peer: Some(peer),
-        frame,
-        function,
-        size,
-        rate: Rate::Max,
-        duration: Duration::from_secs(1),
-        flows: 16,
-        cpus: vec![0],
-        drain: Duration::from_millis(500),
-        check_on_client_cpus: true,
-    })
-}
-
 fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
     let (Some(lab), Some(host)) = (&a.lab, &a.host) else {
         bail!("open-loop load (--rate) sends from a lab host: give --lab and --host");
@@ -260,7 +216,7 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
         iface: a.iface.clone(),
     };
     let topo = lab::state(lab)?.topology;
-    let mut cfg = open_loop_config(&topo, &from, a.to, registry, a.size)?;
+    let mut cfg = OpenLoopConfig::for_lab(&topo, &from, a.to, registry, a.size)?;
     let frame_bytes = request_frame_size(&cfg.frame, a.size) as f64;
     cfg.rate = crate::bench::parse_rate(a.rate.as_deref().unwrap_or("0"), frame_bytes)?;
     cfg.duration = Duration::from_secs_f64(a.duration);

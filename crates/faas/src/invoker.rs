@@ -182,8 +182,16 @@ impl AfXdpInvoker {
         let mut memory = 0;
         let mut n = 0usize;
         for q in 0..cfg.queues {
-            for w in 0..cfg.workers {
-                let mut xsk = netns::run_in_opt(ns, || Xsk::open(iface, q, cfg.xsk))??;
+            // The queue's first socket registers the UMEM; its other workers
+            // share it (XDP_SHARED_UMEM: one fill and completion ring, an RX
+            // and TX ring each), as the kernel allows only one UMEM per queue.
+            let first = netns::run_in_opt(ns, || Xsk::open(iface, q, cfg.xsk))??;
+            let mut sockets = Vec::with_capacity(cfg.workers as usize);
+            for _ in 1..cfg.workers {
+                sockets.push(netns::run_in_opt(ns, || first.open_shared())??);
+            }
+            sockets.insert(0, first);
+            for (w, mut xsk) in (0..cfg.workers).zip(sockets) {
                 mode = xsk.mode().as_str();
                 memory += xsk.memory_bytes();
                 // One socket serves every function on its queue.

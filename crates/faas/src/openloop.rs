@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use peregrine_bpf::gen::{FlowVary, FrameSizes};
-use peregrine_bpf::replycheck::{bucket_range, CheckedFunction, ReplyCheckProgram, ReplyStats};
+use peregrine_bpf::replycheck::{
+    bucket_range, CheckedFunction, ReplyCheckProgram, ReplyStats, MAX_PAYLOAD, MIN_PAYLOAD,
+};
 use peregrine_lab::netns;
 use peregrine_lab::pacing::{Limit, Rate};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
@@ -75,6 +77,55 @@ pub const LATENCY_SAMPLE: u32 = 16;
 #[derive(Default)]
 pub struct OpenLoopProgress {
     pub requests: Arc<AtomicU64>,
+}
+
+impl OpenLoopConfig {
+    /// Settings for load from `from` (a veth end of lab `topo`) to the one
+    /// function of `registry` at `to`, `size` payload bytes per request; one
+    /// second at full rate from CPU 0 until changed.
+    pub fn for_lab(
+        topo: &peregrine_lab::Topology,
+        from: &peregrine_lab::Endpoint,
+        to: std::net::IpAddr,
+        registry: &crate::Registry,
+        size: usize,
+    ) -> Result<OpenLoopConfig, InvokerError> {
+        let mut fs = registry.iter();
+        let (port, _, f) = match (fs.next(), fs.next()) {
+            (Some(one), None) => one,
+            _ => {
+                return Err(InvokerError::Config(
+                    "open-loop load checks one function: give one PORT=FUNCTION".into(),
+                ))
+            }
+        };
+        let Some(function) = CheckedFunction::by_name(f.name()) else {
+            return Err(InvokerError::Config(format!(
+                "open-loop replies are checked in the kernel, which knows the one-to-one functions echo and reverse; {} needs the closed loop (--connections)",
+                f.name()
+            )));
+        };
+        if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&size) {
+            return Err(InvokerError::Config(format!(
+                "--size {size}: open-loop requests carry {MIN_PAYLOAD}..={MAX_PAYLOAD} payload bytes"
+            )));
+        }
+        let (frame, peer) = peregrine_lab::traffic::lab_frame(topo, from, None, to, port)?;
+        Ok(OpenLoopConfig {
+            ns: peregrine_lab::lab::ns_name(&topo.name, &from.host),
+            iface: from.iface.clone(),
+            peer: Some(peer),
+            frame,
+            function,
+            size,
+            rate: Rate::Max,
+            duration: Duration::from_secs(1),
+            flows: 16,
+            cpus: vec![0],
+            drain: Duration::from_millis(500),
+            check_on_client_cpus: true,
+        })
+    }
 }
 
 /// Frame length with FCS of a request carrying `size` payload bytes.

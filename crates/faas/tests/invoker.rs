@@ -271,3 +271,96 @@ fn load_client_checks_every_reply_and_serves_metrics() {
     stop.store(true, Ordering::Relaxed);
     srv.join().unwrap();
 }
+
+/// Two workers on one queue share a UMEM (XDP_SHARED_UMEM). Function A
+/// (reverse) takes sustained open-loop load while the workers of both
+/// functions are scaled down and up every 250 ms; function B (echo) is used
+/// by closed-loop clients at the same time. Nothing is lost or wrong on
+/// either side: every request of A answered (checked in the client's kernel),
+/// every request of B answered and checked.
+#[test]
+fn workers_scale_under_sustained_load_without_losing_requests() {
+    if !privileged("workers_scale_under_sustained_load_without_losing_requests") {
+        return;
+    }
+    use peregrine_bpf::dispatch::Policy;
+    use peregrine_faas::load::{self, LoadConfig, LoadMetrics};
+    use peregrine_faas::openloop::{self, OpenLoopConfig, OpenLoopProgress};
+    use peregrine_lab::pacing::Rate;
+    use peregrine_lab::Endpoint;
+    use std::sync::atomic::AtomicBool;
+
+    let lab = lab("tfaasscale");
+    let cfg = InvokerConfig {
+        cpus: vec![1],
+        workers: 2,
+        xsk: peregrine_xsk::XskConfig {
+            frames: 16384,
+            ring: 4096,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let inv = AfXdpInvoker::start(
+        Some(&lab.ns("b")),
+        "eth0",
+        Registry::parse("1232=reverse,1233=echo").unwrap(),
+        cfg,
+    )
+    .unwrap();
+    let from = Endpoint {
+        host: "a".into(),
+        iface: "eth0".into(),
+    };
+    let mut open = OpenLoopConfig::for_lab(
+        lab.topology(),
+        &from,
+        "198.18.0.2".parse().unwrap(),
+        &Registry::parse("1232=reverse").unwrap(),
+        200,
+    )
+    .unwrap();
+    open.rate = Rate::Pps(150_000.0);
+    open.duration = Duration::from_secs(4);
+    open.flows = 64;
+    let done = AtomicBool::new(false);
+    let (a, b, changes) = std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            let r = openloop::run(&open, &OpenLoopProgress::default());
+            done.store(true, Ordering::Relaxed);
+            r
+        });
+        let b = s.spawn(|| {
+            let cfg = LoadConfig {
+                server: "198.18.0.2".parse().unwrap(),
+                connections: 4,
+                duration: Duration::from_secs(3),
+                size: 300,
+                timeout: Duration::from_secs(1),
+            };
+            let reg = Registry::parse("1233=echo").unwrap();
+            netns::run_in(&lab.ns("a"), || load::run(&reg, &cfg, &LoadMetrics::new()))
+                .unwrap()
+                .unwrap()
+        });
+        // Scale while both run: A 2 -> 1 -> 2 workers, B 2 -> 1 -> 2, in turn.
+        let mut changes = 0;
+        let mut step = 0u32;
+        while !done.load(Ordering::Relaxed) && step < 40 {
+            std::thread::sleep(Duration::from_millis(250));
+            let (id, n) = (step % 2, if step % 4 < 2 { 1 } else { 2 });
+            inv.prog.set_workers(id, n, Policy::RoundRobin).unwrap();
+            changes += 1;
+            step += 1;
+        }
+        (a.join().unwrap().unwrap(), b.join().unwrap(), changes)
+    });
+    assert!(changes >= 8, "scaled {changes} times under load");
+    assert!(a.requests > 400_000, "sustained load: {a:?}");
+    assert_eq!((a.wrong, a.missing), (0, 0), "function A: {a:?}");
+    assert_eq!(a.replies, a.requests);
+    assert_eq!((b.wrong, b.missing), (0, 0), "function B: {b:?}");
+    assert!(b.responses > 1000, "function B served: {b:?}");
+    assert_eq!(inv.counters.tx_ring_full.load(Ordering::Relaxed), 0);
+    assert_eq!(inv.counters.malformed.load(Ordering::Relaxed), 0);
+}

@@ -72,6 +72,58 @@ pub struct Offered {
     pub elapsed: Duration,
 }
 
+/// Flow 0 of traffic from `from` (a veth end in lab `topo`) to `to`: the
+/// interface's address of the same family unless `src` is given, the MACs of
+/// both ends; and the peer end (namespace, interface).
+pub fn lab_frame(
+    topo: &crate::Topology,
+    from: &crate::Endpoint,
+    src: Option<std::net::IpAddr>,
+    to: std::net::IpAddr,
+    port: u16,
+) -> Result<(UdpFrameSpec, (String, String))> {
+    let host = topo.host(&from.host).ok_or_else(|| {
+        LabError::Config(format!("lab {} has no host {:?}", topo.name, from.host))
+    })?;
+    let src = match src {
+        Some(s) => s,
+        None => host
+            .addr
+            .get(&from.iface)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| crate::topology::parse_cidr(c).ok())
+            .map(|(ip, _)| ip)
+            .find(|ip| ip.is_ipv6() == to.is_ipv6())
+            .ok_or_else(|| {
+                LabError::Config(format!(
+                    "{from} has no {} address; pass --src",
+                    if to.is_ipv6() { "IPv6" } else { "IPv4" }
+                ))
+            })?,
+    };
+    let ns = |host: &str| crate::lab::ns_name(&topo.name, host);
+    let peer = topo
+        .peer_of(from)
+        .ok_or_else(|| LabError::Config(format!("{from} is not one end of a veth link")))?;
+    let mut nl = crate::nl::Netlink::new()?;
+    let src_mac = nl.mac_of(&ns(&from.host), &from.iface)?;
+    let dst_mac = nl.mac_of(&ns(&peer.host), &peer.iface)?;
+    Ok((
+        UdpFrameSpec {
+            src_mac,
+            dst_mac,
+            src_ip: src,
+            dst_ip: to,
+            src_port: 1024,
+            dst_port: port,
+            ttl: 64,
+            frame_len: 0,
+        },
+        (ns(&peer.host), peer.iface.clone()),
+    ))
+}
+
 /// Pins the calling thread to `cpu`.
 pub fn pin_to_cpu(cpu: usize) -> Result<()> {
     let mut set = nix::sched::CpuSet::new();
