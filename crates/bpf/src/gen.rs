@@ -49,7 +49,7 @@ pub enum FrameSizes {
 
 impl FrameSizes {
     /// Distinct sizes and the repeating pattern of indices into them.
-    fn classes(&self) -> (Vec<usize>, Vec<u8>) {
+    pub fn classes(&self) -> (Vec<usize>, Vec<u8>) {
         match self {
             FrameSizes::Fixed(s) => (vec![*s], vec![0]),
             FrameSizes::Imix => {

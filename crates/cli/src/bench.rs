@@ -85,6 +85,7 @@ pub struct GenArgs {
     pub flows: u32,
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// xdp (live frames), socket (sendmmsg) or afxdp (AF_XDP TX ring).
     #[arg(long, default_value = "xdp")]
     pub backend: String,
     /// Stamp sequence and transmit time into every frame (costs ~40% of the
@@ -266,10 +267,7 @@ pub(crate) fn frame_for(
 
 pub(crate) fn params(spec: &TrafficSpec, sink: &str) -> RunParams {
     RunParams {
-        backend: match spec.backend {
-            Backend::Xdp => "xdp".into(),
-            Backend::Socket => "socket".into(),
-        },
+        backend: spec.backend.as_str().into(),
         ip: if spec.frame.src_ip.is_ipv6() {
             "ipv6".into()
         } else {
@@ -397,6 +395,11 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
             s.backend = Backend::Socket;
             s.frame.src_ip = socket_src;
             contenders.push(("socket sendmmsg, 1 thread".to_string(), s));
+        }
+        {
+            let mut s = base.clone();
+            s.backend = Backend::Afxdp;
+            contenders.push(("AF_XDP (copy) TX ring, 1 thread".to_string(), s));
         }
         for (label, spec) in contenders {
             signals::check()?;

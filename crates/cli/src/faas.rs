@@ -98,6 +98,11 @@ pub struct ServeArgs {
     /// AF_XDP: entries of the RX and TX rings (fill and completion: twice).
     #[arg(long, default_value_t = 1024)]
     pub ring: u32,
+    /// AF_XDP: busy-poll the queue from the workers (SO_PREFER_BUSY_POLL,
+    /// SO_BUSY_POLL=USECS, SO_BUSY_POLL_BUDGET=64). Pays off where the
+    /// queue's NAPI may run on the worker's core (a NIC; not veth).
+    #[arg(long, value_name = "USECS")]
+    pub busy_poll: Option<u32>,
     /// CPUs the workers are pinned to, in turn (default: all).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
@@ -300,6 +305,10 @@ fn serve(a: ServeArgs) -> Result<()> {
                 xsk: peregrine_xsk::XskConfig {
                     frames: a.frames,
                     ring: a.ring,
+                    busy_poll: a.busy_poll.map(|usecs| peregrine_xsk::BusyPoll {
+                        usecs,
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 },
                 ..Default::default()

@@ -137,6 +137,41 @@ fn afxdp_invoker_answers_every_request_correctly() {
     assert_eq!(ping, 0);
 }
 
+/// Busy polling (SO_PREFER_BUSY_POLL, SO_BUSY_POLL, SO_BUSY_POLL_BUDGET) and
+/// two workers sharing the queue's UMEM: still every reply right.
+#[test]
+fn afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly() {
+    if !privileged("afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly") {
+        return;
+    }
+    let lab = lab("tfaasbp");
+    let cfg = InvokerConfig {
+        cpus: vec![1],
+        workers: 2,
+        xsk: peregrine_xsk::XskConfig {
+            busy_poll: Some(peregrine_xsk::BusyPoll::default()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let inv = AfXdpInvoker::start(
+        Some(&lab.ns("b")),
+        "eth0",
+        Registry::parse(FUNCTIONS).unwrap(),
+        cfg,
+    )
+    .unwrap();
+    // One UMEM for the queue: the second socket adds only its two rings.
+    assert!(
+        inv.memory_bytes < (8 << 20) + (1 << 20),
+        "{}",
+        inv.memory_bytes
+    );
+    let (sent, wrong, missing) = exercise(&lab);
+    assert_eq!((wrong, missing), (0, 0), "every reply right, none missing");
+    check_counters(&inv.counters, sent);
+}
+
 #[test]
 fn socket_baselines_answer_every_request_correctly() {
     if !privileged("socket_baselines_answer_every_request_correctly") {

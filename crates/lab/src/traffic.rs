@@ -26,6 +26,19 @@ pub enum Backend {
     Xdp,
     /// UDP sockets with sendmmsg.
     Socket,
+    /// AF_XDP sockets (copy mode on veth): frames built in user space and
+    /// queued on the TX ring, one socket per thread on TX queue = thread.
+    Afxdp,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Xdp => "xdp",
+            Backend::Socket => "socket",
+            Backend::Afxdp => "afxdp",
+        }
+    }
 }
 
 impl std::str::FromStr for Backend {
@@ -34,8 +47,9 @@ impl std::str::FromStr for Backend {
         match s {
             "xdp" | "live" => Ok(Backend::Xdp),
             "socket" | "mmsg" => Ok(Backend::Socket),
+            "afxdp" | "xsk" => Ok(Backend::Afxdp),
             _ => Err(LabError::Config(format!(
-                "unknown generator backend {s:?}: expected xdp or socket"
+                "unknown generator backend {s:?}: expected xdp, socket or afxdp"
             ))),
         }
     }
@@ -191,7 +205,7 @@ impl Generator {
                 }
                 Some(Arc::new(prog))
             }
-            Backend::Socket => {
+            Backend::Socket | Backend::Afxdp => {
                 let v6 = spec.frame.src_ip.is_ipv6();
                 let (min, max) = peregrine_bpf::gen::size_limits(v6);
                 if let FrameSizes::Fixed(s) = spec.sizes {
@@ -271,6 +285,15 @@ impl Generator {
         let _ns = NetnsGuard::enter(&self.spec.ns)?;
         match &self.prog {
             Some(prog) => live_loop(prog, cpu, rate, limit, progress),
+            None if self.spec.backend == Backend::Afxdp => {
+                let mut s = XskSender::new(&self.spec, index)?;
+                pace(rate, limit, 256, |k| {
+                    let n = s.send(k)?;
+                    progress.fetch_add(n, Ordering::Relaxed);
+                    Ok(n)
+                })
+                .map_err(|e| LabError::Other(format!("AF_XDP generator: {e}")))
+            }
             None => {
                 let mut s = SocketSender::new(&self.spec, index)?;
                 let sent = pace(rate, limit, 1024, |k| {
@@ -385,6 +408,100 @@ impl SocketSender {
             return Err(e);
         }
         Ok(r as u64)
+    }
+}
+
+/// One thread's AF_XDP socket for the afxdp backend: frames of every flow
+/// and size built with the live generator's meta (magic, sequence, send
+/// time) and valid checksums, queued on the TX ring in batches.
+struct XskSender {
+    xsk: peregrine_xsk::Xsk,
+    /// Flow `k`'s headers (source port + k; source or destination address
+    /// + k as the spec says).
+    flows: Vec<UdpFrameSpec>,
+    /// Frame lengths without FCS, in the order the size pattern gives.
+    lengths: Vec<usize>,
+    stamp: bool,
+    sample: u64,
+    seq: u64,
+    payload: Vec<u8>,
+}
+
+impl XskSender {
+    fn new(spec: &TrafficSpec, index: usize) -> Result<XskSender> {
+        use peregrine_bpf::gen::FlowVary;
+        let cfg = peregrine_xsk::XskConfig::default();
+        let xsk = peregrine_xsk::Xsk::open(&spec.iface, index as u32, cfg).map_err(|e| {
+            LabError::Config(format!(
+                "{e} (the afxdp backend sends one thread per TX queue; {} has fewer?)",
+                spec.iface
+            ))
+        })?;
+        let bump = |ip: std::net::IpAddr, k: u32| match ip {
+            std::net::IpAddr::V4(a) => std::net::IpAddr::V4((u32::from(a) + k).into()),
+            std::net::IpAddr::V6(a) => std::net::IpAddr::V6((u128::from(a) + u128::from(k)).into()),
+        };
+        let flows = (0..spec.flows.max(1))
+            .map(|k| {
+                let mut f = spec.frame.clone();
+                f.src_port = f.src_port.wrapping_add(k as u16);
+                match spec.vary {
+                    FlowVary::Source => f.src_ip = bump(f.src_ip, k),
+                    FlowVary::Destination => f.dst_ip = bump(f.dst_ip, k),
+                    FlowVary::SourcePort => {}
+                }
+                f
+            })
+            .collect();
+        let (sizes, pattern) = spec.sizes.classes();
+        Ok(XskSender {
+            xsk,
+            flows,
+            lengths: pattern
+                .iter()
+                .map(|&i| sizes[i as usize] - FCS_LEN)
+                .collect(),
+            stamp: spec.stamp,
+            sample: u64::from(spec.latency_sample.max(1)),
+            seq: 0,
+            payload: vec![0u8; 2048],
+        })
+    }
+
+    fn send(&mut self, n: u64) -> std::io::Result<u64> {
+        let now = if self.stamp { monotonic_ns() } else { 0 };
+        let Self {
+            xsk,
+            flows,
+            lengths,
+            stamp,
+            sample,
+            seq,
+            payload,
+        } = self;
+        let sent = xsk
+            .transmit(n.min(256) as u32, |buf| {
+                let s = *seq;
+                let mut f = flows[(s % flows.len() as u64) as usize].clone();
+                f.frame_len = lengths[(s % lengths.len() as u64) as usize];
+                let plen = f.frame_len - f.header_len();
+                let meta_len = peregrine_bpf::gen::meta_len(plen);
+                let meta = gen_meta {
+                    magic: PEREGRINE_MAGIC,
+                    seq: if *stamp { s as u32 } else { 0 },
+                    tx_ns: if *stamp && s % *sample == 0 { now } else { 0 },
+                };
+                payload[..meta_len].copy_from_slice(&meta.as_bytes()[..meta_len]);
+                match f.write_into(buf, &payload[..meta_len]) {
+                    Ok(()) => {
+                        *seq += 1;
+                        f.frame_len
+                    }
+                    Err(_) => 0,
+                }
+            })
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(u64::from(sent))
     }
 }
 

@@ -248,7 +248,7 @@ fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) 
         dst_mac: nl.mac_of(&lab.ns("b"), "eth0").unwrap(),
         // Live frames vary the source address per flow (.101 up), clear of
         // the receiver's own .2; sockets must bind the host's own address.
-        src_ip: if backend == Backend::Xdp {
+        src_ip: if backend != Backend::Socket {
             "198.18.0.101"
         } else {
             "198.18.0.1"
@@ -353,7 +353,7 @@ fn frames_arrive_intact_at_a_socket_with_latency() {
         return;
     }
     let lab = Lab::up(pair("tsock"), Lifetime::Ephemeral).unwrap();
-    for backend in [Backend::Xdp, Backend::Socket] {
+    for backend in [Backend::Xdp, Backend::Socket, Backend::Afxdp] {
         let (spec, peer) = traffic(&lab, backend, true);
         // The socket counts only datagrams the kernel accepted: valid IP
         // header and UDP checksums, right length.
