@@ -101,7 +101,6 @@ fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFi
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(perr)?;
     let series: Vec<(String, Vec<(f64, f64)>)> = r
         .runs
         .iter()
@@ -119,11 +118,31 @@ where
             ))
         })
         .collect();
-    let tmax = series
+    draw_lines(
+        root,
+        &format!("{}: delivered rate per second", r.kind),
+        ("time (s)", "delivered (Mpps)"),
+        &series,
+    )
+}
+
+/// A line chart of `series` (label, points), axes from zero.
+fn draw_lines<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(perr)?;
+    let xmax = series
         .iter()
         .flat_map(|s| s.1.iter())
         .map(|p| p.0)
-        .fold(1.0f64, f64::max);
+        .fold(1.0f64, f64::max)
+        * 1.05;
     let ymax = series
         .iter()
         .flat_map(|s| s.1.iter())
@@ -131,31 +150,28 @@ where
         .fold(0.001f64, f64::max)
         * 1.15;
     let mut chart = ChartBuilder::on(root)
-        .caption(
-            format!("{}: delivered rate per second", r.kind),
-            ("sans-serif", 22),
-        )
+        .caption(title, ("sans-serif", 22))
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..tmax, 0.0..ymax)
+        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
         .map_err(perr)?;
     chart
         .configure_mesh()
-        .x_desc("time (s)")
-        .y_desc("delivered (Mpps)")
+        .x_desc(x_desc)
+        .y_desc(y_desc)
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(perr)?;
-    for (i, (label, pts)) in series.into_iter().enumerate() {
+    for (i, (label, pts)) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         chart
             .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
             .map_err(perr)?
-            .label(label)
+            .label(label.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
         chart
-            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
             .map_err(perr)?;
     }
     chart
@@ -163,10 +179,167 @@ where
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(perr)?;
     root.present().map_err(perr)
+}
+
+/// Latency percentiles (x: 1..4 = p50, p90, p99, p99.9) on a log scale.
+fn draw_percentiles<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(perr)?;
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.1.iter())
+        .map(|p| p.1)
+        .fold(10.0f64, f64::max)
+        * 2.0;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.5..4.5, (1.0..ymax).log_scale())
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .y_desc("request to reply (us, log)")
+        .x_labels(4)
+        .x_label_formatter(&|x: &f64| match x.round() as i64 {
+            1 => "p50".into(),
+            2 => "p90".into(),
+            3 => "p99".into(),
+            4 => "p99.9".into(),
+            _ => String::new(),
+        })
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(perr)?;
+    for (i, (label, pts)) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(perr)?
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
+            .map_err(perr)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(perr)?;
+    root.present().map_err(perr)
+}
+
+/// Runs labelled "CONFIG | SIZE B" (bench faas) grouped by CONFIG: one
+/// point per size, `y` taken from each run.
+fn by_size(
+    r: &ResultFile,
+    y: impl Fn(&crate::results::Run) -> Option<f64>,
+) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for run in &r.runs {
+        let Some((config, size)) = run.label.split_once(" | ") else {
+            continue;
+        };
+        let Some(size) = size.trim_end_matches(" B").parse::<f64>().ok() else {
+            continue;
+        };
+        let Some(v) = y(run) else { continue };
+        match series.iter_mut().find(|s| s.0 == config) {
+            Some(s) => s.1.push((size, v)),
+            None => series.push((config.to_string(), vec![(size, v)])),
+        }
+    }
+    series
+}
+
+/// The function benchmark's figures, in the shape of the source's Tables 6
+/// and 7 and its latency figure: requests/s and Mbit/s per request size
+/// (saturated), latency percentiles per backend at the fixed rate (the size
+/// nearest 800 B).
+fn faas_figures(
+    r: &ResultFile,
+) -> Vec<(
+    &'static str,
+    String,
+    (&'static str, &'static str),
+    Vec<(String, Vec<(f64, f64)>)>,
+)> {
+    let saturated =
+        |run: &crate::results::Run| run.trials.iter().find(|t| t.phase == "max").cloned();
+    let requests = by_size(r, |run| saturated(run).map(|t| t.delivered_pps / 1e3));
+    let mbits = by_size(r, |run| saturated(run).map(|t| t.delivered_bps / 1e6));
+    let sizes: Vec<f64> = requests
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .collect();
+    let pick = sizes
+        .iter()
+        .copied()
+        .min_by(|a, b| (a - 800.0).abs().total_cmp(&(b - 800.0).abs()))
+        .unwrap_or(800.0);
+    let mut latency = Vec::new();
+    for run in &r.runs {
+        let Some((config, size)) = run.label.split_once(" | ") else {
+            continue;
+        };
+        if size.trim_end_matches(" B").parse::<f64>().ok() != Some(pick) {
+            continue;
+        }
+        let Some(l) = run
+            .trials
+            .iter()
+            .find(|t| t.phase == "latency")
+            .and_then(|t| t.latency.as_ref())
+        else {
+            continue;
+        };
+        let us = |ns: u64| ns as f64 / 1e3;
+        latency.push((
+            config.to_string(),
+            vec![
+                (1.0, us(l.p50_ns)),
+                (2.0, us(l.p90_ns)),
+                (3.0, us(l.p99_ns)),
+                (4.0, us(l.p999_ns)),
+            ],
+        ));
+    }
+    vec![
+        (
+            "requests",
+            format!("{}: answered requests/s, saturated (Table 6)", r.kind),
+            ("request payload (bytes)", "kreq/s"),
+            requests,
+        ),
+        (
+            "mbits",
+            format!("{}: answered Mbit/s, saturated (Table 7)", r.kind),
+            ("request payload (bytes)", "Mbit/s (request frames)"),
+            mbits,
+        ),
+        (
+            "latency",
+            format!("{}: latency at the fixed rate, {pick} B", r.kind),
+            ("percentile", "request to reply (us)"),
+            latency,
+        ),
+    ]
 }
 
 /// Writes `<stem>-rates.{png,svg}` and `<stem>-timeline.{png,svg}` into
@@ -194,6 +367,39 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
             }
         }
         out.push(svg);
+    }
+    if r.kind == "bench-faas" {
+        for (kind, title, axes, series) in faas_figures(r) {
+            let png = outdir.join(format!("{stem}-{kind}.png"));
+            let svg = outdir.join(format!("{stem}-{kind}.svg"));
+            if kind == "latency" {
+                draw_percentiles(
+                    &BitMapBackend::new(&png, size).into_drawing_area(),
+                    &title,
+                    &series,
+                )?;
+                draw_percentiles(
+                    &SVGBackend::new(&svg, size).into_drawing_area(),
+                    &title,
+                    &series,
+                )?;
+            } else {
+                draw_lines(
+                    &BitMapBackend::new(&png, size).into_drawing_area(),
+                    &title,
+                    axes,
+                    &series,
+                )?;
+                draw_lines(
+                    &SVGBackend::new(&svg, size).into_drawing_area(),
+                    &title,
+                    axes,
+                    &series,
+                )?;
+            }
+            out.push(png);
+            out.push(svg);
+        }
     }
     Ok(out)
 }
