@@ -56,10 +56,10 @@ pub struct LoadArgs {
     /// Open loop: generator threads (pinned to CPUs 0..N).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Open loop: check replies on the CPU that sent them (the server's)
-    /// rather than on the generator's: for latency, not for throughput.
+    /// Open loop: check replies on the generator's CPUs (RPS) rather than on
+    /// the CPU that sent them (the server's, on veth).
     #[arg(long)]
-    pub check_on_server_cpu: bool,
+    pub check_on_client_cpus: bool,
     /// Serve Prometheus metrics here while running (e.g. 127.0.0.1:9464).
     #[arg(long)]
     pub metrics: Option<std::net::SocketAddr>,
@@ -227,7 +227,7 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
     cfg.duration = Duration::from_secs_f64(a.duration);
     cfg.flows = a.flows;
     cfg.cpus = (0..a.threads).collect();
-    cfg.check_on_client_cpus = !a.check_on_server_cpu;
+    cfg.check_on_client_cpus = a.check_on_client_cpus;
     let progress = OpenLoopProgress::default();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let r = std::thread::scope(|s| {

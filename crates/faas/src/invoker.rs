@@ -80,6 +80,9 @@ pub struct AfXdpInvoker {
     pub memory_bytes: usize,
 }
 
+/// Requests a worker takes from its RX ring at a time.
+const BATCH: u32 = 256;
+
 /// Answers one request in `buf[..len]`; the verdict says what to send.
 fn handle(
     registry: &Registry,
@@ -208,7 +211,7 @@ impl AfXdpInvoker {
                     let mut scratch = Vec::with_capacity(2048);
                     while !st.load(Ordering::Relaxed) {
                         let mut answered = 0u64;
-                        let got = xsk.process(64, |buf, len| {
+                        let got = xsk.process(BATCH, |buf, len| {
                             let v = handle(&reg, buf, len, &mut scratch, &c);
                             answered += u64::from(matches!(v, Verdict::Transmit(_)));
                             v

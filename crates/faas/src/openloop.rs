@@ -43,11 +43,14 @@ pub struct OpenLoopConfig {
     pub cpus: Vec<usize>,
     /// How long replies are still waited for after the last request.
     pub drain: Duration,
-    /// Check replies on the generator's CPUs (RPS), not on the CPU that
-    /// sent them (the server's): right for throughput, where the server's
-    /// core must do server work only; off for latency, where the check
-    /// should see a reply the moment it leaves the server, not when a busy
-    /// client core gets to it.
+    /// Check replies on the generator's CPUs (RPS) instead of the CPU that
+    /// sent them. Off (the default), veth hands each reply to the client on
+    /// the server's core, which then also pays the client's receive and
+    /// check (a fixed cost per reply, the same for every backend) and the
+    /// reply is timed the moment it leaves. On, the server's core does
+    /// server work only, but a saturated client core then bounds the
+    /// result, and the socket's TX completions run on the client's core
+    /// (contending for AF_XDP's completion lock).
     pub check_on_client_cpus: bool,
 }
 
@@ -123,7 +126,7 @@ impl OpenLoopConfig {
             flows: 16,
             cpus: vec![0],
             drain: Duration::from_millis(500),
-            check_on_client_cpus: true,
+            check_on_client_cpus: false,
         })
     }
 }

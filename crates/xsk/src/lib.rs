@@ -522,7 +522,9 @@ impl Xsk {
             self.cfg.need_wakeup && pool.fill.needs_wakeup()
         };
         self.back = back;
-        if wake_rx || self.cfg.busy_poll.is_some() {
+        // Copy mode fills from NAPI by itself: a wake-up call would only
+        // cost a syscall per batch.
+        if (wake_rx && self.mode == BindMode::ZeroCopy) || self.cfg.busy_poll.is_some() {
             let _ = syscall::busy_poll(&self.fd);
         }
     }
