@@ -77,3 +77,24 @@ impl TcxLink {
         })
     }
 }
+
+/// Number of tcx programs attached to `ifindex` (in the calling thread's
+/// namespace) in `direction`.
+pub fn attached_count(ifindex: u32, direction: TcxDirection) -> Result<u32> {
+    // Safety: zeroed is the valid empty options struct; `sz` is set below.
+    let mut opts: libbpf_sys::bpf_prog_query_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of_val(&opts) as _;
+    // Safety: `opts` is valid for the call; no id arrays are passed, so the
+    // kernel only fills in the count.
+    let rc = unsafe {
+        libbpf_sys::bpf_prog_query_opts(ifindex as i32, direction.attach_type(), &mut opts)
+    };
+    if rc < 0 {
+        return Err(BpfError::Io {
+            what: format!("querying {} on ifindex {ifindex}", direction.as_str()),
+            source: std::io::Error::from_raw_os_error(-rc),
+        });
+    }
+    // Safety: the kernel wrote the count; both union fields are that u32.
+    Ok(unsafe { opts.__bindgen_anon_1.count })
+}

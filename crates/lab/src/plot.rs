@@ -101,7 +101,7 @@ fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFi
 where
     DB::ErrorType: 'static,
 {
-    let series: Vec<(String, Vec<(f64, f64)>)> = r
+    let series: Series = r
         .runs
         .iter()
         .filter_map(|run| {
@@ -250,8 +250,8 @@ where
 fn by_size(
     r: &ResultFile,
     y: impl Fn(&crate::results::Run) -> Option<f64>,
-) -> Vec<(String, Vec<(f64, f64)>)> {
-    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+) -> Series {
+    let mut series: Series = Vec::new();
     for run in &r.runs {
         let Some((config, size)) = run.label.split_once(" | ") else {
             continue;
@@ -268,18 +268,17 @@ fn by_size(
     series
 }
 
+/// Labelled point series of one chart.
+type Series = Vec<(String, Vec<(f64, f64)>)>;
+
+/// A chart to draw: file suffix, title, axis descriptions, series.
+type Figure = (&'static str, String, (&'static str, &'static str), Series);
+
 /// The function benchmark's figures, in the shape of the source's Tables 6
 /// and 7 and its latency figure: requests/s and Mbit/s per request size
 /// (saturated), latency percentiles per backend at the fixed rate (the size
 /// nearest 800 B).
-fn faas_figures(
-    r: &ResultFile,
-) -> Vec<(
-    &'static str,
-    String,
-    (&'static str, &'static str),
-    Vec<(String, Vec<(f64, f64)>)>,
-)> {
+fn faas_figures(r: &ResultFile) -> Vec<Figure> {
     let saturated =
         |run: &crate::results::Run| run.trials.iter().find(|t| t.phase == "max").cloned();
     let requests = by_size(r, |run| saturated(run).map(|t| t.delivered_pps / 1e3));

@@ -434,3 +434,36 @@ fn af_xdp_sink_receives_every_frame_intact() {
     );
     assert_eq!(sink.take_latency().unwrap().len(), delivered);
 }
+
+/// tcx through bpf_link: two programs share a hook, each link detaches only
+/// its own, and dropping the last leaves the hook empty.
+#[test]
+fn tcx_links_attach_side_by_side_and_detach_on_drop() {
+    if !privileged("tcx_links_attach_side_by_side_and_detach_on_drop") {
+        return;
+    }
+    use peregrine_bpf::replycheck::{CheckedFunction, ReplyCheckProgram};
+    use peregrine_bpf::tcx::{attached_count, TcxDirection};
+    let lab = Lab::up(pair("ttcx"), Lifetime::Ephemeral).unwrap();
+    let count = || {
+        netns::run_in(&lab.ns("a"), || {
+            let ifindex = peregrine_bpf::xdp::ifindex("eth0").unwrap();
+            attached_count(ifindex, TcxDirection::Ingress).unwrap()
+        })
+        .unwrap()
+    };
+    assert_eq!(count(), 0);
+    let p1 = ReplyCheckProgram::load(1232, 200, CheckedFunction::Reverse).unwrap();
+    let p2 = ReplyCheckProgram::load(1233, 64, CheckedFunction::Echo).unwrap();
+    let l1 = netns::run_in(&lab.ns("a"), || p1.attach_tcx("eth0")).unwrap().unwrap();
+    let l2 = netns::run_in(&lab.ns("a"), || p2.attach_tcx("eth0")).unwrap().unwrap();
+    assert_eq!(count(), 2);
+    // Traffic still flows through both (they pass what is not theirs).
+    assert_eq!(ping("ttcx", "b", "198.18.0.1"), 0);
+    drop(l1);
+    assert_eq!(count(), 1);
+    drop(l2);
+    assert_eq!(count(), 0);
+    let err = netns::run_in(&lab.ns("a"), || p1.attach_tcx("nope0")).unwrap().unwrap_err();
+    assert!(err.to_string().contains("nope0"), "{err}");
+}
