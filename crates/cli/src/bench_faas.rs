@@ -144,7 +144,7 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
             topo.links[0].queues = threads;
             let lab = Lab::up(topo, Lifetime::Ephemeral)?;
             let registry = Registry::parse(FUNCTION).map_err(anyhow::Error::msg)?;
-            let mut memory = None;
+            let memory;
             // Held for the measurement; dropping it stops the server.
             let server: Box<dyn std::any::Any> = match backend.as_str() {
                 "afxdp" => {
@@ -163,15 +163,23 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
                     };
                     let inv =
                         AfXdpInvoker::start(Some(&lab.ns("b")), "eth0", registry.clone(), cfg)?;
-                    memory = Some(inv.memory_bytes);
+                    memory = inv.memory_bytes;
                     Box::new(inv)
                 }
-                "mmsg" => Box::new(netns::run_in(&lab.ns("b"), || {
-                    SocketServer::mmsg(registry.clone(), threads as usize, &server_cpus)
-                })??),
-                _ => Box::new(netns::run_in(&lab.ns("b"), || {
-                    SocketServer::simple_on(registry.clone(), server_cpus[0])
-                })??),
+                "mmsg" => {
+                    let s = netns::run_in(&lab.ns("b"), || {
+                        SocketServer::mmsg(registry.clone(), threads as usize, &server_cpus)
+                    })??;
+                    memory = s.memory_bytes;
+                    Box::new(s)
+                }
+                _ => {
+                    let s = netns::run_in(&lab.ns("b"), || {
+                        SocketServer::simple_on(registry.clone(), server_cpus[0])
+                    })??;
+                    memory = s.memory_bytes;
+                    Box::new(s)
+                }
             };
             let label = format!("{backend} {threads}T{threads}Q | {size} B");
             eprintln!("{label}");
@@ -202,9 +210,10 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
             })?;
             trials.push(trial(&cfg, "latency", Rate::Pps(a.latency_rate), &label)?);
             drop(server);
-            let mem = memory
-                .map(|m| format!(", {} KiB of UMEM and rings", m / 1024))
-                .unwrap_or_default();
+            let mem = format!(
+                ", server memory {} KiB (UMEM and rings, or socket buffers)",
+                memory / 1024
+            );
             let params = RunParams {
                 backend: backend.clone(),
                 ip: "ipv4".into(),

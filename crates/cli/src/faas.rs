@@ -103,6 +103,10 @@ pub struct ServeArgs {
     /// queue's NAPI may run on the worker's core (a NIC; not veth).
     #[arg(long, value_name = "USECS")]
     pub busy_poll: Option<u32>,
+    /// AF_XDP: attach the dispatcher in native (driver) or generic (skb)
+    /// mode; sockets on a generic program run in skb mode.
+    #[arg(long, default_value = "native")]
+    pub xdp_mode: peregrine_bpf::XdpMode,
     /// CPUs the workers are pinned to, in turn (default: all).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
@@ -121,6 +125,12 @@ impl Server {
         match self {
             Server::AfXdp(i) => &i.counters,
             Server::Sockets(s) => &s.counters,
+        }
+    }
+    fn memory_bytes(&self) -> usize {
+        match self {
+            Server::AfXdp(i) => i.memory_bytes,
+            Server::Sockets(s) => s.memory_bytes,
         }
     }
 }
@@ -302,6 +312,7 @@ fn serve(a: ServeArgs) -> Result<()> {
                 queues: a.queues,
                 workers: a.threads / a.queues,
                 cpus,
+                xdp_mode: a.xdp_mode,
                 xsk: peregrine_xsk::XskConfig {
                     frames: a.frames,
                     ring: a.ring,
@@ -330,9 +341,10 @@ fn serve(a: ServeArgs) -> Result<()> {
                 SocketServer::mmsg(registry, a.threads as usize, &cpus)
             })??;
             eprintln!(
-                "serving {} with {} recvmmsg/sendmmsg thread(s)",
+                "serving {} with {} recvmmsg/sendmmsg thread(s), up to {} KiB of buffers",
                 names.join(" "),
-                a.threads
+                a.threads,
+                s.memory_bytes / 1024
             );
             Server::Sockets(s)
         }
@@ -342,8 +354,9 @@ fn serve(a: ServeArgs) -> Result<()> {
             }
             let s = netns::run_in_opt(ns.as_deref(), || SocketServer::simple(registry))??;
             eprintln!(
-                "serving {} with one recvfrom/sendto thread",
-                names.join(" ")
+                "serving {} with one recvfrom/sendto thread, up to {} KiB of buffers",
+                names.join(" "),
+                s.memory_bytes / 1024
             );
             Server::Sockets(s)
         }
@@ -368,6 +381,7 @@ fn serve(a: ServeArgs) -> Result<()> {
     let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
     let out = serde_json::json!({
         "backend": a.backend,
+        "memory_bytes": server.memory_bytes(),
         "seconds": start.elapsed().as_secs_f64(),
         "requests": get(&c.requests),
         "replies": get(&c.replies),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::sys::socket::{setsockopt, sockopt};
+use nix::sys::socket::{getsockopt, setsockopt, sockopt};
 
 use crate::functions::{Function, Registry};
 use crate::invoker::{Counters, InvokerError};
@@ -61,6 +61,14 @@ pub struct SocketServer {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
     pub counters: Arc<Counters>,
+    /// What the server may hold: its threads' buffers plus the kernel's
+    /// receive buffer limit of every socket (SO_RCVBUF as granted).
+    pub memory_bytes: usize,
+}
+
+/// The receive buffer the kernel granted `sock` (bytes of skb truesize).
+fn rcvbuf(sock: &UdpSocket) -> usize {
+    getsockopt(sock, sockopt::RcvBuf).unwrap_or(0)
 }
 
 impl SocketServer {
@@ -88,6 +96,8 @@ impl SocketServer {
             .iter()
             .map(|(port, id, f)| Ok((udp_socket(port, false)?, id, f.clone())))
             .collect::<Result<_, InvokerError>>()?;
+        // One 64 KiB receive buffer and a reply buffer, plus the sockets.
+        let memory_bytes = 65536 + 2048 + socks.iter().map(|(s, _, _)| rcvbuf(s)).sum::<usize>();
         for (s, _, _) in &socks {
             s.set_nonblocking(true)
                 .map_err(|e| InvokerError::Config(e.to_string()))?;
@@ -124,6 +134,7 @@ impl SocketServer {
             stop,
             threads: vec![t],
             counters,
+            memory_bytes,
         })
     }
 
@@ -137,9 +148,12 @@ impl SocketServer {
         let counters = Self::counters(&registry);
         let stop = Arc::new(AtomicBool::new(false));
         let mut handles = Vec::new();
+        let mut memory_bytes = 0;
         for t in 0..threads.max(1) {
             for (port, id, f) in registry.iter() {
                 let sock = udp_socket(port, true)?;
+                // recvmmsg and sendmmsg buffers of MMSG_BATCH 2 KiB slots each.
+                memory_bytes += 2 * MMSG_BATCH * 2048 + rcvbuf(&sock);
                 let (st, c, f) = (stop.clone(), counters.clone(), f.clone());
                 let cpu = (!cpus.is_empty()).then(|| cpus[t % cpus.len()]);
                 handles.push(std::thread::spawn(move || {
@@ -154,6 +168,7 @@ impl SocketServer {
             stop,
             threads: handles,
             counters,
+            memory_bytes,
         })
     }
 }

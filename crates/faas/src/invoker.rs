@@ -35,6 +35,9 @@ pub struct InvokerConfig {
     pub cpus: Vec<usize>,
     pub xsk: XskConfig,
     pub policy: Policy,
+    /// How the dispatcher is attached: native (driver) or generic (skb)
+    /// XDP; sockets on a generic program run in the kernel's skb mode.
+    pub xdp_mode: XdpMode,
 }
 
 impl Default for InvokerConfig {
@@ -45,6 +48,7 @@ impl Default for InvokerConfig {
             cpus: vec![],
             xsk: XskConfig::default(),
             policy: Policy::RoundRobin,
+            xdp_mode: XdpMode::Native,
         }
     }
 }
@@ -74,7 +78,7 @@ pub struct AfXdpInvoker {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
     pub counters: Arc<Counters>,
-    /// "copy" or "zero-copy", as bound.
+    /// "zero-copy", "copy" (native XDP) or "skb" (generic XDP), as bound.
     pub mode: &'static str,
     /// UMEM and rings of all sockets.
     pub memory_bytes: usize,
@@ -173,7 +177,7 @@ impl AfXdpInvoker {
             )));
         }
         let prog = DispatchProgram::load()?;
-        let link = netns::run_in_opt(ns, || prog.attach(iface, XdpMode::Native))??;
+        let link = netns::run_in_opt(ns, || prog.attach(iface, cfg.xdp_mode))??;
         let counters = Arc::new(Counters {
             per_function: (0..registry.len()).map(|_| AtomicU64::new(0)).collect(),
             ..Default::default()
@@ -195,7 +199,10 @@ impl AfXdpInvoker {
             }
             sockets.insert(0, first);
             for (w, mut xsk) in (0..cfg.workers).zip(sockets) {
-                mode = xsk.mode().as_str();
+                mode = match cfg.xdp_mode {
+                    XdpMode::Generic => "skb",
+                    XdpMode::Native => xsk.mode().as_str(),
+                };
                 memory += xsk.memory_bytes();
                 // One socket serves every function on its queue.
                 for (_, id, _) in registry.iter() {

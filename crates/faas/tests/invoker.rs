@@ -137,8 +137,9 @@ fn afxdp_invoker_answers_every_request_correctly() {
     assert_eq!(ping, 0);
 }
 
-/// Busy polling (SO_PREFER_BUSY_POLL, SO_BUSY_POLL, SO_BUSY_POLL_BUDGET) and
-/// two workers sharing the queue's UMEM: still every reply right.
+/// Busy polling (SO_PREFER_BUSY_POLL, SO_BUSY_POLL, SO_BUSY_POLL_BUDGET),
+/// two workers sharing the queue's UMEM, and the dispatcher in generic XDP
+/// (the sockets in skb mode): still every reply right.
 #[test]
 fn afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly() {
     if !privileged("afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly") {
@@ -152,6 +153,7 @@ fn afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly() {
             busy_poll: Some(peregrine_xsk::BusyPoll::default()),
             ..Default::default()
         },
+        xdp_mode: peregrine_bpf::XdpMode::Generic,
         ..Default::default()
     };
     let inv = AfXdpInvoker::start(
@@ -161,6 +163,7 @@ fn afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly() {
         cfg,
     )
     .unwrap();
+    assert_eq!(inv.mode, "skb");
     // One UMEM for the queue: the second socket adds only its two rings.
     assert!(
         inv.memory_bytes < (8 << 20) + (1 << 20),

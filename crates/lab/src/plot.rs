@@ -247,10 +247,7 @@ where
 
 /// Runs labelled "CONFIG | SIZE B" (bench faas) grouped by CONFIG: one
 /// point per size, `y` taken from each run.
-fn by_size(
-    r: &ResultFile,
-    y: impl Fn(&crate::results::Run) -> Option<f64>,
-) -> Series {
+fn by_size(r: &ResultFile, y: impl Fn(&crate::results::Run) -> Option<f64>) -> Series {
     let mut series: Series = Vec::new();
     for run in &r.runs {
         let Some((config, size)) = run.label.split_once(" | ") else {

@@ -455,8 +455,12 @@ fn tcx_links_attach_side_by_side_and_detach_on_drop() {
     assert_eq!(count(), 0);
     let p1 = ReplyCheckProgram::load(1232, 200, CheckedFunction::Reverse).unwrap();
     let p2 = ReplyCheckProgram::load(1233, 64, CheckedFunction::Echo).unwrap();
-    let l1 = netns::run_in(&lab.ns("a"), || p1.attach_tcx("eth0")).unwrap().unwrap();
-    let l2 = netns::run_in(&lab.ns("a"), || p2.attach_tcx("eth0")).unwrap().unwrap();
+    let l1 = netns::run_in(&lab.ns("a"), || p1.attach_tcx("eth0"))
+        .unwrap()
+        .unwrap();
+    let l2 = netns::run_in(&lab.ns("a"), || p2.attach_tcx("eth0"))
+        .unwrap()
+        .unwrap();
     assert_eq!(count(), 2);
     // Traffic still flows through both (they pass what is not theirs).
     assert_eq!(ping("ttcx", "b", "198.18.0.1"), 0);
@@ -464,6 +468,8 @@ fn tcx_links_attach_side_by_side_and_detach_on_drop() {
     assert_eq!(count(), 1);
     drop(l2);
     assert_eq!(count(), 0);
-    let err = netns::run_in(&lab.ns("a"), || p1.attach_tcx("nope0")).unwrap().unwrap_err();
+    let err = netns::run_in(&lab.ns("a"), || p1.attach_tcx("nope0"))
+        .unwrap()
+        .unwrap_err();
     assert!(err.to_string().contains("nope0"), "{err}");
 }
