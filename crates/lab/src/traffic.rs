@@ -516,7 +516,7 @@ pub fn monotonic_ns() -> u64 {
 /// on time and report progress, long enough that the call's fixed cost (the
 /// kernel builds a page pool per call, ~150 us) stays well under 1%.
 const LIVE_ITERATIONS_PACED: u32 = 1 << 20;
-const LIVE_ITERATIONS_UNPACED: u32 = 1 << 16;
+const LIVE_ITERATIONS_UNPACED: u32 = 1 << 20;
 
 /// One live-frame sender: the pacing happens inside gen.bpf.c (see
 /// `struct gen_pace`), so frames leave evenly spaced, never in bursts.
