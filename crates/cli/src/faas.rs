@@ -202,15 +202,7 @@ fn load(a: LoadArgs) -> Result<()> {
         "requests_per_s": r.responses as f64 / r.seconds.max(1e-9),
         "latency": lat,
     });
-    if a.json {
-        println!("{out}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    }
-    if r.wrong > 0 {
-        bail!("{} wrong replies", r.wrong);
-    }
-    Ok(())
+    print_load(&out, a.json, r.wrong)
 }
 
 fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
@@ -267,13 +259,18 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
         },
         "latency": lat,
     });
-    if a.json {
+    print_load(&out, a.json, r.wrong)
+}
+
+/// Prints a load report (JSON or pretty) and fails if any reply was wrong.
+fn print_load(out: &serde_json::Value, json: bool, wrong: u64) -> Result<()> {
+    if json {
         println!("{out}");
     } else {
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", serde_json::to_string_pretty(out)?);
     }
-    if r.wrong > 0 {
-        bail!("{} wrong replies", r.wrong);
+    if wrong > 0 {
+        bail!("{wrong} wrong replies");
     }
     Ok(())
 }

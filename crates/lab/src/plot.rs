@@ -163,6 +163,22 @@ where
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(perr)?;
+    draw_series(&mut chart, series, SeriesLabelPosition::UpperRight)?;
+    root.present().map_err(perr)
+}
+
+/// Lines with dots for every series, and the legend at `pos`.
+fn draw_series<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    series: &[(String, Vec<(f64, f64)>)],
+    pos: SeriesLabelPosition,
+) -> Result<()>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
     for (i, (label, pts)) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         chart
@@ -179,10 +195,10 @@ where
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperRight)
+        .position(pos)
         .draw()
         .map_err(perr)?;
-    root.present().map_err(perr)
+    Ok(())
 }
 
 /// Latency percentiles (x: 1..4 = p50, p90, p99, p99.9) on a log scale.
@@ -223,25 +239,7 @@ where
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(perr)?;
-    for (i, (label, pts)) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-            .map_err(perr)?
-            .label(label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
-            .map_err(perr)?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(perr)?;
+    draw_series(&mut chart, series, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(perr)
 }
 
