@@ -9,7 +9,6 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::{XdpAction, XdpMode};
-use peregrine_lab::nl::Netlink;
 use peregrine_lab::pacing::{Limit, Rate};
 use peregrine_lab::results::{ResultFile, Run, RunParams, Window};
 use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
@@ -236,10 +235,9 @@ fn one_trial_run(
     })
 }
 
-/// Addresses and MACs for traffic from `from` to `to_ip` via the veth peer.
+/// Addresses and MACs for traffic from `from` to `dst_ip` via the veth peer.
 pub(crate) fn frame_for(
     lab: &Lab,
-    nl: &mut Netlink,
     from: &Endpoint,
     src_ip: std::net::IpAddr,
     dst_ip: std::net::IpAddr,
@@ -248,21 +246,9 @@ pub(crate) fn frame_for(
     let peer = lab
         .peer_of(from)
         .with_context(|| format!("{from} is not one end of a veth link in lab {}", lab.name()))?;
-    let src_mac = nl.mac_of(&lab.ns(&from.host), &from.iface)?;
-    let dst_mac = nl.mac_of(&lab.ns(&peer.host), &peer.iface)?;
-    Ok((
-        UdpFrameSpec {
-            src_mac,
-            dst_mac,
-            src_ip,
-            dst_ip,
-            src_port: 1024,
-            dst_port,
-            ttl: 64,
-            frame_len: 0,
-        },
-        peer,
-    ))
+    let (frame, _) =
+        peregrine_lab::traffic::lab_frame(lab.topology(), from, Some(src_ip), dst_ip, dst_port)?;
+    Ok((frame, peer))
 }
 
 pub(crate) fn params(spec: &TrafficSpec, sink: &str) -> RunParams {
@@ -321,7 +307,6 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
     // and its own receive NAPI, and threads do not contend.
     topo.links[0].queues = ncpu as u32;
     let lab = Lab::up(topo, Lifetime::Ephemeral)?;
-    let mut nl = Netlink::new()?;
     let from = Endpoint {
         host: "a".into(),
         iface: "eth0".into(),
@@ -341,7 +326,7 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
             "198.18.0.2".parse()?,
         )
     };
-    let (frame, peer) = frame_for(&lab, &mut nl, &from, src, dst, 9)?;
+    let (frame, peer) = frame_for(&lab, &from, src, dst, 9)?;
     let sink_ns = lab.ns(&peer.host);
     let base = TrafficSpec {
         ns: lab.ns(&from.host),
@@ -482,7 +467,7 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
             &sock.describe(),
         )?);
     }
-    drop(nl);
+
     drop(lab);
     let result = ResultFile::new("bench-gen", command_line(), runs);
     write_outputs(&result, &a.out, &a.name, a.json)
@@ -619,7 +604,6 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
     let topo = builtin_topology("gen-dut-sink", "showcase")?;
     eprintln!("building lab {} (generator -> dut -> sink)", topo.name);
     let lab = Lab::up(topo, Lifetime::Ephemeral)?;
-    let mut nl = Netlink::new()?;
     let from = Endpoint {
         host: "gen".into(),
         iface: "eth0".into(),
@@ -632,7 +616,6 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
     {
         let (frame, peer) = frame_for(
             &lab,
-            &mut nl,
             &from,
             "198.18.1.100".parse()?,
             "198.19.0.1".parse()?,
@@ -672,7 +655,6 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
         signals::check()?;
         let (frame, peer) = frame_for(
             &lab,
-            &mut nl,
             &from,
             "198.18.1.100".parse()?,
             "198.19.0.1".parse()?,
@@ -730,7 +712,7 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             rfc2544: Some(summary),
         });
     }
-    drop(nl);
+
     drop(lab);
     let result = ResultFile::new("showcase", command_line(), runs);
     write_outputs(&result, &a.out, "showcase", a.json)

@@ -195,7 +195,7 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
         } else {
             ("198.18.1.100".parse()?, "198.19.0.1".parse()?)
         };
-        let (frame, peer) = frame_for(&lab, &mut nl, &from, src, dst, 9)?;
+        let (frame, peer) = frame_for(&lab, &from, src, dst, 9)?;
         // 64 B frames; IPv6 cannot fit UDP in 64 B, its minimum is 78 B (RFC 5180).
         let sizes = FrameSizes::Fixed(if cfg.v6 { 78 } else { 64 });
         let mean = sizes.mean_size();
