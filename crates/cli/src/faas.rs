@@ -209,9 +209,6 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
     let (Some(lab), Some(host)) = (&a.lab, &a.host) else {
         bail!("open-loop load (--rate) sends from a lab host: give --lab and --host");
     };
-    if a.metrics.is_some() {
-        bail!("--metrics serves the closed loop's counters; the open loop reports at the end");
-    }
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -231,15 +228,53 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
     cfg.cpus = (0..a.threads).collect();
     cfg.check_on_client_cpus = a.check_on_client_cpus;
     let progress = OpenLoopProgress::default();
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Prometheus while it runs: requests, correct and wrong replies (the
+    // latencies and the missing are known when the run ends, in the report).
+    let metrics = peregrine_faas::load::LoadMetrics::new();
+    let server = a
+        .metrics
+        .map(|addr| metrics.serve(addr, stop.clone()))
+        .transpose()?;
     let r = std::thread::scope(|s| {
         if !a.json {
             s.spawn(|| peregrine_faas::openloop::watch(&progress, &stop, "load"));
         }
+        if a.metrics.is_some() {
+            s.spawn(|| {
+                let (mut req, mut ok, mut bad) = (0, 0, 0);
+                loop {
+                    let done = stop.load(Ordering::Relaxed);
+                    let r = progress.requests.load(Ordering::Relaxed);
+                    let o = progress.replies.load(Ordering::Relaxed);
+                    let b = progress.wrong.load(Ordering::Relaxed);
+                    metrics.requests.inc_by(r.saturating_sub(req));
+                    metrics.responses.inc_by(o.saturating_sub(ok));
+                    metrics.wrong.inc_by(b.saturating_sub(bad));
+                    (req, ok, bad) = (r.max(req), o.max(ok), b.max(bad));
+                    if done {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+        }
         let r = peregrine_faas::openloop::run(&cfg, &progress);
         stop.store(true, Ordering::Relaxed);
         r
-    })?;
+    });
+    let r = match r {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(t) = server {
+                let _ = t.join();
+            }
+            return Err(e.into());
+        }
+    };
+    if let Some(t) = server {
+        let _ = t.join();
+    }
     let lat = peregrine_lab::measure::summarize(&r.latency);
     let c = &r.checks;
     let out = serde_json::json!({

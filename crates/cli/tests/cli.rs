@@ -413,3 +413,117 @@ fn router_and_chain_commands_work_and_leave_nothing() {
     assert!(namespaces("chain").is_empty());
     assert!(!pins("chain"));
 }
+
+/// Scrapes `addr` once over HTTP/1.0; empty on failure.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+/// `faas serve` and the open-loop `faas load` as a user runs them: every
+/// reply checked, Prometheus counters moving while the load runs, the
+/// server's count equal to the client's; a function the open loop cannot
+/// check is refused in one line; nothing left behind.
+#[test]
+fn faas_serve_and_open_loop_load_from_the_cli() {
+    if !privileged("faas_serve_and_open_loop_load_from_the_cli") {
+        return;
+    }
+    let dir = tmp("faascli");
+    let topo =
+        peregrine_lab::topology::builtin::PAIR.replacen("name = \"pair\"", "name = \"tfcli\"", 1);
+    assert!(topo.contains("tfcli"), "the built-in pair names its lab");
+    let file = topology_file(&dir, "tfcli", &topo);
+    assert!(run(&["lab", "up", &file]).status.success());
+    let mut server = bin()
+        .args([
+            "faas",
+            "serve",
+            "--lab",
+            "tfcli",
+            "--host",
+            "b",
+            "--functions",
+            "1232=reverse",
+            "--cpus",
+            "1",
+            "--duration",
+            "6",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let scraper = std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_millis(1500));
+        scrape("127.0.0.1:19466")
+    });
+    let load = run(&[
+        "faas",
+        "load",
+        "--lab",
+        "tfcli",
+        "--host",
+        "a",
+        "--to",
+        "198.18.0.2",
+        "--functions",
+        "1232=reverse",
+        "--rate",
+        "100kpps",
+        "--duration",
+        "2",
+        "--metrics",
+        "127.0.0.1:19466",
+        "--json",
+    ]);
+    assert!(
+        load.status.success(),
+        "{}",
+        String::from_utf8_lossy(&load.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&load.stdout).unwrap();
+    let requests = r["requests"].as_u64().unwrap();
+    assert!(requests > 150_000, "{r}");
+    assert_eq!(r["wrong"], 0, "{r}");
+    assert_eq!(r["missing"], 0, "{r}");
+    assert_eq!(r["responses"].as_u64().unwrap(), requests, "{r}");
+    let metrics = scraper.join().unwrap();
+    let live = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("peregrine_faas_load_responses_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(live > 0.0, "counters move while the load runs: {metrics}");
+    let out = server.wait_with_output().unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["replies"].as_u64().unwrap(), requests, "{s}");
+    assert_eq!(s["tx_ring_full"], 0, "{s}");
+    let refused = run(&[
+        "faas",
+        "load",
+        "--lab",
+        "tfcli",
+        "--host",
+        "a",
+        "--to",
+        "198.18.0.2",
+        "--functions",
+        "1233=sha256",
+        "--rate",
+        "1000",
+        "--duration",
+        "1",
+    ]);
+    assert_one_line_error(&refused, "sha256 needs the closed loop");
+    assert!(run(&["lab", "down", "tfcli"]).status.success());
+    assert!(namespaces("tfcli").is_empty());
+}

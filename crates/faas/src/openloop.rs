@@ -80,6 +80,10 @@ pub const LATENCY_SAMPLE: u32 = 16;
 #[derive(Default)]
 pub struct OpenLoopProgress {
     pub requests: Arc<AtomicU64>,
+    /// Correct and wrong replies so far (read from the checker about every
+    /// 100 ms while the load runs).
+    pub replies: AtomicU64,
+    pub wrong: AtomicU64,
 }
 
 impl OpenLoopConfig {
@@ -178,7 +182,21 @@ pub fn run(
         count: None,
         duration: Some(cfg.duration),
     };
-    let offered = gen.run(cfg.rate, limit, &progress.requests)?;
+    let sending = AtomicBool::new(true);
+    let offered = std::thread::scope(|s| {
+        s.spawn(|| {
+            while sending.load(Ordering::Relaxed) {
+                if let Ok(st) = check.stats() {
+                    progress.replies.store(st.replies, Ordering::Relaxed);
+                    progress.wrong.store(st.wrong(), Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let r = gen.run(cfg.rate, limit, &progress.requests);
+        sending.store(false, Ordering::Relaxed);
+        r
+    })?;
     // Replies still in flight: wait until they stop coming or the drain ends.
     let drain_end = Instant::now() + cfg.drain;
     let mut last = check.stats()?;
@@ -193,6 +211,8 @@ pub fn run(
         last = now;
     }
     let checks = check.stats()?;
+    progress.replies.store(checks.replies, Ordering::Relaxed);
+    progress.wrong.store(checks.wrong(), Ordering::Relaxed);
     let mut latency =
         Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
     for (b, n) in check.latency_buckets()?.into_iter().enumerate() {
@@ -223,10 +243,13 @@ pub fn watch(progress: &OpenLoopProgress, stop: &AtomicBool, label: &str) {
             break;
         }
         let now = progress.requests.load(Ordering::Relaxed);
+        let replies = progress.replies.load(Ordering::Relaxed);
         eprintln!(
-            "  {label} {:>5.1}s: {} requests/s offered",
+            "  {label} {:>5.1}s: {} requests/s offered, {} correct replies, {} wrong so far",
             start.elapsed().as_secs_f64(),
-            now - last
+            now - last,
+            replies,
+            progress.wrong.load(Ordering::Relaxed)
         );
         last = now;
     }
