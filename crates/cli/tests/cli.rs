@@ -441,7 +441,7 @@ fn faas_serve_and_open_loop_load_from_the_cli() {
     assert!(topo.contains("tfcli"), "the built-in pair names its lab");
     let file = topology_file(&dir, "tfcli", &topo);
     assert!(run(&["lab", "up", &file]).status.success());
-    let mut server = bin()
+    let server = bin()
         .args([
             "faas",
             "serve",
