@@ -155,8 +155,19 @@ static __always_inline int check_reply(void *data, void *data_end)
 
 	__u8 *z = p + (zeros_at & 0xffff);
 	__u64 any = 0;
-	for (__u32 i = 0; i < REPLYCHECK_MAX_WORDS; i++) {
-		if (i >= nzero / 8)
+	/* 32 bytes per bounds check, then 8, then single bytes. */
+	for (__u32 i = 0; i < REPLYCHECK_MAX_WORDS / 4; i++) {
+		if (i >= nzero / 32)
+			break;
+		if ((void *)(z + 32) > c.end)
+			break;
+		__u64 *w = (__u64 *)z;
+		any |= w[0] | w[1] | w[2] | w[3];
+		z += 32;
+	}
+#pragma unroll
+	for (__u32 i = 0; i < 3; i++) {
+		if (i >= (nzero % 32) / 8)
 			break;
 		if ((void *)(z + 8) > c.end)
 			break;
@@ -209,12 +220,17 @@ static __always_inline int check_reply(void *data, void *data_end)
 
 	st->replies++;
 	st->bytes += c.end - frame;
-	__u64 now = bpf_ktime_get_ns();
-	if (tx_ns && tx_ns <= now) {
-		__u32 b = latency_bucket(now - tx_ns);
-		__u64 *n = bpf_map_lookup_elem(&replycheck_latency, &b);
-		if (n)
-			*n += 1;
+	/* Only sampled requests carry a send time; the clock is read for
+	 * those alone (reading it costs ~3% of a core at a million replies a
+	 * second here). */
+	if (tx_ns) {
+		__u64 now = bpf_ktime_get_ns();
+		if (tx_ns <= now) {
+			__u32 b = latency_bucket(now - tx_ns);
+			__u64 *n = bpf_map_lookup_elem(&replycheck_latency, &b);
+			if (n)
+				*n += 1;
+		}
 	}
 	return XDP_DROP;
 }

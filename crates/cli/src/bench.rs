@@ -696,6 +696,7 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             resolution_pps: 50_000.0,
             trial,
             max_trials: 12,
+            start: Rate::Max,
         };
         let mut show = progress_line(&label);
         let (summary, trials) = rfc2544_search(search, mean, |phase, rate| {

@@ -4,9 +4,9 @@
 //! every reply checked in the client's kernel, see `faas::openloop`), so the
 //! figures are the server's and not a client's (on veth the server's core
 //! also receives and checks its replies: the same cost per reply for every
-//! backend, see `OpenLoopConfig::check_on_client_cpus`). Throughput twice: answered
-//! per second under as much load as the client can offer (saturation, the
-//! search's first trial), and the RFC 2544 search for the highest request
+//! backend, see `OpenLoopConfig::check_on_client_cpus`). Throughput twice:
+//! answered per second when offered more than any server here can take
+//! (`--saturate`, the search's first trial), and the RFC 2544 search for the highest request
 //! rate answered with at most `--loss` missing. Latency is measured at one
 //! fixed rate every backend sustains.
 use std::path::PathBuf;
@@ -43,6 +43,12 @@ pub struct BenchFaasArgs {
     /// Highest share of requests left unanswered at the throughput found.
     #[arg(long, default_value_t = 0.001)]
     pub loss: f64,
+    /// Requests/s offered in the saturation trial (the search's first):
+    /// above every server's capacity here, below what would overload the
+    /// generator's own core (unpaced, it would also starve the servers'
+    /// receive work that veth runs there).
+    #[arg(long, default_value_t = 3_000_000.0)]
+    pub saturate: f64,
     /// Request rate at which latency is compared (every backend sustains it).
     #[arg(long, default_value_t = 100_000.0)]
     pub latency_rate: f64,
@@ -203,6 +209,7 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
                 resolution_pps: 10_000.0,
                 trial: dur,
                 max_trials: 10,
+                start: Rate::Pps(a.saturate),
             };
             let (summary, mut trials) = rfc2544_search(search, frame, |phase, rate| {
                 trial(&cfg, phase, rate, &label)
@@ -251,7 +258,7 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
             };
             let sat = |b: &str| {
                 find(b, size)
-                    .and_then(|r| r.trials.iter().find(|t| t.phase == "max"))
+                    .and_then(|r| r.trials.iter().find(|t| t.phase == "saturate"))
                     .map(|t| t.delivered_pps)
                     .unwrap_or(0.0)
             };

@@ -242,6 +242,7 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
                     resolution_pps: a.resolution,
                     trial,
                     max_trials: 12,
+                    start: Rate::Max,
                 };
                 let mut show = progress_line(&label);
                 let (summary, mut trials) = rfc2544_search(search, mean, |phase, rate| {

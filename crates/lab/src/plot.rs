@@ -274,8 +274,12 @@ type Figure = (&'static str, String, (&'static str, &'static str), Series);
 /// (saturated), latency percentiles per backend at the fixed rate (the size
 /// nearest 800 B).
 fn faas_figures(r: &ResultFile) -> Vec<Figure> {
-    let saturated =
-        |run: &crate::results::Run| run.trials.iter().find(|t| t.phase == "max").cloned();
+    let saturated = |run: &crate::results::Run| {
+        run.trials
+            .iter()
+            .find(|t| t.phase == "saturate" || t.phase == "max")
+            .cloned()
+    };
     let requests = by_size(r, |run| saturated(run).map(|t| t.delivered_pps / 1e3));
     let mbits = by_size(r, |run| saturated(run).map(|t| t.delivered_bps / 1e6));
     let sizes: Vec<f64> = requests

@@ -68,7 +68,9 @@ pub struct RunParams {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Trial {
-    /// "max" (unpaced), "fixed" (a set rate), "search" (RFC 2544 step).
+    /// "max" (unpaced), "saturate" (a set rate above capacity, a search's
+    /// first trial), "fixed" (a set rate), "search" (RFC 2544 step),
+    /// "latency" (the rate latency is compared at).
     pub phase: String,
     /// Requested rate; null when unpaced.
     pub requested_pps: Option<f64>,

@@ -106,10 +106,14 @@ pub struct SearchParams {
     pub trial: Duration,
     /// Upper bound on search trials (the bracket halves each time).
     pub max_trials: usize,
+    /// The first trial's rate: unpaced (`Rate::Max`, phase "max"), or a
+    /// set rate above the device's capacity (phase "saturate") where going
+    /// flat out would overload the sender itself.
+    pub start: Rate,
 }
 
 /// RFC 2544 section 26.1 throughput by binary search: the first trial runs
-/// unpaced to find the ceiling; if it loses nothing that is the answer.
+/// unpaced (or at `start`) to find the ceiling; if it loses nothing that is the answer.
 /// Otherwise the bracket [pass, fail] halves until narrower than the
 /// resolution. Every trial is returned.
 pub fn rfc2544_search(
@@ -118,7 +122,10 @@ pub fn rfc2544_search(
     mut trial: impl FnMut(&str, Rate) -> Result<Trial>,
 ) -> Result<(Rfc2544, Vec<Trial>)> {
     let mut trials = Vec::new();
-    let first = trial("max", Rate::Max)?;
+    let first = match p.start {
+        Rate::Max => trial("max", Rate::Max)?,
+        r => trial("saturate", r)?,
+    };
     let ceiling = first.offered_pps;
     let mut pass = 0.0f64;
     let mut fail = ceiling;
@@ -179,6 +186,7 @@ mod tests {
             resolution_pps: 1000.0,
             trial: Duration::from_secs(1),
             max_trials: 40,
+            start: Rate::Max,
         };
         let (s, trials) = rfc2544_search(p, 64.0, |_, r| Ok(fake(1_000_000.0, r))).unwrap();
         assert!(s.throughput_pps <= 1_000_000.0);
@@ -197,6 +205,7 @@ mod tests {
             resolution_pps: 1000.0,
             trial: Duration::from_secs(1),
             max_trials: 40,
+            start: Rate::Max,
         };
         let (s, trials) = rfc2544_search(p, 64.0, |_, r| Ok(fake(f64::MAX, r))).unwrap();
         assert_eq!(trials.len(), 1);
