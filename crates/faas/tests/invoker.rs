@@ -332,9 +332,10 @@ fn workers_scale_under_sustained_load_without_losing_requests() {
     let cfg = InvokerConfig {
         cpus: vec![1],
         workers: 2,
+        // Deep rings: two busy-polling workers share CPU 1 and take turns.
         xsk: peregrine_xsk::XskConfig {
-            frames: 16384,
-            ring: 4096,
+            frames: 32768,
+            ring: 8192,
             ..Default::default()
         },
         ..Default::default()
