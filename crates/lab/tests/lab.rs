@@ -401,9 +401,11 @@ fn af_xdp_sink_receives_every_frame_intact() {
         sink.memory_bytes
     );
     let gen = Generator::new(spec, Some((lab.ns(&peer.host), peer.iface.clone()))).unwrap();
+    // 250k/s: integrity and accounting are tested here, not capacity, and
+    // the rings (4096) then ride out a 16 ms stall of the receiving vCPU.
     let off = gen
         .run(
-            Rate::Pps(500_000.0),
+            Rate::Pps(250_000.0),
             Limit {
                 count: Some(1_000_000),
                 duration: Some(Duration::from_secs(10)),
@@ -425,7 +427,7 @@ fn af_xdp_sink_receives_every_frame_intact() {
     );
     assert!(
         drops <= 1_000,
-        "at most 0.1% dropped at the socket: {drops}"
+        "at most 0.1% dropped at the socket: {drops} (delivered {delivered})"
     );
     assert_eq!(
         sink.corrupt(),
