@@ -6,7 +6,9 @@
 #include <time.h>
 #include <linux/if_link.h>
 int main(int argc, char **argv) {
-    struct bpf_object *o = bpf_object__open_file("/tmp/redir.bpf.o", NULL);
+    /* argv[1]: batch size; argv[2]: the compiled redirect program. */
+    const char *obj = argc > 2 ? argv[2] : "redir.bpf.o";
+    struct bpf_object *o = bpf_object__open_file(obj, NULL);
     if (!o || bpf_object__load(o)) { fprintf(stderr, "load failed\n"); return 1; }
     int fd = bpf_program__fd(bpf_object__find_program_by_name(o, "redir"));
     unsigned char pkt[60] = {0};

@@ -24,13 +24,13 @@ __attribute__((section("xdp"), used)) int drop(struct xdp_md *ctx) { return XDP_
 char LICENSE[] __attribute__((section("license"), used)) = "GPL";
 C
 inc="-I/usr/include/$(uname -m)-linux-gnu"
-clang -O2 -target bpf $inc -c "$tmp/redir.bpf.c" -o /tmp/redir.bpf.o
+clang -O2 -target bpf $inc -c "$tmp/redir.bpf.c" -o "$tmp/redir.bpf.o"
 clang -O2 -target bpf $inc -c "$tmp/drop.bpf.c" -o "$tmp/drop.bpf.o"
 gcc -O2 "$here/live.c" -o "$tmp/live" -lbpf
 ip -n pg-proto-b link set dev eth0 xdpdrv obj "$tmp/drop.bpf.o" sec xdp
 drops() { ip netns exec pg-proto-b ethtool -S eth0 | awk '/rx_queue_0_xdp_drops/ {print $2}'; }
 for batch in 64 128 256; do
     before=$(drops)
-    ip netns exec pg-proto-a taskset -c 0 "$tmp/live" "$batch"
+    ip netns exec pg-proto-a taskset -c 0 "$tmp/live" "$batch" "$tmp/redir.bpf.o"
     echo "delivered (peer's xdp_drops): $(( $(drops) - before ))"
 done
