@@ -147,15 +147,7 @@ impl DispatchProgram {
             .lookup_percpu(&id.to_ne_bytes(), MapFlags::ANY)
             .map_err(BpfError::libbpf("reading dispatch counters"))?
             .unwrap_or_default();
-        Ok(v.iter().filter_map(|b| DispatchStats::from_bytes(b)).fold(
-            DispatchStats::default(),
-            |a, b| DispatchStats {
-                packets: a.packets + b.packets,
-                bytes: a.bytes + b.bytes,
-                no_socket: a.no_socket + b.no_socket,
-                disabled: a.disabled + b.disabled,
-            },
-        ))
+        Ok(crate::pod::sum_per_cpu(&v))
     }
 }
 

@@ -366,13 +366,7 @@ impl GenProgram {
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
             .map_err(BpfError::libbpf("reading gen_state_map"))?
             .unwrap_or_default();
-        Ok(vals.iter().filter_map(|v| gen_state::from_bytes(v)).fold(
-            gen_state::default(),
-            |a, b| gen_state {
-                seq: a.seq + b.seq,
-                errors: a.errors + b.errors,
-            },
-        ))
+        Ok(crate::pod::sum_per_cpu(&vals))
     }
 }
 

@@ -7,7 +7,6 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::error::{BpfError, Result};
 use crate::loader::Loaded;
-use crate::pod::Pod;
 use crate::skel::nf::types::{acl_rule, acl_verdict, nf_config, nf_limits};
 use crate::skel::nf::{NfSkel, NfSkelBuilder};
 use crate::xdp::{XdpLink, XdpMode};
@@ -127,15 +126,7 @@ impl NfProgram {
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
             .map_err(BpfError::libbpf("reading network function counters"))?
             .unwrap_or_default();
-        Ok(v.iter()
-            .filter_map(|b| NfStats::from_bytes(b))
-            .fold(NfStats::default(), |a, b| NfStats {
-                packets: a.packets + b.packets,
-                bytes: a.bytes + b.bytes,
-                sent: a.sent + b.sent,
-                dropped: a.dropped + b.dropped,
-                ip: a.ip + b.ip,
-            }))
+        Ok(crate::pod::sum_per_cpu(&v))
     }
 }
 

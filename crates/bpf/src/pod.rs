@@ -47,3 +47,56 @@ unsafe impl Pod for crate::skel::dispatch::types::dispatch_stats {}
 unsafe impl Pod for crate::skel::gen::types::gen_meta {}
 unsafe impl Pod for crate::skel::gen::types::xdp_md {}
 unsafe impl Pod for crate::skel::replycheck::types::replycheck_stats {}
+
+/// Marks the generated counter structs made only of `u64`s (scalars and
+/// arrays), so a per-CPU map's values can be summed word by word.
+///
+/// # Safety
+/// The type must be `Pod` and consist of `u64` fields only, no padding.
+pub unsafe trait Counters: Pod {}
+
+// Safety: each is a C struct of __u64 fields and __u64 arrays only (see the
+// *_kern_user.h headers).
+unsafe impl Counters for crate::skel::sink::types::sink_stats {}
+unsafe impl Counters for crate::skel::gen::types::gen_state {}
+unsafe impl Counters for crate::skel::router::types::router_port_stats {}
+unsafe impl Counters for crate::skel::nf::types::nf_stats {}
+unsafe impl Counters for crate::skel::dispatch::types::dispatch_stats {}
+unsafe impl Counters for crate::skel::replycheck::types::replycheck_stats {}
+
+/// The sum over CPUs of a per-CPU map's values (as `lookup_percpu` returns
+/// them), field by field.
+pub fn sum_per_cpu<T: Counters>(per_cpu: &[Vec<u8>]) -> T {
+    let words = std::mem::size_of::<T>() / 8;
+    let mut sum = vec![0u64; words];
+    for v in per_cpu.iter().filter(|v| v.len() >= words * 8) {
+        for (s, w) in sum.iter_mut().zip(v.chunks_exact(8)) {
+            *s += u64::from_ne_bytes(w.try_into().expect("8 bytes"));
+        }
+    }
+    let bytes: Vec<u8> = sum.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    T::from_bytes(&bytes).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::skel::router::types::router_port_stats;
+
+    #[test]
+    fn per_cpu_counters_sum_field_by_field() {
+        let mut a = router_port_stats::default();
+        a.packets[1] = 3;
+        a.tx_bytes = 7;
+        let mut b = router_port_stats::default();
+        b.packets[1] = 4;
+        b.bytes[0] = 9;
+        b.tx_bytes = 1;
+        let s: router_port_stats =
+            sum_per_cpu(&[a.as_bytes().to_vec(), b.as_bytes().to_vec(), vec![1, 2]]);
+        assert_eq!(s.packets[1], 7);
+        assert_eq!(s.bytes[0], 9);
+        assert_eq!(s.tx_bytes, 8);
+        assert_eq!(std::mem::size_of::<router_port_stats>() % 8, 0);
+    }
+}

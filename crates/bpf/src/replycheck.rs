@@ -8,7 +8,6 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::error::{BpfError, Result};
 use crate::loader::Loaded;
-use crate::pod::Pod;
 use crate::skel::replycheck::types::{replycheck_function, replycheck_limits};
 use crate::skel::replycheck::{ReplycheckSkel, ReplycheckSkelBuilder};
 use crate::tcx::{TcxDirection, TcxLink};
@@ -58,20 +57,6 @@ pub fn bucket_range(idx: u32) -> (u64, u64) {
     let shift = idx / sub as u32 - 1;
     let low = (u64::from(idx) % sub + sub) << shift;
     (low, 1 << shift)
-}
-
-fn sum_stats(per_cpu: &[Vec<u8>]) -> ReplyStats {
-    per_cpu
-        .iter()
-        .filter_map(|v| ReplyStats::from_bytes(v))
-        .fold(ReplyStats::default(), |a, b| ReplyStats {
-            replies: a.replies + b.replies,
-            bytes: a.bytes + b.bytes,
-            bad_length: a.bad_length + b.bad_length,
-            bad_payload: a.bad_payload + b.bad_payload,
-            bad_checksum: a.bad_checksum + b.bad_checksum,
-            truncated: a.truncated + b.truncated,
-        })
 }
 
 impl ReplyStats {
@@ -145,7 +130,7 @@ impl ReplyCheckProgram {
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
             .map_err(BpfError::libbpf("reading replycheck_stats_map"))?
             .unwrap_or_default();
-        Ok(sum_stats(&v))
+        Ok(crate::pod::sum_per_cpu(&v))
     }
 
     /// Replies per latency bucket (see `bucket_range`), summed over CPUs.

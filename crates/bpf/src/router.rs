@@ -67,16 +67,7 @@ impl std::str::FromStr for FibMode {
 
 /// Sums per-CPU counter values.
 pub fn sum_stats(per_cpu: &[Vec<u8>]) -> PortStats {
-    let mut out = PortStats::default();
-    for s in per_cpu.iter().filter_map(|v| PortStats::from_bytes(v)) {
-        for i in 0..ACTIONS {
-            out.packets[i] += s.packets[i];
-            out.bytes[i] += s.bytes[i];
-        }
-        out.tx_packets += s.tx_packets;
-        out.tx_bytes += s.tx_bytes;
-    }
-    out
+    crate::pod::sum_per_cpu(per_cpu)
 }
 
 fn slot(ifindex: u32) -> u32 {

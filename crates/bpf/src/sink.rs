@@ -9,7 +9,6 @@ use libbpf_rs::{MapCore, MapFlags};
 use crate::error::{BpfError, Result};
 use crate::fixture::XdpAction;
 use crate::loader::Loaded;
-use crate::pod::Pod;
 use crate::skel::sink::{SinkSkel, SinkSkelBuilder};
 use crate::xdp::{XdpLink, XdpMode};
 
@@ -17,16 +16,7 @@ pub use crate::skel::sink::types::sink_stats as SinkStats;
 
 /// Sum of per-CPU `sink_stats` values.
 pub fn sum_stats(per_cpu: &[Vec<u8>]) -> SinkStats {
-    per_cpu
-        .iter()
-        .filter_map(|v| SinkStats::from_bytes(v))
-        .fold(SinkStats::default(), |a, b| SinkStats {
-            packets: a.packets + b.packets,
-            bytes: a.bytes + b.bytes,
-            gen_packets: a.gen_packets + b.gen_packets,
-            gen_bytes: a.gen_bytes + b.gen_bytes,
-            malformed: a.malformed + b.malformed,
-        })
+    crate::pod::sum_per_cpu(per_cpu)
 }
 
 pub struct SinkProgram {

@@ -426,6 +426,24 @@ fn scrape(addr: &str) -> String {
     body
 }
 
+/// `faas load` from host a of lab "tfcli" to b's `functions`, plus `extra`.
+fn open_load_in_tfcli(functions: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "faas",
+        "load",
+        "--lab",
+        "tfcli",
+        "--host",
+        "a",
+        "--to",
+        "198.18.0.2",
+        "--functions",
+        functions,
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 /// `faas serve` and the open-loop `faas load` as a user runs them: every
 /// reply checked, Prometheus counters moving while the load runs, the
 /// server's count equal to the client's; a function the open loop cannot
@@ -470,25 +488,18 @@ fn faas_serve_and_open_loop_load_from_the_cli() {
         std::thread::sleep(Duration::from_millis(1500));
         scrape("127.0.0.1:19466")
     });
-    let load = run(&[
-        "faas",
-        "load",
-        "--lab",
-        "tfcli",
-        "--host",
-        "a",
-        "--to",
-        "198.18.0.2",
-        "--functions",
+    let load = open_load_in_tfcli(
         "1232=reverse",
-        "--rate",
-        "100kpps",
-        "--duration",
-        "2",
-        "--metrics",
-        "127.0.0.1:19466",
-        "--json",
-    ]);
+        &[
+            "--rate",
+            "100kpps",
+            "--duration",
+            "2",
+            "--metrics",
+            "127.0.0.1:19466",
+            "--json",
+        ],
+    );
     assert!(
         load.status.success(),
         "{}",
@@ -514,22 +525,7 @@ fn faas_serve_and_open_loop_load_from_the_cli() {
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s["replies"].as_u64().unwrap(), responses, "{s}");
     assert_eq!(s["tx_ring_full"], 0, "{s}");
-    let refused = run(&[
-        "faas",
-        "load",
-        "--lab",
-        "tfcli",
-        "--host",
-        "a",
-        "--to",
-        "198.18.0.2",
-        "--functions",
-        "1233=sha256",
-        "--rate",
-        "1000",
-        "--duration",
-        "1",
-    ]);
+    let refused = open_load_in_tfcli("1233=sha256", &["--rate", "1000", "--duration", "1"]);
     assert_one_line_error(&refused, "sha256 needs the closed loop");
     assert!(run(&["lab", "down", "tfcli"]).status.success());
     assert!(namespaces("tfcli").is_empty());

@@ -514,13 +514,20 @@ impl Xsk {
             self.kick_tx();
         }
         let mut back = std::mem::take(&mut self.back);
-        let wake_rx = {
-            let mut pool = self.lock_pool();
+        // An empty poll with nothing to give back need not wait for the
+        // pool: when another socket of the queue holds it, that one is
+        // reclaiming and refilling already (a sole socket always gets it).
+        let pool = if back.is_empty() {
+            self.pool.try_lock().ok()
+        } else {
+            Some(self.lock_pool())
+        };
+        let wake_rx = pool.is_some_and(|mut pool| {
             pool.reclaim();
             pool.free.append(&mut back);
             pool.refill();
             self.cfg.need_wakeup && pool.fill.needs_wakeup()
-        };
+        });
         self.back = back;
         // Copy mode fills from NAPI by itself: a wake-up call would only
         // cost a syscall per batch.
