@@ -159,7 +159,7 @@ mod fixtures {
     use crate::XdpAction;
     use peregrine_wire::{MacAddr, UdpFrameSpec};
 
-    fn udp(dst: &str, port: u16) -> Vec<u8> {
+    fn udp_frame(dst: &str, port: u16) -> Vec<u8> {
         let v6 = dst.contains(':');
         UdpFrameSpec {
             src_mac: MacAddr::local(1),
@@ -186,12 +186,15 @@ mod fixtures {
         d.set_function(1, 1232, 2, Policy::RoundRobin).unwrap();
         d.set_function(2, 7000, 0, Policy::FlowHash).unwrap();
         let pass = |n: &str, f: Vec<u8>| Fixture::new(n, f, XdpAction::Pass, Expect::Unchanged);
-        let v4 = udp("198.18.0.2", 1232);
+        let v4 = udp_frame("198.18.0.2", 1232);
         let mut fx = vec![
             pass("v4 to a function without sockets", v4.clone()),
-            pass("v6 to a function without sockets", udp("2001:db8::2", 1232)),
-            pass("v4 to a disabled function", udp("198.18.0.2", 7000)),
-            pass("v4 to an unknown port", udp("198.18.0.2", 53)),
+            pass(
+                "v6 to a function without sockets",
+                udp_frame("2001:db8::2", 1232),
+            ),
+            pass("v4 to a disabled function", udp_frame("198.18.0.2", 7000)),
+            pass("v4 to an unknown port", udp_frame("198.18.0.2", 53)),
             pass("arp", {
                 let mut a = vec![0xff; 6];
                 a.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
@@ -220,8 +223,96 @@ mod fixtures {
         assert_eq!((s2.packets, s2.no_socket, s2.disabled), (0, 0, 1));
         // Removing the port: the function no longer sees its datagrams.
         d.remove_port(1232).unwrap();
-        check_all(d.prog(), &[pass("after removal", v4)]);
-        assert_eq!(d.stats(1).unwrap().no_socket, 2);
+        let bad = check_all(d.prog(), &[pass("after removal", v4)]);
+        assert!(bad.is_empty(), "{}", bad[0]);
+        let s1 = d.stats(1).unwrap();
+        assert_eq!(
+            (s1.packets, s1.no_socket, s1.disabled),
+            (0, 2, 0),
+            "a removed port's datagrams are not counted for its function"
+        );
+    }
+
+    /// Function ids, workers per queue and XSKMAP slots beyond the limits are
+    /// refused by the control side before anything is written, and the BPF
+    /// side refuses a worker count past MAX_SOCKS written behind its back.
+    #[test]
+    fn slot_limits_are_refused() {
+        if !privileged("slot_limits_are_refused") {
+            return;
+        }
+        let d = DispatchProgram::load().unwrap();
+        let invalid = |r: Result<()>, what: &str| match r {
+            Err(BpfError::Invalid(m)) => m,
+            other => panic!("{what}: expected a refusal, got {other:?}"),
+        };
+        // The last id and the largest worker count are accepted.
+        d.set_function(MAX_FUNCS - 1, 1300, MAX_SOCKS, Policy::RoundRobin)
+            .unwrap();
+        d.set_workers(MAX_FUNCS - 1, MAX_SOCKS, Policy::FlowHash)
+            .unwrap();
+        let m = invalid(
+            d.set_function(MAX_FUNCS, 1301, 1, Policy::RoundRobin),
+            "id MAX_FUNCS",
+        );
+        assert!(m.contains(&format!("at most {MAX_FUNCS} functions")), "{m}");
+        invalid(
+            d.set_workers(MAX_FUNCS, 1, Policy::RoundRobin),
+            "set_workers id MAX_FUNCS",
+        );
+        let m = invalid(
+            d.set_workers(0, MAX_SOCKS + 1, Policy::RoundRobin),
+            "MAX_SOCKS + 1 workers",
+        );
+        assert!(m.contains(&format!("at most {MAX_SOCKS}")), "{m}");
+        invalid(
+            d.set_function(0, 1302, MAX_SOCKS + 1, Policy::RoundRobin),
+            "set_function with MAX_SOCKS + 1 workers",
+        );
+        // Refused calls wrote nothing: port 1301 and 1302 are not routed.
+        for port in [1301u16, 1302] {
+            let routed = d
+                .skel
+                .maps
+                .ports
+                .lookup(&port.to_be_bytes(), MapFlags::ANY)
+                .unwrap();
+            assert!(routed.is_none(), "port {port} routed by a refused call");
+        }
+        // Slots: the last one exists in the XSKMAP, the next does not. The
+        // kernel checks the index before the fd, so a plain UDP socket shows
+        // which refusal is which: out of range (E2BIG) vs not an XSK.
+        let last = slot(MAX_FUNCS - 1, MAX_QUEUES - 1, MAX_SOCKS - 1);
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        use std::os::fd::AsRawFd;
+        let fd = udp.as_raw_fd();
+        let e = d.register_socket(last + 1, fd).unwrap_err().to_string();
+        assert!(e.contains(&format!("slot {}", last + 1)), "{e}");
+        let e_last = d.register_socket(last, fd).unwrap_err().to_string();
+        assert_ne!(e, e_last, "past the map vs a non-XSK fd in a valid slot");
+        // A worker count past MAX_SOCKS written straight into the map (an
+        // older or foreign control program): the BPF side counts the
+        // function disabled and passes its datagrams.
+        let f = dispatch_func {
+            socks: MAX_SOCKS + 1,
+            policy: Policy::RoundRobin.raw(),
+        };
+        d.set_function(2, 1303, 1, Policy::RoundRobin).unwrap();
+        d.skel
+            .maps
+            .funcs
+            .update(&2u32.to_ne_bytes(), f.as_bytes(), MapFlags::ANY)
+            .unwrap();
+        let fx = Fixture::new(
+            "too many workers in the map",
+            udp_frame("198.18.0.2", 1303),
+            XdpAction::Pass,
+            Expect::Unchanged,
+        );
+        let bad = check_all(d.prog(), &[fx]);
+        assert!(bad.is_empty(), "{}", bad[0]);
+        let s = d.stats(2).unwrap();
+        assert_eq!((s.packets, s.no_socket, s.disabled), (0, 0, 1));
     }
 
     #[test]
