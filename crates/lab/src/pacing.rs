@@ -105,20 +105,76 @@ mod tests {
         assert_eq!(n, 1_000_003);
     }
 
+    /// Paced sending is spread over the run, not a burst: the run lasts its
+    /// duration, and every 100 ms window of it carries its share of frames.
     #[test]
     fn rate_is_held_over_the_run() {
+        let rate = 200_000.0;
+        let run = Duration::from_millis(500);
         let t = Instant::now();
+        let mut sends: Vec<(Duration, u64)> = Vec::with_capacity(10_000);
         let n = pace(
-            Rate::Pps(200_000.0),
+            Rate::Pps(rate),
             Limit {
                 count: None,
-                duration: Some(Duration::from_millis(500)),
+                duration: Some(run),
+            },
+            4096,
+            |k| {
+                sends.push((t.elapsed(), k));
+                Ok(k)
+            },
+        )
+        .unwrap();
+        let el = t.elapsed();
+        assert!(
+            (n as f64 - 100_000.0).abs() <= 1_000.0,
+            "sent {n} in {el:?}"
+        );
+        assert_eq!(n, sends.iter().map(|s| s.1).sum::<u64>());
+        assert!(
+            el >= run && el < run + Duration::from_millis(50),
+            "the run took {el:?} for {run:?}"
+        );
+        // ~100 us of traffic per call: 20 frames, never a window's worth.
+        assert!(sends.iter().all(|s| s.1 <= 20), "chunks of at most 20");
+        let windows = 5;
+        let mut per = vec![0u64; windows];
+        for (at, k) in &sends {
+            let w = (at.as_secs_f64() / 0.1) as usize;
+            per[w.min(windows - 1)] += k;
+        }
+        for (w, &c) in per.iter().enumerate() {
+            // 20,000 due per window; a preempted thread catches up in the next
+            // window, so allow 10% either way.
+            assert!(
+                (c as f64 - 20_000.0).abs() <= 2_000.0,
+                "window {w} ({}..{} ms) carried {c} frames, expected ~20000: {per:?}",
+                w * 100,
+                (w + 1) * 100
+            );
+        }
+    }
+
+    /// A rate that the count limit ends early still spreads its frames.
+    #[test]
+    fn count_limited_paced_run_takes_its_time() {
+        let t = Instant::now();
+        let n = pace(
+            Rate::Pps(100_000.0),
+            Limit {
+                count: Some(20_000),
+                duration: Some(Duration::from_secs(5)),
             },
             4096,
             Ok,
         )
         .unwrap();
-        let el = t.elapsed().as_secs_f64();
-        assert!((n as f64 - 100_000.0).abs() <= 1_000.0, "sent {n} in {el}");
+        let el = t.elapsed();
+        assert_eq!(n, 20_000);
+        assert!(
+            el >= Duration::from_millis(199) && el < Duration::from_millis(260),
+            "20000 frames at 100k/s took {el:?}"
+        );
     }
 }
