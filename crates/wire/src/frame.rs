@@ -337,20 +337,193 @@ mod tests {
         ));
     }
 
+    /// Any spec of either family: addresses, MACs, ports and TTL drawn at
+    /// random, a payload and zero padding after it.
+    fn any_spec() -> impl Strategy<Value = (UdpFrameSpec, Vec<u8>)> {
+        let addrs = prop_oneof![
+            (any::<[u8; 4]>(), any::<[u8; 4]>())
+                .prop_map(|(s, d)| (IpAddr::V4(Ipv4Addr::from(s)), IpAddr::V4(Ipv4Addr::from(d)))),
+            (any::<[u8; 16]>(), any::<[u8; 16]>())
+                .prop_map(|(s, d)| (IpAddr::V6(Ipv6Addr::from(s)), IpAddr::V6(Ipv6Addr::from(d)))),
+        ];
+        (
+            addrs,
+            any::<[u8; 6]>(),
+            any::<[u8; 6]>(),
+            any::<(u16, u16, u8)>(),
+            proptest::collection::vec(any::<u8>(), 0..1400),
+            0usize..64,
+        )
+            .prop_map(|((s, d), sm, dm, (sp, dp, ttl), payload, pad)| {
+                let mut spec = UdpFrameSpec {
+                    src_mac: MacAddr(sm),
+                    dst_mac: MacAddr(dm),
+                    src_ip: s,
+                    dst_ip: d,
+                    src_port: sp,
+                    dst_port: dp,
+                    ttl,
+                    frame_len: 0,
+                };
+                spec.frame_len = spec.header_len() + payload.len() + pad;
+                (spec, payload)
+            })
+    }
+
+    /// The spec a parsed frame describes.
+    fn spec_of(p: &UdpFrame<'_>, frame_len: usize) -> UdpFrameSpec {
+        UdpFrameSpec {
+            src_mac: p.src_mac,
+            dst_mac: p.dst_mac,
+            src_ip: p.src_ip,
+            dst_ip: p.dst_ip,
+            src_port: p.src_port,
+            dst_port: p.dst_port,
+            ttl: p.ttl,
+            frame_len,
+        }
+    }
+
     proptest! {
+        /// build -> parse gives back every field, the payload and the zero
+        /// padding after it (the UDP length covers the whole frame), at the
+        /// offsets of the family's headers.
         #[test]
-        fn parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let _ = parse_udp_frame(&bytes);
+        fn build_then_parse_round_trips((s, payload) in any_spec()) {
+            let f = s.build(&payload).unwrap();
+            prop_assert_eq!(f.len(), s.frame_len);
+            let p = parse_udp_frame(&f).unwrap();
+            prop_assert_eq!(spec_of(&p, f.len()), s.clone());
+            prop_assert_eq!(p.vlan, None);
+            prop_assert_eq!(p.l3_offset, ETH_HLEN);
+            prop_assert_eq!(p.l4_offset, ETH_HLEN + ip_header_len(s.src_ip));
+            prop_assert_eq!(p.payload.len(), s.frame_len - s.header_len());
+            prop_assert_eq!(&p.payload[..payload.len()], &payload[..]);
+            prop_assert!(p.payload[payload.len()..].iter().all(|&b| b == 0));
+            // Built again from what was parsed: the same bytes.
+            prop_assert_eq!(spec_of(&p, f.len()).build(p.payload).unwrap(), f);
         }
 
+        /// Every frame length is either built (and parses) or refused with
+        /// BadSize: nothing in between, nothing skipped.
         #[test]
-        fn built_frames_parse(v6 in any::<bool>(), len in 62usize..1518, sp in any::<u16>()) {
+        fn every_frame_length_is_built_or_refused(
+            v6 in any::<bool>(), len in 0usize..9300, sp in any::<u16>()
+        ) {
             let mut s = spec(v6, len);
             s.src_port = sp;
-            if len >= s.min_frame_len() {
-                let f = s.build(&[]).unwrap();
-                let p = parse_udp_frame(&f).unwrap();
-                prop_assert_eq!(p.src_port, sp);
+            let hl = s.header_len();
+            match s.build(&[]) {
+                Ok(f) => {
+                    prop_assert!((hl..=9216).contains(&len), "built {len}");
+                    prop_assert_eq!(f.len(), len);
+                    let p = parse_udp_frame(&f).unwrap();
+                    prop_assert_eq!(p.src_port, sp);
+                    prop_assert_eq!(p.payload.len(), len - hl);
+                }
+                Err(e) => {
+                    prop_assert!(!(hl..=9216).contains(&len), "refused {len}: {e}");
+                    prop_assert_eq!(e, FrameError::BadSize { size: len, min: hl, max: 9216 });
+                }
+            }
+        }
+
+        /// A frame cut at any length short of its IP datagram is refused,
+        /// never parsed into something shorter.
+        #[test]
+        fn every_truncation_is_an_error((s, payload) in any_spec()) {
+            let f = s.build(&payload).unwrap();
+            for cut in 0..f.len() {
+                let r = parse_udp_frame(&f[..cut]);
+                prop_assert!(r.is_err(), "cut at {} of {}: parsed {:?}", cut, f.len(), r);
+            }
+        }
+
+        /// One flipped bit anywhere after the MACs is refused (header
+        /// checksum, UDP checksum, or a header check); in a MAC it parses,
+        /// with that MAC. The exceptions are the ones the formats allow: an
+        /// IPv4 UDP checksum that became zero means "none"; IPv6 has no
+        /// header checksum and the UDP one leaves out traffic class, flow
+        /// label and hop limit (they parse, with the hop limit as flipped).
+        #[test]
+        fn every_flipped_bit_is_caught((s, payload) in any_spec(), at in any::<prop::sample::Index>(), bit in 0u8..8) {
+            let mut f = s.build(&payload).unwrap();
+            let i = at.index(f.len());
+            f[i] ^= 1 << bit;
+            let r = parse_udp_frame(&f);
+            let l4 = ETH_HLEN + ip_header_len(s.src_ip);
+            if i < 12 {
+                let p = r.unwrap();
+                prop_assert_eq!(&f[0..6], &p.dst_mac.0[..]);
+                prop_assert_eq!(&f[6..12], &p.src_mac.0[..]);
+            } else if s.src_ip.is_ipv4() && (l4 + 6..l4 + 8).contains(&i) && f[l4 + 6..l4 + 8] == [0, 0] {
+                prop_assert!(r.is_ok(), "{:?}", r);
+            } else if s.src_ip.is_ipv6() && ((i == 14 && bit < 4) || (15..18).contains(&i) || i == 21) {
+                let p = r.unwrap();
+                prop_assert_eq!(p.ttl, f[21]);
+                prop_assert_eq!(spec_of(&p, f.len()), UdpFrameSpec { ttl: f[21], ..s });
+            } else {
+                prop_assert!(r.is_err(), "bit {} of byte {} flipped: parsed {:?}", bit, i, r);
+                if i >= l4 + 8 {
+                    prop_assert_eq!(r.unwrap_err(), FrameError::BadChecksum("UDP"));
+                }
+            }
+        }
+
+        /// A zero UDP checksum: "none" on IPv4 (accepted, same parse),
+        /// refused on IPv6 where the checksum is mandatory.
+        #[test]
+        fn zero_udp_checksum_is_accepted_on_v4_only((s, payload) in any_spec()) {
+            let mut f = s.build(&payload).unwrap();
+            let l4 = ETH_HLEN + ip_header_len(s.src_ip);
+            f[l4 + 6..l4 + 8].copy_from_slice(&[0, 0]);
+            let r = parse_udp_frame(&f);
+            if s.src_ip.is_ipv4() {
+                prop_assert_eq!(spec_of(&r.unwrap(), f.len()), s);
+            } else {
+                prop_assert_eq!(r, Err(FrameError::BadChecksum("UDP")));
+            }
+        }
+
+        /// An 802.1Q tag in front of the IP header: the same parse, its VLAN
+        /// id reported, the IP header found after the tag.
+        #[test]
+        fn a_vlan_tag_is_parsed_through((s, payload) in any_spec(), tci in any::<u16>(), qinq in any::<bool>()) {
+            let f = s.build(&payload).unwrap();
+            let mut t = f[..12].to_vec();
+            let tpid = if qinq { ethertype::QINQ } else { ethertype::VLAN };
+            t.extend_from_slice(&tpid.to_be_bytes());
+            t.extend_from_slice(&tci.to_be_bytes());
+            t.extend_from_slice(&f[12..]);
+            let p = parse_udp_frame(&t).unwrap();
+            prop_assert_eq!(p.vlan, Some(tci & 0x0fff));
+            prop_assert_eq!(p.l3_offset, ETH_HLEN + VLAN_HLEN);
+            prop_assert_eq!(spec_of(&p, f.len()), s);
+            for cut in 0..t.len() {
+                prop_assert!(parse_udp_frame(&t[..cut]).is_err(), "tagged, cut at {}", cut);
+            }
+        }
+
+        /// Random bytes never panic the parser, and the rare frame it accepts
+        /// is consistent: its payload lies inside the frame right after the
+        /// UDP header, and its checksums verify (building it again from the
+        /// parse reproduces its UDP datagram, up to a zero v4 checksum).
+        #[test]
+        fn random_bytes_are_refused_or_parsed_consistently(
+            bytes in proptest::collection::vec(any::<u8>(), 0..200),
+            ipv in prop_oneof![Just(None), Just(Some(ethertype::IPV4)), Just(Some(ethertype::IPV6))],
+        ) {
+            let mut bytes = bytes;
+            if let (Some(et), true) = (ipv, bytes.len() >= 15) {
+                // Steer a share of the cases past the ethertype check.
+                bytes[12..14].copy_from_slice(&et.to_be_bytes());
+                bytes[14] = if et == ethertype::IPV4 { 0x45 } else { 0x60 };
+            }
+            if let Ok(p) = parse_udp_frame(&bytes) {
+                let start = p.l4_offset + UDP_HLEN;
+                prop_assert!(start + p.payload.len() <= bytes.len());
+                prop_assert_eq!(&bytes[start..start + p.payload.len()], p.payload);
+                prop_assert_eq!(&bytes[p.l4_offset..p.l4_offset + 2], &p.src_port.to_be_bytes()[..]);
             }
         }
     }
