@@ -266,16 +266,25 @@ mod fixtures {
                 format!("{tag} other function"),
                 reply(false, SERVER_PORT, &other),
             ));
-            for at in [0, len / 2, len - 1] {
+            // The zeros after the meta: the first, a middle and the last
+            // zero byte of the reply (the meta is at the front of an echo
+            // and at the back of a reversal), each flipped in its own case.
+            let zeros = match function {
+                CheckedFunction::Echo => MIN_PAYLOAD..len,
+                CheckedFunction::Reverse => 0..len - MIN_PAYLOAD,
+            };
+            let flips = [zeros.start, (zeros.start + zeros.end) / 2, zeros.end - 1];
+            for at in flips {
                 let mut p = answer(request(len, 3, now));
-                if p[at] == 0 {
-                    p[at] = 0x40;
-                    wrong_payload.push(drop(
-                        format!("{tag} byte {at} not zero"),
-                        reply(false, SERVER_PORT, &p),
-                    ));
-                }
+                assert_eq!(p[at], 0, "{tag}: byte {at} is one of the zeros");
+                p[at] = 0x40;
+                wrong_payload.push(drop(
+                    format!("{tag} byte {at} not zero"),
+                    reply(false, SERVER_PORT, &p),
+                ));
             }
+            // Other function, three flipped zeros, wrong magic: every case.
+            assert_eq!(wrong_payload.len(), 4, "{tag}");
             let mut bad_magic = request(len, 3, now);
             bad_magic[0] ^= 1;
             wrong_payload.push(drop(
@@ -372,6 +381,16 @@ mod fixtures {
             let runs = |v: &[Fixture]| {
                 v.len() as u64 + v.iter().filter(|f| f.input.len() >= 14 + 40).count() as u64
             };
+            assert_eq!(
+                (
+                    good.len(),
+                    wrong_payload.len(),
+                    bad_sum.len(),
+                    bad_len.len()
+                ),
+                (6, 5, 3, 2),
+                "{tag}: every case built and run"
+            );
             assert_eq!(s.replies, runs(&good), "{tag}");
             assert_eq!(s.bad_payload, runs(&wrong_payload), "{tag}");
             assert_eq!(s.bad_checksum, runs(&bad_sum), "{tag}");
