@@ -1,9 +1,49 @@
 //! Helpers for privileged tests: they run in CI (root) and fail there when
-//! they cannot; elsewhere they skip with the reason printed.
+//! they cannot; elsewhere they skip, and the skip is visible: when the test
+//! binary exits it writes one line naming how many tests were skipped,
+//! straight to fd 2, past the harness's output capture (which swallows the
+//! per-test "SKIPPED" lines of tests that "pass").
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Once;
+
+static SKIPPED: AtomicUsize = AtomicUsize::new(0);
+static REPORT_AT_EXIT: Once = Once::new();
+
+/// Privileged tests skipped so far in this process.
+pub fn skipped() -> usize {
+    SKIPPED.load(Ordering::Relaxed)
+}
+
+/// The line written at exit when `n` tests were skipped.
+fn skip_line(n: usize) -> String {
+    let tests = if n == 1 { "test" } else { "tests" };
+    format!(
+        "peregrine: {n} privileged {tests} skipped in this binary (not root; run as root or in CI)\n"
+    )
+}
+
+extern "C" fn report_skips() {
+    let n = skipped();
+    if n == 0 {
+        return;
+    }
+    let line = skip_line(n);
+    let mut rest = line.as_bytes();
+    while !rest.is_empty() {
+        // Safety: `rest` is a live byte slice for the call; fd 2 is the
+        // process's stderr (a failed or closed fd only makes write fail).
+        let w = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
+        if w <= 0 {
+            return;
+        }
+        rest = &rest[w as usize..];
+    }
+}
 
 /// True when the caller may run a privileged test. Outside CI without root
-/// it prints why the test is skipped and returns false; in CI (CI set) it
-/// panics instead, so a test that cannot run is a red build, not a silent skip.
+/// it prints why the test is skipped, counts the skip (reported once at
+/// exit) and returns false; in CI (CI set) it panics instead, so a test that
+/// cannot run is a red build, not a silent skip.
 pub fn privileged(test: &str) -> bool {
     let root = nix::unistd::geteuid().is_root();
     if root {
@@ -13,6 +53,29 @@ pub fn privileged(test: &str) -> bool {
     if std::env::var_os("CI").is_some() {
         panic!("{test}: {why}, and CI must run it");
     }
+    SKIPPED.fetch_add(1, Ordering::Relaxed);
+    REPORT_AT_EXIT.call_once(|| {
+        // Safety: `report_skips` is a plain extern "C" fn taking nothing; it
+        // only reads an atomic and writes to fd 2, fine during exit.
+        let rc = unsafe { libc::atexit(report_skips) };
+        if rc != 0 {
+            eprintln!("peregrine: could not register the skipped-test report");
+        }
+    });
     eprintln!("SKIPPED {test}: {why}");
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_skip_line_names_the_count() {
+        assert_eq!(
+            skip_line(12),
+            "peregrine: 12 privileged tests skipped in this binary (not root; run as root or in CI)\n"
+        );
+        assert!(skip_line(1).starts_with("peregrine: 1 privileged test skipped"));
+    }
 }
