@@ -49,6 +49,30 @@ fn assert_no_residue(lab: &str) {
     );
 }
 
+/// Polls `done` every 5 ms until it holds or `timeout` passes; whether it
+/// held. For counters that trail the traffic (softirq, a receiver thread).
+fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits (up to 5 s) until `sink` has seen `want` frames more than
+/// `before`, then returns how many it saw: exactly `want` unless frames were
+/// lost or extra ones arrived.
+fn delivered_after(sink: &dyn Sink, before: u64, want: u64) -> u64 {
+    let got = || sink.delivered().unwrap().packets - before;
+    wait_until(Duration::from_secs(5), || got() >= want);
+    got()
+}
+
 fn ping(lab: &str, host: &str, ip: &str) -> i32 {
     // One reply within 5 s: a bridge port may still be coming up right after
     // the lab is built, and the first ARP request can go unanswered.
@@ -237,6 +261,11 @@ fn stale_state_is_found_and_removed() {
 
 /// Frames from a:eth0 to b in a pair lab.
 fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) {
+    traffic_v(lab, backend, stamp, false)
+}
+
+/// As `traffic`, over IPv6 when `v6`.
+fn traffic_v(lab: &Lab, backend: Backend, stamp: bool, v6: bool) -> (TrafficSpec, Endpoint) {
     let mut nl = Netlink::new().unwrap();
     let from = Endpoint {
         host: "a".into(),
@@ -248,14 +277,17 @@ fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) 
         dst_mac: nl.mac_of(&lab.ns("b"), "eth0").unwrap(),
         // Live frames vary the source address per flow (.101 up), clear of
         // the receiver's own .2; sockets must bind the host's own address.
-        src_ip: if backend != Backend::Socket {
-            "198.18.0.101"
-        } else {
-            "198.18.0.1"
+        src_ip: match (backend != Backend::Socket, v6) {
+            (true, false) => "198.18.0.101",
+            (false, false) => "198.18.0.1",
+            (true, true) => "2001:db8::101",
+            (false, true) => "2001:db8::1",
         }
         .parse()
         .unwrap(),
-        dst_ip: "198.18.0.2".parse().unwrap(),
+        dst_ip: if v6 { "2001:db8::2" } else { "198.18.0.2" }
+            .parse()
+            .unwrap(),
         src_port: 1024,
         dst_port: 9,
         ttl: 64,
@@ -304,8 +336,18 @@ fn generator_holds_the_requested_rate() {
         )
         .unwrap();
         assert_eq!(t.loss_ratio, 0.0, "{t:?}");
+        // A 3 s trial has a window ending near 1 s and 2 s (the one at 3 s
+        // races the generator's end): each is checked, none filtered out.
         assert!(t.windows.len() >= 2, "{t:?}");
-        for w in t.windows.iter().filter(|w| (w.seconds - 1.0).abs() < 0.05) {
+        let mut checked = 0;
+        for w in &t.windows {
+            assert!(
+                (0.95..1.25).contains(&w.seconds),
+                "window at {:.2}s lasted {:.3}s",
+                w.t_s,
+                w.seconds
+            );
+            checked += 1;
             let err = (w.delivered_pps - rate).abs() / rate;
             assert!(
                 err < 0.01,
@@ -315,6 +357,7 @@ fn generator_holds_the_requested_rate() {
                 err * 100.0
             );
         }
+        assert!(checked >= 2, "{checked} windows checked: {t:?}");
         let err = (t.delivered_pps - rate).abs() / rate;
         assert!(
             err < 0.01,
@@ -334,12 +377,8 @@ fn generator_holds_the_requested_rate() {
             &Arc::new(AtomicU64::new(0)),
         )
         .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
     assert_eq!(off.packets, 1_234_567);
-    assert_eq!(
-        sink.delivered().unwrap().packets - before.packets,
-        1_234_567
-    );
+    assert_eq!(delivered_after(&sink, before.packets, 1_234_567), 1_234_567);
     assert_eq!(
         gen.made().unwrap().1,
         0,
@@ -369,10 +408,9 @@ fn frames_arrive_intact_at_a_socket_with_latency() {
                 &Arc::new(AtomicU64::new(0)),
             )
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
         assert_eq!(off.packets, 50_000, "{backend:?}");
         assert_eq!(
-            sock.delivered().unwrap().packets,
+            delivered_after(&sock, 0, 50_000),
             50_000,
             "{backend:?}: every frame accepted by the kernel"
         );
@@ -413,8 +451,12 @@ fn af_xdp_sink_receives_every_frame_intact() {
             &Arc::new(AtomicU64::new(0)),
         )
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(off.packets, 1_000_000);
+    // The receiver counts what it took and refreshes the kernel's drop
+    // counters every 4096 polls: wait until every frame is one or the other.
+    wait_until(Duration::from_secs(5), || {
+        sink.delivered().unwrap().packets + sink.kernel_drops() >= 1_000_000
+    });
     // Every frame is accounted for: received, or dropped by the kernel at
     // the socket and counted (a receiver preempted for ~10 ms on this VM can
     // overflow even deep rings); none is lost silently, none corrupted.
@@ -425,6 +467,16 @@ fn af_xdp_sink_receives_every_frame_intact() {
         1_000_000,
         "delivered {delivered}, kernel drops {drops}"
     );
+    // Drops come from the receiving thread being preempted (by whatever
+    // else runs on CPU 1) for longer than its 4096-deep ring lasts at
+    // 250k/s (16 ms); nothing in the test can prevent that on a shared
+    // 2-vCPU VM. Measured 2026-11-23, 14 runs on a quiet machine: 11 x 0,
+    // 369, 444, 578 drops. With other builds running on both vCPUs runs
+    // saw 2191 drops, but then frames were also lost before the socket
+    // (the sum above failed) or the generator could not offer 1M in 10 s:
+    // such a run is not a valid measurement. 0.1% stays the bound: the
+    // largest quiet-machine count (578) with margin, and a receiver that
+    // loses frames steadily (not in stalls) still fails it.
     assert!(
         drops <= 1_000,
         "at most 0.1% dropped at the socket: {drops} (delivered {delivered})"
@@ -435,6 +487,132 @@ fn af_xdp_sink_receives_every_frame_intact() {
         "and every frame received passed the checksum checks"
     );
     assert_eq!(sink.take_latency().unwrap().len(), delivered);
+}
+
+/// `--threads 2`: two sending threads on two CPUs, each on its own queue of
+/// a two-queue veth. The count is split between them and every frame of it
+/// arrives at the XDP sink, none extra, at a paced rate and flat out.
+#[test]
+fn two_generator_threads_deliver_an_exact_count() {
+    if !privileged("two_generator_threads_deliver_an_exact_count") {
+        return;
+    }
+    let mut t = pair("tthr");
+    t.links[0].queues = 2;
+    let lab = Lab::up(t, Lifetime::Ephemeral).unwrap();
+    let (mut spec, peer) = traffic(&lab, Backend::Xdp, false);
+    spec.cpus = vec![0, 1];
+    spec.flows = 16;
+    let sink = XdpSink::attach(
+        &lab.ns(&peer.host),
+        &peer.iface,
+        XdpAction::Drop,
+        XdpMode::Native,
+    )
+    .unwrap();
+    let gen = Generator::new(spec, None).unwrap();
+    for (rate, count) in [
+        (Rate::Pps(1_000_000.0), 1_000_001u64),
+        (Rate::Max, 2_000_001),
+    ] {
+        let before = sink.delivered().unwrap().packets;
+        let progress = Arc::new(AtomicU64::new(0));
+        let off = gen
+            .run(
+                rate,
+                Limit {
+                    count: Some(count),
+                    duration: Some(Duration::from_secs(20)),
+                },
+                &progress,
+            )
+            .unwrap();
+        assert_eq!(off.packets, count, "{rate:?}: offered");
+        assert_eq!(
+            progress.load(std::sync::atomic::Ordering::Relaxed),
+            count,
+            "{rate:?}: progress"
+        );
+        assert_eq!(
+            delivered_after(&sink, before, count),
+            count,
+            "{rate:?}: every frame of both threads delivered, none extra"
+        );
+    }
+    let (made, errors) = gen.made().unwrap();
+    assert_eq!(
+        (made, errors),
+        (3_000_002, 0),
+        "frames built over both threads"
+    );
+}
+
+/// IPv6 traffic from every backend reaches a socket in the receiving
+/// kernel (which checks the mandatory UDP checksum and the lengths) and an
+/// XDP sink counts the live frames at the driver.
+#[test]
+fn ipv6_traffic_is_delivered_and_counted() {
+    if !privileged("ipv6_traffic_is_delivered_and_counted") {
+        return;
+    }
+    let lab = Lab::up(pair("tv6"), Lifetime::Ephemeral).unwrap();
+    for backend in [Backend::Xdp, Backend::Socket, Backend::Afxdp] {
+        let (mut spec, peer) = traffic_v(&lab, backend, true, true);
+        spec.sizes = FrameSizes::Fixed(96);
+        let sock =
+            SocketSink::start(&lab.ns(&peer.host), "[2001:db8::2]:9".parse().unwrap()).unwrap();
+        let gen = Generator::new(spec, Some((lab.ns(&peer.host), peer.iface.clone()))).unwrap();
+        let off = gen
+            .run(
+                Rate::Pps(50_000.0),
+                Limit {
+                    count: Some(20_000),
+                    duration: Some(Duration::from_secs(5)),
+                },
+                &Arc::new(AtomicU64::new(0)),
+            )
+            .unwrap();
+        assert_eq!(off.packets, 20_000, "{backend:?}");
+        assert_eq!(
+            delivered_after(&sock, 0, 20_000),
+            20_000,
+            "{backend:?}: every IPv6 datagram accepted by the kernel"
+        );
+        // 96-byte frames, 92 without the FCS: 92 - 14 - 40 - 8 = 30 payload
+        // bytes each, the meta (and its send time) included.
+        assert_eq!(sock.delivered().unwrap().bytes, 20_000 * 30, "{backend:?}");
+        assert_eq!(sock.take_latency().unwrap().len(), 20_000, "{backend:?}");
+        drop(gen);
+        drop(sock);
+    }
+    // Live IPv6 frames counted by an XDP sink at the receiving driver.
+    let (mut spec, peer) = traffic_v(&lab, Backend::Xdp, false, true);
+    spec.sizes = FrameSizes::Fixed(96);
+    let sink = XdpSink::attach(
+        &lab.ns(&peer.host),
+        &peer.iface,
+        XdpAction::Drop,
+        XdpMode::Native,
+    )
+    .unwrap();
+    let gen = Generator::new(spec, None).unwrap();
+    let off = gen
+        .run(
+            Rate::Pps(1_000_000.0),
+            Limit {
+                count: Some(500_000),
+                duration: Some(Duration::from_secs(5)),
+            },
+            &Arc::new(AtomicU64::new(0)),
+        )
+        .unwrap();
+    assert_eq!(off.packets, 500_000);
+    assert_eq!(delivered_after(&sink, 0, 500_000), 500_000);
+    assert_eq!(
+        sink.delivered().unwrap().bytes,
+        500_000 * 92,
+        "bytes without FCS"
+    );
 }
 
 /// tcx through bpf_link: two programs share a hook, each link detaches only
