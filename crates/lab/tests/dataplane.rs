@@ -34,6 +34,49 @@ fn run(lab: &str, host: &str, cmd: &[&str]) -> i32 {
     .unwrap()
 }
 
+/// Polls `done` every 5 ms until it holds or `timeout` passes; whether it
+/// held. For counters that trail the traffic and servers starting up.
+fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits (up to 5 s) until `sink` has seen `want` frames more than
+/// `before`; returns how many it saw.
+fn delivered_after(sink: &dyn Sink, before: u64, want: u64) -> u64 {
+    let got = || sink.delivered().unwrap().packets - before;
+    wait_until(Duration::from_secs(5), || got() >= want);
+    got()
+}
+
+/// Whether a TCP socket listens on `port` in namespace `ns` (read from the
+/// namespace's own /proc/net, through the calling thread).
+fn tcp_listening(ns: &str, port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    peregrine_lab::netns::run_in(ns, || {
+        ["tcp", "tcp6"].iter().any(|f| {
+            std::fs::read_to_string(format!("/proc/thread-self/net/{f}"))
+                .unwrap_or_default()
+                .lines()
+                .skip(1)
+                .any(|l| {
+                    let cols: Vec<&str> = l.split_whitespace().collect();
+                    // local_address ends in :PORT, state 0A is LISTEN.
+                    cols.len() > 3 && format!("{} ", cols[1]).ends_with(&want) && cols[3] == "0A"
+                })
+        })
+    })
+    .unwrap()
+}
+
 fn count(st: &peregrine_bpf::router::PortStats, name: &str) -> u64 {
     st.packets[(0..ACTIONS).find(|&a| action_name(a) == name).unwrap()]
 }
@@ -77,7 +120,6 @@ fn send(spec: TrafficSpec, peer: Option<(String, String)>, n: u64, pps: f64) -> 
             &Arc::new(AtomicU64::new(0)),
         )
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
     off.packets
 }
 
@@ -152,7 +194,7 @@ fn router_carries_ping_udp_and_tcp_intact() {
         );
         assert_eq!(sent, 20_000, "{backend:?}");
         assert_eq!(
-            sock.delivered().unwrap().packets - before_sock,
+            delivered_after(&sock, before_sock, 20_000),
             20_000,
             "{backend:?}: all accepted by the receiver"
         );
@@ -164,14 +206,26 @@ fn router_carries_ping_udp_and_tcp_intact() {
     );
     drop(sock);
 
-    // TCP with iperf3, both directions through the router.
-    let server =
-        std::thread::spawn(|| run("trt", "sink", &["iperf3", "-s", "-1", "-B", "198.19.0.1"]));
-    std::thread::sleep(Duration::from_millis(500));
-    let client = run(
-        "trt",
-        "gen",
-        &[
+    // TCP with iperf3, both directions through the router: gen sends, then
+    // (-R) the sink sends. Each direction's data enters the router on its
+    // own port, and that port forwards it.
+    let out0 = dp.ports[1].1.ifindex;
+    for (reverse, data_port, dir) in [
+        (false, in0_of(&dp), "gen -> sink"),
+        (true, out0, "sink -> gen"),
+    ] {
+        assert!(!tcp_listening(&lab.ns("sink"), 5201), "port 5201 free");
+        let server =
+            std::thread::spawn(|| run("trt", "sink", &["iperf3", "-s", "-1", "-B", "198.19.0.1"]));
+        assert!(
+            wait_until(Duration::from_secs(5), || tcp_listening(
+                &lab.ns("sink"),
+                5201
+            )),
+            "iperf3 server listening within 5 s"
+        );
+        let before = count(&dp.router.stats(data_port).unwrap(), "forward");
+        let mut args = vec![
             "iperf3",
             "-c",
             "198.19.0.1",
@@ -179,10 +233,27 @@ fn router_carries_ping_udp_and_tcp_intact() {
             "2",
             "--connect-timeout",
             "3000",
-        ],
-    );
-    assert_eq!(client, 0, "iperf3 through the router");
-    assert_eq!(server.join().unwrap(), 0);
+        ];
+        if reverse {
+            args.push("-R");
+        }
+        assert_eq!(
+            run("trt", "gen", &args),
+            0,
+            "iperf3 through the router, {dir}"
+        );
+        assert_eq!(server.join().unwrap(), 0, "{dir}");
+        let fwd = count(&dp.router.stats(data_port).unwrap(), "forward") - before;
+        // Two seconds of TCP data: far more than handshakes and ACKs.
+        assert!(
+            fwd > 10_000,
+            "{dir}: the router forwarded {fwd} data segments"
+        );
+    }
+}
+
+fn in0_of(dp: &Dataplane) -> u32 {
+    dp.ports[0].1.ifindex
 }
 
 #[test]
@@ -216,12 +287,14 @@ fn route_added_with_ip_route_takes_effect_while_traffic_runs() {
                 &progress,
             )
         });
-        std::thread::sleep(Duration::from_millis(1000));
-        assert_eq!(sink.delivered().unwrap().packets, 0, "no route yet");
         assert!(
-            count(&dp.router.stats(in0).unwrap(), "pass_local") > 10_000,
+            wait_until(Duration::from_secs(2), || count(
+                &dp.router.stats(in0).unwrap(),
+                "pass_local"
+            ) > 10_000),
             "unroutable frames go to the kernel"
         );
+        assert_eq!(sink.delivered().unwrap().packets, 0, "no route yet");
         // The user's way: plain `ip route`, no restart of anything. The
         // progress counter trails sending by up to one BPF_PROG_RUN call, so
         // frames counted before the command were surely sent unrouted, and
@@ -235,11 +308,18 @@ fn route_added_with_ip_route_takes_effect_while_traffic_runs() {
             ),
             0
         );
-        std::thread::sleep(Duration::from_millis(200));
+        // Frames counted once another 1,000 (100 calls of 10) have gone
+        // out after the command returned were sent after the change.
+        let returned = progress.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            wait_until(Duration::from_secs(2), || progress
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= returned + 1_000),
+            "the generator keeps sending"
+        );
         let after = progress.load(std::sync::atomic::Ordering::Relaxed);
         let off = h.join().unwrap().unwrap();
-        std::thread::sleep(Duration::from_millis(200));
-        let delivered = sink.delivered().unwrap().packets;
+        let delivered = delivered_after(&sink, 0, off.packets - after);
         assert!(
             delivered >= off.packets - after && delivered <= off.packets - before,
             "delivered {delivered}: all {} sent after the change, none of the {before} sent before",
@@ -285,7 +365,7 @@ fn chain_passes_both_functions_and_filters() {
     );
     assert_eq!(sent, 10_000);
     assert_eq!(
-        sock.delivered().unwrap().packets,
+        delivered_after(&sock, 0, 10_000),
         10_000,
         "every datagram through c1 and c2, intact"
     );
@@ -296,6 +376,21 @@ fn chain_passes_both_functions_and_filters() {
         50_000.0,
     );
     assert_eq!(sent53, 1_000);
+    let c2_dropped = || {
+        dp.nfs
+            .iter()
+            .find(|n| n.host == "c2")
+            .unwrap()
+            .prog
+            .stats()
+            .unwrap()
+            .dropped
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || c2_dropped() >= 1_000),
+        "c2 dropped the 1000 datagrams to port 53: {}",
+        c2_dropped()
+    );
     assert_eq!(
         dns.delivered().unwrap().packets,
         0,
