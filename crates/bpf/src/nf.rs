@@ -128,6 +128,29 @@ impl NfProgram {
             .unwrap_or_default();
         Ok(crate::pod::sum_per_cpu(&v))
     }
+
+    /// Pins the counters at `path` (read back with [`read_pinned_stats`]).
+    pub fn pin_stats(&mut self, path: &std::path::Path) -> Result<()> {
+        let _ = std::fs::remove_file(path);
+        self.skel
+            .maps
+            .nf_stats_map
+            .pin(path)
+            .map_err(BpfError::libbpf(format!("pinning {}", path.display())))
+    }
+}
+
+/// Counters of a network function whose stats map is pinned at `path`.
+pub fn read_pinned_stats(path: &std::path::Path) -> Result<NfStats> {
+    let map = libbpf_rs::MapHandle::from_pinned_path(path).map_err(BpfError::libbpf(format!(
+        "opening {} (is the chain applied?)",
+        path.display()
+    )))?;
+    let v = map
+        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .map_err(BpfError::libbpf("reading network function counters"))?
+        .unwrap_or_default();
+    Ok(crate::pod::sum_per_cpu(&v))
 }
 
 #[cfg(test)]

@@ -1,14 +1,23 @@
 //! `peregrine router ...` and `peregrine chain ...`: the XDP data plane,
 //! attached and left running (pinned) until detached or removed.
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use peregrine_bpf::nf::NfStats;
 use peregrine_bpf::router::{action_name, read_pinned_stats, FibMode, PortStats, ACTIONS};
 use peregrine_bpf::XdpMode;
-use peregrine_lab::dataplane::{pinned_ports, Dataplane, DataplaneConfig};
-use peregrine_lab::{lab, signals};
+use peregrine_lab::dataplane::{
+    pinned_nf_stats, pinned_ports, Dataplane, DataplaneConfig, NfConfig,
+};
+use peregrine_lab::{lab, netns};
+
+use crate::table::Table;
+use crate::usage;
+use crate::usage::UsageError;
+use crate::watch::{Counter, WatchArgs};
 
 #[derive(Args, Clone)]
 pub struct Scope {
@@ -26,7 +35,12 @@ impl Scope {
             (Some(l), Some(h)) => {
                 let st = lab::state(l)?;
                 if st.topology.host(h).is_none() {
-                    bail!("lab {l} has no host {h:?}");
+                    let hosts: Vec<&str> =
+                        st.topology.hosts.iter().map(|h| h.name.as_str()).collect();
+                    usage!(
+                        "lab {l} has no host {h:?} (its hosts: {})",
+                        hosts.join(", ")
+                    );
                 }
                 Ok(Some(lab::ns_name(l, h)))
             }
@@ -43,6 +57,14 @@ impl Scope {
         }
     }
 
+    /// Where the router runs, for messages.
+    fn describe(&self) -> String {
+        match (&self.lab, &self.host) {
+            (Some(l), Some(h)) => format!("lab {l} host {h}"),
+            _ => "this namespace".into(),
+        }
+    }
+
     fn pin_dir(&self) -> PathBuf {
         Path::new(peregrine_bpf::bpffs::PIN_ROOT).join(self.pin_sub())
     }
@@ -52,13 +74,15 @@ impl Scope {
 pub enum RouterCmd {
     /// Attach the XDP router to interfaces and leave it running.
     Attach {
+        /// Interfaces (router ports) of the namespace to route between.
         #[arg(required = true)]
         ifaces: Vec<String>,
+        /// XDP mode: native (driver) or generic (skb).
         #[arg(long, default_value = "native")]
-        mode: String,
+        mode: XdpMode,
         /// FIB lookup: full (policy rules) or direct (main table).
         #[arg(long, default_value = "full")]
-        fib: String,
+        fib: FibMode,
         #[command(flatten)]
         scope: Scope,
     },
@@ -67,12 +91,17 @@ pub enum RouterCmd {
         #[command(flatten)]
         scope: Scope,
     },
-    /// Per-port, per-action counters; --watch shows rates every second.
+    /// Per-port, per-action counters; --watch prints rates per interval.
     Stats {
         #[command(flatten)]
         scope: Scope,
-        #[arg(long)]
-        watch: bool,
+        #[command(flatten)]
+        watch: WatchArgs,
+        /// Serve the counters to Prometheus here while watching (implies
+        /// --watch), e.g. 127.0.0.1:9466.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
+        /// JSON: one object, or with --watch one object per sample (JSON lines).
         #[arg(long)]
         json: bool,
     },
@@ -81,9 +110,30 @@ pub enum RouterCmd {
 #[derive(Subcommand)]
 pub enum ChainCmd {
     /// Attach the router, network functions and chains a file declares.
-    Apply { file: PathBuf },
+    Apply {
+        /// The data plane declaration (TOML; see docs/DATAPLANE.md).
+        file: PathBuf,
+    },
     /// Remove everything the file's deployment attached.
-    Remove { file: PathBuf },
+    Remove {
+        /// The declaration that was applied.
+        file: PathBuf,
+    },
+    /// Per-function counters of the chain's network functions (received,
+    /// sent on, dropped by the ACL); --watch prints rates per interval.
+    Stats {
+        /// The declaration that was applied.
+        file: PathBuf,
+        #[command(flatten)]
+        watch: WatchArgs,
+        /// Serve the counters to Prometheus here while watching (implies
+        /// --watch), e.g. 127.0.0.1:9467.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
+        /// JSON: one object, or with --watch one object per sample (JSON lines).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn ensure_free(dir: &Path) -> Result<()> {
@@ -107,6 +157,21 @@ fn pin_or_undo(mut dp: Dataplane, scope: &Scope) -> Result<()> {
     Ok(())
 }
 
+/// Checks that every port of a freshly pinned router runs an XDP program
+/// (the attachment took); if one does not, removes the pins and fails.
+fn verify_attached(ns: Option<&str>, ifaces: &[String], dir: &Path) -> Result<()> {
+    for i in ifaces {
+        let id = netns::run_in_opt(ns, || {
+            peregrine_bpf::xdp::ifindex(i).and_then(peregrine_bpf::xdp::attached_prog_id)
+        })??;
+        if id.is_none() {
+            let _ = std::fs::remove_dir_all(dir);
+            bail!("the router did not take on {i}: no XDP program is attached there after attaching; nothing left attached");
+        }
+    }
+    Ok(())
+}
+
 pub fn router(cmd: RouterCmd) -> Result<()> {
     match cmd {
         RouterCmd::Attach {
@@ -117,14 +182,22 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
         } => {
             let dir = scope.pin_dir();
             ensure_free(&dir)?;
-            let mode: XdpMode = mode.parse()?;
-            let fib: FibMode = fib.parse()?;
             let ns = scope.ns()?;
+            let mut seen = std::collections::BTreeSet::new();
+            for i in &ifaces {
+                if !seen.insert(i) {
+                    usage!("interface {i} is given twice");
+                }
+                if netns::run_in_opt(ns.as_deref(), || peregrine_bpf::xdp::ifindex(i))?.is_err() {
+                    usage!("no interface {i:?} in {}", scope.describe());
+                }
+            }
             let mut dp = Dataplane::router(ns.as_deref(), &ifaces, mode, fib, false)?;
             if let (Some(l), Some(h)) = (&scope.lab, &scope.host) {
                 dp.prepare_peers(&lab::state(l)?.topology, h)?;
             }
             pin_or_undo(dp, &scope)?;
+            verify_attached(ns.as_deref(), &ifaces, &dir)?;
             println!(
                 "router attached ({mode}, fib {fib:?}) to {}",
                 ifaces.join(" ")
@@ -134,13 +207,22 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
         RouterCmd::Detach { scope } => {
             let dir = scope.pin_dir();
             if !dir.exists() {
-                bail!("no router attached here ({} does not exist)", dir.display());
+                bail!(
+                    "no router attached in {} ({} does not exist)",
+                    scope.describe(),
+                    dir.display()
+                );
             }
             std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
             println!("router detached");
             Ok(())
         }
-        RouterCmd::Stats { scope, watch, json } => stats(&scope, watch, json),
+        RouterCmd::Stats {
+            scope,
+            watch,
+            metrics,
+            json,
+        } => stats(&scope, &watch, metrics, json),
     }
 }
 
@@ -164,71 +246,190 @@ fn stats_json(ports: &[(String, u32, PortStats)]) -> serde_json::Value {
     serde_json::json!({ "ports": ports })
 }
 
-fn stats(scope: &Scope, watch: bool, json: bool) -> Result<()> {
+/// The router's counters as watch/metrics counters: per port, rx per action
+/// (`rx_forward`, `rx_pass_local`, ...) and `tx`.
+fn router_counters(ports: &[(String, u32, PortStats)]) -> Vec<Counter> {
+    let mut out = Vec::new();
+    for (n, _, s) in ports {
+        for a in 0..ACTIONS {
+            let c = format!("rx_{}", action_name(a));
+            out.push(Counter::new(
+                &[("port", n), ("counter", &c)],
+                s.packets[a],
+                Some(s.bytes[a]),
+            ));
+        }
+        out.push(Counter::new(
+            &[("port", n), ("counter", "tx")],
+            s.tx_packets,
+            Some(s.tx_bytes),
+        ));
+    }
+    out
+}
+
+/// Serves `sample`'s counters at `addr` (if given) while `run` runs.
+fn with_metrics(
+    addr: Option<std::net::SocketAddr>,
+    prefix: &str,
+    what: &str,
+    sample: impl FnMut() -> Result<Vec<Counter>> + Send + 'static,
+    run: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = match addr {
+        Some(a) => {
+            let t = crate::metrics::serve_counters(a, stop.clone(), prefix, what, sample)?;
+            eprintln!("metrics on http://{a}/metrics");
+            Some(t)
+        }
+        None => None,
+    };
+    let r = run();
+    stop.store(true, Ordering::Relaxed);
+    if let Some(t) = server {
+        let _ = t.join();
+    }
+    r
+}
+
+fn stats(
+    scope: &Scope,
+    watch: &WatchArgs,
+    metrics: Option<std::net::SocketAddr>,
+    json: bool,
+) -> Result<()> {
     let dir = scope.pin_dir();
     let ns = scope.ns()?;
     if !dir.exists() {
-        bail!("no router attached here ({} does not exist)", dir.display());
+        bail!(
+            "no router attached in {} ({} does not exist); attach one with `router attach`",
+            scope.describe(),
+            dir.display()
+        );
     }
-    let mut prev = read_all(&dir, ns.as_deref())?;
-    if !watch {
-        if json {
-            println!("{}", stats_json(&prev));
-        } else {
-            for (n, i, s) in &prev {
-                println!(
-                    "{n} (ifindex {i}): tx {} packets {} bytes",
-                    s.tx_packets, s.tx_bytes
-                );
-                for a in (0..ACTIONS).filter(|&a| s.packets[a] > 0) {
-                    println!(
-                        "  {:<18} {:>14} packets {:>16} bytes",
-                        action_name(a),
-                        s.packets[a],
-                        s.bytes[a]
-                    );
-                }
-            }
-        }
-        return Ok(());
-    }
-    while !signals::stop_requested() {
-        signals::sleep(Duration::from_secs(1));
-        let now = read_all(&dir, ns.as_deref())?;
+    let now = read_all(&dir, ns.as_deref())?;
+    if !watch.on() && metrics.is_none() {
         if json {
             println!("{}", stats_json(&now));
         } else {
-            for ((n, _, s), (_, _, p)) in now.iter().zip(prev.iter()) {
-                let rates: Vec<String> = (0..ACTIONS)
-                    .filter(|&a| s.packets[a] > p.packets[a])
-                    .map(|a| {
-                        format!(
-                            "{} {:.3} Mpps",
-                            action_name(a),
-                            (s.packets[a] - p.packets[a]) as f64 / 1e6
-                        )
-                    })
-                    .collect();
-                println!(
-                    "{n}: tx {:.3} Mpps; rx {}",
-                    (s.tx_packets - p.tx_packets) as f64 / 1e6,
-                    if rates.is_empty() {
-                        "idle".into()
-                    } else {
-                        rates.join(", ")
-                    }
-                );
+            let mut t = Table::new(&["port", "counter", "packets", "bytes"]);
+            for (n, _, s) in &now {
+                t.row(vec![
+                    n.clone(),
+                    "tx".into(),
+                    s.tx_packets.to_string(),
+                    s.tx_bytes.to_string(),
+                ]);
+                for a in (0..ACTIONS).filter(|&a| s.packets[a] > 0) {
+                    t.row(vec![
+                        n.clone(),
+                        format!("rx {}", action_name(a)),
+                        s.packets[a].to_string(),
+                        s.bytes[a].to_string(),
+                    ]);
+                }
             }
+            print!("{}", t.render());
         }
-        prev = now;
+        return Ok(());
     }
-    Ok(())
+    let sample = {
+        let (dir, ns) = (dir.clone(), ns.clone());
+        move || Ok(router_counters(&read_all(&dir, ns.as_deref())?))
+    };
+    let server_sample = sample.clone();
+    with_metrics(
+        metrics,
+        "peregrine_router",
+        "seen by the XDP router, per port and counter (rx_<action>, tx)",
+        server_sample,
+        || crate::watch::watch(watch, json, sample),
+    )
+}
+
+fn nf_counters(nfs: &[(NfConfig, NfStats)]) -> Vec<Counter> {
+    let mut out = Vec::new();
+    for (n, s) in nfs {
+        let f = format!("{}:{}", n.host, n.iface);
+        out.push(Counter::new(
+            &[("function", &f), ("kind", &n.kind), ("counter", "received")],
+            s.packets,
+            Some(s.bytes),
+        ));
+        out.push(Counter::new(
+            &[("function", &f), ("kind", &n.kind), ("counter", "sent")],
+            s.sent,
+            None,
+        ));
+        out.push(Counter::new(
+            &[("function", &f), ("kind", &n.kind), ("counter", "dropped")],
+            s.dropped,
+            None,
+        ));
+    }
+    out
+}
+
+fn chain_stats(
+    file: &Path,
+    watch: &WatchArgs,
+    metrics: Option<std::net::SocketAddr>,
+    json: bool,
+) -> Result<()> {
+    let cfg = DataplaneConfig::from_file(file)
+        .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
+    let now = pinned_nf_stats(&cfg)?;
+    if !watch.on() && metrics.is_none() {
+        if json {
+            let fs: Vec<_> = now
+                .iter()
+                .map(|(n, s)| {
+                    serde_json::json!({
+                        "host": n.host, "iface": n.iface, "kind": n.kind,
+                        "packets": s.packets, "bytes": s.bytes, "sent": s.sent,
+                        "dropped": s.dropped, "ip": s.ip,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::json!({ "lab": cfg.lab, "functions": fs }));
+        } else {
+            let mut t = Table::new(&["function", "kind", "received", "bytes", "sent", "dropped"]);
+            for (n, s) in &now {
+                t.row(vec![
+                    format!("{}:{}", n.host, n.iface),
+                    n.kind.clone(),
+                    s.packets.to_string(),
+                    s.bytes.to_string(),
+                    s.sent.to_string(),
+                    s.dropped.to_string(),
+                ]);
+            }
+            print!("{}", t.render());
+        }
+        return Ok(());
+    }
+    let sample = move || Ok(nf_counters(&pinned_nf_stats(&cfg)?));
+    with_metrics(
+        metrics,
+        "peregrine_nf",
+        "of the chain's network functions, per function and counter (received, sent, dropped)",
+        sample.clone(),
+        || crate::watch::watch(watch, json, sample),
+    )
 }
 
 pub fn chain(cmd: ChainCmd) -> Result<()> {
     match cmd {
+        ChainCmd::Stats {
+            file,
+            watch,
+            metrics,
+            json,
+        } => chain_stats(&file, &watch, metrics, json),
         ChainCmd::Apply { file } => {
-            let cfg = DataplaneConfig::from_file(&file)?;
+            let cfg = DataplaneConfig::from_file(&file)
+                .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
             let topo = lab::state(&cfg.lab)?.topology;
             let scope = Scope {
                 lab: Some(cfg.lab.clone()),
@@ -262,7 +463,8 @@ pub fn chain(cmd: ChainCmd) -> Result<()> {
             Ok(())
         }
         ChainCmd::Remove { file } => {
-            let cfg = DataplaneConfig::from_file(&file)?;
+            let cfg = DataplaneConfig::from_file(&file)
+                .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
             let dir = peregrine_lab::dataplane::pin_dir(&cfg);
             if !dir.exists() {
                 bail!(

@@ -10,43 +10,91 @@ use peregrine_faas::openloop::{request_frame_size, OpenLoopConfig, OpenLoopProgr
 use peregrine_faas::Registry;
 use peregrine_lab::{lab, netns, signals};
 
+use crate::table::{ns as fmt_ns, si, Table};
+use crate::units::{ByteSize, DurationArg, RateArg};
+use crate::usage;
+
 #[derive(Subcommand)]
 pub enum FaasCmd {
     /// Serve functions on UDP ports until Ctrl-C or --duration.
     Serve(ServeArgs),
     /// Load: closed loop (connections), or open loop at --rate; every reply
-    /// checked, latency histogram.
+    /// checked, latency histogram. Exits 1 when no reply came back, a reply
+    /// was wrong or more than --max-loss of the requests went unanswered.
     Load(LoadArgs),
+}
+
+/// Backends of `faas serve`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// AF_XDP sockets behind the XDP dispatcher.
+    Afxdp,
+    /// Sockets with recvmmsg/sendmmsg, one per thread (SO_REUSEPORT).
+    Mmsg,
+    /// One thread with recvfrom/sendto.
+    Socket,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Afxdp => "afxdp",
+            Backend::Mmsg => "mmsg",
+            Backend::Socket => "socket",
+        }
+    }
+}
+
+/// Default of --max-loss: the share of requests that may go unanswered.
+pub const DEFAULT_MAX_LOSS: f64 = 0.001;
+
+fn loss_fraction(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| {
+        format!("{s:?}: expected a fraction such as 0.001, or a percentage such as 0.1%")
+    })?;
+    let v = if s.trim().ends_with('%') {
+        v / 100.0
+    } else {
+        v
+    };
+    if !(0.0..=1.0).contains(&v) {
+        return Err(format!(
+            "{s:?}: expected a fraction in 0..=1 (or 0%..=100%)"
+        ));
+    }
+    Ok(v)
 }
 
 #[derive(Args)]
 pub struct LoadArgs {
-    /// Server address.
+    /// Server address (198.18.0.0/15 or 2001:db8::/32).
     #[arg(long)]
     pub to: std::net::IpAddr,
     /// PORT=FUNCTION,... as the server runs them (replies are checked
     /// against these functions run here).
     #[arg(long)]
     pub functions: String,
-    /// Concurrent connections, one outstanding request each.
+    /// Closed loop: concurrent connections, one outstanding request each.
     #[arg(long, default_value_t = 16)]
     pub connections: usize,
-    /// Seconds.
-    #[arg(long, default_value_t = 5.0)]
-    pub duration: f64,
-    /// Request payload bytes.
-    #[arg(long, default_value_t = 200)]
-    pub size: usize,
-    /// Lab and host to send from (default: this namespace).
+    /// How long to send, e.g. 5, 10s, 500ms (see Units in docs/CLI.md).
+    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    pub duration: DurationArg,
+    /// Request payload bytes, e.g. 200, 1KiB.
+    #[arg(long, value_name = "BYTES", default_value = "200")]
+    pub size: ByteSize,
+    /// Lab to send from (with --host; default: this namespace).
     #[arg(long, requires = "host")]
     pub lab: Option<String>,
+    /// Host of the lab to send from (with --lab).
     #[arg(long, requires = "lab")]
     pub host: Option<String>,
-    /// Open loop: send requests at this rate (e.g. 500k, 1M, 200000) from
-    /// the live-frame generator, whatever the server answers; replies are
-    /// checked in XDP on --iface (functions echo and reverse).
-    #[arg(long)]
-    pub rate: Option<String>,
+    /// Open loop: send requests at this rate (e.g. 500k, 1M, 200000,
+    /// 1Mpps, 100Mbps) from the live-frame generator, whatever the server
+    /// answers; replies are checked in the kernel on --iface (functions
+    /// echo and reverse).
+    #[arg(long, value_name = "RATE")]
+    pub rate: Option<RateArg>,
     /// Open loop: the client's interface.
     #[arg(long, default_value = "eth0")]
     pub iface: String,
@@ -60,9 +108,14 @@ pub struct LoadArgs {
     /// the CPU that sent them (the server's, on veth).
     #[arg(long)]
     pub check_on_client_cpus: bool,
+    /// Fail (exit 1) when more than this share of the requests got no
+    /// reply: a fraction (0.001) or a percentage (0.1%).
+    #[arg(long, value_name = "FRACTION", default_value_t = DEFAULT_MAX_LOSS, value_parser = loss_fraction)]
+    pub max_loss: f64,
     /// Serve Prometheus metrics here while running (e.g. 127.0.0.1:9464).
-    #[arg(long)]
+    #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Print the report as one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
 }
@@ -81,17 +134,18 @@ pub struct ServeArgs {
     /// Worker threads in all.
     #[arg(long, default_value_t = 1)]
     pub threads: u32,
-    /// afxdp | mmsg | socket
-    #[arg(long, default_value = "afxdp")]
-    pub backend: String,
-    /// Lab and host to serve in (default: this namespace).
+    /// How requests reach the functions.
+    #[arg(long, value_enum, default_value_t = Backend::Afxdp)]
+    pub backend: Backend,
+    /// Lab to serve in (with --host; default: this namespace).
     #[arg(long, requires = "host")]
     pub lab: Option<String>,
+    /// Host of the lab to serve in (with --lab).
     #[arg(long, requires = "lab")]
     pub host: Option<String>,
-    /// Stop after this many seconds.
-    #[arg(long)]
-    pub duration: Option<f64>,
+    /// Stop after this long, e.g. 10, 10s, 2m (default: until Ctrl-C).
+    #[arg(long, value_name = "DURATION")]
+    pub duration: Option<DurationArg>,
     /// AF_XDP: UMEM frames per socket (2 KiB each; half receive, half send).
     #[arg(long, default_value_t = 4096)]
     pub frames: u32,
@@ -99,9 +153,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1024)]
     pub ring: u32,
     /// AF_XDP: busy-poll the queue from the workers (SO_PREFER_BUSY_POLL,
-    /// SO_BUSY_POLL=USECS, SO_BUSY_POLL_BUDGET=64). Pays off where the
-    /// queue's NAPI may run on the worker's core (a NIC; not veth).
-    #[arg(long, value_name = "USECS")]
+    /// SO_BUSY_POLL=USECS, SO_BUSY_POLL_BUDGET=64); a bare number is
+    /// microseconds (50, 50us, 0.1ms). Pays off where the queue's NAPI may
+    /// run on the worker's core (a NIC; not veth).
+    #[arg(long, value_name = "USECS", value_parser = crate::units::micros)]
     pub busy_poll: Option<u32>,
     /// AF_XDP: attach the dispatcher in native (driver) or generic (skb)
     /// mode; sockets on a generic program run in skb mode.
@@ -110,7 +165,12 @@ pub struct ServeArgs {
     /// CPUs the workers are pinned to, in turn (default: all).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
-    /// Print the final counters as JSON.
+    /// Serve Prometheus metrics (invoker counters per function and
+    /// backend) here while serving, e.g. 127.0.0.1:9465.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Print the final counters as JSON instead of a table (and no
+    /// per-second progress).
     #[arg(long)]
     pub json: bool,
 }
@@ -125,6 +185,12 @@ impl Server {
         match self {
             Server::AfXdp(i) => &i.counters,
             Server::Sockets(s) => &s.counters,
+        }
+    }
+    fn counters_arc(&self) -> std::sync::Arc<Counters> {
+        match self {
+            Server::AfXdp(i) => i.counters.clone(),
+            Server::Sockets(s) => s.counters.clone(),
         }
     }
     fn memory_bytes(&self) -> usize {
@@ -145,8 +211,13 @@ pub fn run(cmd: FaasCmd) -> Result<()> {
 fn lab_ns(lab: &Option<String>, host: &Option<String>) -> Result<Option<String>> {
     match (lab, host) {
         (Some(l), Some(h)) => {
-            if lab::state(l)?.topology.host(h).is_none() {
-                bail!("lab {l} has no host {h:?}");
+            let st = lab::state(l)?;
+            if st.topology.host(h).is_none() {
+                let hosts: Vec<&str> = st.topology.hosts.iter().map(|h| h.name.as_str()).collect();
+                usage!(
+                    "lab {l} has no host {h:?} (its hosts: {})",
+                    hosts.join(", ")
+                );
             }
             Ok(Some(lab::ns_name(l, h)))
         }
@@ -154,18 +225,44 @@ fn lab_ns(lab: &Option<String>, host: &Option<String>) -> Result<Option<String>>
     }
 }
 
+/// The functions a command was given, or a usage error naming the problem.
+fn functions(spec: &str) -> Result<Registry> {
+    match Registry::parse(spec) {
+        Ok(r) if r.is_empty() => usage!("--functions {spec:?}: no PORT=FUNCTION given"),
+        Ok(r) => Ok(r),
+        Err(e) => usage!("--functions: {e}"),
+    }
+}
+
+/// What a load run reports, closed or open loop.
+struct LoadOutcome {
+    requests: u64,
+    responses: u64,
+    wrong: u64,
+    missing: u64,
+}
+
 fn load(a: LoadArgs) -> Result<()> {
     use peregrine_faas::load::{LoadConfig, LoadMetrics};
     if !peregrine_lab::topology::allowed_address(a.to) {
-        bail!(
-            "address {} is outside 198.18.0.0/15 and 2001:db8::/32; load goes only to lab ranges",
+        usage!(
+            "--to {}: outside 198.18.0.0/15 and 2001:db8::/32; load goes only to lab ranges",
             a.to
         );
     }
-    if !(a.duration > 0.0 && a.duration <= 3600.0) {
-        bail!("--duration {}: expected seconds in (0, 3600]", a.duration);
+    if a.duration.0 > Duration::from_secs(3600) {
+        usage!("--duration {}: at most 1h for a load run", a.duration);
     }
-    let registry = Registry::parse(&a.functions).map_err(anyhow::Error::msg)?;
+    if a.size.0 == 0 || a.size.0 > 65_000 {
+        usage!(
+            "--size {}: expected 1..=65000 payload bytes (one UDP datagram)",
+            a.size
+        );
+    }
+    if a.connections == 0 || a.connections > 4096 {
+        usage!("--connections {}: expected 1..=4096", a.connections);
+    }
+    let registry = functions(&a.functions)?;
     if a.rate.is_some() {
         return open_load(&a, &registry);
     }
@@ -179,54 +276,98 @@ fn load(a: LoadArgs) -> Result<()> {
     let cfg = LoadConfig {
         server: a.to,
         connections: a.connections,
-        duration: Duration::from_secs_f64(a.duration),
-        size: a.size,
+        duration: a.duration.0,
+        size: a.size.0 as usize,
         timeout: Duration::from_secs(1),
     };
+    if !a.json {
+        eprintln!(
+            "closed loop: {} connection(s) to {} for {}, {} B requests",
+            a.connections, a.to, a.duration, a.size
+        );
+    }
     let r = netns::run_in_opt(ns.as_deref(), || {
         peregrine_faas::load::run(&registry, &cfg, &metrics)
-    })??;
+    })?;
     stop.store(true, Ordering::Relaxed);
     if let Some(s) = server {
         let _ = s.join();
     }
+    let r = r?;
     let lat = peregrine_lab::measure::summarize(&r.latency);
     let out = serde_json::json!({
+        "mode": "closed",
         "seconds": r.seconds,
         "connections": a.connections,
-        "size": a.size,
+        "size": a.size.0,
         "requests": r.requests,
         "responses": r.responses,
         "wrong": r.wrong,
         "missing": r.missing,
         "requests_per_s": r.responses as f64 / r.seconds.max(1e-9),
+        "max_loss": a.max_loss,
         "latency": lat,
     });
-    print_load(&out, a.json, r.wrong)
+    let o = LoadOutcome {
+        requests: r.requests,
+        responses: r.responses,
+        wrong: r.wrong,
+        missing: r.missing,
+    };
+    print_load(&out, a.json)?;
+    judge_load(&o, a.max_loss, a.to)
 }
 
 fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
     let (Some(lab), Some(host)) = (&a.lab, &a.host) else {
-        bail!("open-loop load (--rate) sends from a lab host: give --lab and --host");
+        usage!("open-loop load (--rate) sends from a lab host: give --lab and --host");
     };
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
     if a.threads == 0 || a.threads > ncpu {
-        bail!("--threads {}: expected 1..={ncpu}", a.threads);
+        usage!(
+            "--threads {}: expected 1..={ncpu} (one generator thread per CPU)",
+            a.threads
+        );
     }
+    if a.flows == 0 {
+        usage!("--flows 0: expected at least 1 source port");
+    }
+    lab_ns(&a.lab, &a.host)?;
     let from = peregrine_lab::Endpoint {
         host: host.clone(),
         iface: a.iface.clone(),
     };
     let topo = lab::state(lab)?.topology;
-    let mut cfg = OpenLoopConfig::for_lab(&topo, &from, a.to, registry, a.size)?;
-    let frame_bytes = request_frame_size(&cfg.frame, a.size) as f64;
-    cfg.rate = crate::bench::parse_rate(a.rate.as_deref().unwrap_or("0"), frame_bytes)?;
-    cfg.duration = Duration::from_secs_f64(a.duration);
+    let mut cfg = match OpenLoopConfig::for_lab(&topo, &from, a.to, registry, a.size.0 as usize) {
+        Ok(c) => c,
+        // Which function or size the open loop cannot take: the caller's choice.
+        Err(peregrine_faas::invoker::InvokerError::Config(m)) => usage!("{m}"),
+        Err(e) => return Err(e.into()),
+    };
+    let frame_bytes = request_frame_size(&cfg.frame, a.size.0 as usize) as f64;
+    let rate = a.rate.expect("open loop has a rate");
+    let pps = rate.pps(frame_bytes);
+    if !(pps.is_finite() && pps >= 1.0) {
+        usage!("--rate {rate}: below one request per second for {frame_bytes} B frames");
+    }
+    cfg.rate = rate.rate(frame_bytes);
+    cfg.duration = a.duration.0;
     cfg.flows = a.flows;
     cfg.cpus = (0..a.threads).collect();
     cfg.check_on_client_cpus = a.check_on_client_cpus;
+    if !a.json {
+        eprintln!(
+            "open loop: {} requests/s to {}:{} for {}, {} B payload ({} B frames)",
+            si(pps),
+            a.to,
+            cfg.frame.dst_port,
+            a.duration,
+            a.size,
+            frame_bytes
+        );
+    }
     let progress = OpenLoopProgress::default();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Prometheus while it runs: requests, correct and wrong replies (the
@@ -263,24 +404,16 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
         stop.store(true, Ordering::Relaxed);
         r
     });
-    let r = match r {
-        Ok(r) => r,
-        Err(e) => {
-            if let Some(t) = server {
-                let _ = t.join();
-            }
-            return Err(e.into());
-        }
-    };
     if let Some(t) = server {
         let _ = t.join();
     }
+    let r = r?;
     let lat = peregrine_lab::measure::summarize(&r.latency);
     let c = &r.checks;
     let out = serde_json::json!({
         "mode": "open",
         "seconds": r.seconds,
-        "size": a.size,
+        "size": a.size.0,
         "flows": a.flows,
         "requests": r.requests,
         "responses": r.replies,
@@ -292,35 +425,162 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
             "length": c.bad_length, "payload": c.bad_payload,
             "checksum": c.bad_checksum, "truncated": c.truncated,
         },
+        "max_loss": a.max_loss,
         "latency": lat,
     });
-    print_load(&out, a.json, r.wrong)
+    let o = LoadOutcome {
+        requests: r.requests,
+        responses: r.replies,
+        wrong: r.wrong,
+        missing: r.missing,
+    };
+    print_load(&out, a.json)?;
+    judge_load(&o, a.max_loss, a.to)
 }
 
-/// Prints a load report (JSON or pretty) and fails if any reply was wrong.
-fn print_load(out: &serde_json::Value, json: bool, wrong: u64) -> Result<()> {
+/// Prints a load report: one JSON object, or a table for people.
+fn print_load(out: &serde_json::Value, json: bool) -> Result<()> {
     if json {
         println!("{out}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(out)?);
+        return Ok(());
     }
-    if wrong > 0 {
-        bail!("{wrong} wrong replies");
+    let u = |k: &str| out[k].as_u64().unwrap_or(0);
+    let f = |k: &str| out[k].as_f64().unwrap_or(0.0);
+    let mut t = Table::new(&["", "count", "per second"]);
+    let secs = f("seconds").max(1e-9);
+    for k in ["requests", "responses", "wrong", "missing"] {
+        t.row(vec![k.into(), u(k).to_string(), si(u(k) as f64 / secs)]);
+    }
+    println!(
+        "{} loop, {:.2} s, {} B payload",
+        out["mode"].as_str().unwrap_or("closed"),
+        secs,
+        u("size")
+    );
+    print!("{}", t.render());
+    if let Some(w) = out.get("wrong_by_check").filter(|_| u("wrong") > 0) {
+        println!("wrong replies by check: {w}");
+    }
+    let l = &out["latency"];
+    if l.is_object() {
+        let v = |k: &str| fmt_ns(l[k].as_u64().unwrap_or(0));
+        let mut t = Table::new(&["latency", "min", "p50", "p90", "p99", "p99.9", "max"]);
+        t.row(vec![
+            format!("{} samples", l["count"].as_u64().unwrap_or(0)),
+            v("min_ns"),
+            v("p50_ns"),
+            v("p90_ns"),
+            v("p99_ns"),
+            v("p999_ns"),
+            v("max_ns"),
+        ]);
+        print!("{}", t.render());
+    } else {
+        println!("latency: no replies");
     }
     Ok(())
 }
 
+/// Fails (exit 1) when the run missed its purpose: nothing sent, no
+/// replies, a wrong reply, or more unanswered than `max_loss` allows.
+fn judge_load(o: &LoadOutcome, max_loss: f64, to: std::net::IpAddr) -> Result<()> {
+    if o.requests == 0 {
+        bail!("no request was sent (interrupted before the first one?)");
+    }
+    if o.wrong > 0 {
+        bail!(
+            "{} of {} replies were wrong",
+            o.wrong,
+            o.wrong + o.responses
+        );
+    }
+    if o.responses == 0 {
+        bail!(
+            "no replies from {to}: is `faas serve` running there with these functions, and is the address right?"
+        );
+    }
+    let loss = o.missing as f64 / o.requests as f64;
+    if loss > max_loss {
+        bail!(
+            "{} of {} requests ({:.3}%) got no reply, above --max-loss {} ({:.3}%)",
+            o.missing,
+            o.requests,
+            loss * 100.0,
+            max_loss,
+            max_loss * 100.0
+        );
+    }
+    Ok(())
+}
+
+/// Registers the invoker's counters in `reg` and returns the refresh that
+/// copies `c` into them (labels: backend; function and port per function).
+fn invoker_metrics(
+    reg: &mut peregrine_faas::load::prometheus_client::registry::Registry,
+    c: std::sync::Arc<Counters>,
+    backend: &'static str,
+    names: Vec<(u16, String)>,
+) -> impl FnMut() + Send + 'static {
+    use crate::metrics::{set, CounterFamily, Labels};
+    let reg = reg.sub_registry_with_prefix("peregrine_faas_invoker");
+    let requests = CounterFamily::default();
+    let replies = CounterFamily::default();
+    let dropped = CounterFamily::default();
+    let per_fn = CounterFamily::default();
+    reg.register("requests", "Requests received", requests.clone());
+    reg.register("replies", "Replies sent", replies.clone());
+    reg.register(
+        "dropped",
+        "Requests dropped, by reason (malformed, unknown_port, failed, too_large, tx_ring_full)",
+        dropped.clone(),
+    );
+    reg.register(
+        "function_replies",
+        "Requests answered per function",
+        per_fn.clone(),
+    );
+    move || {
+        let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+        let b: Labels = vec![("backend".into(), backend.into())];
+        set(&requests, &b, get(&c.requests));
+        set(&replies, &b, get(&c.replies));
+        for (reason, v) in [
+            ("malformed", &c.malformed),
+            ("unknown_port", &c.unknown_port),
+            ("failed", &c.failed),
+            ("too_large", &c.too_large),
+            ("tx_ring_full", &c.tx_ring_full),
+        ] {
+            let mut l = b.clone();
+            l.push(("reason".into(), reason.into()));
+            set(&dropped, &l, get(v));
+        }
+        for ((port, name), v) in names.iter().zip(c.per_function.iter()) {
+            let mut l = b.clone();
+            l.push(("function".into(), name.clone()));
+            l.push(("port".into(), port.to_string()));
+            set(&per_fn, &l, get(v));
+        }
+    }
+}
+
 fn serve(a: ServeArgs) -> Result<()> {
-    let registry = Registry::parse(&a.functions).map_err(anyhow::Error::msg)?;
+    let registry = functions(&a.functions)?;
     let ns = lab_ns(&a.lab, &a.host)?;
-    if a.threads == 0 || a.queues == 0 {
-        bail!("--threads and --queues must be at least 1");
+    if a.threads == 0 {
+        usage!("--threads 0: expected at least 1 worker thread");
+    }
+    if a.queues == 0 {
+        usage!("--queues 0: expected at least 1 RX queue");
     }
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
     if let Some(c) = a.cpus.iter().find(|&&c| c >= ncpu) {
-        bail!("--cpus: cpu {c} does not exist (this machine has {ncpu})");
+        usage!(
+            "--cpus: CPU {c} does not exist (this machine has CPUs 0..={})",
+            ncpu - 1
+        );
     }
     let cpus: Vec<usize> = if a.cpus.is_empty() {
         (0..ncpu).collect()
@@ -331,11 +591,28 @@ fn serve(a: ServeArgs) -> Result<()> {
         .iter()
         .map(|(p, _, f)| format!("{p}={}", f.name()))
         .collect();
-    let server = match a.backend.as_str() {
-        "afxdp" => {
+    let fn_labels: Vec<(u16, String)> = registry
+        .iter()
+        .map(|(p, _, f)| (p, f.name().to_string()))
+        .collect();
+    if a.backend != Backend::Afxdp {
+        for (flag, set) in [
+            ("--queues", a.queues != 1),
+            ("--busy-poll", a.busy_poll.is_some()),
+        ] {
+            if set {
+                usage!(
+                    "{flag} applies to the afxdp backend, not {}",
+                    a.backend.name()
+                );
+            }
+        }
+    }
+    let server = match a.backend {
+        Backend::Afxdp => {
             if !a.threads.is_multiple_of(a.queues) {
-                bail!(
-                    "--threads ({}) must be a multiple of --queues ({})",
+                usage!(
+                    "--threads ({}) must be a multiple of --queues ({}): each queue gets the same number of workers",
                     a.threads,
                     a.queues
                 );
@@ -368,7 +645,7 @@ fn serve(a: ServeArgs) -> Result<()> {
             );
             Server::AfXdp(Box::new(inv))
         }
-        "mmsg" => {
+        Backend::Mmsg => {
             let s = netns::run_in_opt(ns.as_deref(), || {
                 SocketServer::mmsg(registry, a.threads as usize, &cpus)
             })??;
@@ -380,9 +657,9 @@ fn serve(a: ServeArgs) -> Result<()> {
             );
             Server::Sockets(s)
         }
-        "socket" => {
+        Backend::Socket => {
             if a.threads != 1 {
-                bail!("the socket backend is one thread (the source's simple server); use mmsg for more");
+                usage!("--threads {}: the socket backend is one thread (the source's simple server); use --backend mmsg for more", a.threads);
             }
             let s = netns::run_in_opt(ns.as_deref(), || SocketServer::simple(registry))??;
             eprintln!(
@@ -392,13 +669,30 @@ fn serve(a: ServeArgs) -> Result<()> {
             );
             Server::Sockets(s)
         }
-        b => bail!("unknown backend {b:?}: expected afxdp, mmsg or socket"),
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let exposition = match a.metrics {
+        Some(addr) => {
+            let mut reg = peregrine_faas::load::prometheus_client::registry::Registry::default();
+            let refresh =
+                invoker_metrics(&mut reg, server.counters_arc(), a.backend.name(), fn_labels);
+            let t = peregrine_faas::load::serve_metrics(addr, stop.clone(), reg, refresh)?;
+            if !a.json {
+                eprintln!("metrics on http://{addr}/metrics");
+            }
+            Some(t)
+        }
+        None => None,
     };
     let start = Instant::now();
-    let end = a.duration.map(Duration::from_secs_f64);
+    let end = a.duration.map(Duration::from);
     let mut last = 0;
     while !signals::stop_requested() && end.is_none_or(|d| start.elapsed() < d) {
-        signals::sleep(Duration::from_secs(1));
+        let left = end.map_or(Duration::from_secs(1), |d| {
+            d.saturating_sub(start.elapsed())
+                .min(Duration::from_secs(1))
+        });
+        signals::sleep(left);
         let now = server.counters().replies.load(Ordering::Relaxed);
         if !a.json {
             eprintln!(
@@ -409,12 +703,17 @@ fn serve(a: ServeArgs) -> Result<()> {
         }
         last = now;
     }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(t) = exposition {
+        let _ = t.join();
+    }
     let c = server.counters();
     let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+    let seconds = start.elapsed().as_secs_f64();
     let out = serde_json::json!({
-        "backend": a.backend,
+        "backend": a.backend.name(),
         "memory_bytes": server.memory_bytes(),
-        "seconds": start.elapsed().as_secs_f64(),
+        "seconds": seconds,
         "requests": get(&c.requests),
         "replies": get(&c.replies),
         "malformed": get(&c.malformed),
@@ -426,8 +725,41 @@ fn serve(a: ServeArgs) -> Result<()> {
     });
     if a.json {
         println!("{out}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
     }
+    println!(
+        "{} backend, {:.1} s, {} KiB of buffers",
+        a.backend.name(),
+        seconds,
+        server.memory_bytes() / 1024
+    );
+    let mut t = Table::new(&["counter", "count", "per second"]);
+    for k in [
+        "requests",
+        "replies",
+        "malformed",
+        "unknown_port",
+        "failed",
+        "too_large",
+        "tx_ring_full",
+    ] {
+        let v = out[k].as_u64().unwrap_or(0);
+        t.row(vec![
+            k.into(),
+            v.to_string(),
+            si(v as f64 / seconds.max(1e-9)),
+        ]);
+    }
+    print!("{}", t.render());
+    let mut t = Table::new(&["function", "replies", "per second"]);
+    for (n, v) in names.iter().zip(c.per_function.iter()) {
+        let v = get(v);
+        t.row(vec![
+            n.clone(),
+            v.to_string(),
+            si(v as f64 / seconds.max(1e-9)),
+        ]);
+    }
+    print!("{}", t.render());
     Ok(())
 }

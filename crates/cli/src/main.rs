@@ -3,22 +3,31 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use peregrine_lab::{lab, signals, Lab, Lifetime, Topology};
 
 mod bench;
 mod bench_faas;
 mod bench_router;
+mod docs;
 mod dp;
 mod faas;
+mod metrics;
+mod table;
+mod units;
+mod usage;
+mod watch;
 
 #[derive(Parser)]
 #[command(
     name = "peregrine",
     version,
-    about = "XDP/AF_XDP fast-path networking toolkit and packet lab"
+    about = "XDP/AF_XDP fast-path networking toolkit and packet lab",
+    after_help = "Exit status: 0 success; 1 the command failed or missed its purpose \
+(e.g. faas load without replies); 2 usage error; 130 interrupted.\n\
+Units of rates, durations and sizes: docs/CLI.md (`man peregrine`)."
 )]
-struct Cli {
+pub struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -44,38 +53,61 @@ enum Cmd {
     Faas(faas::FaasCmd),
     /// Turn result files into plots (PNG and SVG).
     Report(bench::ReportArgs),
-    /// The built-in showcase (what runs with no subcommand).
+    /// The built-in showcase (what `scripts/run.sh` runs).
     Showcase(bench::ShowcaseArgs),
+    /// Write man pages (one per command) into a directory.
+    #[command(hide = true)]
+    Man {
+        /// Directory for peregrine.1, peregrine-lab.1, ...
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(hide = true)]
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand)]
 enum LabCmd {
     /// Build a lab from a TOML file or a built-in name (pair, gen-dut-sink).
     Up {
+        /// A TOML file or a built-in name (pair, gen-dut-sink).
         topology: String,
         /// Stay in the foreground and remove the lab on Ctrl-C.
         #[arg(long)]
         foreground: bool,
+        /// Print the lab and its namespaces as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Remove a lab, or every lab with --all (stale ones included).
     Down {
+        /// The lab to remove.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
         name: Option<String>,
+        /// Remove every lab, and what killed runs left behind.
         #[arg(long)]
         all: bool,
+        /// Print what was removed as JSON.
         #[arg(long)]
         json: bool,
     },
     /// List labs and stale state.
     List {
+        /// Print the labs as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Run a command in a lab host: lab exec NAME HOST -- CMD...
     Exec {
+        /// The lab.
         name: String,
+        /// The host (namespace) of the lab to run in.
         host: String,
+        /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
@@ -88,7 +120,7 @@ pub fn load_topology(arg: &str) -> Result<Topology> {
     }
     let p = PathBuf::from(arg);
     if !p.exists() {
-        anyhow::bail!(
+        usage!(
             "topology {arg:?}: no such file and not a built-in ({})",
             peregrine_lab::topology::builtin::NAMES.join(", ")
         );
@@ -133,7 +165,7 @@ fn run_lab(cmd: LabCmd) -> Result<()> {
             let removed = match (name, all) {
                 (_, true) => lab::down_all()?,
                 (Some(n), false) => lab::down(&n)?,
-                (None, false) => anyhow::bail!("lab down needs a lab name or --all"),
+                (None, false) => usage!("lab down needs a lab name or --all"),
             };
             if json {
                 println!("{}", serde_json::json!({ "removed": removed }));
@@ -186,7 +218,17 @@ fn main() -> ExitCode {
     signals::install();
     let cli = Cli::parse();
     let res = match cli.cmd {
-        None => bench::showcase(bench::ShowcaseArgs::default()),
+        None => {
+            // No subcommand: the usage, as a usage error (exit 2). The
+            // showcase is `peregrine showcase` (scripts/run.sh runs it).
+            let _ = Cli::command().print_help();
+            return ExitCode::from(2);
+        }
+        Some(Cmd::Man { out }) => docs::man(&out),
+        Some(Cmd::Completions { shell }) => {
+            docs::completions(shell);
+            Ok(())
+        }
         Some(Cmd::Lab(c)) => run_lab(c),
         Some(Cmd::Bench(c)) => bench::run(c),
         Some(Cmd::Gen(a)) => bench::gen(a),
@@ -202,7 +244,61 @@ fn main() -> ExitCode {
             // One line: the chain of causes, innermost last.
             let msg: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
             eprintln!("peregrine: error: {}", msg.join(": "));
-            ExitCode::from(if signals::stop_requested() { 130 } else { 1 })
+            ExitCode::from(if signals::stop_requested() {
+                130
+            } else {
+                usage::exit_code(&e)
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subcommand and every argument (flags and positionals) has help.
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", cmd.get_name());
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(format!("{path} {} (subcommand)", sub.get_name()));
+                }
+                walk(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        walk(&cmd, "", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:#?}");
+    }
+
+    #[test]
+    fn man_pages_and_completions_build() {
+        let dir = std::env::temp_dir().join(format!("peregrine-man-{}", std::process::id()));
+        docs::man(&dir).unwrap();
+        let page = std::fs::read_to_string(dir.join("peregrine.1")).unwrap();
+        assert!(page.contains(".TH peregrine 1"), "{page}");
+        let faas = std::fs::read_to_string(dir.join("peregrine-faas-load.1")).unwrap();
+        assert!(faas.contains("max\\-loss"), "{faas}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh] {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "peregrine", &mut out);
+            let text = String::from_utf8(out).unwrap();
+            assert!(text.contains("router"), "{shell}");
         }
     }
 }

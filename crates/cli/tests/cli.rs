@@ -404,6 +404,27 @@ fn router_and_chain_commands_work_and_leave_nothing() {
     );
     assert!(ping_sink_from_gen(), "ping through the data plane");
     assert!(in0_rx("steer") >= 2, "the ping entered the chain");
+    // Per-function counters: c1 reflected the pings, c2 forwarded them.
+    let out = run(&["chain", "stats", chain_file, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let fns = st["functions"].as_array().unwrap();
+    assert_eq!(fns.len(), 2, "{st}");
+    for f in fns {
+        assert!(f["packets"].as_u64().unwrap() >= 2, "{st}");
+        assert!(f["sent"].as_u64().unwrap() >= 2, "{st}");
+    }
+    let out = run(&["chain", "stats", chain_file, "-c", "2", "-i", "200ms"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("packets/s"));
     assert!(run(&["chain", "remove", chain_file]).status.success());
 
     let dir = tmp("chainbad");
@@ -529,4 +550,432 @@ fn faas_serve_and_open_loop_load_from_the_cli() {
     assert_one_line_error(&refused, "sha256 needs the closed loop");
     assert!(run(&["lab", "down", "tfcli"]).status.success());
     assert!(namespaces("tfcli").is_empty());
+}
+
+/// Asserts exit status `code` (and prints stderr if not).
+fn assert_code(out: &Output, code: i32, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{what}: stdout {} stderr {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Usage errors exit 2, clap's and ours alike; no subcommand prints the
+/// usage (exit 2); units are parsed as docs/CLI.md says.
+#[test]
+fn usage_errors_exit_2() {
+    let none = run(&[]);
+    assert_code(&none, 2, "no subcommand");
+    assert!(String::from_utf8_lossy(&none.stdout).contains("Usage: peregrine"));
+    for (args, needle) in [
+        (
+            &[
+                "faas",
+                "load",
+                "--to",
+                "198.18.0.2",
+                "--functions",
+                "1=echo",
+                "--rate",
+                "fast",
+            ][..],
+            "--rate",
+        ),
+        (
+            &[
+                "faas",
+                "load",
+                "--to",
+                "198.18.0.2",
+                "--functions",
+                "1=echo",
+                "--duration",
+                "5 parsecs",
+            ],
+            "--duration",
+        ),
+        (
+            &[
+                "faas",
+                "load",
+                "--to",
+                "198.18.0.2",
+                "--functions",
+                "1=echo",
+                "--max-loss",
+                "2",
+            ],
+            "--max-loss",
+        ),
+        (
+            &[
+                "faas",
+                "serve",
+                "--functions",
+                "1=echo",
+                "--backend",
+                "dpdk",
+            ],
+            "--backend",
+        ),
+        (&["router", "stats", "-c", "0"], "--count"),
+        (&["router", "attach", "eth0", "--mode", "turbo"], "--mode"),
+        (&["lab", "down"], "<NAME>"),
+    ] {
+        let out = run(args);
+        assert_code(&out, 2, &args.join(" "));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(needle),
+            "{args:?}"
+        );
+    }
+    // Our own validation: one line, exit 2.
+    for (args, needle) in [
+        (
+            &["faas", "load", "--to", "10.0.0.1", "--functions", "1=echo"][..],
+            "outside 198.18.0.0/15",
+        ),
+        (
+            &[
+                "faas",
+                "load",
+                "--to",
+                "198.18.0.2",
+                "--functions",
+                "1=nope",
+            ],
+            "unknown function \"nope\"",
+        ),
+        // 1M and 500ms parse; what is missing is the lab host.
+        (
+            &[
+                "faas",
+                "load",
+                "--to",
+                "198.18.0.2",
+                "--functions",
+                "1=echo",
+                "--rate",
+                "1M",
+                "--duration",
+                "500ms",
+            ],
+            "give --lab and --host",
+        ),
+        (
+            &["faas", "serve", "--functions", "1=echo", "--threads", "0"],
+            "--threads 0",
+        ),
+        (
+            &["faas", "serve", "--functions", "1=echo", "--cpus", "999"],
+            "CPU 999 does not exist",
+        ),
+        (
+            &[
+                "faas",
+                "serve",
+                "--functions",
+                "1=echo",
+                "--backend",
+                "socket",
+                "--threads",
+                "2",
+            ],
+            "use --backend mmsg",
+        ),
+        (
+            &["router", "stats", "--lab", "no-such-lab", "--host", "a"],
+            "no-such-lab",
+        ),
+    ] {
+        let out = run(args);
+        assert_code(&out, 2, &args.join(" "));
+        assert_one_line_error(&out, needle);
+    }
+}
+
+/// Man pages and completions come out of the binary (setup.sh installs them).
+#[test]
+fn man_pages_and_completions_are_generated() {
+    let dir = tmp("man");
+    let out = run(&["man", "--out", dir.to_str().unwrap()]);
+    assert_code(&out, 0, "man");
+    for page in [
+        "peregrine.1",
+        "peregrine-faas-load.1",
+        "peregrine-router-stats.1",
+        "peregrine-chain-stats.1",
+    ] {
+        let text = std::fs::read_to_string(dir.join(page)).unwrap();
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}");
+    }
+    let out = run(&["completions", "bash"]);
+    assert_code(&out, 0, "completions");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("complete -F"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `promtool check metrics` on `text`; promtool missing fails the test
+/// (scripts/setup.sh installs it with the Debian package prometheus).
+fn promtool_check(text: &str, what: &str) {
+    use std::io::Write;
+    let mut c = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/setup.sh installs it)");
+    c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = c.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics on {what}: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The body of a scrape (headers cut off), checking the content type.
+fn scrape_body(addr: &str) -> String {
+    let r = scrape(addr);
+    let (head, body) = r.split_once("\r\n\r\n").unwrap_or(("", ""));
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    body.to_string()
+}
+
+/// Exit status of `faas load` (no replies, loss above --max-loss) and of a
+/// router attach that does not take; live Prometheus endpoints of `faas
+/// serve`, `faas load` and `router stats` pass `promtool check metrics`;
+/// `router stats --watch --json` prints one JSON object per sample.
+#[test]
+fn exit_status_and_live_metrics_pass_promtool() {
+    if !privileged("exit_status_and_live_metrics_pass_promtool") {
+        return;
+    }
+    let dir = tmp("exitcodes");
+    let topo =
+        peregrine_lab::topology::builtin::PAIR.replacen("name = \"pair\"", "name = \"tcode\"", 1);
+    let file = topology_file(&dir, "tcode", &topo);
+    let _ = run(&["lab", "down", "tcode"]); // left by a failed run
+    assert!(run(&["lab", "up", &file]).status.success());
+    let load = |functions: &str, extra: &[&str]| {
+        let mut args = vec![
+            "faas",
+            "load",
+            "--lab",
+            "tcode",
+            "--host",
+            "a",
+            "--to",
+            "198.18.0.2",
+            "--functions",
+            functions,
+            "--duration",
+            "1s",
+            "--connections",
+            "4",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    // Nobody serves: no replies, exit 1.
+    let out = load("1232=reverse", &["--json"]);
+    assert_code(&out, 1, "load without a server");
+    assert_one_line_error(&out, "no replies from 198.18.0.2");
+
+    let server = bin()
+        .args([
+            "faas",
+            "serve",
+            "--lab",
+            "tcode",
+            "--host",
+            "b",
+            "--functions",
+            "1232=reverse",
+            "--backend",
+            "mmsg",
+            "--duration",
+            "8s",
+            "--metrics",
+            "127.0.0.1:19470",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the server's metrics", Duration::from_secs(5), || {
+        !scrape("127.0.0.1:19470").is_empty()
+    });
+    // Half the connections send to a port nobody serves: each loses one
+    // request a second (the timeout), above a tolerance of none.
+    let out = load("1232=reverse,1233=echo", &["--json", "--max-loss", "0"]);
+    assert_code(&out, 1, "load with half unanswered");
+    assert_one_line_error(&out, "above --max-loss");
+    let out = load(
+        "1232=reverse,1233=echo",
+        &["--max-loss", "1%", "--metrics", "127.0.0.1:19472"],
+    );
+    assert_code(&out, 0, "load within --max-loss");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("responses") && table.contains("p99"),
+        "a table: {table}"
+    );
+    let body = scrape_body("127.0.0.1:19470");
+    assert!(
+        body.contains("peregrine_faas_invoker_function_replies_total{backend=\"mmsg\",function=\"reverse\",port=\"1232\"}"),
+        "{body}"
+    );
+    promtool_check(&body, "faas serve --metrics");
+    let out = server.wait_with_output().unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(s["replies"].as_u64().unwrap() > 0, "{s}");
+
+    // The load client's endpoint, scraped while it runs.
+    let client = bin()
+        .args([
+            "faas",
+            "load",
+            "--lab",
+            "tcode",
+            "--host",
+            "a",
+            "--to",
+            "198.18.0.2",
+            "--functions",
+            "1232=reverse",
+            "--duration",
+            "2s",
+            "--metrics",
+            "127.0.0.1:19473",
+            "--json",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let body = scrape_body("127.0.0.1:19473");
+    assert!(
+        body.contains("peregrine_faas_load_requests_total"),
+        "{body}"
+    );
+    promtool_check(&body, "faas load --metrics");
+    let mut client = client;
+    let _ = wait_child(&mut client, Duration::from_secs(10));
+
+    // A router attach that cannot take (lo has no native XDP) fails and
+    // leaves nothing attached, not even on the port that took.
+    let out = run(&[
+        "router", "attach", "eth0", "lo", "--lab", "tcode", "--host", "a",
+    ]);
+    assert_code(&out, 1, "router attach on lo");
+    assert_one_line_error(&out, "lo");
+    assert!(!Path::new("/sys/fs/bpf/peregrine/tcode/dp-a").exists());
+    let ip = Command::new("ip")
+        .args(["-n", "pg-tcode-a", "link", "show", "eth0"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&ip.stdout).contains("xdp"),
+        "eth0 keeps no XDP"
+    );
+
+    // Router counters: JSON lines while watching, and the live endpoint.
+    let out = run(&["router", "attach", "eth0", "--lab", "tcode", "--host", "a"]);
+    assert_code(&out, 0, "router attach");
+    let watcher = bin()
+        .args([
+            "router",
+            "stats",
+            "--lab",
+            "tcode",
+            "--host",
+            "a",
+            "-c",
+            "4",
+            "-i",
+            "500ms",
+            "--json",
+            "--metrics",
+            "127.0.0.1:19471",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _ = run(&[
+        "lab",
+        "exec",
+        "tcode",
+        "b",
+        "--",
+        "ping",
+        "-c",
+        "2",
+        "-i",
+        "0.2",
+        "198.18.0.1",
+    ]);
+    std::thread::sleep(Duration::from_millis(600));
+    let body = scrape_body("127.0.0.1:19471");
+    assert!(
+        body.contains("peregrine_router_packets_total{port=\"eth0\",counter=\"rx_"),
+        "{body}"
+    );
+    promtool_check(&body, "router stats --metrics");
+    let out = watcher.wait_with_output().unwrap();
+    assert_code(&out, 0, "router stats --watch");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(lines[3]["time"].as_f64().unwrap() > lines[0]["time"].as_f64().unwrap());
+    assert!(lines[0]["counters"][0]["pps"].is_number(), "{}", lines[0]);
+    assert!(run(&["router", "detach", "--lab", "tcode", "--host", "a"])
+        .status
+        .success());
+    assert!(run(&["lab", "down", "tcode"]).status.success());
+    assert!(namespaces("tcode").is_empty());
+}
+
+/// `lab down --all` removes every lab: namespaces and pins.
+#[test]
+fn lab_down_all_removes_every_lab() {
+    if !privileged("lab_down_all_removes_every_lab") {
+        return;
+    }
+    let dir = tmp("downall");
+    let topo =
+        peregrine_lab::topology::builtin::PAIR.replacen("name = \"pair\"", "name = \"tall\"", 1);
+    let file = topology_file(&dir, "tall", &topo);
+    let _ = run(&["lab", "down", "tall"]); // left by a failed run
+    assert_code(&run(&["lab", "up", &file]), 0, "lab up");
+    // A pin under the lab's directory, as a data plane leaves it.
+    assert_code(
+        &run(&["router", "attach", "eth0", "--lab", "tall", "--host", "a"]),
+        0,
+        "router attach",
+    );
+    assert!(!namespaces("tall").is_empty());
+    assert!(pins("tall"));
+    let out = run(&["lab", "down", "--all", "--json"]);
+    assert_code(&out, 0, "lab down --all");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        r["removed"].as_array().unwrap().iter().any(|n| n == "tall"),
+        "{r}"
+    );
+    assert!(namespaces("tall").is_empty());
+    assert!(!pins("tall"));
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use peregrine_bpf::nf::{Acl, NfProgram, NfSetup};
+use peregrine_bpf::nf::{Acl, NfProgram, NfSetup, NfStats};
 use peregrine_bpf::router::{FibMode, PortStats, RouterProgram};
 use peregrine_bpf::{XdpLink, XdpMode};
 use serde::{Deserialize, Serialize};
@@ -428,9 +428,10 @@ impl Dataplane {
         for (name, l) in &self.ports {
             l.pin(&dir.join(format!("link-{name}")))?;
         }
-        for n in &self.nfs {
+        for n in &mut self.nfs {
             n.link
                 .pin(&dir.join(format!("nf-{}-{}", n.host, n.iface)))?;
+            n.prog.pin_stats(&nf_stats_pin(dir, &n.host, &n.iface))?;
         }
         for p in &self.peers {
             p.link
@@ -475,6 +476,33 @@ pub fn pinned_ports(dir: &Path, router_ns: Option<&str>) -> Result<Vec<(String, 
     }
     out.sort();
     Ok(out)
+}
+
+/// Where the counters of network function `host`:`iface` of the data plane
+/// pinned in `dir` are pinned.
+pub fn nf_stats_pin(dir: &Path, host: &str, iface: &str) -> PathBuf {
+    dir.join(format!("nfstats-{host}-{iface}"))
+}
+
+/// Counters of every network function `cfg` declares, as pinned by `chain
+/// apply`: (nf, counters), in the file's order.
+pub fn pinned_nf_stats(cfg: &DataplaneConfig) -> Result<Vec<(NfConfig, NfStats)>> {
+    let dir = pin_dir(cfg);
+    if !dir.exists() {
+        return Err(LabError::Other(format!(
+            "nothing applied for lab {} router {} ({} does not exist)",
+            cfg.lab,
+            cfg.router,
+            dir.display()
+        )));
+    }
+    cfg.nfs
+        .iter()
+        .map(|n| {
+            let p = nf_stats_pin(&dir, &n.host, &n.iface);
+            Ok((n.clone(), peregrine_bpf::nf::read_pinned_stats(&p)?))
+        })
+        .collect()
 }
 
 /// Where `cfg`'s pins live.

@@ -1,0 +1,348 @@
+//! The one parser for units on the command line. Every flag that takes a
+//! rate, a duration or a size parses it here (as clap value parsers), so the
+//! help text, the docs (docs/CLI.md, "Units") and the parser agree.
+//!
+//! - Rates: a number with an optional SI prefix (`k`, `M`, `G`; case-blind,
+//!   as iperf3's `-b 10m`) and an optional unit. No unit or `pps` (also
+//!   `req/s`, `/s`) counts packets (or requests) per second: `200k`, `1M`,
+//!   `1Mpps`, `250kpps`, `1e6`. `bps`, `bit`, `bit/s` or `b/s` counts bits per
+//!   second of Ethernet frames (FCS included): `500Mbps`, `1Gbit`, `10Gbit/s`.
+//! - Durations: a number with an optional unit, seconds by default: `10`,
+//!   `10s`, `1.5s`, `500ms`, `250us`, `2m` (minutes), `1h`.
+//! - Frame sizes: bytes with FCS (`64`, `1500`) or `imix`.
+//! - Byte sizes (payloads): bytes, with an optional unit: `200`, `200B`,
+//!   `1k` or `1kB` (1000), `1KiB` (1024), `1M`/`1MB`, `1MiB`.
+//! - Microseconds (`--busy-poll`): a bare number is microseconds (as
+//!   SO_BUSY_POLL takes it); a unit may be given: `50`, `50us`, `0.1ms`.
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use peregrine_lab::pacing::Rate;
+
+/// A rate as given: packets (requests) per second, or bits per second that
+/// become packets per second once the frame size is known.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RateArg {
+    Pps(f64),
+    Bps(f64),
+}
+
+/// Highest rate accepted, in packets per second (far above any veth).
+const MAX_PPS: f64 = 1e9;
+
+impl RateArg {
+    /// Packets per second for frames of `mean_frame_bytes` (FCS included).
+    pub fn pps(self, mean_frame_bytes: f64) -> f64 {
+        match self {
+            RateArg::Pps(p) => p,
+            RateArg::Bps(b) => b / (mean_frame_bytes * 8.0),
+        }
+    }
+
+    pub fn rate(self, mean_frame_bytes: f64) -> Rate {
+        Rate::Pps(self.pps(mean_frame_bytes))
+    }
+}
+
+impl fmt::Display for RateArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RateArg::Pps(p) => write!(f, "{p} pps"),
+            RateArg::Bps(b) => write!(f, "{b} bit/s"),
+        }
+    }
+}
+
+/// Splits "1.5Mpps" into (1.5, "mpps"): the number, then the rest in
+/// lower case with blanks removed.
+fn split_number(s: &str) -> Option<(f64, String)> {
+    let t: String = s
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    // A number may hold an exponent (1e6): the unit starts at the first
+    // letter that is not an exponent marker followed by a digit or sign.
+    let bytes = t.as_bytes();
+    let mut end = 0;
+    while end < bytes.len() {
+        let c = bytes[end] as char;
+        let exp = c == 'e'
+            && end > 0
+            && bytes
+                .get(end + 1)
+                .is_some_and(|n| n.is_ascii_digit() || *n == b'-' || *n == b'+');
+        if c.is_ascii_digit()
+            || c == '.'
+            || exp
+            || ((c == '-' || c == '+') && end > 0 && bytes[end - 1] == b'e')
+        {
+            end += 1;
+        } else {
+            break;
+        }
+    }
+    let v: f64 = t[..end].parse().ok()?;
+    Some((v, t[end..].to_string()))
+}
+
+impl FromStr for RateArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!("rate {s:?}: expected a number with an optional unit: 200k, 1M, 1Mpps, 500Mbps, 1Gbit")
+        };
+        let (v, unit) = split_number(s).ok_or_else(bad)?;
+        let (mult, rest) = match unit.chars().next() {
+            Some('k') => (1e3, &unit[1..]),
+            Some('m') => (1e6, &unit[1..]),
+            Some('g') => (1e9, &unit[1..]),
+            _ => (1.0, unit.as_str()),
+        };
+        let r = match rest {
+            "" | "pps" | "p/s" | "/s" | "req/s" | "rps" => RateArg::Pps(v * mult),
+            "bps" | "bit" | "bits" | "bit/s" | "b/s" => RateArg::Bps(v * mult),
+            _ => {
+                return Err(format!(
+                    "rate {s:?}: unknown unit {unit:?} (use pps, kpps, Mpps, bps, Mbps, Gbit, or none for per second)"
+                ))
+            }
+        };
+        let x = match r {
+            RateArg::Pps(p) | RateArg::Bps(p) => p,
+        };
+        if !(x.is_finite() && x > 0.0) {
+            return Err(format!("rate {s:?}: must be above 0"));
+        }
+        // Bits are checked once the frame size is known (pps()).
+        if let RateArg::Pps(p) = r {
+            if p > MAX_PPS {
+                return Err(format!("rate {s:?}: at most 1G packets/s"));
+            }
+        }
+        Ok(r)
+    }
+}
+
+/// A duration: seconds by default, or with a unit (ms, us, s, m, h).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DurationArg(pub Duration);
+
+/// Longest run accepted (loops are always bounded).
+const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+impl FromStr for DurationArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (v, unit) = split_number(s).ok_or_else(|| {
+            format!("duration {s:?}: expected a number with an optional unit: 10, 10s, 500ms")
+        })?;
+        let secs = match unit.as_str() {
+            "" | "s" | "sec" | "secs" => v,
+            "ms" => v / 1e3,
+            "us" | "µs" => v / 1e6,
+            "m" | "min" => v * 60.0,
+            "h" => v * 3600.0,
+            _ => {
+                return Err(format!(
+                    "duration {s:?}: unknown unit {unit:?} (use s, ms, us, m or h)"
+                ))
+            }
+        };
+        if !(secs.is_finite() && secs > 0.0) {
+            return Err(format!("duration {s:?}: must be above 0"));
+        }
+        let d = Duration::from_secs_f64(secs);
+        if d > MAX_DURATION {
+            return Err(format!("duration {s:?}: at most 24h"));
+        }
+        Ok(DurationArg(d))
+    }
+}
+
+impl fmt::Display for DurationArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}s", self.0.as_secs_f64())
+    }
+}
+
+impl From<DurationArg> for Duration {
+    fn from(d: DurationArg) -> Duration {
+        d.0
+    }
+}
+
+/// A byte count: `200`, `200B`, `1k`/`1kB` (10^3), `1KiB` (2^10), `M`, `MiB`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (v, unit) = split_number(s).ok_or_else(|| {
+            format!("size {s:?}: expected bytes with an optional unit: 200, 1500B, 1KiB, 64k")
+        })?;
+        let mult = match unit.as_str() {
+            "" | "b" => 1.0,
+            "k" | "kb" => 1e3,
+            "kib" => 1024.0,
+            "m" | "mb" => 1e6,
+            "mib" => 1024.0 * 1024.0,
+            "g" | "gb" => 1e9,
+            "gib" => 1024.0 * 1024.0 * 1024.0,
+            _ => {
+                return Err(format!(
+                    "size {s:?}: unknown unit {unit:?} (use B, k, KiB, M, MiB, G, GiB)"
+                ))
+            }
+        };
+        let b = v * mult;
+        if !(b.is_finite() && b >= 0.0) || b.fract() != 0.0 || b > u64::MAX as f64 {
+            return Err(format!("size {s:?}: expected a whole number of bytes"));
+        }
+        Ok(ByteSize(b as u64))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Clap value parser for microseconds: a bare number is microseconds, or a
+/// duration with a unit (`50us`, `0.1ms`).
+pub fn micros(s: &str) -> Result<u32, String> {
+    let (v, unit) =
+        split_number(s).ok_or_else(|| format!("{s:?}: expected microseconds: 50, 50us, 0.1ms"))?;
+    let us = match unit.as_str() {
+        "" | "us" | "µs" => v,
+        "ms" => v * 1e3,
+        "s" => v * 1e6,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use us, ms or s)")),
+    };
+    if !(us.is_finite() && us >= 0.0 && us <= u32::MAX as f64) {
+        return Err(format!("{s:?}: expected 0..={} microseconds", u32::MAX));
+    }
+    Ok(us.round() as u32)
+}
+
+/// Clap value parser for frame sizes (bytes with FCS, or imix).
+pub fn frame_sizes(s: &str) -> Result<peregrine_bpf::gen::FrameSizes, String> {
+    s.parse()
+        .map_err(|e: peregrine_bpf::BpfError| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_as_documented() {
+        let table: &[(&str, RateArg)] = &[
+            ("200k", RateArg::Pps(200e3)),
+            ("1M", RateArg::Pps(1e6)),
+            ("1m", RateArg::Pps(1e6)),
+            ("1Mpps", RateArg::Pps(1e6)),
+            ("250kpps", RateArg::Pps(250e3)),
+            ("1000000", RateArg::Pps(1e6)),
+            ("1e6", RateArg::Pps(1e6)),
+            ("1.5e3pps", RateArg::Pps(1500.0)),
+            ("2.5Mpps", RateArg::Pps(2.5e6)),
+            ("100k req/s", RateArg::Pps(100e3)),
+            ("500Mbps", RateArg::Bps(500e6)),
+            ("1Gbit", RateArg::Bps(1e9)),
+            ("10Gbit/s", RateArg::Bps(10e9)),
+            ("10gbps", RateArg::Bps(10e9)),
+            ("64kbit", RateArg::Bps(64e3)),
+            ("800bps", RateArg::Bps(800.0)),
+        ];
+        for (s, want) in table {
+            assert_eq!(s.parse::<RateArg>().as_ref(), Ok(want), "{s}");
+        }
+        assert_eq!(RateArg::Bps(512e6).pps(64.0), 1e6);
+    }
+
+    #[test]
+    fn bad_rates_name_the_problem() {
+        for (s, says) in [
+            ("", "expected a number"),
+            ("fast", "expected a number"),
+            ("1Tpps", "unknown unit"),
+            ("1Mfoo", "unknown unit"),
+            ("0", "above 0"),
+            ("-5", "expected a number"),
+            ("2G", "at most"),
+        ] {
+            let e = s.parse::<RateArg>().unwrap_err();
+            assert!(e.contains(says), "{s}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn durations_parse_as_documented() {
+        let table: &[(&str, f64)] = &[
+            ("10", 10.0),
+            ("10s", 10.0),
+            ("1.5s", 1.5),
+            ("500ms", 0.5),
+            ("250us", 250e-6),
+            ("2m", 120.0),
+            ("1h", 3600.0),
+        ];
+        for (s, secs) in table {
+            let d = s.parse::<DurationArg>().unwrap();
+            assert!((d.0.as_secs_f64() - secs).abs() < 1e-12, "{s}");
+        }
+        for s in ["", "0", "ten", "5 parsecs", "25h"] {
+            assert!(s.parse::<DurationArg>().is_err(), "{s}");
+        }
+    }
+
+    #[test]
+    fn sizes_parse_as_documented() {
+        use peregrine_bpf::gen::FrameSizes;
+        assert_eq!(frame_sizes("1500"), Ok(FrameSizes::Fixed(1500)));
+        assert_eq!(frame_sizes("IMIX"), Ok(FrameSizes::Imix));
+        assert!(frame_sizes("big").unwrap_err().contains("imix"));
+    }
+
+    #[test]
+    fn byte_sizes_parse_as_documented() {
+        let table: &[(&str, u64)] = &[
+            ("200", 200),
+            ("200B", 200),
+            ("1k", 1000),
+            ("1kB", 1000),
+            ("1KiB", 1024),
+            ("1.5k", 1500),
+            ("2M", 2_000_000),
+            ("1MiB", 1 << 20),
+            ("1GiB", 1 << 30),
+        ];
+        for (s, want) in table {
+            assert_eq!(s.parse::<ByteSize>(), Ok(ByteSize(*want)), "{s}");
+        }
+        for (s, says) in [
+            ("", "expected bytes"),
+            ("big", "expected bytes"),
+            ("1.5", "whole number"),
+            ("3parsecs", "unknown unit"),
+        ] {
+            let e = s.parse::<ByteSize>().unwrap_err();
+            assert!(e.contains(says), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn microseconds_parse_as_documented() {
+        assert_eq!(micros("50"), Ok(50));
+        assert_eq!(micros("50us"), Ok(50));
+        assert_eq!(micros("0.1ms"), Ok(100));
+        assert_eq!(micros("1s"), Ok(1_000_000));
+        assert!(micros("fast").is_err());
+        assert!(micros("5h").unwrap_err().contains("unknown unit"));
+    }
+}
