@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec ./target/release/peregrine "$@"
+# With no arguments, the built-in showcase (`peregrine` alone prints the usage).
+exec ./target/release/peregrine "${@:-showcase}"

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   clang llvm libelf-dev zlib1g-dev pkg-config libbpf-dev linux-libc-dev  # BPF build
   iproute2 ethtool iputils-ping iperf3                                    # lab tools
+  prometheus                                   # promtool: tests check the metrics endpoints
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -22,6 +23,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  # Only promtool is wanted: do not leave a Prometheus server we started running.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -38,3 +43,8 @@ fi
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
 cargo build --release --locked --workspace
+
+# Man pages and bash completion, generated from the CLI definition.
+./target/release/peregrine man --out /usr/local/share/man/man1
+mkdir -p /usr/share/bash-completion/completions
+./target/release/peregrine completions bash > /usr/share/bash-completion/completions/peregrine
