@@ -10,13 +10,17 @@ use clap::{Args, Subcommand};
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_lab::pacing::{Limit, Rate};
-use peregrine_lab::results::{ResultFile, Run, RunParams, Window};
+use peregrine_lab::results::{Limiter, Placement, ResultFile, Run, RunParams, Window};
 use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
 use peregrine_lab::topology::builtin;
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
-use peregrine_lab::trial::{rfc2544_search, run_trial, SearchParams};
+use peregrine_lab::trial::{
+    measure_trial, rfc2544_search, DropPoint, DropProbes, SearchParams, TrialSetup,
+};
 use peregrine_lab::{signals, Endpoint, Lab, Lifetime, Topology};
 use peregrine_wire::UdpFrameSpec;
+
+use crate::units::{self, DurationArg, RateArg};
 
 #[derive(Subcommand)]
 pub enum BenchCmd {
@@ -30,21 +34,24 @@ pub enum BenchCmd {
 
 #[derive(Args, Clone)]
 pub struct BenchGenArgs {
-    /// Seconds per trial.
-    #[arg(long, default_value_t = 3.0)]
-    pub duration: f64,
-    /// Frame size with FCS (64..1518) or "imix".
-    #[arg(long, default_value = "64")]
-    pub size: String,
+    /// Length of each trial (10, 10s, 500ms).
+    #[arg(long, default_value = "3s")]
+    pub duration: DurationArg,
+    /// Frame size with FCS (64..1518) or "imix"; default the smallest
+    /// frame of the address family (64 B IPv4, 78 B IPv6).
+    #[arg(long, value_parser = units::frame_sizes)]
+    pub size: Option<FrameSizes>,
+    /// Flows (source address and port differ per flow).
     #[arg(long, default_value_t = 1)]
     pub flows: u32,
+    /// Send IPv6 instead of IPv4.
     #[arg(long)]
     pub ipv6: bool,
-    /// Rate for the accuracy check, frames per second.
-    #[arg(long, default_value_t = 1_000_000.0)]
-    pub rate_check: f64,
+    /// Rate of the accuracy check (200k, 1M, 1Mpps, 500Mbps).
+    #[arg(long, default_value = "1Mpps")]
+    pub rate_check: RateArg,
     /// Directory for the result file and plots.
-    #[arg(long, default_value = "docs/results")]
+    #[arg(long, default_value = DEFAULT_OUT)]
     pub out: PathBuf,
     /// File name stem of the result and plots.
     #[arg(long, default_value = "bench-gen")]
@@ -68,20 +75,26 @@ pub struct GenArgs {
     /// Source address (default: the first address of the sending interface's family).
     #[arg(long)]
     pub src: Option<std::net::IpAddr>,
+    /// Destination UDP port.
     #[arg(long, default_value_t = 9)]
     pub port: u16,
-    /// Rate: 1Mpps, 250kpps, 1000000 (pps), 10Gbps, 500Mbps; default unpaced.
+    /// Rate (200k, 1M, 1Mpps, 500Mbps, 1Gbit); default unpaced.
     #[arg(long)]
-    pub rate: Option<String>,
+    pub rate: Option<RateArg>,
+    /// Frames to send (with --duration: whichever comes first).
     #[arg(long)]
     pub count: Option<u64>,
-    /// Seconds.
+    /// How long to send (10, 10s, 500ms).
     #[arg(long)]
-    pub duration: Option<f64>,
-    #[arg(long, default_value = "64")]
-    pub size: String,
+    pub duration: Option<DurationArg>,
+    /// Frame size with FCS (64..1518) or "imix"; default the smallest
+    /// frame of the destination's family (64 B IPv4, 78 B IPv6).
+    #[arg(long, value_parser = units::frame_sizes)]
+    pub size: Option<FrameSizes>,
+    /// Flows (source address and port differ per flow).
     #[arg(long, default_value_t = 1)]
     pub flows: u32,
+    /// Sending threads, one per CPU from 0.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// xdp (live frames), socket (sendmmsg) or afxdp (AF_XDP TX ring).
@@ -94,6 +107,11 @@ pub struct GenArgs {
     /// Count delivery here with an XDP drop sink, HOST:IFACE.
     #[arg(long)]
     pub sink: Option<String>,
+    /// Exit with status 1 when more than this share of the frames is lost
+    /// at the sink (needs --sink), e.g. 0 or 0.001.
+    #[arg(long, requires = "sink")]
+    pub max_loss: Option<f64>,
+    /// Print the result (peregrine.result/1) as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -106,6 +124,7 @@ pub struct ReportArgs {
     /// Output directory (default: next to each file).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Print the written plots as JSON instead of the tables.
     #[arg(long)]
     pub json: bool,
 }
@@ -113,27 +132,56 @@ pub struct ReportArgs {
 #[derive(Args, Clone)]
 pub struct ShowcaseArgs {
     /// Directory for the result file and plots.
-    #[arg(long, default_value = "peregrine-results")]
+    #[arg(long, default_value = DEFAULT_OUT)]
     pub out: PathBuf,
-    /// Seconds per trial.
-    #[arg(long, default_value_t = 1.0)]
-    pub trial: f64,
-    /// Run the DUT's receive work on this CPU (threaded NAPI) instead of on
-    /// the generator's. On a VM, waking the NAPI thread can take long enough
-    /// to overflow veth's 256-frame ring: expect small losses at low rates.
-    #[arg(long)]
-    pub dut_cpu: Option<usize>,
+    /// Length of each trial (1, 1s, 500ms).
+    #[arg(long, default_value = "1s")]
+    pub trial: DurationArg,
+    #[command(flatten)]
+    pub placement: PlacementArgs,
+    /// Print the result as JSON on stdout (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
 }
 
-impl Default for ShowcaseArgs {
-    fn default() -> Self {
-        ShowcaseArgs {
-            out: PathBuf::from("peregrine-results"),
-            trial: 1.0,
-            dut_cpu: None,
-            json: false,
+/// Where benchmarks put their files unless told: never the checkout's
+/// docs/results, which holds the published runs.
+pub const DEFAULT_OUT: &str = "peregrine-results";
+
+/// Where the device under test runs, for benchmarks that have one.
+#[derive(Args, Clone, Debug)]
+pub struct PlacementArgs {
+    /// Run the DUT's receive work (threaded NAPI on its ingress veth) on
+    /// this CPU, apart from the generator's (CPU 0). Default: the last CPU
+    /// when there are two or more. veth otherwise runs it on the sender's
+    /// CPU, and the figure would be the generator's as much as the DUT's.
+    #[arg(long, conflicts_with = "dut_on_sender_cpu")]
+    pub dut_cpu: Option<usize>,
+    /// Leave the DUT's receive work on the sender's CPU (veth's default).
+    #[arg(long)]
+    pub dut_on_sender_cpu: bool,
+}
+
+impl PlacementArgs {
+    /// The CPU for the DUT, or None to leave it on the sender's.
+    pub fn dut_cpu(&self) -> Result<Option<usize>> {
+        let ncpu = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        if self.dut_on_sender_cpu {
+            return Ok(None);
+        }
+        match self.dut_cpu {
+            Some(0) => crate::usage!("--dut-cpu 0: CPU 0 is the generator's"),
+            Some(c) if c >= ncpu => {
+                crate::usage!(
+                    "--dut-cpu {c}: this machine has {ncpu} CPUs (0..{})",
+                    ncpu - 1
+                )
+            }
+            Some(c) => Ok(Some(c)),
+            None if ncpu > 1 => Ok(Some(ncpu - 1)),
+            None => Ok(None),
         }
     }
 }
@@ -150,41 +198,6 @@ pub(crate) fn command_line() -> String {
     std::env::args().collect::<Vec<_>>().join(" ")
 }
 
-pub(crate) fn secs(s: f64, what: &str) -> Result<Duration> {
-    if !(s > 0.0 && s <= 3600.0) {
-        bail!("{what} {s}: expected seconds in (0, 3600]");
-    }
-    Ok(Duration::from_secs_f64(s))
-}
-
-/// Parses 1Mpps / 250kpps / 1000000 (pps) / 10Gbps / 500Mbps / 1e9bps.
-pub fn parse_rate(s: &str, mean_frame_bytes: f64) -> Result<Rate> {
-    let t: String = s
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect::<String>()
-        .to_ascii_lowercase();
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num.parse().with_context(|| {
-        format!("rate {s:?}: expected a number with a unit like 1Mpps or 10Gbps")
-    })?;
-    let pps = match unit {
-        "" | "pps" => v,
-        "kpps" => v * 1e3,
-        "mpps" => v * 1e6,
-        "bps" | "bit/s" => v / (mean_frame_bytes * 8.0),
-        "kbps" | "kbit/s" => v * 1e3 / (mean_frame_bytes * 8.0),
-        "mbps" | "mbit/s" => v * 1e6 / (mean_frame_bytes * 8.0),
-        "gbps" | "gbit/s" => v * 1e9 / (mean_frame_bytes * 8.0),
-        _ => bail!("rate {s:?}: unknown unit {unit:?} (pps, kpps, Mpps, bps, Mbps, Gbps)"),
-    };
-    if !(pps.is_finite() && pps > 0.0 && pps <= 1e9) {
-        bail!("rate {s:?}: must be above 0 and at most 1e9 frames/s");
-    }
-    Ok(Rate::Pps(pps))
-}
-
 pub(crate) fn progress_line(label: &str) -> impl FnMut(&Window) + '_ {
     move |w| {
         eprintln!(
@@ -194,6 +207,86 @@ pub(crate) fn progress_line(label: &str) -> impl FnMut(&Window) + '_ {
             w.delivered_pps / 1e6
         )
     }
+}
+
+/// Warns on stderr when a trial offered less than it was asked to (by more
+/// than `trial::SHORTFALL`): the figure is the generator's, not the path's.
+pub(crate) fn warn_shortfall(label: &str, t: &peregrine_lab::results::Trial) {
+    if let Some(req) = t.requested_pps {
+        if peregrine_lab::trial::short_of(Some(req), t.offered_pps) {
+            eprintln!(
+                "peregrine: warning: {label}: asked for {:.3} Mpps, the generator offered {:.3} Mpps ({:.1}% short): generator-limited",
+                req / 1e6,
+                t.offered_pps / 1e6,
+                (1.0 - t.offered_pps / req) * 100.0
+            );
+        }
+    }
+}
+
+/// The drop counters of a generator -> [DUT ->] sink path: the DUT's input
+/// ring (its ingress veth) and the sink's input ring; loss no counter saw
+/// happened inside the DUT (or, without one, is unattributed).
+pub(crate) fn path_drops(
+    lab: &Lab,
+    dut_in: Option<&Endpoint>,
+    sink_in: &Endpoint,
+) -> Result<DropProbes> {
+    let mut points = Vec::new();
+    if let Some(d) = dut_in {
+        points.push(DropPoint {
+            ns: lab.ns(&d.host),
+            iface: d.iface.clone(),
+            role: Limiter::Dut,
+        });
+    }
+    points.push(DropPoint {
+        ns: lab.ns(&sink_in.host),
+        iface: sink_in.iface.clone(),
+        role: Limiter::Sink,
+    });
+    let remainder = if dut_in.is_some() {
+        Limiter::Dut
+    } else {
+        Limiter::Unattributed
+    };
+    Ok(DropProbes::new(points, remainder)?)
+}
+
+/// Moves the DUT's receive work (threaded NAPI of its ingress veth) to
+/// `dut_cpu`, away from the generator's CPUs, and says where everything
+/// runs. Call once the ingress has NAPI (an XDP program is attached, the
+/// generator's pass-through included); XDP attach and detach recreate the
+/// NAPI workers, so call again after each change.
+pub(crate) fn place(
+    lab: &Lab,
+    gen_cpus: &[usize],
+    dut_in: &Endpoint,
+    dut_cpu: Option<usize>,
+) -> Result<Placement> {
+    let mut p = Placement {
+        generator_cpus: gen_cpus.to_vec(),
+        ..Default::default()
+    };
+    match dut_cpu {
+        Some(cpu) => {
+            let threads = peregrine_lab::napi::pin_receive(&lab.ns(&dut_in.host), &dut_in.iface, cpu)?;
+            p.dut_cpus = vec![cpu];
+            p.sink_cpus = vec![cpu];
+            p.notes.push(format!(
+                "threaded NAPI on {dut_in} pinned to cpu {cpu} ({} worker(s)); the sink's receive runs where the DUT transmits",
+                threads.len()
+            ));
+        }
+        None => p.notes.push(
+            "DUT and sink receive on the sender's CPU (veth default): the figure includes the generator's work".into(),
+        ),
+    }
+    p.notes.push(
+        "lab veths with TX checksum offload off (the lab sets it: frames carry full checksums)"
+            .into(),
+    );
+    Ok(p)
 }
 
 /// An XDP sink whose counters are pinned under the lab's pin directory
@@ -206,32 +299,22 @@ pub(crate) fn lab_sink(lab: &str, ns: &str, ep: &Endpoint, verdict: XdpAction) -
 }
 
 /// A run of one trial, shown live as it goes.
-#[allow(clippy::too_many_arguments)]
 fn one_trial_run(
     label: String,
-    gen: &Generator,
-    sink: &dyn Sink,
+    setup: &TrialSetup,
     phase: &str,
     rate: Rate,
-    dur: Duration,
-    mean: f64,
-    spec: &TrafficSpec,
-    sink_desc: &str,
+    params: RunParams,
+    placement: Option<Placement>,
 ) -> Result<Run> {
-    let t = run_trial(
-        gen,
-        sink,
-        phase,
-        rate,
-        dur,
-        mean,
-        &mut progress_line(&label),
-    )?;
+    let t = measure_trial(setup, phase, rate, &mut progress_line(&label))?;
+    warn_shortfall(&label, &t);
     Ok(Run {
         label,
-        params: params(spec, sink_desc),
+        params,
         trials: vec![t],
         rfc2544: None,
+        placement,
     })
 }
 
@@ -264,6 +347,7 @@ pub(crate) fn params(spec: &TrafficSpec, sink: &str) -> RunParams {
         flows: spec.flows,
         threads: spec.cpus.len(),
         sink: sink.into(),
+        sent: !spec.dry_run,
     }
 }
 
@@ -297,8 +381,11 @@ pub(crate) fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: b
 
 /// `peregrine bench gen`: the generator's own figures, side by side.
 pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
-    let dur = secs(a.duration, "--duration")?;
-    let sizes: FrameSizes = a.size.parse()?;
+    let dur: Duration = a.duration.into();
+    let sizes = a
+        .size
+        .clone()
+        .unwrap_or(FrameSizes::Fixed(peregrine_bpf::gen::size_limits(a.ipv6).0));
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -342,26 +429,50 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
         vary: peregrine_bpf::gen::FlowVary::Source,
     };
     let mean = sizes.mean_size();
+    let drops = path_drops(&lab, None, &peer)?;
+    // The sink's receive work runs where the frames are sent (veth): the
+    // generator's figure includes it, as a NIC's would not; said in the JSON.
+    let placement = |cpus: &[usize]| {
+        Placement {
+        generator_cpus: cpus.to_vec(),
+        dut_cpus: vec![],
+        sink_cpus: cpus.to_vec(),
+        notes: vec![
+            "no DUT; the sink's receive runs on each sending CPU (veth default), so its cost is in the generator's figure".into(),
+            "lab veths with TX checksum offload off (the lab sets it: frames carry full checksums)".into(),
+        ],
+    }
+    };
     let mut runs = Vec::new();
 
     // The generator alone: frames built, then dropped instead of sent.
     {
         let mut spec = base.clone();
         spec.dry_run = true;
-        let label = "xdp live frames, 1 thread, not sent".to_string();
+        let label = "xdp live frames, 1 thread, built but not sent".to_string();
         eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
         let gen = Generator::new(spec.clone(), None)?;
         let count = peregrine_lab::sinks::GeneratorCount(&gen);
+        let none = DropProbes::none(Limiter::Unattributed);
+        let setup = TrialSetup {
+            gen: &gen,
+            sink: &count,
+            duration: dur,
+            mean_frame_bytes: mean,
+            loss_tolerance: 0.0,
+            drops: &none,
+        };
         runs.push(one_trial_run(
             label,
-            &gen,
-            &count,
+            &setup,
             "max",
             Rate::Max,
-            dur,
-            mean,
-            &spec,
-            &count.describe(),
+            params(&spec, &count.describe()),
+            Some(Placement {
+                sink_cpus: vec![],
+                notes: vec!["frames built and dropped by the generator itself".into()],
+                ..placement(&spec.cpus)
+            }),
         )?);
     }
 
@@ -390,32 +501,44 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
             signals::check()?;
             eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
             let gen = Generator::new(spec.clone(), Some((sink_ns.clone(), peer.iface.clone())))?;
+            let setup = TrialSetup {
+                gen: &gen,
+                sink: &sink,
+                duration: dur,
+                mean_frame_bytes: mean,
+                loss_tolerance: 0.0,
+                drops: &drops,
+            };
             runs.push(one_trial_run(
                 label,
-                &gen,
-                &sink,
+                &setup,
                 "max",
                 Rate::Max,
-                dur,
-                mean,
-                &spec,
-                &sink_desc,
+                params(&spec, &sink_desc),
+                Some(placement(&spec.cpus)),
             )?);
         }
         // Rate accuracy: a set rate, judged per 1 s window at the sink.
-        let label = format!("xdp live frames at {:.3} Mpps", a.rate_check / 1e6);
-        eprintln!("{label}: paced for {:.1}s", dur.as_secs_f64().max(3.0));
+        let pps = a.rate_check.pps(mean);
+        let label = format!("xdp live frames at {:.3} Mpps", pps / 1e6);
+        let dur3 = dur.max(Duration::from_secs(3));
+        eprintln!("{label}: paced for {:.1}s", dur3.as_secs_f64());
         let gen = Generator::new(base.clone(), None)?;
+        let setup = TrialSetup {
+            gen: &gen,
+            sink: &sink,
+            duration: dur3,
+            mean_frame_bytes: mean,
+            loss_tolerance: 0.0,
+            drops: &drops,
+        };
         runs.push(one_trial_run(
             label,
-            &gen,
-            &sink,
+            &setup,
             "fixed",
-            Rate::Pps(a.rate_check),
-            dur.max(Duration::from_secs(3)),
-            mean,
-            &base,
-            &sink_desc,
+            Rate::Pps(pps),
+            params(&base, &sink_desc),
+            Some(placement(&base.cpus)),
         )?);
     }
     // Live frames into AF_XDP sockets (copy mode on veth): every frame checked.
@@ -427,16 +550,26 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
         let label = format!("xdp live frames -> AF_XDP ({}), 1 thread", xsk.mode);
         eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
         let gen = Generator::new(base.clone(), None)?;
+        let setup = TrialSetup {
+            gen: &gen,
+            sink: &xsk,
+            duration: dur,
+            mean_frame_bytes: mean,
+            loss_tolerance: 0.0,
+            drops: &drops,
+        };
+        let mut p = placement(&base.cpus);
+        p.sink_cpus = cpus.clone();
+        p.notes[0] = format!(
+            "no DUT; the kernel's receive runs on the sending CPU, the AF_XDP reader threads on cpu {cpus:?}"
+        );
         runs.push(one_trial_run(
             label,
-            &gen,
-            &xsk,
+            &setup,
             "max",
             Rate::Max,
-            dur,
-            mean,
-            &base,
-            &xsk.describe(),
+            params(&base, &xsk.describe()),
+            Some(p),
         )?);
         if xsk.corrupt() > 0 {
             anyhow::bail!(
@@ -455,55 +588,53 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
         let label = "xdp live frames -> UDP socket, 100 kpps".to_string();
         eprintln!("{label}: latency for {:.1}s", dur.as_secs_f64());
         let gen = Generator::new(spec.clone(), None)?;
+        let setup = TrialSetup {
+            gen: &gen,
+            sink: &sock,
+            duration: dur,
+            mean_frame_bytes: mean,
+            loss_tolerance: 0.0,
+            drops: &drops,
+        };
         runs.push(one_trial_run(
             label,
-            &gen,
-            &sock,
+            &setup,
             "fixed",
             Rate::Pps(100_000.0),
-            dur,
-            mean,
-            &spec,
-            &sock.describe(),
+            params(&spec, &sock.describe()),
+            Some(placement(&spec.cpus)),
         )?);
     }
 
+    drop(drops);
     drop(lab);
     let result = ResultFile::new("bench-gen", command_line(), runs);
     write_outputs(&result, &a.out, &a.name, a.json)
 }
 
 /// `peregrine gen`: send in an existing lab, optionally counting at a sink.
-/// Flow 0 of traffic from `from` (a veth end in lab `topo`) to `to`, and
-/// the peer end (namespace, interface); see `traffic::lab_frame`.
-pub(crate) fn endpoint_frame(
-    topo: &peregrine_lab::Topology,
-    from: &Endpoint,
-    src: Option<std::net::IpAddr>,
-    to: std::net::IpAddr,
-    port: u16,
-) -> Result<(UdpFrameSpec, (String, String))> {
-    Ok(peregrine_lab::traffic::lab_frame(
-        topo, from, src, to, port,
-    )?)
-}
-
 pub fn gen(a: GenArgs) -> Result<()> {
     let topo = peregrine_lab::lab::state(&a.lab)?.topology;
     let from = Endpoint::parse(&a.from)?;
-    let (frame, peer) = endpoint_frame(&topo, &from, a.src, a.to, a.port)?;
-    let sizes: FrameSizes = a.size.parse()?;
-    let rate = match &a.rate {
-        Some(r) => parse_rate(r, sizes.mean_size())?,
+    let sizes = a.size.clone().unwrap_or(FrameSizes::Fixed(
+        peregrine_bpf::gen::size_limits(a.to.is_ipv6()).0,
+    ));
+    if a.count.is_none() && a.duration.is_none() {
+        crate::usage!("give --count or --duration (runs are always bounded)");
+    }
+    if a.threads == 0 {
+        crate::usage!("--threads must be at least 1");
+    }
+    if let Some(l) = a.max_loss {
+        if !(0.0..=1.0).contains(&l) {
+            crate::usage!("--max-loss {l}: expected a share of the frames in [0, 1]");
+        }
+    }
+    let (frame, peer) = peregrine_lab::traffic::lab_frame(&topo, &from, a.src, a.to, a.port)?;
+    let rate = match a.rate {
+        Some(r) => r.rate(sizes.mean_size()),
         None => Rate::Max,
     };
-    if a.count.is_none() && a.duration.is_none() {
-        bail!("give --count or --duration (runs are always bounded)");
-    }
-    let duration = a.duration.map(|d| secs(d, "--duration")).transpose()?;
-    if a.threads == 0 {
-        bail!("--threads must be at least 1");
-    }
     let ns = |host: &str| peregrine_lab::lab::ns_name(&topo.name, host);
     let spec = TrafficSpec {
         ns: ns(&from.host),
@@ -528,39 +659,107 @@ pub fn gen(a: GenArgs) -> Result<()> {
     let gen = Generator::new(spec.clone(), Some(peer))?;
     let limit = Limit {
         count: a.count,
-        duration,
+        duration: a.duration.map(Duration::from),
     };
     let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let before = sink.as_ref().map(|s| s.delivered()).transpose()?;
+    let cpu0 = peregrine_lab::measure::CpuSnapshot::take();
     let off = gen.run(rate, limit, &progress)?;
     signals::sleep(Duration::from_millis(200));
     let after = sink.as_ref().map(|s| s.delivered()).transpose()?;
+    let cpu = peregrine_lab::measure::CpuSnapshot::take().usage_since(&cpu0);
     let secs = off.elapsed.as_secs_f64().max(1e-9);
     let delivered = match (before, after) {
         (Some(b), Some(a)) => Some(a.packets - b.packets),
         _ => None,
     };
-    let out = serde_json::json!({
-        "offered_packets": off.packets,
-        "seconds": secs,
-        "offered_pps": off.packets as f64 / secs,
-        "delivered_packets": delivered,
-        "loss_ratio": delivered.map(|d| if off.packets == 0 { 0.0 } else { off.packets.saturating_sub(d) as f64 / off.packets as f64 }),
-    });
+    let mean = sizes.mean_size();
+    let offered_pps = off.packets as f64 / secs;
+    let lost = delivered
+        .map(|d| off.packets.saturating_sub(d))
+        .unwrap_or(0);
+    let loss = if off.packets == 0 {
+        0.0
+    } else {
+        lost as f64 / off.packets as f64
+    };
+    // A count-limited run ends when its frames are out: its rate is judged
+    // over the time they took, which is what pacing aims at too.
+    let requested = rate.pps();
+    let trial = peregrine_lab::results::Trial {
+        phase: if requested.is_some() { "fixed" } else { "max" }.into(),
+        requested_pps: requested,
+        duration_s: secs,
+        offered_packets: off.packets,
+        delivered_packets: delivered.unwrap_or(0),
+        offered_pps,
+        delivered_pps: delivered.unwrap_or(0) as f64 / secs,
+        offered_bps: offered_pps * mean * 8.0,
+        delivered_bps: delivered.unwrap_or(0) as f64 / secs * mean * 8.0,
+        loss_ratio: loss,
+        cpu,
+        latency: None,
+        windows: vec![],
+        limited_by: Some(peregrine_lab::trial::classify(
+            requested,
+            offered_pps,
+            lost,
+            loss,
+            a.max_loss.unwrap_or(0.0),
+            &[],
+            Limiter::Unattributed,
+        )),
+        drops: vec![],
+    };
+    let label = format!("gen {} -> {}", a.from, a.to);
+    warn_shortfall(&label, &trial);
+    let sink_desc = match &a.sink {
+        Some(s) => format!("xdp drop sink {s}"),
+        None => "none: delivery not counted (no --sink)".into(),
+    };
+    let run = Run {
+        label,
+        params: params(&spec, &sink_desc),
+        trials: vec![trial],
+        rfc2544: None,
+        placement: Some(Placement {
+            generator_cpus: spec.cpus.clone(),
+            notes: vec!["receive work runs where frames are sent (veth default)".into()],
+            ..Default::default()
+        }),
+    };
+    let result = ResultFile::new("gen", command_line(), vec![run]);
     if a.json {
-        println!("{out}");
+        println!("{}", result.to_json());
     } else {
         println!(
-            "offered {} frames in {:.3}s ({:.3} Mpps)",
+            "offered {} frames in {:.3}s: {:.3} Mpps, {:.3} Gbit/s",
             off.packets,
             secs,
-            off.packets as f64 / secs / 1e6
+            offered_pps / 1e6,
+            offered_pps * mean * 8.0 / 1e9
         );
         if let Some(d) = delivered {
             println!(
-                "delivered {d} ({:.3} Mpps), lost {}",
+                "delivered {d}: {:.3} Mpps, {:.3} Gbit/s; lost {lost} ({:.4}%)",
                 d as f64 / secs / 1e6,
-                off.packets.saturating_sub(d)
+                d as f64 / secs * mean * 8.0 / 1e9,
+                loss * 100.0
+            );
+        }
+    }
+    if delivered == Some(0) && off.packets > 0 {
+        bail!(
+            "nothing was delivered at the sink ({} frames offered)",
+            off.packets
+        );
+    }
+    if let Some(max) = a.max_loss {
+        if loss > max {
+            bail!(
+                "lost {lost} of {} frames ({:.4}%), above --max-loss {max}",
+                off.packets,
+                loss * 100.0
             );
         }
     }
@@ -600,7 +799,8 @@ pub fn report(a: ReportArgs) -> Result<()> {
 /// The main job: default lab, generator -> XDP drop sink, an RFC 2544 search
 /// through Linux forwarding, table, JSON, plots, lab removed.
 pub fn showcase(a: ShowcaseArgs) -> Result<()> {
-    let trial = secs(a.trial, "--trial")?;
+    let trial: Duration = a.trial.into();
+    let dut_cpu = a.placement.dut_cpu()?;
     let topo = builtin_topology("gen-dut-sink", "showcase")?;
     eprintln!("building lab {} (generator -> dut -> sink)", topo.name);
     let lab = Lab::up(topo, Lifetime::Ephemeral)?;
@@ -611,6 +811,19 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
     let mut runs = Vec::new();
     let sizes = FrameSizes::Fixed(64);
     let mean = sizes.mean_size();
+    let spec = |frame, flows| TrafficSpec {
+        ns: lab.ns("gen"),
+        iface: "eth0".into(),
+        frame,
+        sizes: sizes.clone(),
+        flows,
+        stamp: false,
+        latency_sample: 1,
+        cpus: vec![0],
+        backend: Backend::Xdp,
+        dry_run: false,
+        vary: peregrine_bpf::gen::FlowVary::Source,
+    };
 
     // 1. Generator straight into an XDP drop sink on the DUT's ingress.
     {
@@ -622,32 +835,32 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             9,
         )?;
         let sink = lab_sink(lab.name(), &lab.ns(&peer.host), &peer, XdpAction::Drop)?;
-        let spec = TrafficSpec {
-            ns: lab.ns("gen"),
-            iface: "eth0".into(),
-            frame,
-            sizes: sizes.clone(),
-            flows: 1,
-            stamp: false,
-            latency_sample: 1,
-            cpus: vec![0],
-            backend: Backend::Xdp,
-            dry_run: false,
-            vary: peregrine_bpf::gen::FlowVary::Source,
-        };
+        let drops = path_drops(&lab, None, &peer)?;
+        let spec = spec(frame, 1);
         let label = "generator -> XDP drop sink".to_string();
         eprintln!("{label}");
         let gen = Generator::new(spec.clone(), None)?;
+        let setup = TrialSetup {
+            gen: &gen,
+            sink: &sink,
+            duration: trial,
+            mean_frame_bytes: mean,
+            loss_tolerance: 0.0,
+            drops: &drops,
+        };
+        let placement = Placement {
+            generator_cpus: vec![0],
+            sink_cpus: vec![0],
+            notes: vec!["the sink's receive runs on the sending CPU (veth default)".into()],
+            ..Default::default()
+        };
         runs.push(one_trial_run(
             label,
-            &gen,
-            &sink,
+            &setup,
             "max",
             Rate::Max,
-            trial,
-            mean,
-            &spec,
-            &sink.describe(),
+            params(&spec, &sink.describe()),
+            Some(placement),
         )?);
     }
     // 2. RFC 2544 throughput of Linux IPv4 forwarding in the DUT.
@@ -665,32 +878,14 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             iface: "eth0".into(),
         };
         let sink = lab_sink(lab.name(), &lab.ns("sink"), &sink_ep, XdpAction::Drop)?;
-        let spec = TrafficSpec {
-            ns: lab.ns("gen"),
-            iface: "eth0".into(),
-            frame,
-            sizes: sizes.clone(),
-            flows: 16,
-            stamp: false,
-            latency_sample: 1,
-            cpus: vec![0],
-            backend: Backend::Xdp,
-            dry_run: false,
-            vary: peregrine_bpf::gen::FlowVary::Source,
-        };
+        let spec = spec(frame, 16);
         let gen = Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
-        // By default the DUT's receive work runs on the generator's CPU (how
-        // veth works: the receiver's NAPI runs where the sender transmits),
-        // so the generator is back-pressured and nothing is lost in the ring.
-        // --dut-cpu moves it to its own core with threaded NAPI instead.
-        let label = match a.dut_cpu {
-            Some(cpu) => {
-                peregrine_lab::napi::pin_receive(&lab.ns(&peer.host), &peer.iface, cpu)?;
-                format!("Linux forwarding (dut on cpu {cpu}), RFC 2544")
-            }
-            None => "Linux forwarding, RFC 2544".to_string(),
-        };
-        eprintln!("{label}");
+        // The generator's pass-through on the DUT's ingress gives it NAPI;
+        // its worker moves to the DUT's own CPU.
+        let placement = place(&lab, &spec.cpus, &peer, dut_cpu)?;
+        let drops = path_drops(&lab, Some(&peer), &sink_ep)?;
+        let label = "Linux forwarding, RFC 2544".to_string();
+        eprintln!("{label} ({})", placement.describe());
         let search = SearchParams {
             loss_tolerance: 0.0,
             resolution_pps: 50_000.0,
@@ -698,19 +893,31 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             max_trials: 12,
             start: Rate::Max,
         };
+        let setup = TrialSetup {
+            gen: &gen,
+            sink: &sink,
+            duration: trial,
+            mean_frame_bytes: mean,
+            loss_tolerance: search.loss_tolerance,
+            drops: &drops,
+        };
         let mut show = progress_line(&label);
         let (summary, trials) = rfc2544_search(search, mean, |phase, rate| {
             if let Rate::Pps(p) = rate {
                 eprintln!("  trial at {:.3} Mpps", p / 1e6);
             }
-            run_trial(&gen, &sink, phase, rate, trial, mean, &mut show)
+            let t = measure_trial(&setup, phase, rate, &mut show)?;
+            warn_shortfall(&label, &t);
+            Ok(t)
         })?;
         drop(show);
+        eprintln!("  RFC 2544: {}", summary.describe());
         runs.push(Run {
             label,
             params: params(&spec, &sink.describe()),
             trials,
             rfc2544: Some(summary),
+            placement: Some(placement),
         });
     }
 

@@ -19,17 +19,18 @@ use peregrine_faas::openloop::{self, request_frame_size, OpenLoopConfig, OpenLoo
 use peregrine_faas::Registry;
 use peregrine_lab::measure::{summarize, CpuSnapshot};
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{ResultFile, Run, RunParams, Trial};
-use peregrine_lab::trial::{rfc2544_search, SearchParams};
+use peregrine_lab::results::{Limiter, Placement, ResultFile, Run, RunParams, Trial};
+use peregrine_lab::trial::{classify, rfc2544_search, SearchParams};
 use peregrine_lab::{netns, signals, Endpoint, Lab, Lifetime};
 
-use crate::bench::{builtin_topology, command_line, secs, write_outputs};
+use crate::bench::{builtin_topology, command_line, warn_shortfall, write_outputs};
+use crate::units::{DurationArg, RateArg};
 
 #[derive(Args, Clone)]
 pub struct BenchFaasArgs {
-    /// Seconds per trial.
-    #[arg(long, default_value_t = 1.5)]
-    pub duration: f64,
+    /// Length of each trial (1.5, 1.5s, 500ms).
+    #[arg(long, default_value = "1.5s")]
+    pub duration: DurationArg,
     /// Request payload sizes, bytes.
     #[arg(long, value_delimiter = ',', default_value = "200,600,800,1000,1400")]
     pub sizes: Vec<usize>,
@@ -47,15 +48,18 @@ pub struct BenchFaasArgs {
     /// above every server's capacity here, below what would overload the
     /// generator's own core (unpaced, it would also starve the servers'
     /// receive work that veth runs there).
-    #[arg(long, default_value_t = 3_000_000.0)]
-    pub saturate: f64,
+    #[arg(long, default_value = "3M")]
+    pub saturate: RateArg,
     /// Request rate at which latency is compared (every backend sustains it).
-    #[arg(long, default_value_t = 100_000.0)]
-    pub latency_rate: f64,
-    #[arg(long, default_value = "docs/results")]
+    #[arg(long, default_value = "100k")]
+    pub latency_rate: RateArg,
+    /// Directory for the result file and plots.
+    #[arg(long, default_value = crate::bench::DEFAULT_OUT)]
     pub out: PathBuf,
+    /// File name stem of the result and plots.
     #[arg(long, default_value = "bench-faas")]
     pub name: String,
+    /// Print the result as JSON on stdout (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
 }
@@ -64,7 +68,13 @@ const FUNCTION: &str = "1232=reverse";
 
 /// One open-loop trial as a result-file trial (requests are the offered
 /// packets, correct replies the delivered ones).
-fn trial(cfg: &OpenLoopConfig, phase: &str, rate: Rate, label: &str) -> Result<Trial> {
+fn trial(
+    cfg: &OpenLoopConfig,
+    phase: &str,
+    rate: Rate,
+    label: &str,
+    loss_tolerance: f64,
+) -> Result<Trial> {
     let frame = request_frame_size(&cfg.frame, cfg.size) as f64;
     let mut c = cfg.clone();
     c.rate = rate;
@@ -97,7 +107,20 @@ fn trial(cfg: &OpenLoopConfig, phase: &str, rate: Rate, label: &str) -> Result<T
         cpu,
         latency: summarize(&r.latency),
         windows: vec![],
+        // Requests the server never answered: its limit (the client's
+        // reply checks count every reply that arrives).
+        limited_by: Some(classify(
+            rate.pps(),
+            offered,
+            r.missing,
+            r.missing as f64 / r.requests.max(1) as f64,
+            loss_tolerance,
+            &[],
+            Limiter::Dut,
+        )),
+        drops: vec![],
     })
+    .inspect(|t| warn_shortfall(label, t))
 }
 
 fn parse_config(c: &str) -> Result<(String, u32)> {
@@ -113,7 +136,7 @@ fn parse_config(c: &str) -> Result<(String, u32)> {
 }
 
 pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
-    let dur = secs(a.duration, "--duration")?;
+    let dur: std::time::Duration = a.duration.into();
     if !(0.0..0.5).contains(&a.loss) {
         bail!("--loss {}: expected a ratio in [0, 0.5)", a.loss);
     }
@@ -209,13 +232,19 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
                 resolution_pps: 10_000.0,
                 trial: dur,
                 max_trials: 10,
-                start: Rate::Pps(a.saturate),
+                start: Rate::Pps(a.saturate.pps(frame)),
             };
             let (summary, mut trials) = rfc2544_search(search, frame, |phase, rate| {
-                trial(&cfg, phase, rate, &label)
+                trial(&cfg, phase, rate, &label, a.loss)
                     .map_err(|e| peregrine_lab::LabError::Other(format!("{e:#}")))
             })?;
-            trials.push(trial(&cfg, "latency", Rate::Pps(a.latency_rate), &label)?);
+            trials.push(trial(
+                &cfg,
+                "latency",
+                Rate::Pps(a.latency_rate.pps(frame)),
+                &label,
+                a.loss,
+            )?);
             drop(server);
             let mem = format!(
                 ", server memory {} KiB (UMEM and rings, or socket buffers)",
@@ -231,12 +260,23 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
                 sink: format!(
                     "open-loop requests to function reverse, every reply checked at the client (tcx); server on CPU {server_cpus:?}{mem}"
                 ),
+                sent: true,
+            };
+            let placement = Placement {
+                generator_cpus: client_cpus.clone(),
+                dut_cpus: server_cpus.clone(),
+                sink_cpus: client_cpus.clone(),
+                notes: vec![
+                    "the server's workers are pinned; veth runs the server's kernel receive on the client's sending CPU and the client's reply checks on the server's sending CPU".into(),
+                    "lab veths with TX checksum offload off (the lab sets it)".into(),
+                ],
             };
             runs.push(Run {
                 label,
                 params,
                 trials,
                 rfc2544: Some(summary),
+                placement: Some(placement),
             });
             drop(lab);
         }
@@ -271,7 +311,7 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
             };
             let (s, x) = (sat("afxdp 1T1Q"), tput("afxdp 1T1Q"));
             println!(
-                "ratio  {size} B, one worker: saturated afxdp {s:.0} req/s = {:.2}x mmsg, {:.2}x socket; RFC 2544 afxdp {x:.0} req/s = {:.2}x mmsg, {:.2}x socket; p50 at {:.0}/s: afxdp {:.1} us, mmsg {:.1} us, socket {:.1} us",
+                "ratio  {size} B, one worker: saturated afxdp {s:.0} req/s = {:.2}x mmsg, {:.2}x socket; RFC 2544 afxdp {x:.0} req/s = {:.2}x mmsg, {:.2}x socket; p50 at {}: afxdp {:.1} us, mmsg {:.1} us, socket {:.1} us",
                 s / sat("mmsg 1T1Q").max(1.0),
                 s / sat("socket 1T1Q").max(1.0),
                 x / tput("mmsg 1T1Q").max(1.0),

@@ -11,26 +11,28 @@ use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_lab::dataplane::{ChainConfig, Dataplane, DataplaneConfig, MatchConfig, NfConfig};
 use peregrine_lab::nl::Netlink;
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{ResultFile, Run};
+use peregrine_lab::results::{ResultFile, Rfc2544, Run};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
-use peregrine_lab::trial::{rfc2544_search, run_trial, SearchParams};
+use peregrine_lab::trial::{measure_trial, rfc2544_search, SearchParams, TrialSetup};
 use peregrine_lab::{signals, Endpoint, Lab, Lifetime};
 
 use crate::bench::{
-    builtin_topology, command_line, frame_for, lab_sink, params, progress_line, secs, write_outputs,
+    builtin_topology, command_line, frame_for, lab_sink, params, path_drops, place, progress_line,
+    warn_shortfall, write_outputs,
 };
+use crate::units::{DurationArg, RateArg};
 
 #[derive(Args, Clone)]
 pub struct BenchRouterArgs {
-    /// Seconds per trial.
-    #[arg(long, default_value_t = 2.0)]
-    pub trial: f64,
-    /// Offered rate of the fixed-rate trial, frames/s.
-    #[arg(long, default_value_t = 2_000_000.0)]
-    pub fixed_rate: f64,
-    /// RFC 2544 search resolution, frames/s.
-    #[arg(long, default_value_t = 20_000.0)]
-    pub resolution: f64,
+    /// Length of each trial (2, 2s, 500ms).
+    #[arg(long, default_value = "2s")]
+    pub trial: DurationArg,
+    /// Offered rate of the fixed-rate trial (2M, 2Mpps, 1Gbit).
+    #[arg(long, default_value = "2Mpps")]
+    pub fixed_rate: RateArg,
+    /// RFC 2544 search resolution (20k, 20kpps).
+    #[arg(long, default_value = "20kpps")]
+    pub resolution: RateArg,
     /// Routes added for the large-table configurations.
     #[arg(long, default_value_t = 10_000)]
     pub routes: u32,
@@ -41,15 +43,20 @@ pub struct BenchRouterArgs {
     /// slow drifts of this noisy machine hit them alike. Ratios use medians.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
-    #[arg(long, default_value = "docs/results")]
+    #[command(flatten)]
+    pub placement: crate::bench::PlacementArgs,
+    /// Directory for the result file and plots.
+    #[arg(long, default_value = crate::bench::DEFAULT_OUT)]
     pub out: PathBuf,
+    /// File name stem of the result and plots.
     #[arg(long, default_value = "bench-router")]
     pub name: String,
+    /// Print the result as JSON on stdout (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Contender {
     Linux,
     Xdp,
@@ -104,7 +111,8 @@ fn chain_config(lab: &str) -> DataplaneConfig {
 }
 
 pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
-    let trial = secs(a.trial, "--trial")?;
+    let trial: std::time::Duration = a.trial.into();
+    let dut_cpu = a.placement.dut_cpu()?;
     let topo = builtin_topology("chain", "benchrt")?;
     eprintln!(
         "building lab {} (gen -> dut -> sink, containers c1 c2)",
@@ -122,6 +130,13 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
     };
     let sink = lab_sink(lab.name(), &lab.ns("sink"), &sink_ep, XdpAction::Drop)?;
     let dut = lab.ns("dut");
+    let dut_in = Endpoint {
+        host: "dut".into(),
+        iface: "in0".into(),
+    };
+    let drops = path_drops(&lab, Some(&dut_in), &sink_ep)?;
+    // Typed keys for the ratios: (configuration, contender, RFC 2544).
+    let mut figures: Vec<(usize, Contender, Rfc2544)> = Vec::new();
 
     let both = vec![Contender::Linux, Contender::Xdp];
     let mut configs = vec![Config {
@@ -179,7 +194,7 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
 
     let mut runs = Vec::new();
     let mut table_routes = false;
-    for cfg in &configs {
+    for (ci, cfg) in configs.iter().enumerate() {
         if cfg.big_table && !table_routes {
             eprintln!("adding {} /32 routes in the dut", a.routes);
             for k in 0..a.routes {
@@ -235,92 +250,108 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
                 };
                 let gen =
                     Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
+                // After the data plane and the generator's pass-through are
+                // attached: attaching recreates the DUT's NAPI workers.
+                let placement = place(&lab, &spec.cpus, &dut_in, dut_cpu)?;
                 let label = format!("{} | {} | round {round}", c.label(), cfg.name);
                 eprintln!("{label}");
                 let search = SearchParams {
                     loss_tolerance: 0.0,
-                    resolution_pps: a.resolution,
+                    resolution_pps: a.resolution.pps(mean),
                     trial,
                     max_trials: 12,
                     start: Rate::Max,
                 };
+                let setup = TrialSetup {
+                    gen: &gen,
+                    sink: &sink,
+                    duration: trial,
+                    mean_frame_bytes: mean,
+                    loss_tolerance: search.loss_tolerance,
+                    drops: &drops,
+                };
                 let mut show = progress_line(&label);
-                let (summary, mut trials) = rfc2544_search(search, mean, |phase, rate| {
-                    run_trial(&gen, &sink, phase, rate, trial, mean, &mut show)
-                })?;
-                trials.push(run_trial(
-                    &gen,
-                    &sink,
-                    "fixed",
-                    Rate::Pps(a.fixed_rate),
-                    trial,
-                    mean,
-                    &mut show,
-                )?);
+                let mut one = |phase: &str, rate| {
+                    let t = measure_trial(&setup, phase, rate, &mut show)?;
+                    warn_shortfall(&label, &t);
+                    Ok(t)
+                };
+                let (summary, mut trials) = rfc2544_search(search, mean, &mut one)?;
+                trials.push(one("fixed", Rate::Pps(a.fixed_rate.pps(mean)))?);
                 drop(show);
+                eprintln!("  RFC 2544: {}", summary.describe());
+                figures.push((ci, c, summary.clone()));
                 runs.push(Run {
                     label,
                     params: params(&spec, &format!("xdp drop sink {}", sink_ep)),
                     trials,
                     rfc2544: Some(summary),
+                    placement: Some(placement),
                 });
             }
         }
     }
+    drop(drops);
     drop(sink);
     drop(nl);
     drop(lab);
     let result = ResultFile::new("bench-router", command_line(), runs);
     if !a.json {
-        print_ratios(&result);
+        print_ratios(&configs, &figures);
     }
     write_outputs(&result, &a.out, &a.name, a.json)
 }
 
-/// Median RFC 2544 throughput of every round of `contender | config`.
-fn median_throughput(r: &ResultFile, contender: &str, config: &str) -> Option<f64> {
-    let prefix = format!("{contender} | {config} | round ");
-    let mut v: Vec<f64> = r
-        .runs
+/// Median RFC 2544 throughput over the rounds of one contender in one
+/// configuration, and whether any of those rounds was generator-limited.
+fn median_throughput(
+    figures: &[(usize, Contender, Rfc2544)],
+    config: usize,
+    contender: Contender,
+) -> Option<(f64, bool)> {
+    let mine: Vec<&Rfc2544> = figures
         .iter()
-        .filter(|x| x.label.starts_with(&prefix))
-        .filter_map(|x| x.rfc2544.as_ref())
-        .map(|s| s.throughput_pps)
+        .filter(|(c, k, _)| *c == config && *k == contender)
+        .map(|(_, _, s)| s)
         .collect();
-    if v.is_empty() {
+    if mine.is_empty() {
         return None;
     }
+    let mut v: Vec<f64> = mine.iter().map(|s| s.throughput_pps).collect();
     v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
+    Some((v[v.len() / 2], mine.iter().any(|s| s.generator_limited)))
 }
 
 /// XDP / Linux throughput ratios per configuration (medians over rounds of
-/// the same run), and chain / direct.
-fn print_ratios(r: &ResultFile) {
-    let mut configs: Vec<&str> = r
-        .runs
-        .iter()
-        .filter_map(|x| x.label.split(" | ").nth(1))
-        .collect();
-    configs.dedup();
-    for cfg in configs {
-        let x = median_throughput(r, Contender::Xdp.label(), cfg);
-        let l = median_throughput(r, Contender::Linux.label(), cfg);
-        let ch = median_throughput(r, Contender::XdpChain.label(), cfg);
+/// the same run), and chain / direct. A generator-limited figure is a lower
+/// bound, and so is a ratio over it ("or more").
+fn print_ratios(configs: &[Config], figures: &[(usize, Contender, Rfc2544)]) {
+    let show = |(v, gl): (f64, bool)| format!("{}{:.3} Mpps", if gl { ">= " } else { "" }, v / 1e6);
+    for (ci, cfg) in configs.iter().enumerate() {
+        let x = median_throughput(figures, ci, Contender::Xdp);
+        let l = median_throughput(figures, ci, Contender::Linux);
+        let ch = median_throughput(figures, ci, Contender::XdpChain);
         if let (Some(x), Some(l)) = (x, l) {
             println!(
-                "ratio  {cfg}: xdp {:.3} Mpps / linux {:.3} Mpps = {:.2}x (medians)",
-                x / 1e6,
-                l / 1e6,
-                x / l.max(1.0)
+                "ratio  {}: xdp {} / linux {} = {:.2}x{} (medians)",
+                cfg.name,
+                show(x),
+                show(l),
+                x.0 / l.0.max(1.0),
+                if x.1 {
+                    " or more (xdp generator-limited)"
+                } else {
+                    ""
+                }
             );
         }
         if let (Some(ch), Some(x)) = (ch, x) {
             println!(
-                "ratio  {cfg}: 2-NF chain {:.3} Mpps / direct {:.3} Mpps = {:.2} (medians)",
-                ch / 1e6,
-                x / 1e6,
-                ch / x.max(1.0)
+                "ratio  {}: 2-NF chain {} / direct {} = {:.2} (medians)",
+                cfg.name,
+                show(ch),
+                show(x),
+                ch.0 / x.0.max(1.0)
             );
         }
     }

@@ -7,15 +7,16 @@ use std::collections::BTreeSet;
 use crate::error::{LabError, Result};
 use crate::netns;
 
-/// PIDs of the kernel's threaded-NAPI workers ("napi/<dev>-<id>").
-fn napi_threads() -> BTreeSet<i32> {
+/// PIDs of the kernel's threaded-NAPI workers ("napi/<dev>-<id>"), with
+/// their names.
+fn napi_threads() -> BTreeSet<(i32, String)> {
     let mut out = BTreeSet::new();
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
             if let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() {
                 let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
                 if comm.starts_with("napi/") {
-                    out.insert(pid);
+                    out.insert((pid, comm.trim_end().to_string()));
                 }
             }
         }
@@ -25,7 +26,10 @@ fn napi_threads() -> BTreeSet<i32> {
 
 /// Makes `iface`'s receive processing run in its own kernel threads pinned to
 /// `cpu`. The device needs NAPI first: attach an XDP program (or enable GRO)
-/// before calling this. Returns the worker thread IDs.
+/// before calling this. Safe to call again: when threaded NAPI is already on,
+/// the device's existing workers (named after it) are pinned. Attaching or
+/// detaching XDP recreates the workers, so call it after such changes.
+/// Returns the worker thread IDs.
 pub fn pin_receive(ns: &str, iface: &str, cpu: usize) -> Result<Vec<i32>> {
     let before = napi_threads();
     let path = format!("/sys/class/net/{iface}/threaded");
@@ -37,26 +41,38 @@ pub fn pin_receive(ns: &str, iface: &str, cpu: usize) -> Result<Vec<i32>> {
     let mut set = nix::sched::CpuSet::new();
     set.set(cpu)
         .map_err(|e| LabError::Config(format!("cpu {cpu}: {e}")))?;
-    // The kernel starts the workers as the setting is applied.
-    let mut new: Vec<i32> = Vec::new();
+    // Workers are named "napi/<dev>-<napi id>", cut to 15 bytes.
+    let mut prefix = format!("napi/{iface}-");
+    prefix.truncate(15);
+    // The kernel starts the workers as the setting is applied; when it was
+    // already on, they exist and are found by name.
+    let mut workers: Vec<i32> = Vec::new();
     for _ in 0..100 {
-        new = napi_threads().difference(&before).copied().collect();
-        if !new.is_empty() {
+        let now = napi_threads();
+        workers = now.difference(&before).map(|(p, _)| *p).collect();
+        if workers.is_empty() {
+            workers = now
+                .iter()
+                .filter(|(_, n)| n.starts_with(&prefix))
+                .map(|(p, _)| *p)
+                .collect();
+        }
+        if !workers.is_empty() {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    if new.is_empty() {
+    if workers.is_empty() {
         return Err(LabError::Other(format!(
             "no threaded NAPI worker appeared for {ns}:{iface}"
         )));
     }
-    for &pid in &new {
+    for &pid in &workers {
         nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), &set).map_err(|e| {
             LabError::Other(format!(
                 "pinning NAPI worker {pid} of {ns}:{iface} to cpu {cpu}: {e}"
             ))
         })?;
     }
-    Ok(new)
+    Ok(workers)
 }

@@ -19,6 +19,17 @@ use crate::error::{LabError, Result};
 use crate::netns;
 use peregrine_wire::MacAddr;
 
+/// Packet counters of an interface. On veth, `rx_dropped` counts frames
+/// that found the receiving ring full (including XDP_REDIRECTed ones the
+/// sender could not queue).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkCounters {
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub rx_dropped: u64,
+    pub tx_dropped: u64,
+}
+
 pub struct Netlink {
     rt: Runtime,
     handles: HashMap<String, Handle>,
@@ -284,6 +295,34 @@ impl Netlink {
             .map_err(nl_err(format!(
                 "adding neighbour {ip} -> {mac} on {ns}:{dev}"
             )))
+    }
+
+    /// An interface's packet counters (IFLA_STATS64).
+    pub fn link_counters(&mut self, ns: &str, name: &str) -> Result<LinkCounters> {
+        let h = self.handle(ns)?;
+        let m = self
+            .block_on(async {
+                h.link()
+                    .get()
+                    .match_name(name.to_string())
+                    .execute()
+                    .try_next()
+                    .await
+            })
+            .map_err(nl_err(format!("reading counters of {ns}:{name}")))?
+            .ok_or_else(|| LabError::Netlink(format!("no interface {name} in namespace {ns}")))?;
+        m.attributes
+            .into_iter()
+            .find_map(|a| match a {
+                LinkAttribute::Stats64(s) => Some(LinkCounters {
+                    rx_packets: s.rx_packets,
+                    tx_packets: s.tx_packets,
+                    rx_dropped: s.rx_dropped,
+                    tx_dropped: s.tx_dropped,
+                }),
+                _ => None,
+            })
+            .ok_or_else(|| LabError::Netlink(format!("{ns}:{name} reports no counters")))
     }
 
     /// Interface names in a namespace.

@@ -37,9 +37,10 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(perr)?;
-    let max = r
-        .runs
-        .iter()
+    // Runs whose frames were built but not sent have nothing delivered to
+    // show: they stay in the table, not on this chart.
+    let sent = || r.runs.iter().filter(|x| x.params.sent);
+    let max = sent()
         .flat_map(|x| x.trials.iter())
         .map(|t| t.offered_pps.max(t.delivered_pps))
         .fold(0.0f64, f64::max)
@@ -71,7 +72,7 @@ where
         .map_err(perr)?
         .label("no loss")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.3)));
-    for (i, run) in r.runs.iter().enumerate() {
+    for (i, run) in sent().enumerate() {
         let c = COLORS[i % COLORS.len()];
         let mut pts: Vec<(f64, f64)> = run
             .trials
@@ -104,6 +105,7 @@ where
     let series: Series = r
         .runs
         .iter()
+        .filter(|run| run.params.sent)
         .filter_map(|run| {
             let t = run
                 .trials

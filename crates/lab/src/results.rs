@@ -47,6 +47,9 @@ pub struct Run {
     pub params: RunParams,
     pub trials: Vec<Trial>,
     pub rfc2544: Option<Rfc2544>,
+    /// CPU placement of generator, device under test and sink.
+    #[serde(default)]
+    pub placement: Option<Placement>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -63,6 +66,72 @@ pub struct RunParams {
     pub threads: usize,
     /// Where delivery is counted.
     pub sink: String,
+    /// False for runs whose frames were built and dropped by the generator
+    /// itself (its own ceiling): their "delivered" is what was built, and
+    /// plots do not show it as delivered.
+    #[serde(default = "yes")]
+    pub sent: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What held a figure down.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Limiter {
+    /// The generator: it offered less than requested, or, unpaced, the
+    /// receivers took everything it made (its own ceiling is the figure).
+    Generator,
+    /// The device under test: frames lost at its input ring or inside it.
+    Dut,
+    /// The receiver that counts delivery: frames lost at its input.
+    Sink,
+    /// Nothing: the requested rate was offered and delivered within the
+    /// loss tolerance.
+    None,
+    /// Loss beyond the tolerance that no drop counter accounts for.
+    Unattributed,
+}
+
+impl Limiter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limiter::Generator => "generator",
+            Limiter::Dut => "DUT",
+            Limiter::Sink => "sink",
+            Limiter::None => "-",
+            Limiter::Unattributed => "unattributed",
+        }
+    }
+}
+
+/// Frames a counter saw dropped during a trial.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DropCount {
+    /// The counter, e.g. "rx_dropped of dut:in0 (input ring full)".
+    pub at: String,
+    /// Whose limit the drops show.
+    pub role: Limiter,
+    pub packets: u64,
+}
+
+/// Where each party of a run ran: CPUs, and how the placement was made.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Placement {
+    /// CPUs of the generator's sending threads.
+    pub generator_cpus: Vec<usize>,
+    /// CPUs of the device under test's receive work; empty when it runs
+    /// wherever the sender transmits (veth's default: the sender's CPU).
+    pub dut_cpus: Vec<usize>,
+    /// CPUs of the counting sink's receive work; empty as for `dut_cpus`.
+    pub sink_cpus: Vec<usize>,
+    /// How the placement was made and what the lab tunes, in words
+    /// (threaded NAPI, offloads), so a reader can repeat it.
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -88,6 +157,13 @@ pub struct Trial {
     pub latency: Option<Latency>,
     /// Delivered rate in consecutive windows of about one second.
     pub windows: Vec<Window>,
+    /// What held this trial's figure down (see `Limiter`); null in files
+    /// written before it was recorded.
+    #[serde(default)]
+    pub limited_by: Option<Limiter>,
+    /// Drop counters that moved during the trial.
+    #[serde(default)]
+    pub drops: Vec<DropCount>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -129,9 +205,17 @@ pub struct Rfc2544 {
     pub loss_tolerance: f64,
     pub resolution_pps: f64,
     pub trial_s: f64,
-    /// Highest offered rate whose loss stayed within the tolerance.
+    /// Highest measured offered rate whose loss stayed within the
+    /// tolerance (a lower bound when `generator_limited`).
     pub throughput_pps: f64,
     pub throughput_bps: f64,
+    /// The search stopped because the generator could not offer the rate
+    /// asked for: the device under test takes at least `throughput_pps`.
+    #[serde(default)]
+    pub generator_limited: bool,
+    /// What the search ran into above `throughput_pps`.
+    #[serde(default)]
+    pub limited_by: Option<Limiter>,
 }
 
 impl ResultFile {
@@ -175,11 +259,33 @@ impl ResultFile {
         Ok(r)
     }
 
-    /// A fixed-width table: one row per trial.
+    /// A table for people: one row per trial, the RFC 2544 figure and the
+    /// placement under each run, and a key to the columns at the end.
+    /// Labels are never cut: the first column is as wide as the longest.
     pub fn table(&self) -> String {
+        let w = self
+            .runs
+            .iter()
+            .map(|r| r.label.chars().count())
+            .max()
+            .unwrap_or(3)
+            .max(3);
+        let ncpu = self
+            .runs
+            .iter()
+            .flat_map(|r| r.trials.iter())
+            .map(|t| t.cpu.len())
+            .max()
+            .unwrap_or(0);
+        let cpu_head = if ncpu == 0 {
+            "cpu busy %".to_string()
+        } else {
+            let names: Vec<String> = (0..ncpu).map(|c| format!("cpu{c}")).collect();
+            format!("busy % {}", names.join("/"))
+        };
         let mut out = String::new();
         out.push_str(&format!(
-            "{:<40} {:<6} {:>11} {:>11} {:>11} {:>10} {:>9} {:>12}\n",
+            "{:<w$}  {:<8} {:>10} {:>10} {:>10} {:>10} {:>9}  {:<12} {}\n",
             "run",
             "phase",
             "req Mpps",
@@ -187,7 +293,8 @@ impl ResultFile {
             "deliv Mpps",
             "deliv Gb/s",
             "loss %",
-            "cpu busy %"
+            "limited by",
+            cpu_head,
         ));
         for r in &self.runs {
             for t in &r.trials {
@@ -196,22 +303,31 @@ impl ResultFile {
                     .iter()
                     .map(|c| format!("{:.0}", 100.0 - c.idle_pct))
                     .collect();
+                let (deliv, gbps) = if r.params.sent {
+                    (
+                        format!("{:.3}", t.delivered_pps / 1e6),
+                        format!("{:.3}", t.delivered_bps / 1e9),
+                    )
+                } else {
+                    ("not sent".into(), "-".into())
+                };
                 out.push_str(&format!(
-                    "{:<40} {:<6} {:>11} {:>11.3} {:>11.3} {:>10.3} {:>9.4} {:>12}\n",
-                    truncate(&r.label, 40),
+                    "{:<w$}  {:<8} {:>10} {:>10.3} {:>10} {:>10} {:>9.4}  {:<12} {}\n",
+                    r.label,
                     t.phase,
                     t.requested_pps
                         .map(|p| format!("{:.3}", p / 1e6))
                         .unwrap_or_else(|| "max".into()),
                     t.offered_pps / 1e6,
-                    t.delivered_pps / 1e6,
-                    t.delivered_bps / 1e9,
+                    deliv,
+                    gbps,
                     t.loss_ratio * 100.0,
+                    t.limited_by.map(Limiter::as_str).unwrap_or("?"),
                     busy.join("/")
                 ));
                 if let Some(l) = &t.latency {
                     out.push_str(&format!(
-                        "{:<40} latency us: min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} ({} samples)\n",
+                        "{:<w$}  latency us: min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} ({} samples)\n",
                         "",
                         l.min_ns as f64 / 1e3,
                         l.p50_ns as f64 / 1e3,
@@ -225,23 +341,69 @@ impl ResultFile {
             }
             if let Some(s) = &r.rfc2544 {
                 out.push_str(&format!(
-                    "{:<40} RFC 2544 throughput (loss <= {}): {:.3} Mpps, {:.3} Gb/s\n",
-                    truncate(&r.label, 40),
+                    "{:<w$}  RFC 2544 throughput (loss <= {}): {}\n",
+                    r.label,
                     s.loss_tolerance,
-                    s.throughput_pps / 1e6,
-                    s.throughput_bps / 1e9
+                    s.describe()
                 ));
             }
+            if let Some(p) = &r.placement {
+                out.push_str(&format!("{:<w$}  placement: {}\n", "", p.describe()));
+            }
         }
+        out.push_str(
+            "offered: measured at the generator; delivered: counted at the receiver; \
+             limited by: with no loss beyond the tolerance, generator (offered short of the request by \
+             more than 1%, or unpaced: its own ceiling) or - (rate carried); with loss, DUT or sink \
+             (where the drops were counted); \
+             busy %: 100 - idle per CPU over the trial\n",
+        );
         out
     }
 }
 
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        s.chars().take(n - 1).collect::<String>() + "~"
+impl Rfc2544 {
+    /// "2.645 Mpps, 1.354 Gb/s, limited by DUT" or ">= 2.645 Mpps, ...,
+    /// generator-limited".
+    pub fn describe(&self) -> String {
+        if self.generator_limited {
+            format!(
+                ">= {:.3} Mpps, >= {:.3} Gb/s, generator-limited",
+                self.throughput_pps / 1e6,
+                self.throughput_bps / 1e9
+            )
+        } else {
+            format!(
+                "{:.3} Mpps, {:.3} Gb/s, limited by {}",
+                self.throughput_pps / 1e6,
+                self.throughput_bps / 1e9,
+                self.limited_by.map(Limiter::as_str).unwrap_or("?")
+            )
+        }
+    }
+}
+
+impl Placement {
+    pub fn describe(&self) -> String {
+        let cpus = |c: &[usize]| {
+            if c.is_empty() {
+                "the sender's CPU".to_string()
+            } else {
+                let v: Vec<String> = c.iter().map(|x| x.to_string()).collect();
+                format!("cpu {}", v.join(","))
+            }
+        };
+        let mut s = format!(
+            "generator {}, DUT {}, sink {}",
+            cpus(&self.generator_cpus),
+            cpus(&self.dut_cpus),
+            cpus(&self.sink_cpus)
+        );
+        for n in &self.notes {
+            s.push_str("; ");
+            s.push_str(n);
+        }
+        s
     }
 }
 
@@ -249,7 +411,7 @@ fn truncate(s: &str, n: usize) -> String {
 pub const JSON_SCHEMA: &str = include_str!("../../../docs/results.schema.json");
 
 /// Checks `v` against the subset of JSON Schema our schema uses (type,
-/// const, required, properties, additionalProperties: false, items).
+/// const, enum, required, properties, additionalProperties: false, items).
 /// Returns one message per violation, each naming the JSON path.
 pub fn schema_errors(v: &serde_json::Value, schema: &serde_json::Value) -> Vec<String> {
     let mut out = Vec::new();
@@ -289,6 +451,14 @@ fn check_node(v: &serde_json::Value, s: &serde_json::Value, path: &str, out: &mu
     if let Some(c) = s.get("const") {
         if v != c {
             out.push(format!("{path}: expected {c}, found {v}"));
+        }
+    }
+    if let Some(allowed) = s.get("enum").and_then(|e| e.as_array()) {
+        if !allowed.contains(v) {
+            out.push(format!(
+                "{path}: {v} is not one of {}",
+                serde_json::Value::from(allowed.clone())
+            ));
         }
     }
     if let (Some(obj), Some(props)) = (
@@ -362,6 +532,12 @@ mod tests {
                 offered_pps: 10.0,
                 delivered_pps: 9.0,
             }],
+            limited_by: Some(Limiter::Sink),
+            drops: vec![DropCount {
+                at: "rx_dropped of b:eth0".into(),
+                role: Limiter::Sink,
+                packets: 1,
+            }],
         };
         let run = Run {
             label: "x".into(),
@@ -373,6 +549,7 @@ mod tests {
                 flows: 1,
                 threads: 1,
                 sink: "s".into(),
+                sent: true,
             },
             trials: vec![
                 trial.clone(),
@@ -388,6 +565,14 @@ mod tests {
                 trial_s: 1.0,
                 throughput_pps: 5.0,
                 throughput_bps: 2560.0,
+                generator_limited: false,
+                limited_by: Some(Limiter::Dut),
+            }),
+            placement: Some(Placement {
+                generator_cpus: vec![0],
+                dut_cpus: vec![1],
+                sink_cpus: vec![1],
+                notes: vec!["threaded NAPI".into()],
             }),
         };
         ResultFile::new(
@@ -397,6 +582,7 @@ mod tests {
                 run.clone(),
                 Run {
                     rfc2544: None,
+                    placement: None,
                     ..run
                 },
             ],

@@ -237,19 +237,28 @@ impl Generator {
             Rate::Max => Rate::Max,
             Rate::Pps(p) => Rate::Pps(p / n as f64),
         };
+        let limits: Vec<Limit> = (0..n)
+            .map(|i| Limit {
+                count: limit.count.map(|c| c / n + u64::from(i < c % n)),
+                duration: limit.duration,
+            })
+            .collect();
+        // The live backend's per-CPU sent counters restart before any
+        // thread runs, so `offered_so_far` reads this run from its start.
+        if let Some(prog) = &self.prog {
+            for (&cpu, lim) in self.spec.cpus.iter().zip(&limits) {
+                prog.set_pace(cpu, per_rate.pps(), lim.count)?;
+            }
+        }
         let start = Instant::now();
         let results: Vec<Result<u64>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .spec
                 .cpus
                 .iter()
+                .zip(&limits)
                 .enumerate()
-                .map(|(i, &cpu)| {
-                    let count = limit.count.map(|c| c / n + u64::from((i as u64) < c % n));
-                    let lim = Limit {
-                        count,
-                        duration: limit.duration,
-                    };
+                .map(|(i, (&cpu, &lim))| {
                     let progress = progress.clone();
                     s.spawn(move || self.thread_main(cpu, i, per_rate, lim, &progress))
                 })
@@ -271,6 +280,23 @@ impl Generator {
             packets,
             elapsed: start.elapsed(),
         })
+    }
+
+    /// Frames sent so far by the run in progress. The live backend adds to
+    /// `progress` only after each BPF_PROG_RUN call (up to 2^20 frames), so
+    /// for it the program's own per-CPU counters are read, which move with
+    /// every frame; the other backends add per batch.
+    pub fn offered_so_far(&self, progress: &AtomicU64) -> u64 {
+        match &self.prog {
+            Some(prog) => self
+                .spec
+                .cpus
+                .iter()
+                .map(|&c| prog.pace_sent(c).unwrap_or(0))
+                .sum::<u64>()
+                .max(progress.load(Ordering::Relaxed)),
+            None => progress.load(Ordering::Relaxed),
+        }
     }
 
     fn thread_main(
@@ -534,7 +560,7 @@ fn live_loop(
     if limit.count == Some(0) {
         return Ok(0);
     }
-    prog.set_pace(cpu, rate.pps(), limit.count)?;
+    // The pace (rate, limit, sent counter) was set by `Generator::run`.
     let iterations = if rate.pps().is_some() {
         LIVE_ITERATIONS_PACED
     } else {

@@ -1,19 +1,141 @@
 //! One measured trial (offer traffic for a while, count at the receiver)
 //! and the RFC 2544 throughput search built from trials.
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::measure::{summarize, CpuSnapshot};
+use crate::nl::Netlink;
 use crate::pacing::{Limit, Rate};
-use crate::results::{Rfc2544, Trial, Window};
+use crate::results::{DropCount, Limiter, Rfc2544, Trial, Window};
 use crate::signals;
 use crate::sinks::Sink;
 use crate::traffic::Generator;
 
 /// Time allowed after the generator stops for frames in flight to arrive.
 const DRAIN: Duration = Duration::from_millis(200);
+
+/// A trial whose offered rate falls short of the request by more than this
+/// share is generator-limited: its figure says nothing about the receivers.
+pub const SHORTFALL: f64 = 0.01;
+
+/// True when `offered_pps` falls short of `requested` by more than
+/// `SHORTFALL`.
+pub fn short_of(requested: Option<f64>, offered_pps: f64) -> bool {
+    requested.is_some_and(|r| offered_pps < r * (1.0 - SHORTFALL))
+}
+
+/// One counter of dropped frames in the path, and whose limit it shows.
+#[derive(Debug, Clone)]
+pub struct DropPoint {
+    pub ns: String,
+    pub iface: String,
+    pub role: Limiter,
+}
+
+/// The drop counters of a lab path: each point's `rx_dropped` (on veth:
+/// frames that found the receiving ring full, XDP-redirected ones too).
+/// Loss that no counter saw is put down to `remainder` (frames that went
+/// into a device under test and did not come out).
+pub struct DropProbes {
+    points: Vec<DropPoint>,
+    remainder: Limiter,
+    nl: Option<std::sync::Mutex<Netlink>>,
+}
+
+impl DropProbes {
+    /// No counters: loss beyond the tolerance is `remainder`'s.
+    pub fn none(remainder: Limiter) -> DropProbes {
+        DropProbes {
+            points: vec![],
+            remainder,
+            nl: None,
+        }
+    }
+
+    pub fn new(points: Vec<DropPoint>, remainder: Limiter) -> Result<DropProbes> {
+        Ok(DropProbes {
+            points,
+            remainder,
+            nl: Some(std::sync::Mutex::new(Netlink::new()?)),
+        })
+    }
+
+    fn snapshot(&self) -> Result<Vec<u64>> {
+        let Some(nl) = &self.nl else {
+            return Ok(vec![]);
+        };
+        let mut nl = nl.lock().unwrap_or_else(|e| e.into_inner());
+        self.points
+            .iter()
+            .map(|p| Ok(nl.link_counters(&p.ns, &p.iface)?.rx_dropped))
+            .collect()
+    }
+
+    /// Drops counted between two snapshots, non-zero ones only.
+    fn counted(&self, before: &[u64], after: &[u64]) -> Vec<DropCount> {
+        self.points
+            .iter()
+            .zip(before.iter().zip(after))
+            .filter(|(_, (b, a))| a > b)
+            .map(|(p, (b, a))| DropCount {
+                at: format!("rx_dropped of {}:{}", p.ns, p.iface),
+                role: p.role,
+                packets: a - b,
+            })
+            .collect()
+    }
+}
+
+/// What held a trial down. Without loss beyond the tolerance: the generator
+/// when it offered less than asked (or, unpaced: the figure is its own
+/// ceiling), else nothing (the rate was carried). With loss: the party whose
+/// counters saw most of it (loss no counter saw goes to `remainder`).
+pub fn classify(
+    requested: Option<f64>,
+    offered_pps: f64,
+    lost: u64,
+    loss_ratio: f64,
+    loss_tolerance: f64,
+    drops: &[DropCount],
+    remainder: Limiter,
+) -> Limiter {
+    if loss_ratio <= loss_tolerance {
+        return if requested.is_none() || short_of(requested, offered_pps) {
+            Limiter::Generator
+        } else {
+            Limiter::None
+        };
+    }
+    // Loss: whoever dropped the frames held the delivered figure down, even
+    // when the generator also fell short (that is warned about separately).
+    let mut by_role: Vec<(Limiter, u64)> = Vec::new();
+    for d in drops {
+        match by_role.iter_mut().find(|(r, _)| *r == d.role) {
+            Some((_, n)) => *n += d.packets,
+            None => by_role.push((d.role, d.packets)),
+        }
+    }
+    let counted: u64 = by_role.iter().map(|(_, n)| n).sum();
+    by_role.push((remainder, lost.saturating_sub(counted)));
+    by_role
+        .into_iter()
+        .max_by_key(|&(_, n)| n)
+        .map(|(r, _)| r)
+        .unwrap_or(remainder)
+}
+
+/// Everything a trial needs besides its phase and rate.
+pub struct TrialSetup<'a> {
+    pub gen: &'a Generator,
+    pub sink: &'a dyn Sink,
+    pub duration: Duration,
+    pub mean_frame_bytes: f64,
+    /// Loss ratio up to which a trial counts as carried (for `limited_by`).
+    pub loss_tolerance: f64,
+    pub drops: &'a DropProbes,
+}
 
 /// Offers `rate` for `duration` and counts what `sink` received.
 /// `on_window` sees each ~1 s window as it closes (progress display).
@@ -26,7 +148,29 @@ pub fn run_trial(
     mean_frame_bytes: f64,
     on_window: &mut dyn FnMut(&Window),
 ) -> Result<Trial> {
+    let drops = DropProbes::none(Limiter::Unattributed);
+    let setup = TrialSetup {
+        gen,
+        sink,
+        duration,
+        mean_frame_bytes,
+        loss_tolerance: 0.0,
+        drops: &drops,
+    };
+    measure_trial(&setup, phase, rate, on_window)
+}
+
+/// `run_trial` with drop counters read before and after, and the trial's
+/// limiter worked out from them.
+pub fn measure_trial(
+    t: &TrialSetup,
+    phase: &str,
+    rate: Rate,
+    on_window: &mut dyn FnMut(&Window),
+) -> Result<Trial> {
+    let (gen, sink, duration) = (t.gen, t.sink, t.duration);
     let progress = Arc::new(AtomicU64::new(0));
+    let drops0 = t.drops.snapshot()?;
     let before = sink.delivered()?;
     let _ = sink.take_latency();
     let cpu0 = CpuSnapshot::take();
@@ -52,13 +196,16 @@ pub fn run_trial(
             if el >= next {
                 next += Duration::from_secs(1);
                 let t = el.as_secs_f64();
-                let off = progress.load(Ordering::Relaxed);
+                // Delivery first, then what was sent: a frame counted at
+                // the sink was sent before, so a window never shows more
+                // delivered than offered.
                 let del = sink.delivered()?.packets;
+                let off = gen.offered_so_far(&progress);
                 let secs = t - last_t;
                 let w = Window {
                     t_s: t,
                     seconds: secs,
-                    offered_pps: (off - last_off) as f64 / secs,
+                    offered_pps: off.saturating_sub(last_off) as f64 / secs,
                     delivered_pps: del.saturating_sub(last_del) as f64 / secs,
                 };
                 on_window(&w);
@@ -71,29 +218,44 @@ pub fn run_trial(
     })?;
     signals::sleep(DRAIN);
     let after = sink.delivered()?;
+    let drops1 = t.drops.snapshot()?;
     let cpu = CpuSnapshot::take().usage_since(&cpu0);
     let secs = offered.elapsed.as_secs_f64().max(1e-9);
     let delivered = after.packets.saturating_sub(before.packets);
-    let bits = mean_frame_bytes * 8.0;
+    let bits = t.mean_frame_bytes * 8.0;
+    let lost = offered.packets.saturating_sub(delivered);
     let loss = if offered.packets == 0 {
         0.0
     } else {
-        offered.packets.saturating_sub(delivered) as f64 / offered.packets as f64
+        lost as f64 / offered.packets as f64
     };
+    let offered_pps = offered.packets as f64 / secs;
+    let drops = t.drops.counted(&drops0, &drops1);
+    let limited_by = classify(
+        rate.pps(),
+        offered_pps,
+        lost,
+        loss,
+        t.loss_tolerance,
+        &drops,
+        t.drops.remainder,
+    );
     Ok(Trial {
         phase: phase.into(),
         requested_pps: rate.pps(),
         duration_s: secs,
         offered_packets: offered.packets,
         delivered_packets: delivered,
-        offered_pps: offered.packets as f64 / secs,
+        offered_pps,
         delivered_pps: delivered as f64 / secs,
-        offered_bps: offered.packets as f64 / secs * bits,
+        offered_bps: offered_pps * bits,
         delivered_bps: delivered as f64 / secs * bits,
         loss_ratio: loss,
         cpu,
         latency: sink.take_latency().as_ref().and_then(summarize),
         windows,
+        limited_by: Some(limited_by),
+        drops,
     })
 }
 
@@ -112,10 +274,15 @@ pub struct SearchParams {
     pub start: Rate,
 }
 
-/// RFC 2544 section 26.1 throughput by binary search: the first trial runs
-/// unpaced (or at `start`) to find the ceiling; if it loses nothing that is the answer.
-/// Otherwise the bracket [pass, fail] halves until narrower than the
-/// resolution. Every trial is returned.
+/// RFC 2544 section 26.1 throughput by binary search on measured offered
+/// rates. The first trial runs unpaced (or at `start`) to find the ceiling;
+/// if it loses nothing, the device took all the generator could offer: the
+/// answer is that rate, as a lower bound ("generator-limited"). Otherwise
+/// the bracket [pass, fail] halves until narrower than the resolution. A
+/// trial that passes while offering less than asked (by more than
+/// `SHORTFALL`) ends the search the same way: the generator, not the device,
+/// set the figure. The throughput is the highest *offered* rate of a passing
+/// trial, never a requested one. Every trial is returned.
 pub fn rfc2544_search(
     p: SearchParams,
     mean_frame_bytes: f64,
@@ -126,21 +293,41 @@ pub fn rfc2544_search(
         Rate::Max => trial("max", Rate::Max)?,
         r => trial("saturate", r)?,
     };
-    let ceiling = first.offered_pps;
-    let mut pass = 0.0f64;
-    let mut fail = ceiling;
-    if first.loss_ratio <= p.loss_tolerance {
-        pass = first.offered_pps;
+    let passes = |t: &Trial| t.loss_ratio <= p.loss_tolerance;
+    // The bracket is in requested rates (so it halves); the figure is the
+    // best measured offered rate among passing trials.
+    let mut lo = 0.0f64;
+    let mut hi = first.offered_pps;
+    let mut best: f64 = 0.0;
+    let mut generator_limited = false;
+    let mut limited_by = first.limited_by;
+    if passes(&first) {
+        best = first.offered_pps;
+        lo = hi;
+        generator_limited = true;
+        limited_by = Some(Limiter::Generator);
     }
     trials.push(first);
-    while pass < fail && fail - pass > p.resolution_pps && trials.len() <= p.max_trials {
+    while !generator_limited
+        && lo < hi
+        && hi - lo > p.resolution_pps
+        && trials.len() <= p.max_trials
+    {
         signals::check()?;
-        let mid = (pass + fail) / 2.0;
+        let mid = (lo + hi) / 2.0;
         let t = trial("search", Rate::Pps(mid))?;
-        if t.loss_ratio <= p.loss_tolerance {
-            pass = mid;
+        let short = short_of(Some(mid), t.offered_pps);
+        if passes(&t) {
+            best = best.max(t.offered_pps);
+            lo = mid;
+            if short {
+                generator_limited = true;
+                limited_by = Some(Limiter::Generator);
+            }
         } else {
-            fail = mid;
+            // A failing trial bounds the answer at what it really offered.
+            hi = if short { t.offered_pps.min(mid) } else { mid };
+            limited_by = t.limited_by;
         }
         trials.push(t);
     }
@@ -148,8 +335,10 @@ pub fn rfc2544_search(
         loss_tolerance: p.loss_tolerance,
         resolution_pps: p.resolution_pps,
         trial_s: p.trial.as_secs_f64(),
-        throughput_pps: pass,
-        throughput_bps: pass * mean_frame_bytes * 8.0,
+        throughput_pps: best,
+        throughput_bps: best * mean_frame_bytes * 8.0,
+        generator_limited,
+        limited_by,
     };
     Ok((summary, trials))
 }
@@ -158,10 +347,14 @@ pub fn rfc2544_search(
 mod tests {
     use super::*;
 
-    fn fake(capacity: f64, rate: Rate) -> Trial {
-        // Unpaced, the generator offers 2 Mpps.
-        let offered = rate.pps().unwrap_or(2_000_000.0);
+    /// A simulated path: the generator offers at most `gen_max` pps (and
+    /// that when unpaced), the device under test carries at most
+    /// `capacity`.
+    fn fake(gen_max: f64, capacity: f64, rate: Rate) -> Trial {
+        let offered = rate.pps().unwrap_or(gen_max).min(gen_max);
         let delivered = offered.min(capacity);
+        let lost = (offered - delivered) as u64;
+        let loss = (offered - delivered) / offered;
         Trial {
             phase: "x".into(),
             requested_pps: rate.pps(),
@@ -172,43 +365,140 @@ mod tests {
             delivered_pps: delivered,
             offered_bps: 0.0,
             delivered_bps: 0.0,
-            loss_ratio: (offered - delivered) / offered,
+            loss_ratio: loss,
             cpu: vec![],
             latency: None,
             windows: vec![],
+            limited_by: Some(classify(
+                rate.pps(),
+                offered,
+                lost,
+                loss,
+                0.0,
+                &[],
+                Limiter::Dut,
+            )),
+            drops: vec![],
+        }
+    }
+
+    fn params(start: Rate) -> SearchParams {
+        SearchParams {
+            loss_tolerance: 0.0,
+            resolution_pps: 1000.0,
+            trial: Duration::from_secs(1),
+            max_trials: 40,
+            start,
         }
     }
 
     #[test]
     fn search_converges_below_capacity() {
-        let p = SearchParams {
-            loss_tolerance: 0.0,
-            resolution_pps: 1000.0,
-            trial: Duration::from_secs(1),
-            max_trials: 40,
-            start: Rate::Max,
-        };
-        let (s, trials) = rfc2544_search(p, 64.0, |_, r| Ok(fake(1_000_000.0, r))).unwrap();
+        let (s, trials) =
+            rfc2544_search(params(Rate::Max), 64.0, |_, r| Ok(fake(2e6, 1e6, r))).unwrap();
         assert!(s.throughput_pps <= 1_000_000.0);
         assert!(
             s.throughput_pps > 1_000_000.0 - 1000.0,
             "{}",
             s.throughput_pps
         );
+        assert!(!s.generator_limited);
+        assert_eq!(s.limited_by, Some(Limiter::Dut));
         assert!(trials.len() < 20);
+        // The figure is a measured offered rate of a passing trial.
+        assert!(trials
+            .iter()
+            .any(|t| t.loss_ratio == 0.0 && t.offered_pps == s.throughput_pps));
     }
 
     #[test]
-    fn lossless_ceiling_ends_the_search() {
-        let p = SearchParams {
-            loss_tolerance: 0.0,
-            resolution_pps: 1000.0,
-            trial: Duration::from_secs(1),
-            max_trials: 40,
-            start: Rate::Max,
-        };
-        let (s, trials) = rfc2544_search(p, 64.0, |_, r| Ok(fake(f64::MAX, r))).unwrap();
+    fn lossless_ceiling_is_a_generator_limited_lower_bound() {
+        let (s, trials) =
+            rfc2544_search(params(Rate::Max), 64.0, |_, r| Ok(fake(2e6, f64::MAX, r))).unwrap();
         assert_eq!(trials.len(), 1);
         assert_eq!(s.throughput_pps, trials[0].offered_pps);
+        assert!(s.generator_limited);
+        assert_eq!(s.limited_by, Some(Limiter::Generator));
+        assert!(
+            s.describe().starts_with(">= 2.000 Mpps"),
+            "{}",
+            s.describe()
+        );
+    }
+
+    /// The bug this guards against: unpaced the generator offers 4 Mpps
+    /// (and loses some), but paced at 3.5 Mpps it offers only 2.645 Mpps
+    /// and loses nothing. The old search reported 3.5 Mpps (requested).
+    #[test]
+    fn a_generator_that_falls_short_stops_the_search_at_what_it_offered() {
+        let mut calls = 0;
+        let (s, trials) = rfc2544_search(params(Rate::Max), 64.0, |_, r| {
+            calls += 1;
+            Ok(match r {
+                // Unpaced: 4 Mpps offered, 3 Mpps carried.
+                Rate::Max => fake(4e6, 3e6, r),
+                // Paced: the generator tops out at 2.645 Mpps.
+                Rate::Pps(_) => fake(2.645e6, 3e6, r),
+            })
+        })
+        .unwrap();
+        assert_eq!(calls, trials.len());
+        assert!(s.generator_limited, "{s:?}");
+        assert_eq!(s.throughput_pps, 2.645e6);
+        assert_eq!(s.limited_by, Some(Limiter::Generator));
+        let last = trials.last().unwrap();
+        assert_eq!(last.limited_by, Some(Limiter::Generator));
+        assert!(last.requested_pps.unwrap() > s.throughput_pps);
+        // Nothing above what was really offered is claimed.
+        assert!(trials
+            .iter()
+            .filter(|t| t.loss_ratio == 0.0)
+            .all(|t| t.offered_pps <= s.throughput_pps));
+    }
+
+    #[test]
+    fn a_short_saturation_trial_that_loses_nothing_is_generator_limited() {
+        let (s, trials) =
+            rfc2544_search(params(Rate::Pps(3e6)), 64.0, |_, r| Ok(fake(1.5e6, 2e6, r))).unwrap();
+        assert_eq!(trials.len(), 1);
+        assert!(s.generator_limited);
+        assert_eq!(s.throughput_pps, 1.5e6);
+    }
+
+    #[test]
+    fn loss_goes_to_whoever_counted_most_of_it() {
+        let d = |role, packets| DropCount {
+            at: "x".into(),
+            role,
+            packets,
+        };
+        let c = |drops: &[DropCount], lost| {
+            classify(Some(1e6), 1e6, lost, 0.1, 0.0, drops, Limiter::Dut)
+        };
+        assert_eq!(c(&[d(Limiter::Sink, 900)], 1000), Limiter::Sink);
+        assert_eq!(c(&[d(Limiter::Sink, 100)], 1000), Limiter::Dut);
+        assert_eq!(
+            c(&[d(Limiter::Dut, 400), d(Limiter::Sink, 500)], 900),
+            Limiter::Sink
+        );
+        // Offered short of the request: the generator when nothing was
+        // lost; with loss, whoever dropped.
+        assert_eq!(
+            classify(Some(1e6), 0.98e6, 0, 0.0, 0.0, &[], Limiter::Dut),
+            Limiter::Generator
+        );
+        assert_eq!(
+            classify(Some(1e6), 0.98e6, 5, 0.1, 0.0, &[], Limiter::Dut),
+            Limiter::Dut
+        );
+        // Within 1% is not short; carried within the tolerance: nothing.
+        assert_eq!(
+            classify(Some(1e6), 0.995e6, 0, 0.0, 0.0, &[], Limiter::Dut),
+            Limiter::None
+        );
+        assert_eq!(
+            classify(None, 5e6, 0, 0.0, 0.0, &[], Limiter::Dut),
+            Limiter::Generator
+        );
     }
 }
