@@ -36,6 +36,12 @@ fn payload(i: u32) -> Vec<u8> {
 /// Sends 1500 requests over IPv4 and 1500 over IPv6 from host a, spread over
 /// three functions, and checks every reply. Returns (sent, wrong, missing).
 fn exercise(lab: &Lab) -> (u64, u32, u32) {
+    exercise_from(lab, 1)
+}
+
+/// As `exercise`, round robin over `sockets` client sockets per family
+/// (each its own source port: its own flow, hashed to a TX queue).
+fn exercise_from(lab: &Lab, sockets: usize) -> (u64, u32, u32) {
     let mut wrong = 0;
     let mut missing = 0;
     let mut sent = 0u64;
@@ -43,14 +49,20 @@ fn exercise(lab: &Lab) -> (u64, u32, u32) {
         ("198.18.0.1:0", "198.18.0.2"),
         ("[2001:db8::1]:0", "2001:db8::2"),
     ] {
-        let sock = netns::run_in(&lab.ns("a"), || {
-            UdpSocket::bind(client.parse::<SocketAddr>().unwrap())
-        })
-        .unwrap()
-        .unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let socks: Vec<UdpSocket> = (0..sockets)
+            .map(|_| {
+                let sock = netns::run_in(&lab.ns("a"), || {
+                    UdpSocket::bind(client.parse::<SocketAddr>().unwrap())
+                })
+                .unwrap()
+                .unwrap();
+                sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                sock
+            })
+            .collect();
         let mut buf = vec![0u8; 2048];
         for i in 0..1500u32 {
+            let sock = &socks[i as usize % sockets];
             let (port, name) =
                 [(1232, "reverse"), (1233, "sha256"), (1234, "upper")][i as usize % 3];
             let req = payload(i);
@@ -71,7 +83,27 @@ fn exercise(lab: &Lab) -> (u64, u32, u32) {
     (sent, wrong, missing)
 }
 
+/// Polls `done` every 5 ms until it holds or `timeout` passes; whether it
+/// held.
+fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn check_counters(c: &peregrine_faas::invoker::Counters, sent: u64) {
+    // A worker counts its replies after the TX ring took them, so the client
+    // can hold the last reply before it is counted: wait for the count.
+    wait_until(Duration::from_secs(2), || {
+        c.replies.load(Ordering::Relaxed) >= sent
+    });
     assert_eq!(c.replies.load(Ordering::Relaxed), sent);
     assert_eq!(
         c.malformed.load(Ordering::Relaxed)
@@ -173,6 +205,91 @@ fn afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly() {
     let (sent, wrong, missing) = exercise(&lab);
     assert_eq!((wrong, missing), (0, 0), "every reply right, none missing");
     check_counters(&inv.counters, sent);
+}
+
+/// Per-queue XDP redirect counts of `ns:iface` (veth's ethtool stats).
+fn redirects_per_queue(ns: &str, iface: &str, queues: u32) -> Vec<u64> {
+    let out = netns::run_in(ns, || {
+        std::process::Command::new("ethtool")
+            .args(["-S", iface])
+            .output()
+    })
+    .unwrap()
+    .unwrap();
+    assert!(out.status.success(), "ethtool -S {iface} in {ns}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (0..queues)
+        .map(|q| {
+            let key = format!("rx_queue_{q}_xdp_redirect:");
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix(key.as_str()))
+                .unwrap_or_else(|| panic!("no {key} in ethtool -S {iface}: {text}"))
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// `--queues 2`: a two-queue veth, one worker on each RX queue. Requests
+/// from 16 client flows per family spread over both queues; every one is
+/// answered correctly, and the counters are exact: per function, per
+/// dispatcher, and per queue (the queues' redirects add up to the requests).
+#[test]
+fn afxdp_invoker_serves_two_queues() {
+    if !privileged("afxdp_invoker_serves_two_queues") {
+        return;
+    }
+    let mut t = Topology::from_toml(peregrine_lab::topology::builtin::PAIR).unwrap();
+    t.name = "tfaasmq".into();
+    t.links[0].queues = 2;
+    let lab = Lab::up(t, Lifetime::Ephemeral).unwrap();
+    // One queue served of two is refused: the other queue's requests would
+    // be lost.
+    let err = AfXdpInvoker::start(
+        Some(&lab.ns("b")),
+        "eth0",
+        Registry::parse(FUNCTIONS).unwrap(),
+        InvokerConfig::default(),
+    )
+    .err()
+    .expect("serving one of two queues must be refused");
+    assert!(err.to_string().contains("2 RX queues"), "{err}");
+    let cfg = InvokerConfig {
+        queues: 2,
+        cpus: vec![1],
+        ..Default::default()
+    };
+    let inv = AfXdpInvoker::start(
+        Some(&lab.ns("b")),
+        "eth0",
+        Registry::parse(FUNCTIONS).unwrap(),
+        cfg,
+    )
+    .unwrap();
+    let before = redirects_per_queue(&lab.ns("b"), "eth0", 2);
+    let (sent, wrong, missing) = exercise_from(&lab, 16);
+    assert_eq!((wrong, missing), (0, 0), "every reply right, none missing");
+    check_counters(&inv.counters, sent);
+    for id in 0..3 {
+        let s = inv.prog.stats(id).unwrap();
+        assert_eq!(
+            (s.packets, s.no_socket, s.disabled),
+            (1000, 0, 0),
+            "function {id}: every request to a socket"
+        );
+    }
+    let after = redirects_per_queue(&lab.ns("b"), "eth0", 2);
+    let per_queue: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(
+        per_queue.iter().sum::<u64>(),
+        sent,
+        "every request redirected on one of the queues: {per_queue:?}"
+    );
+    assert!(
+        per_queue.iter().all(|&n| n > 0),
+        "both queues' workers served requests: {per_queue:?}"
+    );
 }
 
 #[test]
