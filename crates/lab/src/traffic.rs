@@ -99,6 +99,19 @@ pub fn lab_frame(
     let host = topo.host(&from.host).ok_or_else(|| {
         LabError::Config(format!("lab {} has no host {:?}", topo.name, from.host))
     })?;
+    let ns = |host: &str| crate::lab::ns_name(&topo.name, host);
+    let mut nl = crate::nl::Netlink::new()?;
+    // The interface first: "no address" would mislead when it is missing.
+    let ifaces = nl.links(&ns(&from.host))?;
+    if !ifaces.contains(&from.iface) {
+        return Err(LabError::Config(format!(
+            "host {:?} of lab {} has no interface {:?} (it has {})",
+            from.host,
+            topo.name,
+            from.iface,
+            ifaces.join(", ")
+        )));
+    }
     let src = match src {
         Some(s) => s,
         None => host
@@ -116,11 +129,9 @@ pub fn lab_frame(
                 ))
             })?,
     };
-    let ns = |host: &str| crate::lab::ns_name(&topo.name, host);
     let peer = topo
         .peer_of(from)
         .ok_or_else(|| LabError::Config(format!("{from} is not one end of a veth link")))?;
-    let mut nl = crate::nl::Netlink::new()?;
     let src_mac = nl.mac_of(&ns(&from.host), &from.iface)?;
     let dst_mac = nl.mac_of(&ns(&peer.host), &peer.iface)?;
     Ok((
