@@ -199,7 +199,8 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
             pin_or_undo(dp, &scope)?;
             verify_attached(ns.as_deref(), &ifaces, &dir)?;
             println!(
-                "router attached ({mode}, fib {fib:?}) to {}",
+                "router attached ({mode}, fib {}) to {}",
+                format!("{fib:?}").to_lowercase(),
                 ifaces.join(" ")
             );
             Ok(())

@@ -240,6 +240,10 @@ struct LoadOutcome {
     responses: u64,
     wrong: u64,
     missing: u64,
+    /// The first error sending a request (closed loop).
+    send_error: Option<String>,
+    /// Sent from a lab host (--lab/--host) rather than this namespace.
+    from_lab: bool,
 }
 
 fn load(a: LoadArgs) -> Result<()> {
@@ -271,7 +275,7 @@ fn load(a: LoadArgs) -> Result<()> {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let server = a
         .metrics
-        .map(|addr| metrics.serve(addr, stop.clone()))
+        .map(|addr| crate::metrics::serve_load(&metrics, addr, stop.clone()))
         .transpose()?;
     let cfg = LoadConfig {
         server: a.to,
@@ -286,10 +290,16 @@ fn load(a: LoadArgs) -> Result<()> {
             a.connections, a.to, a.duration, a.size
         );
     }
-    let r = netns::run_in_opt(ns.as_deref(), || {
-        peregrine_faas::load::run(&registry, &cfg, &metrics)
+    let r = std::thread::scope(|s| {
+        if !a.json {
+            s.spawn(|| closed_progress(&metrics, &stop));
+        }
+        let r = netns::run_in_opt(ns.as_deref(), || {
+            peregrine_faas::load::run(&registry, &cfg, &metrics)
+        });
+        stop.store(true, Ordering::Relaxed);
+        r
     })?;
-    stop.store(true, Ordering::Relaxed);
     if let Some(s) = server {
         let _ = s.join();
     }
@@ -313,9 +323,37 @@ fn load(a: LoadArgs) -> Result<()> {
         responses: r.responses,
         wrong: r.wrong,
         missing: r.missing,
+        send_error: r.send_error.clone(),
+        from_lab: ns.is_some(),
     };
     print_load(&out, a.json)?;
     judge_load(&o, a.max_loss, a.to)
+}
+
+/// Prints the closed loop's requests and replies per second to stderr
+/// until `stop`.
+fn closed_progress(m: &peregrine_faas::load::LoadMetrics, stop: &std::sync::atomic::AtomicBool) {
+    let start = Instant::now();
+    let (mut req, mut ok) = (0, 0);
+    while !stop.load(Ordering::Relaxed) {
+        let tick = Instant::now();
+        while tick.elapsed() < Duration::from_secs(1) && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let (r, o) = (m.requests.get(), m.responses.get());
+        eprintln!(
+            "  load {:>5.1}s: {} requests/s, {} replies/s, {} wrong, {} missing so far",
+            start.elapsed().as_secs_f64(),
+            si((r - req) as f64),
+            si((o - ok) as f64),
+            m.wrong.get(),
+            m.missing.get()
+        );
+        (req, ok) = (r, o);
+    }
 }
 
 fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
@@ -375,7 +413,7 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
     let metrics = peregrine_faas::load::LoadMetrics::new();
     let server = a
         .metrics
-        .map(|addr| metrics.serve(addr, stop.clone()))
+        .map(|addr| crate::metrics::serve_load(&metrics, addr, stop.clone()))
         .transpose()?;
     let r = std::thread::scope(|s| {
         if !a.json {
@@ -433,6 +471,8 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
         responses: r.replies,
         wrong: r.wrong,
         missing: r.missing,
+        send_error: None,
+        from_lab: true,
     };
     print_load(&out, a.json)?;
     judge_load(&o, a.max_loss, a.to)
@@ -484,8 +524,16 @@ fn print_load(out: &serde_json::Value, json: bool) -> Result<()> {
 /// Fails (exit 1) when the run missed its purpose: nothing sent, no
 /// replies, a wrong reply, or more unanswered than `max_loss` allows.
 fn judge_load(o: &LoadOutcome, max_loss: f64, to: std::net::IpAddr) -> Result<()> {
+    let hint = if o.from_lab {
+        ""
+    } else {
+        " (sent from this namespace: give --lab and --host to send from a lab host)"
+    };
     if o.requests == 0 {
-        bail!("no request was sent (interrupted before the first one?)");
+        match &o.send_error {
+            Some(e) => bail!("no request could be sent: {e}{hint}"),
+            None => bail!("no request was sent (interrupted before the first one?)"),
+        }
     }
     if o.wrong > 0 {
         bail!(
@@ -495,9 +543,12 @@ fn judge_load(o: &LoadOutcome, max_loss: f64, to: std::net::IpAddr) -> Result<()
         );
     }
     if o.responses == 0 {
-        bail!(
-            "no replies from {to}: is `faas serve` running there with these functions, and is the address right?"
-        );
+        match &o.send_error {
+            Some(e) => bail!("no replies from {to}: {e}{hint}"),
+            None => bail!(
+                "no replies from {to}: is `faas serve` running there with these functions?{hint}"
+            ),
+        }
     }
     let loss = o.missing as f64 / o.requests as f64;
     if loss > max_loss {
@@ -607,6 +658,16 @@ fn serve(a: ServeArgs) -> Result<()> {
                 );
             }
         }
+    }
+    if a.backend == Backend::Afxdp
+        && netns::run_in_opt(ns.as_deref(), || peregrine_bpf::xdp::ifindex(&a.iface))?.is_err()
+    {
+        usage!(
+            "--iface {}: no such interface in {}",
+            a.iface,
+            ns.as_deref()
+                .map_or("this namespace".to_string(), |n| format!("namespace {n}"))
+        );
     }
     let server = match a.backend {
         Backend::Afxdp => {

@@ -210,13 +210,41 @@ fn run_lab(cmd: LabCmd) -> Result<()> {
     }
 }
 
+/// Clap's own errors as ours: one line, `peregrine: error: ...`, exit 2
+/// (help and version print as clap prints them).
+fn clap_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit();
+    }
+    let text = e.render().to_string();
+    // The message is the first paragraph; usage and the help hint follow.
+    let msg: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let msg = msg.join(" ");
+    let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+    eprintln!("peregrine: error: {msg} (see --help)");
+    std::process::exit(2);
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("PEREGRINE_LOG"))
         .with_writer(std::io::stderr)
         .init();
     signals::install();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => clap_error(e),
+    };
     let res = match cli.cmd {
         None => {
             // No subcommand: the usage, as a usage error (exit 2). The

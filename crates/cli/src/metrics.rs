@@ -62,3 +62,14 @@ pub fn serve_counters(
         addr, stop, reg, refresh,
     )?)
 }
+
+/// Serves the load client's metrics at `addr` until `stop`.
+pub fn serve_load(
+    m: &Arc<peregrine_faas::load::LoadMetrics>,
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>> {
+    let mut reg = Registry::default();
+    m.register(&mut reg);
+    Ok(peregrine_faas::load::serve_metrics(addr, stop, reg, || {})?)
+}

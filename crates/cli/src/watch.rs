@@ -20,7 +20,7 @@ pub struct WatchArgs {
     #[arg(short = 'i', long, value_name = "DURATION")]
     pub interval: Option<DurationArg>,
     /// Stop after N samples (implies --watch).
-    #[arg(short = 'c', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'c', long, value_name = "N", value_parser = sample_count)]
     pub count: Option<u64>,
 }
 
@@ -32,6 +32,15 @@ impl WatchArgs {
 
     pub fn interval(&self) -> Duration {
         self.interval.map(|d| d.0).unwrap_or(Duration::from_secs(1))
+    }
+}
+
+fn sample_count(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "{s:?}: expected a whole number of samples, at least 1"
+        )),
     }
 }
 

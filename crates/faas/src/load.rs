@@ -79,8 +79,16 @@ impl LoadMetrics {
     ) -> Result<std::thread::JoinHandle<()>, InvokerError> {
         let mut reg = PromRegistry::default();
         self.register(&mut reg);
-        serve_metrics(addr, stop, reg, || {})
+        serve_metrics(addr, stop, reg, || {}).map_err(|e| InvokerError::Config(e.to_string()))
     }
+}
+
+/// The metrics address could not be listened on.
+#[derive(Debug, thiserror::Error)]
+#[error("--metrics {addr}: cannot listen there: {cause}")]
+pub struct MetricsError {
+    pub addr: SocketAddr,
+    pub cause: std::io::Error,
 }
 
 /// Content type of [`text_format`]: the Prometheus text format 0.0.4 (what
@@ -143,12 +151,10 @@ pub fn serve_metrics(
     stop: Arc<AtomicBool>,
     reg: PromRegistry,
     mut refresh: impl FnMut() + Send + 'static,
-) -> Result<std::thread::JoinHandle<()>, InvokerError> {
+) -> Result<std::thread::JoinHandle<()>, MetricsError> {
     let listener = TcpListener::bind(addr)
-        .map_err(|e| InvokerError::Config(format!("cannot serve metrics on {addr}: {e}")))?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| InvokerError::Config(e.to_string()))?;
+        .and_then(|l| l.set_nonblocking(true).map(|_| l))
+        .map_err(|cause| MetricsError { addr, cause })?;
     Ok(std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             match listener.accept() {
@@ -189,6 +195,10 @@ pub struct LoadReport {
     pub responses: u64,
     pub wrong: u64,
     pub missing: u64,
+    /// Requests the socket refused to send (not counted in `requests`).
+    pub send_errors: u64,
+    /// The first of those errors, for people.
+    pub send_error: Option<String>,
     /// Request to reply, ns.
     pub latency: Histogram<u64>,
 }
@@ -250,6 +260,18 @@ pub fn run(
     let mut hist =
         Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
     let (mut requests, mut responses, mut wrong, mut missing) = (0u64, 0u64, 0u64, 0u64);
+    let (mut send_errors, mut send_error) = (0u64, None);
+    // A connected UDP socket reports the ICMP port unreachable an earlier
+    // request drew, on its next send or receive.
+    let refused = |i: usize, first: &mut Option<String>| {
+        if first.is_none() {
+            *first = Some(format!(
+                "{}:{} answered port unreachable (nothing listens on that port)",
+                cfg.server,
+                funcs[i % funcs.len()].0
+            ));
+        }
+    };
     let mut pending: Vec<Option<Pending>> = (0..socks.len()).map(|_| None).collect();
     let mut seq = vec![0u64; socks.len()];
     let mut buf = vec![0u8; 65536];
@@ -285,13 +307,27 @@ pub fn run(
                 if f.call(&req, &mut out).is_err() {
                     continue;
                 }
-                if s.send(&req).is_ok() {
-                    requests += 1;
-                    metrics.requests.inc();
-                    pending[i] = Some(Pending {
-                        sent: Instant::now(),
-                        expected: out.clone(),
-                    });
+                match s.send(&req) {
+                    Ok(_) => {
+                        requests += 1;
+                        metrics.requests.inc();
+                        pending[i] = Some(Pending {
+                            sent: Instant::now(),
+                            expected: out.clone(),
+                        });
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                        send_errors += 1;
+                        refused(i, &mut send_error);
+                    }
+                    Err(e) => {
+                        send_errors += 1;
+                        if send_error.is_none() {
+                            let port = funcs[i % funcs.len()].0;
+                            send_error = Some(format!("sending to {}:{port}: {e}", cfg.server));
+                        }
+                    }
                 }
             }
         }
@@ -301,7 +337,16 @@ pub fn run(
         // Safety: `fds` is a valid array of pollfd for the call.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as u64, 10) };
         for (i, s) in socks.iter().enumerate() {
-            while let Ok(n) = s.recv(&mut buf) {
+            loop {
+                let n = match s.recv(&mut buf) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        if e.raw_os_error() == Some(libc::ECONNREFUSED) {
+                            refused(i, &mut send_error);
+                        }
+                        break;
+                    }
+                };
                 let Some(p) = pending[i].take() else { continue };
                 let ns = p.sent.elapsed().as_nanos() as u64;
                 if buf[..n] == p.expected[..] {
@@ -325,6 +370,8 @@ pub fn run(
         responses,
         wrong,
         missing,
+        send_errors,
+        send_error,
         latency: hist,
     })
 }
