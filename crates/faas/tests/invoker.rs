@@ -512,7 +512,18 @@ fn workers_scale_under_sustained_load_without_losing_requests() {
         (a.join().unwrap().unwrap(), b.join().unwrap(), changes)
     });
     assert!(changes >= 8, "scaled {changes} times under load");
-    assert!(a.requests > 400_000, "sustained load: {a:?}");
+    // Sustained: 150k/s x 4 s = 600k requests offered. The live generator
+    // shares its CPU with the receiving side's dispatcher and AF_XDP copy
+    // (veth delivers on the sender's CPU) and, as measured, does not always
+    // make up the time it loses there. Measured 2026-11-23, 8 runs with no
+    // other build running: 617,314 609,359 607,859 443,887 599,700 582,226
+    // 599,261 590,961. With another build on the 2 vCPUs: 196k-358k (no
+    // rate bound holds then; this one fails). The bound is the tightest
+    // that held in every quiet run, the 444k one included.
+    assert!(
+        a.requests >= 440_000,
+        "sustained load, 150k/s for 4 s (CPU taken by other processes?): {a:?}"
+    );
     assert_eq!((a.wrong, a.missing), (0, 0), "function A: {a:?}");
     assert_eq!(a.replies, a.requests);
     assert_eq!((b.wrong, b.missing), (0, 0), "function B: {b:?}");
