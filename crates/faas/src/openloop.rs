@@ -236,7 +236,7 @@ pub fn run(
 /// Prints requests and replies per second to stderr until `stop`.
 pub fn watch(progress: &OpenLoopProgress, stop: &AtomicBool, label: &str) {
     let start = Instant::now();
-    let mut last = 0;
+    let (mut last, mut last_replies) = (0, 0);
     while !stop.load(Ordering::Relaxed) {
         peregrine_lab::signals::sleep(Duration::from_millis(1000));
         if stop.load(Ordering::Relaxed) {
@@ -245,12 +245,12 @@ pub fn watch(progress: &OpenLoopProgress, stop: &AtomicBool, label: &str) {
         let now = progress.requests.load(Ordering::Relaxed);
         let replies = progress.replies.load(Ordering::Relaxed);
         eprintln!(
-            "  {label} {:>5.1}s: {} requests/s offered, {} correct replies, {} wrong so far",
+            "  {label} {:>5.1}s: {} requests/s offered, {} correct replies/s, {} wrong so far",
             start.elapsed().as_secs_f64(),
-            now - last,
-            replies,
+            now.saturating_sub(last),
+            replies.saturating_sub(last_replies),
             progress.wrong.load(Ordering::Relaxed)
         );
-        last = now;
+        (last, last_replies) = (now, replies);
     }
 }
