@@ -323,8 +323,10 @@ fn bad_input_gets_one_line_errors_and_changes_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["offered_packets"], 1000);
-    assert_eq!(v["delivered_packets"], 1000);
+    // gen --json prints a peregrine.result/1 file: one run, one trial.
+    let t = &v["runs"][0]["trials"][0];
+    assert_eq!(t["offered_packets"], 1000, "{v}");
+    assert_eq!(t["delivered_packets"], 1000, "{v}");
     assert!(run(&["lab", "down", "tbad"]).status.success());
     assert!(namespaces("tbad").is_empty());
     assert!(!pins("tbad"));
