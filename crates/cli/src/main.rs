@@ -25,7 +25,7 @@ mod watch;
     about = "XDP/AF_XDP fast-path networking toolkit and packet lab",
     after_help = "Exit status: 0 success; 1 the command failed or missed its purpose \
 (e.g. faas load without replies); 2 usage error; 130 interrupted.\n\
-Units of rates, durations and sizes: docs/CLI.md (`man peregrine`)."
+Units of rates (1M, 1Mpps, 10Gbit/s), durations (10, 500ms, 2m) and sizes (200, 1KiB): docs/CLI.md."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -45,7 +45,7 @@ enum Cmd {
     /// The XDP router: attach, detach, counters.
     #[command(subcommand)]
     Router(dp::RouterCmd),
-    /// Service chains through containers: apply or remove a declaration.
+    /// Service chains through containers: apply or remove a declaration, counters.
     #[command(subcommand)]
     Chain(dp::ChainCmd),
     /// The serverless function invoker (AF_XDP, with socket baselines).
