@@ -448,8 +448,21 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
     let r = r?;
     let lat = peregrine_lab::measure::summarize(&r.latency);
     let c = &r.checks;
+    let offered = r.requests as f64 / r.seconds.max(1e-9);
+    // A rate the generator could not offer is said, not hidden in the figures.
+    let short = peregrine_lab::trial::short_of(Some(pps), offered);
+    if short {
+        eprintln!(
+            "peregrine: warning: asked for {} requests/s, offered {} requests/s ({:.1}% short): generator-limited",
+            si(pps),
+            si(offered),
+            (1.0 - offered / pps) * 100.0
+        );
+    }
     let out = serde_json::json!({
         "mode": "open",
+        "requested_per_s": pps,
+        "generator_limited": short,
         "seconds": r.seconds,
         "size": a.size.0,
         "flows": a.flows,
