@@ -470,8 +470,8 @@ fn af_xdp_sink_receives_every_frame_intact() {
     // Drops come from the receiving thread being preempted (by whatever
     // else runs on CPU 1) for longer than its 4096-deep ring lasts at
     // 250k/s (16 ms); nothing in the test can prevent that on a shared
-    // 2-vCPU VM. Measured 2026-11-23, 14 runs on a quiet machine: 11 x 0,
-    // 369, 444, 578 drops. With other builds running on both vCPUs runs
+    // 2-vCPU VM. Measured 2026-11-23, 22 runs on a quiet machine: 18 x 0,
+    // 95, 369, 444, 578 drops. With other builds running on both vCPUs runs
     // saw 2191 drops, but then frames were also lost before the socket
     // (the sum above failed) or the generator could not offer 1M in 10 s:
     // such a run is not a valid measurement. 0.1% stays the bound: the
