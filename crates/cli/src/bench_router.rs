@@ -113,6 +113,7 @@ fn chain_config(lab: &str) -> DataplaneConfig {
 pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
     let trial: std::time::Duration = a.trial.into();
     let dut_cpu = a.placement.dut_cpu()?;
+    let loss = a.placement.loss_tolerance()?;
     let topo = builtin_topology("chain", "benchrt")?;
     eprintln!(
         "building lab {} (gen -> dut -> sink, containers c1 c2)",
@@ -256,7 +257,7 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
                 let label = format!("{} | {} | round {round}", c.label(), cfg.name);
                 eprintln!("{label}");
                 let search = SearchParams {
-                    loss_tolerance: 0.0,
+                    loss_tolerance: loss,
                     resolution_pps: a.resolution.pps(mean),
                     trial,
                     max_trials: 12,
