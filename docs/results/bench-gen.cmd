@@ -1,1 +1,1 @@
-./target/release/peregrine bench gen --duration 5 --out docs/results
+peregrine bench gen --duration 3 --out docs/results

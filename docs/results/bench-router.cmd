@@ -1,1 +1,1 @@
-./target/release/peregrine bench router --out docs/results
+peregrine bench router --rounds 2 --trial 1s --out docs/results

@@ -1,1 +1,1 @@
-./target/release/peregrine showcase --out docs/results
+peregrine showcase --out docs/results

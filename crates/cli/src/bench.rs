@@ -727,6 +727,7 @@ pub fn gen(a: GenArgs) -> Result<()> {
             Limiter::Unattributed,
         )),
         drops: vec![],
+        wrong: None,
     };
     let label = format!("gen {} -> {}", a.from, a.to);
     warn_shortfall(&label, &trial);

@@ -119,6 +119,7 @@ fn trial(
             Limiter::Dut,
         )),
         drops: vec![],
+        wrong: Some(r.wrong),
     })
     .inspect(|t| warn_shortfall(label, t))
 }

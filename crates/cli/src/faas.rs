@@ -326,7 +326,19 @@ fn load(a: LoadArgs) -> Result<()> {
         send_error: r.send_error.clone(),
         from_lab: ns.is_some(),
     };
-    print_load(&out, a.json)?;
+    let result = load_result(
+        &o,
+        None,
+        r.seconds,
+        a.size.0 as usize,
+        lat,
+        a.max_loss,
+        format!(
+            "closed loop, {} connection(s), kernel UDP sockets",
+            a.connections
+        ),
+    );
+    print_load(&out, &result, a.json)?;
     judge_load(&o, a.max_loss, a.to)
 }
 
@@ -487,14 +499,94 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
         send_error: None,
         from_lab: true,
     };
-    print_load(&out, a.json)?;
+    let result = load_result(
+        &o,
+        Some(pps),
+        r.seconds,
+        a.size.0 as usize,
+        lat,
+        a.max_loss,
+        format!(
+            "open loop, live-frame requests from {} thread(s), every reply checked at tcx ingress",
+            a.threads
+        ),
+    );
+    print_load(&out, &result, a.json)?;
     judge_load(&o, a.max_loss, a.to)
 }
 
 /// Prints a load report: one JSON object, or a table for people.
-fn print_load(out: &serde_json::Value, json: bool) -> Result<()> {
+/// A load run as a `peregrine.result/1` file, like every command that
+/// measures: requests are the offered packets, correct replies the
+/// delivered ones, unanswered requests the loss, wrong replies counted.
+fn load_result(
+    o: &LoadOutcome,
+    requested: Option<f64>,
+    seconds: f64,
+    size: usize,
+    latency: Option<peregrine_lab::results::Latency>,
+    max_loss: f64,
+    how: String,
+) -> peregrine_lab::results::ResultFile {
+    use peregrine_lab::results::{Limiter, ResultFile, Run, RunParams, Trial};
+    let secs = seconds.max(1e-9);
+    // UDP payload + UDP/IPv4/Ethernet headers + FCS, as on the wire.
+    let frame = (size + 8 + 20 + 14 + 4) as f64;
+    let offered = o.requests as f64 / secs;
+    let delivered = o.responses.saturating_sub(o.wrong);
+    let loss = o.missing as f64 / o.requests.max(1) as f64;
+    let trial = Trial {
+        phase: if requested.is_some() { "fixed" } else { "max" }.into(),
+        requested_pps: requested,
+        duration_s: seconds,
+        offered_packets: o.requests,
+        delivered_packets: delivered,
+        offered_pps: offered,
+        delivered_pps: delivered as f64 / secs,
+        offered_bps: offered * frame * 8.0,
+        delivered_bps: delivered as f64 / secs * frame * 8.0,
+        loss_ratio: loss,
+        cpu: vec![],
+        latency,
+        windows: vec![],
+        limited_by: Some(peregrine_lab::trial::classify(
+            requested,
+            offered,
+            o.missing,
+            loss,
+            max_loss,
+            &[],
+            Limiter::Dut,
+        )),
+        drops: vec![],
+        wrong: Some(o.wrong),
+    };
+    let run = Run {
+        label: format!("faas load, {size} B requests"),
+        params: RunParams {
+            backend: if requested.is_some() { "xdp" } else { "socket" }.into(),
+            ip: "ipv4".into(),
+            frame_size: (frame as usize).to_string(),
+            mean_frame_bytes: frame,
+            flows: 0,
+            threads: 0,
+            sink: how,
+            sent: true,
+        },
+        trials: vec![trial],
+        rfc2544: None,
+        placement: None,
+    };
+    ResultFile::new("faas-load", crate::bench::command_line(), vec![run])
+}
+
+fn print_load(
+    out: &serde_json::Value,
+    result: &peregrine_lab::results::ResultFile,
+    json: bool,
+) -> Result<()> {
     if json {
-        println!("{out}");
+        println!("{}", result.to_json());
         return Ok(());
     }
     let u = |k: &str| out[k].as_u64().unwrap_or(0);

@@ -164,6 +164,10 @@ pub struct Trial {
     /// Drop counters that moved during the trial.
     #[serde(default)]
     pub drops: Vec<DropCount>,
+    /// Replies that arrived but were wrong (function loads); null where
+    /// nothing is checked beyond counting.
+    #[serde(default)]
+    pub wrong: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -538,6 +542,7 @@ mod tests {
                 role: Limiter::Sink,
                 packets: 1,
             }],
+            wrong: Some(0),
         };
         let run = Run {
             label: "x".into(),

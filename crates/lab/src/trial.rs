@@ -256,6 +256,7 @@ pub fn measure_trial(
         windows,
         limited_by: Some(limited_by),
         drops,
+        wrong: None,
     })
 }
 
@@ -379,6 +380,7 @@ mod tests {
                 Limiter::Dut,
             )),
             drops: vec![],
+            wrong: None,
         }
     }
 

@@ -1,1 +1,0 @@
-./target/release/peregrine bench faas --sizes 200 --configs socket:1,mmsg:1,afxdp:1 --out DIR
