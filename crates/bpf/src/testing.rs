@@ -66,6 +66,21 @@ pub fn privileged(test: &str) -> bool {
     false
 }
 
+/// Polls `done` every 5 ms until it holds or `timeout` passes; whether it
+/// held. Tests wait for readiness with this instead of fixed sleeps.
+pub fn wait_until(timeout: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -315,6 +315,19 @@ pub(crate) fn lab_sink(lab: &str, ns: &str, ep: &Endpoint, verdict: XdpAction) -
     Ok(s)
 }
 
+/// One trial shown live as it goes, its shortfall (if any) warned about.
+pub(crate) fn shown_trial(
+    setup: &TrialSetup,
+    label: &str,
+    phase: &str,
+    rate: Rate,
+    show: &mut dyn FnMut(&Window),
+) -> peregrine_lab::Result<peregrine_lab::results::Trial> {
+    let t = measure_trial(setup, phase, rate, show)?;
+    warn_shortfall(label, &t);
+    Ok(t)
+}
+
 /// A run of one trial, shown live as it goes.
 fn one_trial_run(
     label: String,
@@ -324,8 +337,7 @@ fn one_trial_run(
     params: RunParams,
     placement: Option<Placement>,
 ) -> Result<Run> {
-    let t = measure_trial(setup, phase, rate, &mut progress_line(&label))?;
-    warn_shortfall(&label, &t);
+    let t = shown_trial(setup, &label, phase, rate, &mut progress_line(&label))?;
     Ok(Run {
         label,
         params,
@@ -925,9 +937,7 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             if let Rate::Pps(p) = rate {
                 eprintln!("  trial at {:.3} Mpps", p / 1e6);
             }
-            let t = measure_trial(&setup, phase, rate, &mut show)?;
-            warn_shortfall(&label, &t);
-            Ok(t)
+            shown_trial(&setup, &label, phase, rate, &mut show)
         })?;
         drop(show);
         eprintln!("  RFC 2544: {}", summary.describe());

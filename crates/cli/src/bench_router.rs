@@ -13,12 +13,12 @@ use peregrine_lab::nl::Netlink;
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{ResultFile, Rfc2544, Run};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
-use peregrine_lab::trial::{measure_trial, rfc2544_search, SearchParams, TrialSetup};
+use peregrine_lab::trial::{rfc2544_search, SearchParams, TrialSetup};
 use peregrine_lab::{signals, Endpoint, Lab, Lifetime};
 
 use crate::bench::{
     builtin_topology, command_line, frame_for, lab_sink, params, path_drops, place, progress_line,
-    warn_shortfall, write_outputs,
+    shown_trial, write_outputs,
 };
 use crate::units::{DurationArg, RateArg};
 
@@ -272,11 +272,8 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
                     drops: &drops,
                 };
                 let mut show = progress_line(&label);
-                let mut one = |phase: &str, rate| {
-                    let t = measure_trial(&setup, phase, rate, &mut show)?;
-                    warn_shortfall(&label, &t);
-                    Ok(t)
-                };
+                let mut one =
+                    |phase: &str, rate| shown_trial(&setup, &label, phase, rate, &mut show);
                 let (summary, mut trials) = rfc2544_search(search, mean, &mut one)?;
                 trials.push(one("fixed", Rate::Pps(a.fixed_rate.pps(mean)))?);
                 drop(show);

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use peregrine_bpf::testing::privileged;
+use peregrine_bpf::testing::{privileged, wait_until};
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::functions::builtin;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
@@ -81,21 +81,6 @@ fn exercise_from(lab: &Lab, sockets: usize) -> (u64, u32, u32) {
         }
     }
     (sent, wrong, missing)
-}
-
-/// Polls `done` every 5 ms until it holds or `timeout` passes; whether it
-/// held.
-fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = std::time::Instant::now();
-    loop {
-        if done() {
-            return true;
-        }
-        if start.elapsed() >= timeout {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 fn check_counters(c: &peregrine_faas::invoker::Counters, sent: u64) {

@@ -212,19 +212,27 @@ impl Netlink {
             .map_err(nl_err(format!("setting MAC {mac} on {ns}:{name}")))
     }
 
-    pub fn mac_of(&mut self, ns: &str, name: &str) -> Result<MacAddr> {
+    /// The link message (attributes) of interface `name` in `ns`.
+    fn link_by_name(
+        &mut self,
+        ns: &str,
+        name: &str,
+    ) -> Result<netlink_packet_route::link::LinkMessage> {
         let h = self.handle(ns)?;
-        let m = self
-            .block_on(async {
-                h.link()
-                    .get()
-                    .match_name(name.to_string())
-                    .execute()
-                    .try_next()
-                    .await
-            })
-            .map_err(nl_err(format!("reading {ns}:{name}")))?
-            .ok_or_else(|| LabError::Netlink(format!("no interface {name} in namespace {ns}")))?;
+        self.block_on(async {
+            h.link()
+                .get()
+                .match_name(name.to_string())
+                .execute()
+                .try_next()
+                .await
+        })
+        .map_err(nl_err(format!("reading {ns}:{name}")))?
+        .ok_or_else(|| LabError::Netlink(format!("no interface {name} in namespace {ns}")))
+    }
+
+    pub fn mac_of(&mut self, ns: &str, name: &str) -> Result<MacAddr> {
+        let m = self.link_by_name(ns, name)?;
         for a in m.attributes {
             if let LinkAttribute::Address(b) = a {
                 if b.len() == 6 {
@@ -299,18 +307,7 @@ impl Netlink {
 
     /// An interface's packet counters (IFLA_STATS64).
     pub fn link_counters(&mut self, ns: &str, name: &str) -> Result<LinkCounters> {
-        let h = self.handle(ns)?;
-        let m = self
-            .block_on(async {
-                h.link()
-                    .get()
-                    .match_name(name.to_string())
-                    .execute()
-                    .try_next()
-                    .await
-            })
-            .map_err(nl_err(format!("reading counters of {ns}:{name}")))?
-            .ok_or_else(|| LabError::Netlink(format!("no interface {name} in namespace {ns}")))?;
+        let m = self.link_by_name(ns, name)?;
         m.attributes
             .into_iter()
             .find_map(|a| match a {

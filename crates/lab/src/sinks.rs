@@ -33,6 +33,21 @@ pub trait Sink: Send + Sync {
     fn describe(&self) -> String;
 }
 
+/// Waits (up to `timeout`) until `sink` has counted `want` frames more than
+/// `before`, then returns how many it counted: exactly `want` unless frames
+/// were lost or extra ones arrived. Frames still in flight when a sender
+/// returns are waited for, not missed.
+pub fn delivered_after(sink: &dyn Sink, before: u64, want: u64, timeout: Duration) -> Result<u64> {
+    let start = std::time::Instant::now();
+    loop {
+        let got = sink.delivered()?.packets.saturating_sub(before);
+        if got >= want || start.elapsed() >= timeout {
+            return Ok(got);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// One-way latencies (ns) recorded by a sink's receive threads, taken (and
 /// reset) once per trial.
 #[derive(Clone)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::{action_name, FibMode, ACTIONS};
-use peregrine_bpf::testing::privileged;
+use peregrine_bpf::testing::{privileged, wait_until};
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_lab::dataplane::{Dataplane, DataplaneConfig};
 use peregrine_lab::lab;
@@ -34,27 +34,10 @@ fn run(lab: &str, host: &str, cmd: &[&str]) -> i32 {
     .unwrap()
 }
 
-/// Polls `done` every 5 ms until it holds or `timeout` passes; whether it
-/// held. For counters that trail the traffic and servers starting up.
-fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = std::time::Instant::now();
-    loop {
-        if done() {
-            return true;
-        }
-        if start.elapsed() >= timeout {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Waits (up to 5 s) until `sink` has seen `want` frames more than
-/// `before`; returns how many it saw.
+/// Waits (up to 5 s) until `sink` has counted `want` frames more than
+/// `before`; how many it counted.
 fn delivered_after(sink: &dyn Sink, before: u64, want: u64) -> u64 {
-    let got = || sink.delivered().unwrap().packets - before;
-    wait_until(Duration::from_secs(5), || got() >= want);
-    got()
+    peregrine_lab::sinks::delivered_after(sink, before, want, Duration::from_secs(5)).unwrap()
 }
 
 /// Whether a TCP socket listens on `port` in namespace `ns` (read from the

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use peregrine_bpf::gen::FrameSizes;
-use peregrine_bpf::testing::privileged;
+use peregrine_bpf::testing::{privileged, wait_until};
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_lab::lab::{self, ns_name};
 use peregrine_lab::nl::Netlink;
@@ -49,28 +49,10 @@ fn assert_no_residue(lab: &str) {
     );
 }
 
-/// Polls `done` every 5 ms until it holds or `timeout` passes; whether it
-/// held. For counters that trail the traffic (softirq, a receiver thread).
-fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = std::time::Instant::now();
-    loop {
-        if done() {
-            return true;
-        }
-        if start.elapsed() >= timeout {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Waits (up to 5 s) until `sink` has seen `want` frames more than
-/// `before`, then returns how many it saw: exactly `want` unless frames were
-/// lost or extra ones arrived.
+/// Waits (up to 5 s) until `sink` has counted `want` frames more than
+/// `before`; how many it counted.
 fn delivered_after(sink: &dyn Sink, before: u64, want: u64) -> u64 {
-    let got = || sink.delivered().unwrap().packets - before;
-    wait_until(Duration::from_secs(5), || got() >= want);
-    got()
+    peregrine_lab::sinks::delivered_after(sink, before, want, Duration::from_secs(5)).unwrap()
 }
 
 fn ping(lab: &str, host: &str, ip: &str) -> i32 {
