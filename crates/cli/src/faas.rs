@@ -687,7 +687,7 @@ fn invoker_metrics(
     reg.register("replies", "Replies sent", replies.clone());
     reg.register(
         "dropped",
-        "Requests dropped, by reason (malformed, unknown_port, failed, too_large, tx_ring_full)",
+        "Requests dropped, by reason (malformed, bad_checksum, unknown_port, failed, too_large, tx_ring_full)",
         dropped.clone(),
     );
     reg.register(
@@ -702,6 +702,7 @@ fn invoker_metrics(
         set(&replies, &b, get(&c.replies));
         for (reason, v) in [
             ("malformed", &c.malformed),
+            ("bad_checksum", &c.bad_checksum),
             ("unknown_port", &c.unknown_port),
             ("failed", &c.failed),
             ("too_large", &c.too_large),
@@ -883,6 +884,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         "requests": get(&c.requests),
         "replies": get(&c.replies),
         "malformed": get(&c.malformed),
+        "bad_checksum": get(&c.bad_checksum),
         "unknown_port": get(&c.unknown_port),
         "failed": get(&c.failed),
         "too_large": get(&c.too_large),
@@ -904,6 +906,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         "requests",
         "replies",
         "malformed",
+        "bad_checksum",
         "unknown_port",
         "failed",
         "too_large",

@@ -58,8 +58,11 @@ impl Default for InvokerConfig {
 pub struct Counters {
     pub requests: AtomicU64,
     pub replies: AtomicU64,
-    /// Frames that failed parsing (lengths, checksums): dropped.
+    /// Frames that failed parsing (lengths, headers): dropped.
     pub malformed: AtomicU64,
+    /// Frames whose IPv4 header or UDP checksum is neither valid nor the
+    /// partial pseudo-header value a local sender leaves: dropped.
+    pub bad_checksum: AtomicU64,
     /// A port without a function (dispatch and registry disagree): dropped.
     pub unknown_port: AtomicU64,
     /// The function returned an error: dropped.
@@ -117,6 +120,10 @@ fn handle(
                 return Verdict::Drop;
             }
         },
+        Err(peregrine_wire::FrameError::BadChecksum(_)) => {
+            c.bad_checksum.fetch_add(1, Ordering::Relaxed);
+            return Verdict::Drop;
+        }
         Err(_) => {
             c.malformed.fetch_add(1, Ordering::Relaxed);
             return Verdict::Drop;

@@ -151,7 +151,9 @@ pub struct UdpFrame<'a> {
 }
 
 /// Parses and verifies a frame: lengths consistent, IPv4 header checksum and
-/// UDP checksum valid (a zero UDP checksum is accepted on IPv4 only).
+/// UDP checksum valid: the full checksum, or exactly the partial
+/// pseudo-header value of a CHECKSUM_PARTIAL frame from a local sender (a
+/// zero UDP checksum is accepted on IPv4 only).
 /// Padding after the IP datagram (short frames) is ignored.
 pub fn parse_udp_frame(f: &[u8]) -> Result<UdpFrame<'_>, FrameError> {
     if f.len() < ETH_HLEN {
@@ -252,7 +254,12 @@ pub fn parse_udp_frame(f: &[u8]) -> Result<UdpFrame<'_>, FrameError> {
     let zero_ok = src_ip.is_ipv4() && stored == 0;
     if !zero_ok {
         let acc = checksum::pseudo_header_sum(src_ip, dst_ip, ipproto::UDP, ulen);
-        if checksum::finish(checksum::sum_words(acc, udp)) != 0 {
+        // A local sender with TX checksum offload (veth's default) leaves
+        // CHECKSUM_PARTIAL frames: the field holds only the folded
+        // pseudo-header sum, not complemented, for the NIC to finish. XDP and
+        // AF_XDP see it as it is; the kernel's own sockets accept it, so do we.
+        let partial = stored == !checksum::finish(acc);
+        if !partial && checksum::finish(checksum::sum_words(acc, udp)) != 0 {
             return Err(FrameError::BadChecksum("UDP"));
         }
     }
@@ -307,6 +314,47 @@ mod tests {
             assert_eq!(p.dst_port, 9);
             assert_eq!(&p.payload[..5], b"hello");
             assert_eq!(p.ttl, 64);
+        }
+    }
+
+    #[test]
+    fn partial_pseudo_header_checksum_is_accepted_v4_and_v6() {
+        for (src, dst) in [("198.18.0.1", "198.18.0.2"), ("2001:db8::1", "2001:db8::2")] {
+            let s = UdpFrameSpec {
+                src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+                src_ip: src.parse().unwrap(),
+                dst_ip: dst.parse().unwrap(),
+                src_port: 40000,
+                dst_port: 1232,
+                ttl: 64,
+                frame_len: 0,
+            };
+            let payload = b"partial checksum from a local sender";
+            let s = UdpFrameSpec {
+                frame_len: s.header_len() + payload.len(),
+                ..s
+            };
+            let mut f = s.build(payload).unwrap();
+            let l4 = f.len() - payload.len() - 8;
+            let ulen = payload.len() + 8;
+            // What a CHECKSUM_PARTIAL frame carries: the folded pseudo-header
+            // sum, not complemented.
+            let pseudo = !checksum::finish(checksum::pseudo_header_sum(
+                s.src_ip,
+                s.dst_ip,
+                ipproto::UDP,
+                ulen,
+            ));
+            f[l4 + 6..l4 + 8].copy_from_slice(&pseudo.to_be_bytes());
+            let p = parse_udp_frame(&f).expect("partial checksum accepted");
+            assert_eq!(p.payload, payload);
+            // Anything else that is not the full checksum is refused.
+            f[l4 + 6..l4 + 8].copy_from_slice(&pseudo.wrapping_add(1).to_be_bytes());
+            assert!(matches!(
+                parse_udp_frame(&f),
+                Err(FrameError::BadChecksum("UDP"))
+            ));
         }
     }
 
