@@ -444,19 +444,13 @@ pub fn bench_gen(a: BenchGenArgs) -> Result<()> {
     };
     let (frame, peer) = frame_for(&lab, &from, src, dst, 9)?;
     let sink_ns = lab.ns(&peer.host);
-    let base = TrafficSpec {
-        ns: lab.ns(&from.host),
-        iface: from.iface.clone(),
+    let base = TrafficSpec::live(
+        lab.ns(&from.host),
+        from.iface.clone(),
         frame,
-        sizes: sizes.clone(),
-        flows: a.flows,
-        stamp: false,
-        latency_sample: 1,
-        cpus: vec![0],
-        backend: Backend::Xdp,
-        dry_run: false,
-        vary: peregrine_bpf::gen::FlowVary::Source,
-    };
+        sizes.clone(),
+        a.flows,
+    );
     let mean = sizes.mean_size();
     let drops = path_drops(&lab, None, &peer)?;
     // The sink's receive work runs where the frames are sent (veth): the
@@ -842,19 +836,8 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
     let mut runs = Vec::new();
     let sizes = FrameSizes::Fixed(64);
     let mean = sizes.mean_size();
-    let spec = |frame, flows| TrafficSpec {
-        ns: lab.ns("gen"),
-        iface: "eth0".into(),
-        frame,
-        sizes: sizes.clone(),
-        flows,
-        stamp: false,
-        latency_sample: 1,
-        cpus: vec![0],
-        backend: Backend::Xdp,
-        dry_run: false,
-        vary: peregrine_bpf::gen::FlowVary::Source,
-    };
+    let spec =
+        |frame, flows| TrafficSpec::live(lab.ns("gen"), "eth0".into(), frame, sizes.clone(), flows);
 
     // 1. Generator straight into an XDP drop sink on the DUT's ingress.
     {

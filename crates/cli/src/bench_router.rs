@@ -12,7 +12,7 @@ use peregrine_lab::dataplane::{ChainConfig, Dataplane, DataplaneConfig, MatchCon
 use peregrine_lab::nl::Netlink;
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{ResultFile, Rfc2544, Run};
-use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
+use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::{rfc2544_search, SearchParams, TrialSetup};
 use peregrine_lab::{signals, Endpoint, Lab, Lifetime};
 
@@ -215,23 +215,16 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
         // 64 B frames; IPv6 cannot fit UDP in 64 B, its minimum is 78 B (RFC 5180).
         let sizes = FrameSizes::Fixed(if cfg.v6 { 78 } else { 64 });
         let mean = sizes.mean_size();
-        let spec = TrafficSpec {
-            ns: lab.ns("gen"),
-            iface: "eth0".into(),
+        let mut spec = TrafficSpec::live(
+            lab.ns("gen"),
+            "eth0".into(),
             frame,
-            sizes: sizes.clone(),
-            flows: cfg.flows,
-            stamp: false,
-            latency_sample: 1,
-            cpus: vec![0],
-            backend: Backend::Xdp,
-            dry_run: false,
-            vary: if cfg.vary_dst {
-                peregrine_bpf::gen::FlowVary::Destination
-            } else {
-                peregrine_bpf::gen::FlowVary::Source
-            },
-        };
+            sizes.clone(),
+            cfg.flows,
+        );
+        if cfg.vary_dst {
+            spec.vary = peregrine_bpf::gen::FlowVary::Destination;
+        }
         for round in 1..=a.rounds.max(1) {
             for &c in &cfg.contenders {
                 signals::check()?;

@@ -23,6 +23,23 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
+/// Brings up the built-in pair topology as lab `name`, from a file.
+fn pair_lab_up(name: &str) {
+    let topo = tmp(name).join("t.toml");
+    let text = peregrine_lab::topology::builtin::PAIR.replacen(
+        "name = \"pair\"",
+        &format!("name = \"{name}\""),
+        1,
+    );
+    assert!(text.contains(name), "the built-in pair names itself");
+    std::fs::write(&topo, text).unwrap();
+    let _ = bin().args(["lab", "down", name]).output();
+    ok(
+        &bin().args(["lab", "up"]).arg(&topo).output().unwrap(),
+        "lab up",
+    );
+}
+
 fn ok(out: &Output, what: &str) {
     assert!(
         out.status.success(),
@@ -201,16 +218,7 @@ fn gen_warns_and_marks_a_rate_it_cannot_offer() {
         return;
     }
     let lab = "smokegen";
-    let topo = tmp("gentopo").join("t.toml");
-    let text = peregrine_lab::topology::builtin::get("pair")
-        .unwrap()
-        .replacen("name = \"pair\"", &format!("name = \"{lab}\""), 1);
-    assert!(text.contains(lab), "the built-in pair names itself");
-    std::fs::write(&topo, text).unwrap();
-    ok(
-        &bin().args(["lab", "up"]).arg(&topo).output().unwrap(),
-        "lab up",
-    );
+    pair_lab_up(lab);
     let run = |args: &[&str]| {
         bin()
             .args([
@@ -245,7 +253,17 @@ fn gen_warns_and_marks_a_rate_it_cannot_offer() {
     );
     let r = ResultFile::from_json(&String::from_utf8_lossy(&out.stdout)).unwrap();
     let t = &r.runs[0].trials[0];
-    assert_eq!(t.limited_by, Some(Limiter::Generator));
+    // The mark: what was offered, measured, stands beside what was asked.
+    let asked = t.requested_pps.expect("a paced trial records its rate");
+    assert!(t.offered_pps < asked * 0.99, "{t:?}");
+    // The sink may also drop at the generator's full speed; then whoever
+    // dropped is named (the delivered figure is theirs; gen tolerates no
+    // loss unless --max-loss says so), else the generator.
+    if t.delivered_packets == t.offered_packets {
+        assert_eq!(t.limited_by, Some(Limiter::Generator), "{t:?}");
+    } else {
+        assert!(!matches!(t.limited_by, Some(Limiter::None) | None), "{t:?}");
+    }
     assert!(t.delivered_pps > 0.0 && t.delivered_bps > 0.0);
     ok(&down, "lab down");
 }
@@ -256,15 +274,7 @@ fn gen_names_a_missing_interface() {
         return;
     }
     let lab = "smokeif";
-    let topo = tmp("iftopo").join("t.toml");
-    let text = peregrine_lab::topology::builtin::get("pair")
-        .unwrap()
-        .replacen("name = \"pair\"", &format!("name = \"{lab}\""), 1);
-    std::fs::write(&topo, text).unwrap();
-    ok(
-        &bin().args(["lab", "up"]).arg(&topo).output().unwrap(),
-        "lab up",
-    );
+    pair_lab_up(lab);
     let out = bin()
         .args([
             "gen",

@@ -75,6 +75,20 @@ fn topology_file(dir: &Path, name: &str, text: &str) -> String {
     p.to_string_lossy().into_owned()
 }
 
+/// Brings up the built-in pair topology as lab `name` (from a file, as a
+/// user would), after removing what a failed earlier run may have left.
+fn pair_lab_up(name: &str) {
+    let topo = peregrine_lab::topology::builtin::PAIR.replacen(
+        "name = \"pair\"",
+        &format!("name = \"{name}\""),
+        1,
+    );
+    assert!(topo.contains(name), "the built-in pair names its lab");
+    let file = topology_file(&tmp(name), name, &topo);
+    let _ = run(&["lab", "down", name]);
+    assert_code(&run(&["lab", "up", &file]), 0, "lab up");
+}
+
 const PAIR_TEMPLATE: &str = r#"
 name = "NAME"
 [[host]]
@@ -476,12 +490,7 @@ fn faas_serve_and_open_loop_load_from_the_cli() {
     if !privileged("faas_serve_and_open_loop_load_from_the_cli") {
         return;
     }
-    let dir = tmp("faascli");
-    let topo =
-        peregrine_lab::topology::builtin::PAIR.replacen("name = \"pair\"", "name = \"tfcli\"", 1);
-    assert!(topo.contains("tfcli"), "the built-in pair names its lab");
-    let file = topology_file(&dir, "tfcli", &topo);
-    assert!(run(&["lab", "up", &file]).status.success());
+    pair_lab_up("tfcli");
     let server = bin()
         .args([
             "faas",
@@ -765,12 +774,7 @@ fn exit_status_and_live_metrics_pass_promtool() {
     if !privileged("exit_status_and_live_metrics_pass_promtool") {
         return;
     }
-    let dir = tmp("exitcodes");
-    let topo =
-        peregrine_lab::topology::builtin::PAIR.replacen("name = \"pair\"", "name = \"tcode\"", 1);
-    let file = topology_file(&dir, "tcode", &topo);
-    let _ = run(&["lab", "down", "tcode"]); // left by a failed run
-    assert!(run(&["lab", "up", &file]).status.success());
+    pair_lab_up("tcode");
     let load = |functions: &str, extra: &[&str]| {
         let mut args = vec![
             "faas",
@@ -961,12 +965,7 @@ fn lab_down_all_removes_every_lab() {
     if !privileged("lab_down_all_removes_every_lab") {
         return;
     }
-    let dir = tmp("downall");
-    let topo =
-        peregrine_lab::topology::builtin::PAIR.replacen("name = \"pair\"", "name = \"tall\"", 1);
-    let file = topology_file(&dir, "tall", &topo);
-    let _ = run(&["lab", "down", "tall"]); // left by a failed run
-    assert_code(&run(&["lab", "up", &file]), 0, "lab up");
+    pair_lab_up("tall");
     // A pin under the lab's directory, as a data plane leaves it.
     assert_code(
         &run(&["router", "attach", "eth0", "--lab", "tall", "--host", "a"]),

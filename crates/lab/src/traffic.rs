@@ -79,6 +79,33 @@ pub struct TrafficSpec {
     pub vary: peregrine_bpf::gen::FlowVary,
 }
 
+impl TrafficSpec {
+    /// Live frames (the xdp backend) of `sizes` over `flows` flows varying
+    /// their source, from one thread on CPU 0, unstamped: what every
+    /// benchmark starts from before changing a field or two.
+    pub fn live(
+        ns: String,
+        iface: String,
+        frame: UdpFrameSpec,
+        sizes: FrameSizes,
+        flows: u32,
+    ) -> TrafficSpec {
+        TrafficSpec {
+            ns,
+            iface,
+            frame,
+            sizes,
+            flows,
+            stamp: false,
+            latency_sample: 1,
+            cpus: vec![0],
+            backend: Backend::Xdp,
+            dry_run: false,
+            vary: peregrine_bpf::gen::FlowVary::Source,
+        }
+    }
+}
+
 /// What a run offered.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Offered {
