@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_host::signals;
 use peregrine_lab::pacing::{Limit, Rate};
 use peregrine_lab::results::{Limiter, Placement, ResultFile, Run, RunParams, Window};
 use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
@@ -17,7 +18,7 @@ use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
 use peregrine_lab::trial::{
     measure_trial, rfc2544_search, DropPoint, DropProbes, SearchParams, TrialSetup,
 };
-use peregrine_lab::{signals, Endpoint, Lab, Lifetime, Topology};
+use peregrine_lab::{Endpoint, Lab, Lifetime, Topology};
 use peregrine_wire::UdpFrameSpec;
 
 use crate::units::{self, DurationArg, RateArg};
@@ -287,7 +288,7 @@ pub(crate) fn place(
     };
     match dut_cpu {
         Some(cpu) => {
-            let threads = peregrine_lab::napi::pin_receive(&lab.ns(&dut_in.host), &dut_in.iface, cpu)?;
+            let threads = peregrine_host::napi::pin_receive(&lab.ns(&dut_in.host), &dut_in.iface, cpu)?;
             p.dut_cpus = vec![cpu];
             p.sink_cpus = vec![cpu];
             p.notes.push(format!(

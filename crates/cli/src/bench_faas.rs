@@ -15,13 +15,15 @@ use anyhow::{bail, Result};
 use clap::Args;
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
-use peregrine_faas::openloop::{self, request_frame_size, OpenLoopConfig, OpenLoopProgress};
 use peregrine_faas::Registry;
+use peregrine_host::netns;
+use peregrine_host::signals;
 use peregrine_lab::measure::{summarize, CpuSnapshot};
+use peregrine_lab::openloop::{self, request_frame_size, OpenLoopConfig, OpenLoopProgress};
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{Limiter, Placement, ResultFile, Run, RunParams, Trial};
 use peregrine_lab::trial::{classify, rfc2544_search, SearchParams};
-use peregrine_lab::{netns, signals, Endpoint, Lab, Lifetime};
+use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::bench::{builtin_topology, command_line, warn_shortfall, write_outputs};
 use crate::units::{DurationArg, RateArg};

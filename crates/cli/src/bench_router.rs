@@ -8,13 +8,14 @@ use clap::Args;
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::FibMode;
 use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_host::nl::Netlink;
+use peregrine_host::signals;
 use peregrine_lab::dataplane::{ChainConfig, Dataplane, DataplaneConfig, MatchConfig, NfConfig};
-use peregrine_lab::nl::Netlink;
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{ResultFile, Rfc2544, Run};
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::{rfc2544_search, SearchParams, TrialSetup};
-use peregrine_lab::{signals, Endpoint, Lab, Lifetime};
+use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::bench::{
     builtin_topology, command_line, frame_for, lab_sink, params, path_drops, place, progress_line,

@@ -9,10 +9,11 @@ use clap::{Args, Subcommand};
 use peregrine_bpf::nf::NfStats;
 use peregrine_bpf::router::{action_name, read_pinned_stats, FibMode, PortStats, ACTIONS};
 use peregrine_bpf::XdpMode;
+use peregrine_host::netns;
 use peregrine_lab::dataplane::{
     pinned_nf_stats, pinned_ports, Dataplane, DataplaneConfig, NfConfig,
 };
-use peregrine_lab::{lab, netns};
+use peregrine_lab::lab;
 
 use crate::table::Table;
 use crate::usage;

@@ -6,9 +6,10 @@ use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::invoker::{AfXdpInvoker, Counters, InvokerConfig};
-use peregrine_faas::openloop::{request_frame_size, OpenLoopConfig, OpenLoopProgress};
 use peregrine_faas::Registry;
-use peregrine_lab::{lab, netns, signals};
+use peregrine_host::{netns, signals};
+use peregrine_lab::lab;
+use peregrine_lab::openloop::{request_frame_size, OpenLoopConfig, OpenLoopProgress};
 
 use crate::table::{ns as fmt_ns, si, Table};
 use crate::units::{ByteSize, DurationArg, RateArg};
@@ -247,7 +248,7 @@ struct LoadOutcome {
 }
 
 fn load(a: LoadArgs) -> Result<()> {
-    use peregrine_faas::load::{LoadConfig, LoadMetrics};
+    use peregrine_lab::load::{LoadConfig, LoadMetrics};
     if !peregrine_lab::topology::allowed_address(a.to) {
         usage!(
             "--to {}: outside 198.18.0.0/15 and 2001:db8::/32; load goes only to lab ranges",
@@ -295,7 +296,7 @@ fn load(a: LoadArgs) -> Result<()> {
             s.spawn(|| closed_progress(&metrics, &stop));
         }
         let r = netns::run_in_opt(ns.as_deref(), || {
-            peregrine_faas::load::run(&registry, &cfg, &metrics)
+            peregrine_lab::load::run(&registry, &cfg, &metrics)
         });
         stop.store(true, Ordering::Relaxed);
         r
@@ -344,7 +345,7 @@ fn load(a: LoadArgs) -> Result<()> {
 
 /// Prints the closed loop's requests and replies per second to stderr
 /// until `stop`.
-fn closed_progress(m: &peregrine_faas::load::LoadMetrics, stop: &std::sync::atomic::AtomicBool) {
+fn closed_progress(m: &peregrine_lab::load::LoadMetrics, stop: &std::sync::atomic::AtomicBool) {
     let start = Instant::now();
     let (mut req, mut ok) = (0, 0);
     while !stop.load(Ordering::Relaxed) {
@@ -393,7 +394,7 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
     let mut cfg = match OpenLoopConfig::for_lab(&topo, &from, a.to, registry, a.size.0 as usize) {
         Ok(c) => c,
         // Which function or size the open loop cannot take: the caller's choice.
-        Err(peregrine_faas::invoker::InvokerError::Config(m)) => usage!("{m}"),
+        Err(peregrine_lab::LabError::Invalid(m)) => usage!("{m}"),
         Err(e) => return Err(e.into()),
     };
     let frame_bytes = request_frame_size(&cfg.frame, a.size.0 as usize) as f64;
@@ -422,14 +423,14 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Prometheus while it runs: requests, correct and wrong replies (the
     // latencies and the missing are known when the run ends, in the report).
-    let metrics = peregrine_faas::load::LoadMetrics::new();
+    let metrics = peregrine_lab::load::LoadMetrics::new();
     let server = a
         .metrics
         .map(|addr| crate::metrics::serve_load(&metrics, addr, stop.clone()))
         .transpose()?;
     let r = std::thread::scope(|s| {
         if !a.json {
-            s.spawn(|| peregrine_faas::openloop::watch(&progress, &stop, "load"));
+            s.spawn(|| peregrine_lab::openloop::watch(&progress, &stop, "load"));
         }
         if a.metrics.is_some() {
             s.spawn(|| {
@@ -450,7 +451,7 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
                 }
             });
         }
-        let r = peregrine_faas::openloop::run(&cfg, &progress);
+        let r = peregrine_lab::openloop::run(&cfg, &progress);
         stop.store(true, Ordering::Relaxed);
         r
     });
@@ -672,7 +673,7 @@ fn judge_load(o: &LoadOutcome, max_loss: f64, to: std::net::IpAddr) -> Result<()
 /// Registers the invoker's counters in `reg` and returns the refresh that
 /// copies `c` into them (labels: backend; function and port per function).
 fn invoker_metrics(
-    reg: &mut peregrine_faas::load::prometheus_client::registry::Registry,
+    reg: &mut peregrine_lab::load::prometheus_client::registry::Registry,
     c: std::sync::Arc<Counters>,
     backend: &'static str,
     names: Vec<(u16, String)>,
@@ -840,10 +841,10 @@ fn serve(a: ServeArgs) -> Result<()> {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let exposition = match a.metrics {
         Some(addr) => {
-            let mut reg = peregrine_faas::load::prometheus_client::registry::Registry::default();
+            let mut reg = peregrine_lab::load::prometheus_client::registry::Registry::default();
             let refresh =
                 invoker_metrics(&mut reg, server.counters_arc(), a.backend.name(), fn_labels);
-            let t = peregrine_faas::load::serve_metrics(addr, stop.clone(), reg, refresh)?;
+            let t = peregrine_lab::load::serve_metrics(addr, stop.clone(), reg, refresh)?;
             if !a.json {
                 eprintln!("metrics on http://{addr}/metrics");
             }

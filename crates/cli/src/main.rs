@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand};
-use peregrine_lab::{lab, signals, Lab, Lifetime, Topology};
+use peregrine_host::signals;
+use peregrine_lab::{lab, Lab, Lifetime, Topology};
 
 mod bench;
 mod bench_faas;

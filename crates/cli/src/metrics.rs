@@ -1,14 +1,14 @@
 //! Prometheus counters for the commands that serve or forward (`faas serve`,
 //! `router stats`, `chain stats`). The exposition server is the one in
-//! `peregrine_faas::load` (`serve_metrics`), shared with `faas load`.
+//! `peregrine_lab::load` (`serve_metrics`), shared with `faas load`.
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Result;
-use peregrine_faas::load::prometheus_client::metrics::counter::Counter as PromCounter;
-use peregrine_faas::load::prometheus_client::metrics::family::Family;
-use peregrine_faas::load::prometheus_client::registry::Registry;
+use peregrine_lab::load::prometheus_client::metrics::counter::Counter as PromCounter;
+use peregrine_lab::load::prometheus_client::metrics::family::Family;
+use peregrine_lab::load::prometheus_client::registry::Registry;
 
 use crate::watch::Counter;
 
@@ -58,18 +58,18 @@ pub fn serve_counters(
             }
         }
     };
-    Ok(peregrine_faas::load::serve_metrics(
+    Ok(peregrine_lab::load::serve_metrics(
         addr, stop, reg, refresh,
     )?)
 }
 
 /// Serves the load client's metrics at `addr` until `stop`.
 pub fn serve_load(
-    m: &Arc<peregrine_faas::load::LoadMetrics>,
+    m: &Arc<peregrine_lab::load::LoadMetrics>,
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>> {
     let mut reg = Registry::default();
     m.register(&mut reg);
-    Ok(peregrine_faas::load::serve_metrics(addr, stop, reg, || {})?)
+    Ok(peregrine_lab::load::serve_metrics(addr, stop, reg, || {})?)
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::Args;
-use peregrine_lab::signals;
+use peregrine_host::signals;
 
 use crate::table::si;
 use crate::units::DurationArg;

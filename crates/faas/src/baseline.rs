@@ -106,7 +106,7 @@ impl SocketServer {
         let (st, c) = (stop.clone(), counters.clone());
         let t = std::thread::spawn(move || {
             if let Some(cpu) = cpu {
-                let _ = peregrine_lab::traffic::pin_to_cpu(cpu);
+                let _ = peregrine_host::cpu::pin_to_cpu(cpu);
             }
             let mut buf = vec![0u8; 65536];
             let mut out = Vec::with_capacity(2048);
@@ -158,7 +158,7 @@ impl SocketServer {
                 let cpu = (!cpus.is_empty()).then(|| cpus[t % cpus.len()]);
                 handles.push(std::thread::spawn(move || {
                     if let Some(cpu) = cpu {
-                        let _ = peregrine_lab::traffic::pin_to_cpu(cpu);
+                        let _ = peregrine_host::cpu::pin_to_cpu(cpu);
                     }
                     mmsg_loop(&sock, id, f.as_ref(), &c, &st);
                 }));

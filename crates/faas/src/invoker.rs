@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
 use peregrine_bpf::{XdpLink, XdpMode};
-use peregrine_lab::netns;
+use peregrine_host::netns;
 use peregrine_wire::parse_udp_frame;
 use peregrine_xsk::{Verdict, Xsk, XskConfig};
 
@@ -18,7 +18,7 @@ pub enum InvokerError {
     #[error(transparent)]
     Bpf(#[from] peregrine_bpf::BpfError),
     #[error(transparent)]
-    Lab(#[from] peregrine_lab::LabError),
+    Host(#[from] peregrine_host::HostError),
     #[error(transparent)]
     Xsk(#[from] peregrine_xsk::XskError),
     #[error("invoker: {0}")]
@@ -220,7 +220,7 @@ impl AfXdpInvoker {
                 let (reg, c, st) = (registry.clone(), counters.clone(), stop.clone());
                 threads.push(std::thread::spawn(move || {
                     if let Some(cpu) = cpu {
-                        let _ = peregrine_lab::traffic::pin_to_cpu(cpu);
+                        let _ = peregrine_host::cpu::pin_to_cpu(cpu);
                     }
                     let mut scratch = Vec::with_capacity(2048);
                     while !st.load(Ordering::Relaxed) {

@@ -4,7 +4,5 @@
 pub mod baseline;
 pub mod functions;
 pub mod invoker;
-pub mod load;
-pub mod openloop;
 
 pub use functions::{Function, Registry};

@@ -13,7 +13,7 @@ use peregrine_bpf::testing::{privileged, wait_until};
 use peregrine_faas::functions::builtin;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
 use peregrine_faas::Registry;
-use peregrine_lab::netns;
+use peregrine_host::netns;
 
 const A: &str = "pg-tcsum-a";
 const B: &str = "pg-tcsum-b";

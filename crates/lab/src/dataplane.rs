@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
 use crate::lab::ns_name;
-use crate::netns;
 use crate::topology::{parse_cidr, Endpoint, Topology};
+use peregrine_host::netns;
 use peregrine_wire::MacAddr;
 
 /// A router (and optionally chains) for one host of a lab.

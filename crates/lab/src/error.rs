@@ -16,7 +16,14 @@ pub enum LabError {
     #[error("interrupted")]
     Interrupted,
     #[error(transparent)]
+    Host(#[from] peregrine_host::HostError),
+    #[error(transparent)]
+    Faas(#[from] peregrine_faas::invoker::InvokerError),
+    #[error(transparent)]
     Bpf(#[from] peregrine_bpf::BpfError),
+    /// A setting the caller chose that cannot work (which one, and why).
+    #[error("{0}")]
+    Invalid(String),
     #[error("{0}")]
     Other(String),
 }

@@ -11,9 +11,9 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
-use crate::nl::Netlink;
 use crate::topology::{parse_cidr, Endpoint, Topology};
-use crate::{netns, signals};
+use peregrine_host::nl::Netlink;
+use peregrine_host::{netns, signals};
 use peregrine_wire::MacAddr;
 
 pub const NS_PREFIX: &str = "pg-";
@@ -383,10 +383,10 @@ impl Lab {
         // checksum and the receiver drops it.
         for l in &t.links {
             for ep in [Endpoint::parse(&l.a)?, Endpoint::parse(&l.b)?] {
-                crate::netdev::set_offload(
+                peregrine_host::netdev::set_offload(
                     &self.ns(&ep.host),
                     &ep.iface,
-                    crate::netdev::Offload::TxChecksum,
+                    peregrine_host::netdev::Offload::TxChecksum,
                     false,
                 )?;
             }

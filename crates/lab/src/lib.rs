@@ -5,17 +5,14 @@
 pub mod dataplane;
 pub mod error;
 pub mod lab;
-pub mod netns;
-pub mod nl;
-pub mod signals;
 pub mod topology;
 
 pub use error::{LabError, Result};
 pub use lab::{Lab, Lifetime};
 pub use topology::{Endpoint, Topology};
+pub mod load;
 pub mod measure;
-pub mod napi;
-pub mod netdev;
+pub mod openloop;
 pub mod pacing;
 pub mod plot;
 pub mod results;

@@ -3,7 +3,7 @@
 //! each 1 s window carries the requested rate.
 use std::time::{Duration, Instant};
 
-use crate::signals;
+use peregrine_host::signals;
 
 /// Offered rate.
 #[derive(Debug, Clone, Copy, PartialEq)]

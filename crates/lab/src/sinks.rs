@@ -12,8 +12,8 @@ use peregrine_bpf::sink::SinkProgram;
 use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
 
 use crate::error::{LabError, Result};
-use crate::netns::{self, NetnsGuard};
-use crate::traffic::monotonic_ns;
+use peregrine_host::cpu::monotonic_ns;
+use peregrine_host::netns::{self, NetnsGuard};
 
 /// Delivered traffic as a sink counts it: frames carrying the generator's
 /// magic only.
@@ -398,7 +398,7 @@ impl XskSink {
             let cpu = cpus.get(q as usize % cpus.len().max(1)).copied();
             threads.push(std::thread::spawn(move || {
                 if let Some(cpu) = cpu {
-                    let _ = crate::traffic::pin_to_cpu(cpu);
+                    let _ = peregrine_host::cpu::pin_to_cpu(cpu);
                 }
                 let mut lat = Vec::with_capacity(64);
                 let mut round = 0u32;

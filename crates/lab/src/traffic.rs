@@ -16,8 +16,9 @@ use peregrine_wire::{UdpFrameSpec, FCS_LEN};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
-use crate::netns::{self, NetnsGuard};
 use crate::pacing::{pace, Limit, Rate};
+use peregrine_host::cpu::{monotonic_ns, pin_to_cpu};
+use peregrine_host::netns::{self, NetnsGuard};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -127,7 +128,7 @@ pub fn lab_frame(
         LabError::Config(format!("lab {} has no host {:?}", topo.name, from.host))
     })?;
     let ns = |host: &str| crate::lab::ns_name(&topo.name, host);
-    let mut nl = crate::nl::Netlink::new()?;
+    let mut nl = peregrine_host::nl::Netlink::new()?;
     // The interface first: "no address" would mislead when it is missing.
     let ifaces = nl.links(&ns(&from.host))?;
     if !ifaces.contains(&from.iface) {
@@ -174,15 +175,6 @@ pub fn lab_frame(
         },
         (ns(&peer.host), peer.iface.clone()),
     ))
-}
-
-/// Pins the calling thread to `cpu`.
-pub fn pin_to_cpu(cpu: usize) -> Result<()> {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu)
-        .map_err(|e| LabError::Config(format!("cpu {cpu}: {e}")))?;
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-        .map_err(|e| LabError::Config(format!("pinning to cpu {cpu}: {e}")))
 }
 
 /// A loaded generator, ready for any number of runs.
@@ -575,12 +567,6 @@ impl XskSender {
     }
 }
 
-/// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns() reads.
-pub fn monotonic_ns() -> u64 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
-    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-}
-
 /// Loop iterations per BPF_PROG_RUN call. Paced, most iterations are skips
 /// (~50 ns each here), so a call lasts ~50 ms: fine-grained enough to stop
 /// on time and report progress, long enough that the call's fixed cost (the
@@ -616,7 +602,8 @@ fn live_loop(
     let start = Instant::now();
     let mut sent = 0;
     loop {
-        if crate::signals::stop_requested() || limit.duration.is_some_and(|d| start.elapsed() >= d)
+        if peregrine_host::signals::stop_requested()
+            || limit.duration.is_some_and(|d| start.elapsed() >= d)
         {
             break;
         }

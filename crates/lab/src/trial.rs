@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::measure::{summarize, CpuSnapshot};
-use crate::nl::Netlink;
 use crate::pacing::{Limit, Rate};
 use crate::results::{DropCount, Limiter, Rfc2544, Trial, Window};
-use crate::signals;
 use crate::sinks::Sink;
 use crate::traffic::Generator;
+use peregrine_host::nl::Netlink;
+use peregrine_host::signals;
 
 /// Time allowed after the generator stops for frames in flight to arrive.
 const DRAIN: Duration = Duration::from_millis(200);

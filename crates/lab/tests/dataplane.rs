@@ -10,9 +10,9 @@ use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::{action_name, FibMode, ACTIONS};
 use peregrine_bpf::testing::{privileged, wait_until};
 use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_host::nl::Netlink;
 use peregrine_lab::dataplane::{Dataplane, DataplaneConfig};
 use peregrine_lab::lab;
-use peregrine_lab::nl::Netlink;
 use peregrine_lab::pacing::{Limit, Rate};
 use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
@@ -44,7 +44,7 @@ fn delivered_after(sink: &dyn Sink, before: u64, want: u64) -> u64 {
 /// namespace's own /proc/net, through the calling thread).
 fn tcp_listening(ns: &str, port: u16) -> bool {
     let want = format!(":{port:04X} ");
-    peregrine_lab::netns::run_in(ns, || {
+    peregrine_host::netns::run_in(ns, || {
         ["tcp", "tcp6"].iter().any(|f| {
             std::fs::read_to_string(format!("/proc/thread-self/net/{f}"))
                 .unwrap_or_default()

@@ -8,13 +8,14 @@ use std::time::Duration;
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::testing::{privileged, wait_until};
 use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_host::netns;
+use peregrine_host::nl::Netlink;
 use peregrine_lab::lab::{self, ns_name};
-use peregrine_lab::nl::Netlink;
 use peregrine_lab::pacing::{Limit, Rate};
 use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
 use peregrine_lab::trial::run_trial;
-use peregrine_lab::{netns, Endpoint, Lab, LabError, Lifetime, Topology};
+use peregrine_lab::{Endpoint, Lab, LabError, Lifetime, Topology};
 use peregrine_wire::UdpFrameSpec;
 
 fn pair(name: &str) -> Topology {

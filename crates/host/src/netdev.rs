@@ -5,7 +5,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use peregrine_bpf::skel::sink::types::{ethtool_value, peregrine_ethtool_cmd};
 
-use crate::error::{LabError, Result};
+use crate::error::{HostError, Result};
 use crate::netns;
 
 #[derive(Debug, Clone, Copy)]
@@ -58,7 +58,7 @@ pub fn set_offload(ns: &str, iface: &str, offload: Offload, on: bool) -> Result<
         Ok(())
     })?;
     res.map_err(|e| {
-        LabError::Other(format!(
+        HostError::Other(format!(
             "setting {offload:?} {} on {ns}:{iface}: {e}",
             if on { "on" } else { "off" }
         ))
@@ -94,7 +94,7 @@ pub fn steer_receive(ns: &str, iface: &str, cpus: &[usize]) -> Result<Rps> {
             Ok(before)
         },
     )?
-    .map_err(|e| LabError::Other(format!("RPS on {ns}:{iface}: {e}")))?;
+    .map_err(|e| HostError::Other(format!("RPS on {ns}:{iface}: {e}")))?;
     Ok(Rps {
         ns: ns.into(),
         iface: iface.into(),

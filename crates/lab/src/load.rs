@@ -17,8 +17,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram as PromHistogram;
 use prometheus_client::registry::Registry as PromRegistry;
 
-use crate::functions::Registry;
-use crate::invoker::InvokerError;
+use crate::error::LabError;
+use peregrine_faas::Registry;
 
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
@@ -76,10 +76,10 @@ impl LoadMetrics {
         self: &Arc<Self>,
         addr: SocketAddr,
         stop: Arc<AtomicBool>,
-    ) -> Result<std::thread::JoinHandle<()>, InvokerError> {
+    ) -> Result<std::thread::JoinHandle<()>, LabError> {
         let mut reg = PromRegistry::default();
         self.register(&mut reg);
-        serve_metrics(addr, stop, reg, || {}).map_err(|e| InvokerError::Config(e.to_string()))
+        serve_metrics(addr, stop, reg, || {}).map_err(|e| LabError::Invalid(e.to_string()))
     }
 }
 
@@ -230,14 +230,14 @@ pub fn run(
     registry: &Registry,
     cfg: &LoadConfig,
     metrics: &LoadMetrics,
-) -> Result<LoadReport, InvokerError> {
+) -> Result<LoadReport, LabError> {
     if cfg.connections == 0 || cfg.connections > 4096 {
-        return Err(InvokerError::Config(format!(
+        return Err(LabError::Invalid(format!(
             "connections {}: expected 1..=4096",
             cfg.connections
         )));
     }
-    let funcs: Vec<(u16, Arc<dyn crate::Function>)> =
+    let funcs: Vec<(u16, Arc<dyn peregrine_faas::Function>)> =
         registry.iter().map(|(p, _, f)| (p, f.clone())).collect();
     let bind: SocketAddr = if cfg.server.is_ipv4() {
         "0.0.0.0:0"
@@ -248,13 +248,13 @@ pub fn run(
     .expect("address");
     let mut socks = Vec::with_capacity(cfg.connections);
     for i in 0..cfg.connections {
-        let s = UdpSocket::bind(bind)
-            .map_err(|e| InvokerError::Config(format!("client socket: {e}")))?;
+        let s =
+            UdpSocket::bind(bind).map_err(|e| LabError::Invalid(format!("client socket: {e}")))?;
         let (port, _) = &funcs[i % funcs.len()];
         s.connect(SocketAddr::new(cfg.server, *port))
-            .map_err(|e| InvokerError::Config(format!("client socket: {e}")))?;
+            .map_err(|e| LabError::Invalid(format!("client socket: {e}")))?;
         s.set_nonblocking(true)
-            .map_err(|e| InvokerError::Config(e.to_string()))?;
+            .map_err(|e| LabError::Invalid(e.to_string()))?;
         socks.push(s);
     }
     let mut hist =
@@ -288,7 +288,7 @@ pub fn run(
     loop {
         let now = Instant::now();
         let running =
-            now.duration_since(start) < cfg.duration && !peregrine_lab::signals::stop_requested();
+            now.duration_since(start) < cfg.duration && !peregrine_host::signals::stop_requested();
         for (i, s) in socks.iter().enumerate() {
             // Time out a lost request; then keep one outstanding while running.
             if pending[i]

@@ -4,7 +4,7 @@
 //! the DUT's own CPUs, as a real DUT has its own cores.
 use std::collections::BTreeSet;
 
-use crate::error::{LabError, Result};
+use crate::error::{HostError, Result};
 use crate::netns;
 
 /// PIDs of the kernel's threaded-NAPI workers ("napi/<dev>-<id>"), with
@@ -34,13 +34,13 @@ pub fn pin_receive(ns: &str, iface: &str, cpu: usize) -> Result<Vec<i32>> {
     let before = napi_threads();
     let path = format!("/sys/class/net/{iface}/threaded");
     netns::with_sysfs(ns, || std::fs::write(&path, "1"))?.map_err(|e| {
-        LabError::Other(format!(
+        HostError::Other(format!(
             "enabling threaded NAPI on {ns}:{iface}: {e} (the device has no NAPI until an XDP program is attached)"
         ))
     })?;
     let mut set = nix::sched::CpuSet::new();
     set.set(cpu)
-        .map_err(|e| LabError::Config(format!("cpu {cpu}: {e}")))?;
+        .map_err(|e| HostError::Config(format!("cpu {cpu}: {e}")))?;
     // Workers are named "napi/<dev>-<napi id>", cut to 15 bytes.
     let mut prefix = format!("napi/{iface}-");
     prefix.truncate(15);
@@ -63,13 +63,13 @@ pub fn pin_receive(ns: &str, iface: &str, cpu: usize) -> Result<Vec<i32>> {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     if workers.is_empty() {
-        return Err(LabError::Other(format!(
+        return Err(HostError::Other(format!(
             "no threaded NAPI worker appeared for {ns}:{iface}"
         )));
     }
     for &pid in &workers {
         nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), &set).map_err(|e| {
-            LabError::Other(format!(
+            HostError::Other(format!(
                 "pinning NAPI worker {pid} of {ns}:{iface} to cpu {cpu}: {e}"
             ))
         })?;

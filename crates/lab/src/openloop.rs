@@ -8,17 +8,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::pacing::{Limit, Rate};
+use crate::traffic::{Backend, Generator, TrafficSpec};
 use hdrhistogram::Histogram;
 use peregrine_bpf::gen::{FlowVary, FrameSizes};
 use peregrine_bpf::replycheck::{
     bucket_range, CheckedFunction, ReplyCheckProgram, ReplyStats, MAX_PAYLOAD, MIN_PAYLOAD,
 };
-use peregrine_lab::netns;
-use peregrine_lab::pacing::{Limit, Rate};
-use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
+use peregrine_host::netns;
 use peregrine_wire::UdpFrameSpec;
 
-use crate::invoker::InvokerError;
+use crate::error::LabError;
 
 #[derive(Debug, Clone)]
 pub struct OpenLoopConfig {
@@ -91,35 +91,35 @@ impl OpenLoopConfig {
     /// function of `registry` at `to`, `size` payload bytes per request; one
     /// second at full rate from CPU 0 until changed.
     pub fn for_lab(
-        topo: &peregrine_lab::Topology,
-        from: &peregrine_lab::Endpoint,
+        topo: &crate::Topology,
+        from: &crate::Endpoint,
         to: std::net::IpAddr,
-        registry: &crate::Registry,
+        registry: &peregrine_faas::Registry,
         size: usize,
-    ) -> Result<OpenLoopConfig, InvokerError> {
+    ) -> Result<OpenLoopConfig, LabError> {
         let mut fs = registry.iter();
         let (port, _, f) = match (fs.next(), fs.next()) {
             (Some(one), None) => one,
             _ => {
-                return Err(InvokerError::Config(
+                return Err(LabError::Invalid(
                     "open-loop load checks one function: give one PORT=FUNCTION".into(),
                 ))
             }
         };
         let Some(function) = CheckedFunction::by_name(f.name()) else {
-            return Err(InvokerError::Config(format!(
+            return Err(LabError::Invalid(format!(
                 "open-loop replies are checked in the kernel, which knows the one-to-one functions echo and reverse; {} needs the closed loop (--connections)",
                 f.name()
             )));
         };
         if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&size) {
-            return Err(InvokerError::Config(format!(
+            return Err(LabError::Invalid(format!(
                 "--size {size}: open-loop requests carry {MIN_PAYLOAD}..={MAX_PAYLOAD} payload bytes"
             )));
         }
-        let (frame, peer) = peregrine_lab::traffic::lab_frame(topo, from, None, to, port)?;
+        let (frame, peer) = crate::traffic::lab_frame(topo, from, None, to, port)?;
         Ok(OpenLoopConfig {
-            ns: peregrine_lab::lab::ns_name(&topo.name, &from.host),
+            ns: crate::lab::ns_name(&topo.name, &from.host),
             iface: from.iface.clone(),
             peer: Some(peer),
             frame,
@@ -140,12 +140,9 @@ pub fn request_frame_size(frame: &UdpFrameSpec, size: usize) -> usize {
     frame.min_frame_len() + size + peregrine_wire::FCS_LEN
 }
 
-pub fn run(
-    cfg: &OpenLoopConfig,
-    progress: &OpenLoopProgress,
-) -> Result<OpenLoopReport, InvokerError> {
+pub fn run(cfg: &OpenLoopConfig, progress: &OpenLoopProgress) -> Result<OpenLoopReport, LabError> {
     if cfg.cpus.is_empty() {
-        return Err(InvokerError::Config(
+        return Err(LabError::Invalid(
             "open-loop load needs a generator CPU".into(),
         ));
     }
@@ -158,7 +155,7 @@ pub fn run(
     // check) to the generator's CPUs, so the server's core measures the
     // server alone.
     let _rps = if cfg.check_on_client_cpus {
-        Some(peregrine_lab::netdev::steer_receive(
+        Some(peregrine_host::netdev::steer_receive(
             &cfg.ns, &cfg.iface, &cfg.cpus,
         )?)
     } else {
@@ -238,7 +235,7 @@ pub fn watch(progress: &OpenLoopProgress, stop: &AtomicBool, label: &str) {
     let start = Instant::now();
     let (mut last, mut last_replies) = (0, 0);
     while !stop.load(Ordering::Relaxed) {
-        peregrine_lab::signals::sleep(Duration::from_millis(1000));
+        peregrine_host::signals::sleep(Duration::from_millis(1000));
         if stop.load(Ordering::Relaxed) {
             break;
         }

@@ -15,7 +15,7 @@ use rtnetlink::{
 };
 use tokio::runtime::Runtime;
 
-use crate::error::{LabError, Result};
+use crate::error::{HostError, Result};
 use crate::netns;
 use peregrine_wire::MacAddr;
 
@@ -35,7 +35,7 @@ pub struct Netlink {
     handles: HashMap<String, Handle>,
 }
 
-fn nl_err(what: impl std::fmt::Display) -> impl FnOnce(rtnetlink::Error) -> LabError {
+fn nl_err(what: impl std::fmt::Display) -> impl FnOnce(rtnetlink::Error) -> HostError {
     let what = what.to_string();
     move |e| {
         let msg = match &e {
@@ -45,7 +45,7 @@ fn nl_err(what: impl std::fmt::Display) -> impl FnOnce(rtnetlink::Error) -> LabE
             },
             other => other.to_string(),
         };
-        LabError::Netlink(format!("{what}: {msg}"))
+        HostError::Netlink(format!("{what}: {msg}"))
     }
 }
 
@@ -54,7 +54,7 @@ impl Netlink {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| LabError::Other(format!("starting the netlink runtime: {e}")))?;
+            .map_err(|e| HostError::Other(format!("starting the netlink runtime: {e}")))?;
         Ok(Netlink {
             rt,
             handles: HashMap::new(),
@@ -69,7 +69,7 @@ impl Netlink {
         // The socket registers with the runtime's reactor as it is made.
         let _enter = self.rt.enter();
         let (conn, handle, _) = netns::run_in(ns, rtnetlink::new_connection)?
-            .map_err(|e| LabError::Netlink(format!("opening netlink in {ns}: {e}")))?;
+            .map_err(|e| HostError::Netlink(format!("opening netlink in {ns}: {e}")))?;
         // The connection task only runs inside block_on, which every call uses.
         self.rt.spawn(conn);
         self.handles.insert(ns.to_string(), handle.clone());
@@ -92,7 +92,7 @@ impl Netlink {
         });
         match found {
             Ok(Some(m)) => Ok(m.header.index),
-            Ok(None) | Err(_) => Err(LabError::Netlink(format!(
+            Ok(None) | Err(_) => Err(HostError::Netlink(format!(
                 "no interface {name} in namespace {ns}"
             ))),
         }
@@ -184,7 +184,7 @@ impl Netlink {
             (IpAddr::V4(l), IpAddr::V4(r)) => b.local(l).remote(r),
             (IpAddr::V6(l), IpAddr::V6(r)) => b.local6(l).remote6(r),
             _ => {
-                return Err(LabError::Config(format!(
+                return Err(HostError::Config(format!(
                     "vxlan {ns}:{name}: local and remote address families differ"
                 )))
             }
@@ -228,7 +228,7 @@ impl Netlink {
                 .await
         })
         .map_err(nl_err(format!("reading {ns}:{name}")))?
-        .ok_or_else(|| LabError::Netlink(format!("no interface {name} in namespace {ns}")))
+        .ok_or_else(|| HostError::Netlink(format!("no interface {name} in namespace {ns}")))
     }
 
     pub fn mac_of(&mut self, ns: &str, name: &str) -> Result<MacAddr> {
@@ -242,7 +242,9 @@ impl Netlink {
                 }
             }
         }
-        Err(LabError::Netlink(format!("{ns}:{name} has no MAC address")))
+        Err(HostError::Netlink(format!(
+            "{ns}:{name} has no MAC address"
+        )))
     }
 
     /// Adds an address; IPv6 addresses skip duplicate address detection so they
@@ -276,11 +278,11 @@ impl Netlink {
         let h = self.handle(ns)?;
         let mut b = RouteMessageBuilder::<IpAddr>::new()
             .destination_prefix(dst, plen)
-            .map_err(|e| LabError::Config(format!("{what}: {e}")))?;
+            .map_err(|e| HostError::Config(format!("{what}: {e}")))?;
         if let Some(g) = via {
             b = b
                 .gateway(g)
-                .map_err(|e| LabError::Config(format!("{what}: {e}")))?;
+                .map_err(|e| HostError::Config(format!("{what}: {e}")))?;
         }
         if let Some(o) = oif {
             b = b.output_interface(o);
@@ -319,7 +321,7 @@ impl Netlink {
                 }),
                 _ => None,
             })
-            .ok_or_else(|| LabError::Netlink(format!("{ns}:{name} reports no counters")))
+            .ok_or_else(|| HostError::Netlink(format!("{ns}:{name} reports no counters")))
     }
 
     /// Interface names in a namespace.

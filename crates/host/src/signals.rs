@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
-use crate::error::{LabError, Result};
+use crate::error::{HostError, Result};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -35,7 +35,7 @@ pub fn stop_requested() -> bool {
 /// `Err(Interrupted)` once a stop was requested.
 pub fn check() -> Result<()> {
     if stop_requested() {
-        Err(LabError::Interrupted)
+        Err(HostError::Interrupted)
     } else {
         Ok(())
     }

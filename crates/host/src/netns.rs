@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{setns, unshare, CloneFlags};
 
-use crate::error::{LabError, Result};
+use crate::error::{HostError, Result};
 
 pub const NETNS_RUN_DIR: &str = "/run/netns";
 
@@ -32,19 +32,19 @@ pub fn list() -> Vec<String> {
 }
 
 pub fn open(name: &str) -> Result<File> {
-    File::open(path(name)).map_err(|e| LabError::Netns(format!("opening namespace {name}: {e}")))
+    File::open(path(name)).map_err(|e| HostError::Netns(format!("opening namespace {name}: {e}")))
 }
 
 /// Creates a namespace named `name` (fails if it exists).
 pub fn create(name: &str) -> Result<()> {
     std::fs::create_dir_all(NETNS_RUN_DIR)
-        .map_err(|e| LabError::Netns(format!("creating {NETNS_RUN_DIR}: {e}")))?;
+        .map_err(|e| HostError::Netns(format!("creating {NETNS_RUN_DIR}: {e}")))?;
     let target = path(name);
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&target)
-        .map_err(|e| LabError::Netns(format!("creating namespace {name}: {e}")))?;
+        .map_err(|e| HostError::Netns(format!("creating namespace {name}: {e}")))?;
     // unshare moves the calling thread for good, so do it on a thread of its own.
     let t = target.clone();
     let res = std::thread::spawn(move || -> std::result::Result<(), String> {
@@ -62,7 +62,7 @@ pub fn create(name: &str) -> Result<()> {
     .unwrap_or_else(|_| Err("namespace thread panicked".into()));
     if let Err(e) = res {
         let _ = std::fs::remove_file(&target);
-        return Err(LabError::Netns(format!("creating namespace {name}: {e}")));
+        return Err(HostError::Netns(format!("creating namespace {name}: {e}")));
     }
     Ok(())
 }
@@ -74,7 +74,8 @@ pub fn delete(name: &str) -> Result<()> {
         return Ok(());
     }
     let _ = umount2(&p, MntFlags::MNT_DETACH);
-    std::fs::remove_file(&p).map_err(|e| LabError::Netns(format!("removing namespace {name}: {e}")))
+    std::fs::remove_file(&p)
+        .map_err(|e| HostError::Netns(format!("removing namespace {name}: {e}")))
 }
 
 /// While alive, the calling thread is in another network namespace.
@@ -85,10 +86,10 @@ pub struct NetnsGuard {
 impl NetnsGuard {
     pub fn enter(name: &str) -> Result<NetnsGuard> {
         let original = File::open("/proc/thread-self/ns/net")
-            .map_err(|e| LabError::Netns(format!("opening own namespace: {e}")))?;
+            .map_err(|e| HostError::Netns(format!("opening own namespace: {e}")))?;
         let target = open(name)?;
         setns(target.as_fd(), CloneFlags::CLONE_NEWNET)
-            .map_err(|e| LabError::Netns(format!("entering namespace {name}: {e}")))?;
+            .map_err(|e| HostError::Netns(format!("entering namespace {name}: {e}")))?;
         Ok(NetnsGuard { original })
     }
 }
@@ -142,11 +143,11 @@ pub fn enter_for_exec(ns: &File) -> std::io::Result<()> {
 /// (`net.ipv4.ip_forward` -> /proc/sys/net/ipv4/ip_forward).
 pub fn write_sysctl(key: &str, value: &str) -> Result<()> {
     if key.contains("..") || key.starts_with('/') {
-        return Err(LabError::Config(format!("invalid sysctl name {key:?}")));
+        return Err(HostError::Config(format!("invalid sysctl name {key:?}")));
     }
     let p = Path::new("/proc/sys").join(key.replace('.', "/"));
     std::fs::write(&p, value)
-        .map_err(|e| LabError::Netns(format!("setting sysctl {key}={value}: {e}")))
+        .map_err(|e| HostError::Netns(format!("setting sysctl {key}={value}: {e}")))
 }
 
 /// Runs `f` on a short-lived thread that is in namespace `ns` and sees that
@@ -157,11 +158,11 @@ pub fn with_sysfs<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> 
     std::thread::scope(|s| {
         s.spawn(|| -> Result<T> {
             enter_with_sysfs(&target)
-                .map_err(|e| LabError::Netns(format!("entering {ns} with its own /sys: {e}")))?;
+                .map_err(|e| HostError::Netns(format!("entering {ns} with its own /sys: {e}")))?;
             Ok(f())
         })
         .join()
-        .unwrap_or_else(|_| Err(LabError::Netns(format!("sysfs thread for {ns} panicked"))))
+        .unwrap_or_else(|_| Err(HostError::Netns(format!("sysfs thread for {ns} panicked"))))
     })
 }
 

@@ -11,7 +11,8 @@ use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::functions::builtin;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
 use peregrine_faas::Registry;
-use peregrine_lab::{netns, Lab, Lifetime, Topology};
+use peregrine_host::netns;
+use peregrine_lab::{Lab, Lifetime, Topology};
 
 fn expected(name: &str, req: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -371,7 +372,7 @@ fn load_client_checks_every_reply_and_serves_metrics() {
     if !privileged("load_client_checks_every_reply_and_serves_metrics") {
         return;
     }
-    use peregrine_faas::load::{self, LoadConfig, LoadMetrics};
+    use peregrine_lab::load::{self, LoadConfig, LoadMetrics};
     use std::io::{Read, Write};
     let lab = lab("tfaasld");
     let _inv = invoker(&lab, FUNCTIONS);
@@ -424,8 +425,8 @@ fn workers_scale_under_sustained_load_without_losing_requests() {
         return;
     }
     use peregrine_bpf::dispatch::Policy;
-    use peregrine_faas::load::{self, LoadConfig, LoadMetrics};
-    use peregrine_faas::openloop::{self, OpenLoopConfig, OpenLoopProgress};
+    use peregrine_lab::load::{self, LoadConfig, LoadMetrics};
+    use peregrine_lab::openloop::{self, OpenLoopConfig, OpenLoopProgress};
     use peregrine_lab::pacing::Rate;
     use peregrine_lab::Endpoint;
     use std::sync::atomic::AtomicBool;

@@ -1,0 +1,18 @@
+//! CPU pinning and the clock every measurement shares.
+use crate::error::{HostError, Result};
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu)
+        .map_err(|e| HostError::Config(format!("cpu {cpu}: {e}")))?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .map_err(|e| HostError::Config(format!("pinning to cpu {cpu}: {e}")))
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock BPF's bpf_ktime_get_ns reads,
+/// so user-space and kernel timestamps compare directly.
+pub fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}

@@ -1,0 +1,13 @@
+//! The kernel objects a host has: network namespaces, netlink (links,
+//! addresses, routes, neighbours, counters), device settings, NAPI
+//! threads, signals and CPU pinning. No knowledge of labs or programs.
+
+pub mod cpu;
+pub mod error;
+pub mod napi;
+pub mod netdev;
+pub mod netns;
+pub mod nl;
+pub mod signals;
+
+pub use error::{HostError, Result};
