@@ -8,9 +8,9 @@ use clap::Args;
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::FibMode;
 use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_dataplane::{ChainConfig, ChainMatch, Dataplane, DataplaneConfig, NfConfig, NfKind};
 use peregrine_host::nl::Netlink;
 use peregrine_host::signals;
-use peregrine_lab::dataplane::{ChainConfig, Dataplane, DataplaneConfig, MatchConfig, NfConfig};
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{ResultFile, Rfc2544, Run};
 use peregrine_lab::traffic::{Generator, TrafficSpec};
@@ -86,26 +86,22 @@ struct Config {
 /// The chain used by the chain contender: two reflecting functions (XDP_TX,
 /// as in the source), in c1 and c2.
 fn chain_config(lab: &str) -> DataplaneConfig {
-    let nf = |host: &str, kind: &str, out: Option<&str>| NfConfig {
+    let reflect = |host: &str| NfConfig {
         host: host.into(),
         iface: "eth0".into(),
-        kind: kind.into(),
-        out: out.map(str::to_string),
-        acl: vec![],
+        kind: NfKind::Reflect,
+        acl: Vec::new(),
     };
     DataplaneConfig {
         lab: lab.into(),
         router: "dut".into(),
         ports: vec!["in0".into(), "out0".into()],
-        mode: "native".into(),
-        fib: "full".into(),
-        nfs: vec![nf("c1", "reflect", None), nf("c2", "reflect", None)],
+        mode: XdpMode::Native,
+        fib: FibMode::Full,
+        nfs: vec![reflect("c1"), reflect("c2")],
         chains: vec![ChainConfig {
             name: "bench".into(),
-            matches: MatchConfig {
-                dst: Some("198.19.0.0/16".into()),
-                ..Default::default()
-            },
+            matches: ChainMatch::Dst("198.19.0.0/16".parse().expect("a prefix")),
             hops: vec!["c1".into(), "c2".into()],
         }],
     }

@@ -9,10 +9,9 @@ use clap::{Args, Subcommand};
 use peregrine_bpf::nf::NfStats;
 use peregrine_bpf::router::{action_name, read_pinned_stats, FibMode, PortStats, ACTIONS};
 use peregrine_bpf::XdpMode;
+use peregrine_dataplane::pins::{pinned_nf_stats, pinned_ports};
+use peregrine_dataplane::{Dataplane, DataplaneConfig, NfConfig, PinScope};
 use peregrine_host::netns;
-use peregrine_lab::dataplane::{
-    pinned_nf_stats, pinned_ports, Dataplane, DataplaneConfig, NfConfig,
-};
 use peregrine_lab::lab;
 
 use crate::table::Table;
@@ -49,25 +48,15 @@ impl Scope {
         }
     }
 
-    /// Pin directory below /sys/fs/bpf/peregrine: `<lab>/dp-<host>` (the
-    /// same place `chain apply` uses), or `_root/dp` outside labs.
-    fn pin_sub(&self) -> String {
+    /// Whose pins: the lab host's, or this namespace's.
+    fn pins(&self) -> PinScope {
         match (&self.lab, &self.host) {
-            (Some(l), Some(h)) => format!("{l}/dp-{h}"),
-            _ => "_root/dp".into(),
+            (Some(lab), Some(host)) => PinScope::LabHost {
+                lab: lab.clone(),
+                host: host.clone(),
+            },
+            _ => PinScope::Here,
         }
-    }
-
-    /// Where the router runs, for messages.
-    fn describe(&self) -> String {
-        match (&self.lab, &self.host) {
-            (Some(l), Some(h)) => format!("lab {l} host {h}"),
-            _ => "this namespace".into(),
-        }
-    }
-
-    fn pin_dir(&self) -> PathBuf {
-        Path::new(peregrine_bpf::bpffs::PIN_ROOT).join(self.pin_sub())
     }
 }
 
@@ -150,7 +139,7 @@ fn ensure_free(dir: &Path) -> Result<()> {
 /// Pins a fresh deployment; on failure nothing stays attached or pinned
 /// (the unpinned links close when `dp` drops).
 fn pin_or_undo(mut dp: Dataplane, scope: &Scope) -> Result<()> {
-    let dir = peregrine_bpf::bpffs::pin_dir(&scope.pin_sub())?;
+    let dir = peregrine_bpf::bpffs::pin_dir(&scope.pins().subdir())?;
     if let Err(e) = dp.pin(&dir) {
         let _ = std::fs::remove_dir_all(&dir);
         return Err(e.into());
@@ -181,7 +170,7 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
             fib,
             scope,
         } => {
-            let dir = scope.pin_dir();
+            let dir = scope.pins().dir();
             ensure_free(&dir)?;
             let ns = scope.ns()?;
             let mut seen = std::collections::BTreeSet::new();
@@ -190,7 +179,7 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
                     usage!("interface {i} is given twice");
                 }
                 if netns::run_in_opt(ns.as_deref(), || peregrine_bpf::xdp::ifindex(i))?.is_err() {
-                    usage!("no interface {i:?} in {}", scope.describe());
+                    usage!("no interface {i:?} in {}", scope.pins().describe());
                 }
             }
             let mut dp = Dataplane::router(ns.as_deref(), &ifaces, mode, fib, false)?;
@@ -207,11 +196,11 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
             Ok(())
         }
         RouterCmd::Detach { scope } => {
-            let dir = scope.pin_dir();
+            let dir = scope.pins().dir();
             if !dir.exists() {
                 bail!(
                     "no router attached in {} ({} does not exist)",
-                    scope.describe(),
+                    scope.pins().describe(),
                     dir.display()
                 );
             }
@@ -301,12 +290,12 @@ fn stats(
     metrics: Option<std::net::SocketAddr>,
     json: bool,
 ) -> Result<()> {
-    let dir = scope.pin_dir();
+    let dir = scope.pins().dir();
     let ns = scope.ns()?;
     if !dir.exists() {
         bail!(
             "no router attached in {} ({} does not exist); attach one with `router attach`",
-            scope.describe(),
+            scope.pins().describe(),
             dir.display()
         );
     }
@@ -355,17 +344,29 @@ fn nf_counters(nfs: &[(NfConfig, NfStats)]) -> Vec<Counter> {
     for (n, s) in nfs {
         let f = format!("{}:{}", n.host, n.iface);
         out.push(Counter::new(
-            &[("function", &f), ("kind", &n.kind), ("counter", "received")],
+            &[
+                ("function", &f),
+                ("kind", n.kind.name()),
+                ("counter", "received"),
+            ],
             s.packets,
             Some(s.bytes),
         ));
         out.push(Counter::new(
-            &[("function", &f), ("kind", &n.kind), ("counter", "sent")],
+            &[
+                ("function", &f),
+                ("kind", n.kind.name()),
+                ("counter", "sent"),
+            ],
             s.sent,
             None,
         ));
         out.push(Counter::new(
-            &[("function", &f), ("kind", &n.kind), ("counter", "dropped")],
+            &[
+                ("function", &f),
+                ("kind", n.kind.name()),
+                ("counter", "dropped"),
+            ],
             s.dropped,
             None,
         ));
@@ -388,7 +389,7 @@ fn chain_stats(
                 .iter()
                 .map(|(n, s)| {
                     serde_json::json!({
-                        "host": n.host, "iface": n.iface, "kind": n.kind,
+                        "host": n.host, "iface": n.iface, "kind": n.kind.name(),
                         "packets": s.packets, "bytes": s.bytes, "sent": s.sent,
                         "dropped": s.dropped, "ip": s.ip,
                     })
@@ -400,7 +401,7 @@ fn chain_stats(
             for (n, s) in &now {
                 t.row(vec![
                     format!("{}:{}", n.host, n.iface),
-                    n.kind.clone(),
+                    n.kind.name().to_string(),
                     s.packets.to_string(),
                     s.bytes.to_string(),
                     s.sent.to_string(),
@@ -437,7 +438,7 @@ pub fn chain(cmd: ChainCmd) -> Result<()> {
                 lab: Some(cfg.lab.clone()),
                 host: Some(cfg.router.clone()),
             };
-            let dir = scope.pin_dir();
+            let dir = scope.pins().dir();
             ensure_free(&dir)?;
             let dp = Dataplane::deploy(&topo, &cfg)?;
             let nfs: Vec<String> = dp
@@ -453,12 +454,7 @@ pub fn chain(cmd: ChainCmd) -> Result<()> {
                 nfs.join(" "),
                 cfg.chains
                     .iter()
-                    .map(|c| format!(
-                        "{} ({} -> {})",
-                        c.name,
-                        peregrine_lab::dataplane::describe_match(&c.matches),
-                        c.hops.join(" -> ")
-                    ))
+                    .map(|c| format!("{} ({} -> {})", c.name, c.matches, c.hops.join(" -> ")))
                     .collect::<Vec<_>>()
                     .join("; ")
             );
@@ -467,7 +463,7 @@ pub fn chain(cmd: ChainCmd) -> Result<()> {
         ChainCmd::Remove { file } => {
             let cfg = DataplaneConfig::from_file(&file)
                 .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
-            let dir = peregrine_lab::dataplane::pin_dir(&cfg);
+            let dir = PinScope::of(&cfg).dir();
             if !dir.exists() {
                 bail!(
                     "nothing applied from {} ({} does not exist)",

@@ -18,6 +18,8 @@ pub enum LabError {
     #[error(transparent)]
     Host(#[from] peregrine_host::HostError),
     #[error(transparent)]
+    Dataplane(#[from] peregrine_dataplane::DataplaneError),
+    #[error(transparent)]
     Faas(#[from] peregrine_faas::invoker::InvokerError),
     #[error(transparent)]
     Bpf(#[from] peregrine_bpf::BpfError),

@@ -2,7 +2,6 @@
 //! receiver-side sinks, measurement (rates, loss, CPU, latency), RFC 2544
 //! search, results and plots.
 
-pub mod dataplane;
 pub mod error;
 pub mod lab;
 pub mod topology;

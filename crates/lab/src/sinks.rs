@@ -310,36 +310,6 @@ impl Sink for GeneratorCount<'_> {
     }
 }
 
-/// A counting pass-through XDP program on a veth that had none: veth drops
-/// frames redirected to it (XDP_REDIRECT, live frames) unless its receiving
-/// end runs XDP, so the generator and the data plane put one there.
-pub struct PassThrough {
-    pub ns: String,
-    pub iface: String,
-    pub prog: SinkProgram,
-    pub link: XdpLink,
-}
-
-/// Makes `ns:iface` accept redirected frames: attaches a pass-through program
-/// if no XDP program runs there (None if one already does).
-pub fn ensure_xdp_receiver(ns: &str, iface: &str) -> Result<Option<PassThrough>> {
-    netns::run_in(ns, || -> Result<Option<PassThrough>> {
-        let idx = peregrine_bpf::xdp::ifindex(iface)?;
-        if peregrine_bpf::xdp::attached_prog_id(idx)?.is_some() {
-            return Ok(None);
-        }
-        let prog = SinkProgram::load(XdpAction::Pass)?;
-        let link = prog.attach(iface, XdpMode::Native)?;
-        tracing::info!("{ns}:{iface} had no XDP program; attached a pass-through so redirected frames are not dropped");
-        Ok(Some(PassThrough {
-            ns: ns.to_string(),
-            iface: iface.to_string(),
-            prog,
-            link,
-        }))
-    })?
-}
-
 /// An AF_XDP sink: `dispatch.bpf.c` on the interface sends the generator's
 /// UDP port to one AF_XDP socket per RX queue; a busy-polling thread per
 /// socket (one core each) checks every frame (lengths, IP and UDP checksums)

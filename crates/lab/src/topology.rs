@@ -146,22 +146,8 @@ impl std::fmt::Display for Endpoint {
 
 /// Parses "198.18.0.1/24" or "2001:db8::1/64".
 pub fn parse_cidr(s: &str) -> Result<(IpAddr, u8)> {
-    let (a, p) = s
-        .split_once('/')
-        .ok_or_else(|| LabError::Config(format!("address {s:?}: expected address/prefix")))?;
-    let ip: IpAddr = a
-        .parse()
-        .map_err(|_| LabError::Config(format!("address {s:?}: {a:?} is not an IP address")))?;
-    let plen: u8 = p
-        .parse()
-        .map_err(|_| LabError::Config(format!("address {s:?}: bad prefix length")))?;
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    if plen > max {
-        return Err(LabError::Config(format!(
-            "address {s:?}: prefix length above {max}"
-        )));
-    }
-    Ok((ip, plen))
+    let p: peregrine_wire::Prefix = s.parse().map_err(LabError::Config)?;
+    Ok((p.addr, p.len))
 }
 
 /// Addresses labs may use: 198.18.0.0/15 and 2001:db8::/32 (benchmarking and
@@ -510,5 +496,33 @@ mod tests {
         assert!(!allowed_address("198.20.0.1".parse().unwrap()));
         assert!(allowed_address("2001:db8:ffff::1".parse().unwrap()));
         assert!(!allowed_address("2001:db9::1".parse().unwrap()));
+    }
+}
+
+/// A lab's hosts, for the data plane: host `h` runs in namespace
+/// `pg-<lab>-<h>`, veth peers are the topology's links.
+impl peregrine_dataplane::Hosts for Topology {
+    fn netns(&self, host: &str) -> peregrine_dataplane::Result<String> {
+        match self.host(host) {
+            Some(_) => Ok(crate::lab::ns_name(&self.name, host)),
+            None => Err(peregrine_dataplane::DataplaneError::Config(format!(
+                "lab {} has no host {host:?}",
+                self.name
+            ))),
+        }
+    }
+
+    fn veth_peer(
+        &self,
+        end: &peregrine_dataplane::HostIface,
+    ) -> Option<peregrine_dataplane::HostIface> {
+        let p = self.peer_of(&Endpoint {
+            host: end.host.clone(),
+            iface: end.iface.clone(),
+        })?;
+        Some(peregrine_dataplane::HostIface {
+            host: p.host,
+            iface: p.iface,
+        })
     }
 }

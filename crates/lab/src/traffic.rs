@@ -185,7 +185,7 @@ pub struct Generator {
     _anchor: Option<XdpLink>,
     /// Pass-through program put on the veth peer when it had none: veth
     /// drops redirected frames silently unless the peer runs XDP.
-    _peer_xdp: Option<crate::sinks::PassThrough>,
+    _peer_xdp: Option<peregrine_dataplane::PassThrough>,
 }
 
 impl Generator {
@@ -231,7 +231,7 @@ impl Generator {
                 let prog = GenProgram::load(&setup)?;
                 anchor = Some(netns::run_in(&spec.ns, || prog.anchor("lo"))??);
                 if let Some((pns, piface)) = peer {
-                    peer_xdp = crate::sinks::ensure_xdp_receiver(&pns, &piface)?;
+                    peer_xdp = peregrine_dataplane::ensure_xdp_receiver(&pns, &piface)?;
                 }
                 Some(Arc::new(prog))
             }

@@ -5,8 +5,8 @@ use peregrine_bpf::fixture::{check, truncations, Expect, Fixture};
 use peregrine_bpf::router::{action_name, FibMode, ACTIONS};
 use peregrine_bpf::testing::privileged;
 use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_dataplane::Dataplane;
 use peregrine_host::netns::NetnsGuard;
-use peregrine_lab::dataplane::Dataplane;
 use peregrine_lab::{Lab, Lifetime, Topology};
 use peregrine_wire::{MacAddr, UdpFrameSpec};
 

@@ -9,9 +9,11 @@
 pub mod checksum;
 pub mod frame;
 pub mod mac;
+pub mod prefix;
 
 pub use frame::{parse_udp_frame, reply_in_place, FrameError, UdpFrame, UdpFrameSpec};
 pub use mac::MacAddr;
+pub use prefix::Prefix;
 
 /// Ethernet type numbers used on our paths.
 pub mod ethertype {

@@ -1,0 +1,185 @@
+//! Attaching a declaration: the router on its ports, each network function
+//! in its container, the chains' steering rules, and pass-throughs on the
+//! ports' peers. Dropping a `Dataplane` detaches everything not pinned.
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use peregrine_bpf::nf::{NfProgram, NfSetup};
+use peregrine_bpf::router::{FibMode, PortStats, RouterProgram};
+use peregrine_bpf::{XdpLink, XdpMode};
+use peregrine_host::netns;
+
+use crate::config::{ChainMatch, DataplaneConfig, NfKind};
+use crate::error::{DataplaneError, Result};
+use crate::hosts::{HostIface, Hosts};
+use crate::peer::{ensure_xdp_receiver, PassThrough};
+use crate::pins;
+
+/// A network function running in a container.
+pub struct RunningNf {
+    pub host: String,
+    pub iface: String,
+    pub prog: NfProgram,
+    pub link: XdpLink,
+}
+
+/// A router (with its chains and network functions), attached.
+pub struct Dataplane {
+    pub router: RouterProgram,
+    /// None: the namespace of the process that attached it.
+    pub router_ns: Option<String>,
+    /// (port name, link)
+    pub ports: Vec<(String, XdpLink)>,
+    pub nfs: Vec<RunningNf>,
+    /// Pass-through programs on port peers that ran no XDP (see PassThrough).
+    pub peers: Vec<PassThrough>,
+}
+
+impl Dataplane {
+    /// Attaches the router to `ports` of namespace `ns` (None: the caller's).
+    pub fn router(
+        ns: Option<&str>,
+        ports: &[String],
+        mode: XdpMode,
+        fib: FibMode,
+        classify: bool,
+    ) -> Result<Dataplane> {
+        let router = RouterProgram::load(fib)?;
+        let mut links = Vec::new();
+        for p in ports {
+            let l = netns::run_in_opt(ns, || router.attach(p, mode, classify))??;
+            links.push((p.clone(), l));
+        }
+        Ok(Dataplane {
+            router,
+            router_ns: ns.map(str::to_string),
+            ports: links,
+            nfs: Vec::new(),
+            peers: Vec::new(),
+        })
+    }
+
+    /// Deploys `cfg` on `hosts`.
+    pub fn deploy(hosts: &impl Hosts, cfg: &DataplaneConfig) -> Result<Dataplane> {
+        let rns = hosts.netns(&cfg.router)?;
+        let mut dp = Dataplane::router(
+            Some(&rns),
+            &cfg.ports,
+            cfg.mode,
+            cfg.fib,
+            !cfg.chains.is_empty(),
+        )?;
+        let ifindex_in = |ns: &str, iface: &str| -> Result<u32> {
+            Ok(netns::run_in(ns, || peregrine_bpf::xdp::ifindex(iface))??)
+        };
+        let router_side = |host: &str, iface: &str| -> Result<String> {
+            let end = HostIface {
+                host: host.to_string(),
+                iface: iface.to_string(),
+            };
+            match hosts.veth_peer(&end) {
+                Some(p) if p.host == cfg.router => Ok(p.iface),
+                Some(p) => Err(DataplaneError::Config(format!(
+                    "{host}:{iface} is linked to {}:{}, not to the router host {}",
+                    p.host, p.iface, cfg.router
+                ))),
+                None => Err(DataplaneError::Config(format!(
+                    "{host}:{iface} is not one end of a veth link"
+                ))),
+            }
+        };
+
+        // Each network function: the router port facing it (entry), and the
+        // router port its frames come back on (same port unless it forwards).
+        let mut entry = BTreeMap::new();
+        let mut exit = BTreeMap::new();
+        for n in &cfg.nfs {
+            let in_port = router_side(&n.host, &n.iface)?;
+            let out_port = router_side(&n.host, n.out_iface())?;
+            for p in [&in_port, &out_port] {
+                if !dp.ports.iter().any(|(name, _)| name == p) {
+                    let l = netns::run_in(&rns, || dp.router.attach(p, cfg.mode, false))??;
+                    dp.ports.push((p.clone(), l));
+                }
+            }
+            entry.insert(n.host.clone(), ifindex_in(&rns, &in_port)?);
+            exit.insert(n.host.clone(), ifindex_in(&rns, &out_port)?);
+            let nns = hosts.netns(&n.host)?;
+            let setup = NfSetup {
+                out_ifindex: match &n.kind {
+                    NfKind::Forward { out } => Some(ifindex_in(&nns, out)?),
+                    _ => None,
+                },
+                rules: n.acl.clone(),
+            };
+            let prog = NfProgram::load(&setup)?;
+            let link = netns::run_in(&nns, || prog.attach(&n.iface, cfg.mode))??;
+            dp.nfs.push(RunningNf {
+                host: n.host.clone(),
+                iface: n.iface.clone(),
+                prog,
+                link,
+            });
+        }
+        for (ci, ch) in cfg.chains.iter().enumerate() {
+            let first = entry[&ch.hops[0]];
+            for w in ch.hops.windows(2) {
+                dp.router.set_port(exit[&w[0]], entry[&w[1]], false)?;
+            }
+            // The last hop's frames are routed (next 0).
+            dp.router
+                .set_port(exit[ch.hops.last().expect("non-empty")], 0, false)?;
+            let chain = ci as u32 + 1;
+            match ch.matches {
+                ChainMatch::Dst(p) => dp.router.steer_prefix(p.addr, p.len, first, chain)?,
+                ChainMatch::L4 { proto, port } => dp.router.steer_l4(proto, port, first, chain)?,
+                ChainMatch::SrcMac(mac) => dp.router.steer_mac(mac, first, chain)?,
+            }
+        }
+        dp.prepare_peers(hosts, &cfg.router)?;
+        Ok(dp)
+    }
+
+    /// Makes every port's veth peer accept the frames the router redirects
+    /// to it (veth drops them unless the receiving end runs XDP).
+    pub fn prepare_peers(&mut self, hosts: &impl Hosts, router_host: &str) -> Result<()> {
+        for (port, _) in &self.ports {
+            let end = HostIface {
+                host: router_host.to_string(),
+                iface: port.clone(),
+            };
+            if let Some(peer) = hosts.veth_peer(&end) {
+                if let Some(p) = ensure_xdp_receiver(&hosts.netns(&peer.host)?, &peer.iface)? {
+                    self.peers.push(p);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pins links and maps under `dir` so the data plane outlives this process.
+    pub fn pin(&mut self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| DataplaneError::Other(format!("creating {}: {e}", dir.display())))?;
+        self.router.pin_maps(dir)?;
+        for (name, l) in &self.ports {
+            l.pin(&pins::port_link(dir, name))?;
+        }
+        for n in &mut self.nfs {
+            n.link.pin(&pins::nf_link(dir, &n.host, &n.iface))?;
+            n.prog.pin_stats(&pins::nf_stats(dir, &n.host, &n.iface))?;
+        }
+        for p in &self.peers {
+            p.link.pin(&pins::peer_link(dir, &p.ns, &p.iface))?;
+        }
+        Ok(())
+    }
+
+    /// Per-port counters: (port name, ifindex, counters).
+    pub fn port_stats(&self) -> Result<Vec<(String, u32, PortStats)>> {
+        self.ports
+            .iter()
+            .map(|(n, l)| Ok((n.clone(), l.ifindex, self.router.stats(l.ifindex)?)))
+            .collect()
+    }
+}

@@ -1,0 +1,24 @@
+//! The XDP data plane: the FIB router on a host's ports, steering into
+//! containers (network namespaces over veth), service chains of network
+//! functions, their attachments and the pins that keep them after the
+//! attaching command exits.
+//!
+//! - `config`: a declaration (TOML), parsed once into typed values.
+//! - `hosts`: where the declaration's hosts are (a lab, or a host by hand).
+//! - `deploy`: attaching it all; `Dataplane` owns the programs and links.
+//! - `peer`: pass-throughs that let a veth peer receive redirected frames.
+//! - `pins`: the one pin layout every command reads and writes.
+
+pub mod config;
+pub mod deploy;
+pub mod error;
+pub mod hosts;
+pub mod peer;
+pub mod pins;
+
+pub use config::{ChainConfig, ChainMatch, DataplaneConfig, NfConfig, NfKind};
+pub use deploy::{Dataplane, RunningNf};
+pub use error::{DataplaneError, Result};
+pub use hosts::{HostIface, Hosts};
+pub use peer::{ensure_xdp_receiver, PassThrough};
+pub use pins::PinScope;

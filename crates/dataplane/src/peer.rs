@@ -1,0 +1,36 @@
+//! The receiving end of a redirect: veth drops frames redirected to it
+//! (XDP_REDIRECT) unless its peer runs an XDP program, so the data plane
+//! (and the lab's generator) put a counting pass-through there.
+use peregrine_bpf::sink::SinkProgram;
+use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
+use peregrine_host::netns;
+
+use crate::error::Result;
+
+/// A counting pass-through XDP program on a veth that had none.
+pub struct PassThrough {
+    pub ns: String,
+    pub iface: String,
+    pub prog: SinkProgram,
+    pub link: XdpLink,
+}
+
+/// Makes `ns:iface` accept redirected frames: attaches a pass-through program
+/// if no XDP program runs there (None if one already does).
+pub fn ensure_xdp_receiver(ns: &str, iface: &str) -> Result<Option<PassThrough>> {
+    netns::run_in(ns, || -> Result<Option<PassThrough>> {
+        let idx = peregrine_bpf::xdp::ifindex(iface)?;
+        if peregrine_bpf::xdp::attached_prog_id(idx)?.is_some() {
+            return Ok(None);
+        }
+        let prog = SinkProgram::load(XdpAction::Pass)?;
+        let link = prog.attach(iface, XdpMode::Native)?;
+        tracing::info!("{ns}:{iface} had no XDP program; attached a pass-through so redirected frames are not dropped");
+        Ok(Some(PassThrough {
+            ns: ns.to_string(),
+            iface: iface.to_string(),
+            prog,
+            link,
+        }))
+    })?
+}
