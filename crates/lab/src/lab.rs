@@ -315,7 +315,7 @@ impl Lab {
         let mut nl = Netlink::new()?;
         for l in &t.links {
             signals::check()?;
-            let (a, b) = (Endpoint::parse(&l.a)?, Endpoint::parse(&l.b)?);
+            let (a, b) = (&l.a, &l.b);
             nl.add_veth(
                 &self.ns(&a.host),
                 &a.iface,
@@ -332,7 +332,7 @@ impl Lab {
             }
         }
         for m in &t.macvlans {
-            let p = Endpoint::parse(&m.parent)?;
+            let p = &m.parent;
             nl.add_macvlan(&self.ns(&p.host), &p.iface, &self.ns(&m.host), &m.name)?;
         }
         for x in &t.vxlans {
@@ -382,7 +382,7 @@ impl Lab {
         // offload a frame that an XDP program redirects keeps a partial
         // checksum and the receiver drops it.
         for l in &t.links {
-            for ep in [Endpoint::parse(&l.a)?, Endpoint::parse(&l.b)?] {
+            for ep in [&l.a, &l.b] {
                 peregrine_host::netdev::set_offload(
                     &self.ns(&ep.host),
                     &ep.iface,

@@ -48,9 +48,9 @@ pub struct Host {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Link {
-    /// "host:iface"
-    pub a: String,
-    pub b: String,
+    /// "host:iface" in the file.
+    pub a: Endpoint,
+    pub b: Endpoint,
     #[serde(default = "one")]
     pub queues: u32,
     #[serde(default = "default_mtu")]
@@ -73,7 +73,7 @@ pub struct Macvlan {
     pub host: String,
     pub name: String,
     /// "host:iface" of the parent device; mode is always bridge.
-    pub parent: String,
+    pub parent: Endpoint,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -119,8 +119,9 @@ fn vxlan_port() -> u16 {
     4789
 }
 
-/// An interface in a host: parsed from "host:iface".
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// An interface in a host: parsed from "host:iface" once, when read.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct Endpoint {
     pub host: String,
     pub iface: String,
@@ -135,6 +136,19 @@ impl Endpoint {
             host: h.to_string(),
             iface: i.to_string(),
         })
+    }
+}
+
+impl TryFrom<String> for Endpoint {
+    type Error = LabError;
+    fn try_from(s: String) -> Result<Endpoint> {
+        Endpoint::parse(&s)
+    }
+}
+
+impl From<Endpoint> for String {
+    fn from(e: Endpoint) -> String {
+        e.to_string()
     }
 }
 
@@ -218,8 +232,8 @@ impl Topology {
     pub fn interfaces(&self) -> Result<Vec<Endpoint>> {
         let mut v = Vec::new();
         for l in &self.links {
-            v.push(Endpoint::parse(&l.a)?);
-            v.push(Endpoint::parse(&l.b)?);
+            v.push(l.a.clone());
+            v.push(l.b.clone());
         }
         for b in &self.bridges {
             v.push(Endpoint {
@@ -249,11 +263,10 @@ impl Topology {
     /// The other end of the veth whose one end is `ep`.
     pub fn peer_of(&self, ep: &Endpoint) -> Option<Endpoint> {
         self.links.iter().find_map(|l| {
-            let (a, b) = (Endpoint::parse(&l.a).ok()?, Endpoint::parse(&l.b).ok()?);
-            if &a == ep {
-                Some(b)
-            } else if &b == ep {
-                Some(a)
+            if &l.a == ep {
+                Some(l.b.clone())
+            } else if &l.b == ep {
+                Some(l.a.clone())
             } else {
                 None
             }
@@ -318,7 +331,7 @@ impl Topology {
             }
         }
         for m in &self.macvlans {
-            let p = Endpoint::parse(&m.parent)?;
+            let p = &m.parent;
             if !has(&p.host, &p.iface) {
                 return Err(LabError::Config(format!(
                     "macvlan {}:{}: parent {} is not defined",
