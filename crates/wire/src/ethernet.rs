@@ -1,7 +1,8 @@
 //! Ethernet II header: a zero-copy view and its parsed form. The frame check
 //! sequence is never in our buffers (see `FCS_LEN`).
 use crate::bytes::{get_u16, set_u16};
-use crate::error::{FrameError, Layer, Result};
+use crate::error::{Layer, Result};
+use crate::view::header_view;
 use crate::MacAddr;
 
 /// Byte ranges of the header fields.
@@ -17,35 +18,15 @@ pub mod field {
 /// Header length: `crate::ETH_HLEN`.
 pub const HEADER_LEN: usize = field::PAYLOAD;
 
-/// A view of an Ethernet frame in `buffer`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frame<T: AsRef<[u8]>> {
-    buffer: T,
+header_view! {
+    /// A view of an Ethernet frame in `buffer`.
+    Frame, Layer::Ethernet
 }
 
 impl<T: AsRef<[u8]>> Frame<T> {
-    /// A view without checks: accessors panic if the buffer is shorter than
-    /// the header. For buffers known to hold one (frames just built).
-    pub fn new_unchecked(buffer: T) -> Frame<T> {
-        Frame { buffer }
-    }
-
-    /// A view of a buffer that holds at least the header.
-    pub fn new_checked(buffer: T) -> Result<Frame<T>> {
-        let f = Frame::new_unchecked(buffer);
-        f.check_len()?;
-        Ok(f)
-    }
-
+    /// The buffer holds the header.
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            return Err(FrameError::Truncated(Layer::Ethernet));
-        }
-        Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
+        self.buffer_len_checked().map(|_| ())
     }
 
     pub fn dst_addr(&self) -> MacAddr {
@@ -126,6 +107,7 @@ impl Repr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FrameError;
     use proptest::prelude::*;
 
     proptest! {

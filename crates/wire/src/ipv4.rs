@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 use crate::bytes::{get_u16, set_u16};
 use crate::checksum;
 use crate::error::{FrameError, Layer, Result};
+use crate::view::header_view;
 
 /// Byte ranges of the header fields.
 pub mod field {
@@ -35,34 +36,17 @@ const FLAG_DONT_FRAG: u16 = 0x4000;
 const FLAG_MORE_FRAGS: u16 = 0x2000;
 const FRAG_OFFSET_MASK: u16 = 0x1fff;
 
-/// A view of an IPv4 packet at the start of `buffer` (which may run on past
-/// the packet: Ethernet padding).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+header_view! {
+    /// A view of an IPv4 packet at the start of `buffer` (which may run on past
+    /// the packet: Ethernet padding).
+    Packet, Layer::Ipv4
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// A view without checks: accessors panic on a buffer shorter than the
-    /// fields they read.
-    pub fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// A view whose version is 4 and whose header length and total length
-    /// are consistent and inside the buffer.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let p = Packet::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// The checks of `new_checked`.
+    /// Version 4; header length at least 20 and inside the buffer; total
+    /// length at least the header length and inside the buffer.
     pub fn check_len(&self) -> Result<()> {
-        let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            return Err(FrameError::Truncated(Layer::Ipv4));
-        }
+        let len = self.buffer_len_checked()?;
         if self.version() != 4 {
             return Err(FrameError::Malformed(Layer::Ipv4, "version is not 4"));
         }
@@ -84,10 +68,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(FrameError::Truncated(Layer::Ipv4));
         }
         Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     pub fn version(&self) -> u8 {

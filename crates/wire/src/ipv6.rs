@@ -6,6 +6,7 @@ use std::net::Ipv6Addr;
 
 use crate::bytes::{get_u16, set_u16};
 use crate::error::{FrameError, Layer, Result};
+use crate::view::header_view;
 
 /// Byte ranges of the header fields.
 pub mod field {
@@ -23,34 +24,17 @@ pub mod field {
 /// Header length: `crate::IPV6_HLEN`.
 pub const HEADER_LEN: usize = field::PAYLOAD;
 
-/// A view of an IPv6 packet at the start of `buffer` (which may run on past
-/// the packet: Ethernet padding).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+header_view! {
+    /// A view of an IPv6 packet at the start of `buffer` (which may run on past
+    /// the packet: Ethernet padding).
+    Packet, Layer::Ipv6
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// A view without checks: accessors panic on a buffer shorter than the
-    /// fields they read.
-    pub fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// A view whose version is 6 and whose payload length is inside the
-    /// buffer.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let p = Packet::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// The checks of `new_checked`.
+    /// The buffer holds the header; version 6; the payload length inside
+    /// the buffer.
     pub fn check_len(&self) -> Result<()> {
-        let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            return Err(FrameError::Truncated(Layer::Ipv6));
-        }
+        let len = self.buffer_len_checked()?;
         if self.version() != 6 {
             return Err(FrameError::Malformed(Layer::Ipv6, "version is not 6"));
         }
@@ -58,10 +42,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(FrameError::Truncated(Layer::Ipv6));
         }
         Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     pub fn version(&self) -> u8 {

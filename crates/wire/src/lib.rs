@@ -18,6 +18,7 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod mac;
 pub mod udp;
+mod view;
 pub mod vlan;
 
 pub use bytes::Field;

@@ -6,6 +6,7 @@ use crate::bytes::{get_u16, set_u16};
 use crate::checksum;
 use crate::error::{FrameError, Layer, Result};
 use crate::ipproto;
+use crate::view::header_view;
 
 /// Byte ranges of the header fields.
 pub mod field {
@@ -21,33 +22,16 @@ pub mod field {
 /// Header length: `crate::UDP_HLEN`.
 pub const HEADER_LEN: usize = field::PAYLOAD;
 
-/// A view of a UDP datagram at the start of `buffer` (the IP payload).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+header_view! {
+    /// A view of a UDP datagram at the start of `buffer` (the IP payload).
+    Packet, Layer::Udp
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// A view without checks: accessors panic on a buffer shorter than the
-    /// fields they read.
-    pub fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// A view whose length field covers at least the header and at most the
-    /// buffer.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let p = Packet::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    /// The checks of `new_checked`.
+    /// The buffer holds the header; the length field covers at least the
+    /// header and at most the buffer.
     pub fn check_len(&self) -> Result<()> {
-        let len = self.buffer.as_ref().len();
-        if len < HEADER_LEN {
-            return Err(FrameError::Truncated(Layer::Udp));
-        }
+        let len = self.buffer_len_checked()?;
         let claimed = usize::from(self.len());
         if claimed < HEADER_LEN {
             return Err(FrameError::Malformed(Layer::Udp, "length below 8"));
@@ -56,10 +40,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(FrameError::Truncated(Layer::Udp));
         }
         Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     pub fn src_port(&self) -> u16 {

@@ -2,8 +2,9 @@
 //! 0x88a8 (802.1ad, a QinQ outer tag). As in the BPF programs (sink.bpf.c),
 //! one tag is parsed through; the ethertype after it must be the payload's.
 use crate::bytes::{get_u16, set_u16};
-use crate::error::{FrameError, Layer, Result};
+use crate::error::{Layer, Result};
 use crate::ethertype;
+use crate::view::header_view;
 
 /// Byte ranges of the tag's fields, from the end of the tag protocol
 /// identifier (which sits in the Ethernet ethertype field).
@@ -24,33 +25,15 @@ pub fn is_tag_protocol(ethertype: u16) -> bool {
     ethertype == ethertype::VLAN || ethertype == ethertype::QINQ
 }
 
-/// A view of a tag (TCI and inner ethertype) in `buffer`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tag<T: AsRef<[u8]>> {
-    buffer: T,
+header_view! {
+    /// A view of a tag (TCI and inner ethertype) in `buffer`.
+    Tag, Layer::Vlan
 }
 
 impl<T: AsRef<[u8]>> Tag<T> {
-    pub fn new_unchecked(buffer: T) -> Tag<T> {
-        Tag { buffer }
-    }
-
-    /// A view of a buffer that holds at least the tag.
-    pub fn new_checked(buffer: T) -> Result<Tag<T>> {
-        let t = Tag::new_unchecked(buffer);
-        t.check_len()?;
-        Ok(t)
-    }
-
+    /// The buffer holds the tag.
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            return Err(FrameError::Truncated(Layer::Vlan));
-        }
-        Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
+        self.buffer_len_checked().map(|_| ())
     }
 
     pub fn tci(&self) -> u16 {
@@ -126,6 +109,7 @@ pub fn tagged(frame: &[u8], tpid: u16, tci: u16) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FrameError;
     use proptest::prelude::*;
 
     proptest! {
