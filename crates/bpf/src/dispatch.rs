@@ -157,7 +157,7 @@ mod fixtures {
     use crate::fixture::{check_all, truncations, Expect, Fixture};
     use crate::testing::privileged;
     use crate::XdpAction;
-    use peregrine_wire::{MacAddr, UdpFrameSpec};
+    use peregrine_wire::{ipproto, ipv4, MacAddr, UdpFrameSpec, ETH_HLEN};
 
     fn udp_frame(dst: &str, port: u16) -> Vec<u8> {
         let v6 = dst.contains(':');
@@ -204,10 +204,12 @@ mod fixtures {
             pass("garbage", vec![0x42; 64]),
         ];
         let mut frag = v4.clone();
-        frag[20] = 0x20;
+        let mut ip = ipv4::Packet::new_unchecked(&mut frag[ETH_HLEN..]);
+        ip.set_dont_frag(false);
+        ip.set_more_frags(true);
         fx.push(pass("fragment", frag));
         let mut tcp = v4.clone();
-        tcp[23] = 6;
+        ipv4::Packet::new_unchecked(&mut tcp[ETH_HLEN..]).set_protocol(ipproto::TCP);
         fx.push(pass("tcp", tcp));
         for (n, cut) in truncations(&v4, 42) {
             fx.push(pass(&format!("cut at {n}"), cut));

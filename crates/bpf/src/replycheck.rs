@@ -160,7 +160,7 @@ mod fixtures {
     use crate::gen::PEREGRINE_MAGIC;
     use crate::testing::privileged;
     use crate::XdpAction;
-    use peregrine_wire::{MacAddr, UdpFrameSpec};
+    use peregrine_wire::{ipproto, ipv4, udp, MacAddr, UdpFrameSpec, ETH_HLEN, IPV4_HLEN};
 
     const SERVER_PORT: u16 = 1232;
     const TC_ACT_OK: u32 = 0;
@@ -294,10 +294,12 @@ mod fixtures {
 
             let mut bad_sum = vec![];
             let mut udp_sum = ok.clone();
-            udp_sum[40] ^= 0x10; // UDP checksum
+            let mut u = udp::Packet::new_unchecked(&mut udp_sum[ETH_HLEN + IPV4_HLEN..]);
+            u.set_checksum(u.checksum() ^ 0x1000);
             bad_sum.push(drop(format!("{tag} udp checksum"), udp_sum));
             let mut ip_sum = ok.clone();
-            ip_sum[24] ^= 0x10; // IPv4 header checksum
+            let mut ip = ipv4::Packet::new_unchecked(&mut ip_sum[ETH_HLEN..]);
+            ip.set_checksum(ip.checksum() ^ 0x1000);
             bad_sum.push(drop(format!("{tag} ip checksum"), ip_sum));
             // The checksum covers the meta bytes carried back.
             let mut seq_changed = ok.clone();
@@ -337,10 +339,12 @@ mod fixtures {
                 }),
             ];
             let mut tcp = ok.clone();
-            tcp[23] = 6;
+            ipv4::Packet::new_unchecked(&mut tcp[ETH_HLEN..]).set_protocol(ipproto::TCP);
             others.push(pass(format!("{tag} tcp"), tcp));
             let mut frag = ok.clone();
-            frag[20] = 0x20;
+            let mut ip = ipv4::Packet::new_unchecked(&mut frag[ETH_HLEN..]);
+            ip.set_dont_frag(false);
+            ip.set_more_frags(true);
             others.push(pass(format!("{tag} fragment"), frag));
             // Cut inside the UDP header: not recognisably a reply.
             for (n, f) in truncations(&ok, 42) {

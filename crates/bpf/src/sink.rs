@@ -162,7 +162,7 @@ mod fixtures {
     use crate::fixture::{check, truncations, Expect, Fixture};
     use crate::gen::{FrameSizes, GenSetup};
     use crate::testing::privileged;
-    use peregrine_wire::{MacAddr, UdpFrameSpec};
+    use peregrine_wire::{ethertype, ipproto, ipv4, ipv6, vlan, MacAddr, UdpFrameSpec, ETH_HLEN};
 
     /// What one frame adds to the counters.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,10 +206,7 @@ mod fixtures {
     }
 
     fn vlan(frame: &[u8]) -> Vec<u8> {
-        let mut f = frame[..12].to_vec();
-        f.extend_from_slice(&[0x81, 0x00, 0x00, 0x2a]);
-        f.extend_from_slice(&frame[12..]);
-        f
+        vlan::tagged(frame, ethertype::VLAN, 0x2a)
     }
 
     fn cases() -> Vec<(Fixture, Counted)> {
@@ -261,28 +258,30 @@ mod fixtures {
         opt.insert(34, 0x01);
         opt.insert(34, 0x01);
         opt.insert(34, 0x01);
-        opt[14] = 0x46;
+        ipv4::Packet::new_unchecked(&mut opt[ETH_HLEN..]).set_header_len(24);
         opt.truncate(64);
         add("ipv4 with options".into(), opt.clone(), Counted::Generator);
         let mut frag = gen_frame(false, 60);
-        frag[20] = 0x20; // more fragments, offset 0 is still a fragment
-        frag[21] = 0x01;
+        let mut ip = ipv4::Packet::new_unchecked(&mut frag[ETH_HLEN..]);
+        ip.set_dont_frag(false);
+        ip.set_more_frags(true);
+        ip.set_frag_offset(8);
         add("ipv4 fragment".into(), frag, Counted::Other);
         let mut bad_ihl = gen_frame(false, 60);
-        bad_ihl[14] = 0x44;
+        ipv4::Packet::new_unchecked(&mut bad_ihl[ETH_HLEN..]).set_header_len(16);
         add(
             "ipv4 header length below 5 words".into(),
             bad_ihl,
             Counted::Other,
         );
         let mut bad_ver = gen_frame(false, 60);
-        bad_ver[14] = 0x65;
+        ipv4::Packet::new_unchecked(&mut bad_ver[ETH_HLEN..]).set_version(6);
         add("ipv4 ethertype, version 6".into(), bad_ver, Counted::Other);
         let mut tcp = gen_frame(false, 60);
-        tcp[23] = 6;
+        ipv4::Packet::new_unchecked(&mut tcp[ETH_HLEN..]).set_protocol(ipproto::TCP);
         add("ipv4 tcp".into(), tcp, Counted::Other);
         let mut icmp6 = gen_frame(true, 74);
-        icmp6[20] = 58;
+        ipv6::Packet::new_unchecked(&mut icmp6[ETH_HLEN..]).set_next_header(ipproto::ICMPV6);
         add("ipv6 icmp".into(), icmp6, Counted::Other);
         let mut arp = vec![0xffu8; 6];
         arp.extend_from_slice(&MacAddr::local(1).0);

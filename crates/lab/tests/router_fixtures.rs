@@ -8,7 +8,7 @@ use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_dataplane::Dataplane;
 use peregrine_host::netns::NetnsGuard;
 use peregrine_lab::{Lab, Lifetime, Topology};
-use peregrine_wire::{MacAddr, UdpFrameSpec};
+use peregrine_wire::{ethertype, ipproto, ipv4, ipv6, vlan, MacAddr, UdpFrameSpec, ETH_HLEN};
 
 const TOPO: &str = r#"
 name = "rfix"
@@ -153,31 +153,34 @@ fn router_fixtures() {
     fx.push(pass("arp", arp));
     // Neighbour solicitation (ICMPv6 to the solicited-node multicast group).
     let mut ns_frame = build(&from_a("ff02::1:ff00:2", 255));
-    ns_frame[20] = 58;
+    ipv6::Packet::new_unchecked(&mut ns_frame[ETH_HLEN..]).set_next_header(ipproto::ICMPV6);
     fx.push(pass("ipv6 neighbour solicitation", ns_frame));
     let mut mf = build(&from_a("198.19.0.5", 64));
-    mf[20] = 0x20; // more fragments
+    let mut ip = ipv4::Packet::new_unchecked(&mut mf[ETH_HLEN..]);
+    ip.set_dont_frag(false);
+    ip.set_more_frags(true);
     fx.push(pass("ipv4 first fragment", mf));
     let mut off = build(&from_a("198.19.0.5", 64));
-    off[20] = 0x00;
-    off[21] = 0x10; // offset 128
+    let mut ip = ipv4::Packet::new_unchecked(&mut off[ETH_HLEN..]);
+    ip.set_dont_frag(false);
+    ip.set_frag_offset(128);
     fx.push(pass("ipv4 later fragment", off));
     let mut opt = build(&from_a("198.19.0.5", 64));
     opt.splice(34..34, [1u8, 1, 1, 1]);
-    opt[14] = 0x46;
+    ipv4::Packet::new_unchecked(&mut opt[ETH_HLEN..]).set_header_len(24);
     opt.truncate(100);
     fx.push(pass("ipv4 options", opt));
     let plain = build(&from_a("198.19.0.5", 64));
-    let mut vlan = plain[..12].to_vec();
-    vlan.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
-    vlan.extend_from_slice(&plain[12..]);
-    fx.push(pass("802.1Q tagged", vlan));
+    fx.push(pass(
+        "802.1Q tagged",
+        vlan::tagged(&plain, ethertype::VLAN, 7),
+    ));
     fx.push(pass(
         "garbage",
         (0..80u32).map(|i| (i * 37 + 11) as u8).collect(),
     ));
     let mut bad_ver = plain.clone();
-    bad_ver[14] = 0x55;
+    ipv4::Packet::new_unchecked(&mut bad_ver[ETH_HLEN..]).set_version(5);
     fx.push(pass("ipv4 ethertype, version 5", bad_ver));
     for (label, frame) in [
         ("ipv4", plain.clone()),

@@ -1,28 +1,9 @@
 //! Whole Ethernet/IP/UDP frames: a builder for the frames peregrine sends and a
-//! checked parser for the frames it receives.
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+//! checked parser for the frames it receives, both on the per-layer views.
+use std::net::IpAddr;
 
-use crate::checksum;
-use crate::{ethertype, ipproto, MacAddr, ETH_HLEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN, VLAN_HLEN};
-
-/// Why a frame was refused. Each names the header and the problem.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
-    #[error("frame cut short in the {0} header")]
-    Truncated(&'static str),
-    #[error("not an IPv4/IPv6 frame (ethertype {0:#06x})")]
-    NotIp(u16),
-    #[error("malformed {0} header: {1}")]
-    Malformed(&'static str, &'static str),
-    #[error("not UDP (IP protocol {0})")]
-    NotUdp(u8),
-    #[error("bad {0} checksum")]
-    BadChecksum(&'static str),
-    #[error("frame size {size} outside {min}..={max} for this address family")]
-    BadSize { size: usize, min: usize, max: usize },
-    #[error("source and destination address families differ")]
-    MixedFamilies,
-}
+pub use crate::error::{FrameError, Layer};
+use crate::{ethernet, ethertype, ipproto, ipv4, ipv6, udp, vlan, MacAddr, ETH_HLEN, VLAN_HLEN};
 
 /// What a UDP frame should contain. `frame_len` excludes the FCS, so a
 /// "64-byte frame" in benchmark terms is `frame_len = 60`.
@@ -38,10 +19,13 @@ pub struct UdpFrameSpec {
     pub frame_len: usize,
 }
 
+/// The largest frame built: a 9000-byte MTU jumbo frame and then some.
+const MAX_FRAME_LEN: usize = 9216;
+
 impl UdpFrameSpec {
     /// Header bytes in front of the UDP payload.
     pub fn header_len(&self) -> usize {
-        ETH_HLEN + ip_header_len(self.src_ip) + UDP_HLEN
+        ETH_HLEN + ip_header_len(self.src_ip) + udp::HEADER_LEN
     }
 
     /// The smallest `frame_len` that still holds the headers.
@@ -61,7 +45,7 @@ impl UdpFrameSpec {
     /// received frame being turned into its reply).
     pub fn write_into(&self, f: &mut [u8], payload: &[u8]) -> Result<(), FrameError> {
         let hl = self.header_len();
-        let max = 9216;
+        let max = MAX_FRAME_LEN;
         if self.frame_len < hl || self.frame_len > max || payload.len() > self.frame_len - hl {
             return Err(FrameError::BadSize {
                 size: self.frame_len,
@@ -81,54 +65,59 @@ impl UdpFrameSpec {
         }
         let f = &mut f[..self.frame_len];
         f.fill(0);
-        f[0..6].copy_from_slice(&self.dst_mac.0);
-        f[6..12].copy_from_slice(&self.src_mac.0);
-        let l4 = match (self.src_ip, self.dst_ip) {
+        let udp = udp::Repr {
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            payload_len: self.frame_len - hl,
+        };
+        let mut eth = ethernet::Frame::new_unchecked(&mut *f);
+        let ip = eth.payload_mut();
+        let (ethertype, l4) = match (self.src_ip, self.dst_ip) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
-                f[12..14].copy_from_slice(&ethertype::IPV4.to_be_bytes());
-                let ip = &mut f[ETH_HLEN..ETH_HLEN + IPV4_HLEN];
-                ip[0] = 0x45;
-                let total = (self.frame_len - ETH_HLEN) as u16;
-                ip[2..4].copy_from_slice(&total.to_be_bytes());
-                ip[6] = 0x40; // DF: never fragmented on our paths
-                ip[8] = self.ttl;
-                ip[9] = ipproto::UDP;
-                ip[12..16].copy_from_slice(&s.octets());
-                ip[16..20].copy_from_slice(&d.octets());
-                let c = checksum::checksum(ip);
-                ip[10..12].copy_from_slice(&c.to_be_bytes());
-                ETH_HLEN + IPV4_HLEN
+                let r = ipv4::Repr {
+                    src_addr: s,
+                    dst_addr: d,
+                    protocol: ipproto::UDP,
+                    payload_len: udp.buffer_len(),
+                    ttl: self.ttl,
+                };
+                r.emit(&mut ipv4::Packet::new_unchecked(&mut *ip));
+                (ethertype::IPV4, &mut ip[r.header_len()..])
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
-                f[12..14].copy_from_slice(&ethertype::IPV6.to_be_bytes());
-                let ip = &mut f[ETH_HLEN..ETH_HLEN + IPV6_HLEN];
-                ip[0] = 0x60;
-                let plen = (self.frame_len - ETH_HLEN - IPV6_HLEN) as u16;
-                ip[4..6].copy_from_slice(&plen.to_be_bytes());
-                ip[6] = ipproto::UDP;
-                ip[7] = self.ttl;
-                ip[8..24].copy_from_slice(&s.octets());
-                ip[24..40].copy_from_slice(&d.octets());
-                ETH_HLEN + IPV6_HLEN
+                let r = ipv6::Repr {
+                    src_addr: s,
+                    dst_addr: d,
+                    next_header: ipproto::UDP,
+                    payload_len: udp.buffer_len(),
+                    hop_limit: self.ttl,
+                };
+                r.emit(&mut ipv6::Packet::new_unchecked(&mut *ip));
+                (ethertype::IPV6, &mut ip[r.header_len()..])
             }
             _ => unreachable!("families checked above"),
         };
-        let udp_len = (self.frame_len - l4) as u16;
-        f[l4..l4 + 2].copy_from_slice(&self.src_port.to_be_bytes());
-        f[l4 + 2..l4 + 4].copy_from_slice(&self.dst_port.to_be_bytes());
-        f[l4 + 4..l4 + 6].copy_from_slice(&udp_len.to_be_bytes());
-        f[l4 + UDP_HLEN..l4 + UDP_HLEN + payload.len()].copy_from_slice(payload);
-        let c = checksum::udp_checksum(self.src_ip, self.dst_ip, &f[l4..]);
-        f[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
+        udp.emit(
+            &mut udp::Packet::new_unchecked(l4),
+            self.src_ip,
+            self.dst_ip,
+            payload,
+        );
+        ethernet::Repr {
+            src_addr: self.src_mac,
+            dst_addr: self.dst_mac,
+            ethertype,
+        }
+        .emit(&mut eth);
         Ok(())
     }
 }
 
 fn ip_header_len(a: IpAddr) -> usize {
     if a.is_ipv4() {
-        IPV4_HLEN
+        ipv4::HEADER_LEN
     } else {
-        IPV6_HLEN
+        ipv6::HEADER_LEN
     }
 }
 
@@ -150,138 +139,75 @@ pub struct UdpFrame<'a> {
     pub payload: &'a [u8],
 }
 
-/// Parses and verifies a frame: lengths consistent, IPv4 header checksum and
-/// UDP checksum valid: the full checksum, or exactly the partial
-/// pseudo-header value of a CHECKSUM_PARTIAL frame from a local sender (a
-/// zero UDP checksum is accepted on IPv4 only).
-/// Padding after the IP datagram (short frames) is ignored.
+/// Parses and verifies a frame: one optional 802.1Q/802.1ad tag, lengths
+/// consistent, IPv4 header checksum and UDP checksum valid (see
+/// `udp::Packet::verify_checksum`: full, or exactly the partial
+/// pseudo-header value of a CHECKSUM_PARTIAL frame from a local sender, or
+/// zero on IPv4 only). Padding after the IP datagram (short frames) is
+/// ignored.
 pub fn parse_udp_frame(f: &[u8]) -> Result<UdpFrame<'_>, FrameError> {
-    if f.len() < ETH_HLEN {
-        return Err(FrameError::Truncated("Ethernet"));
-    }
-    let mut dst = [0u8; 6];
-    let mut src = [0u8; 6];
-    dst.copy_from_slice(&f[0..6]);
-    src.copy_from_slice(&f[6..12]);
-    let mut et = u16::from_be_bytes([f[12], f[13]]);
-    let mut l3 = ETH_HLEN;
-    let mut vlan = None;
-    if et == ethertype::VLAN || et == ethertype::QINQ {
-        if f.len() < l3 + VLAN_HLEN {
-            return Err(FrameError::Truncated("802.1Q"));
-        }
-        vlan = Some(u16::from_be_bytes([f[l3], f[l3 + 1]]) & 0x0fff);
-        et = u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]);
-        l3 += VLAN_HLEN;
-    }
-    let ip = &f[l3..];
+    let eth = ethernet::Frame::new_checked(f)?;
+    let (et, vlan, l3) = if vlan::is_tag_protocol(eth.ethertype()) {
+        let tag = vlan::Tag::new_checked(eth.payload())?;
+        (tag.ethertype(), Some(tag.vlan_id()), ETH_HLEN + VLAN_HLEN)
+    } else {
+        (eth.ethertype(), None, ETH_HLEN)
+    };
     let (src_ip, dst_ip, ttl, l4, l4_len) = match et {
         ethertype::IPV4 => {
-            if ip.len() < IPV4_HLEN {
-                return Err(FrameError::Truncated("IPv4"));
+            let ip = ipv4::Packet::new_unchecked(&f[l3..]);
+            let r = ipv4::Repr::parse(&ip)?;
+            if r.protocol != ipproto::UDP {
+                return Err(FrameError::NotUdp(r.protocol));
             }
-            if ip[0] >> 4 != 4 {
-                return Err(FrameError::Malformed("IPv4", "version is not 4"));
-            }
-            let ihl = usize::from(ip[0] & 0x0f) * 4;
-            if ihl < IPV4_HLEN {
-                return Err(FrameError::Malformed("IPv4", "header length below 20"));
-            }
-            if ip.len() < ihl {
-                return Err(FrameError::Truncated("IPv4"));
-            }
-            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-            if total < ihl || total > ip.len() {
-                return Err(FrameError::Malformed(
-                    "IPv4",
-                    "total length disagrees with frame",
-                ));
-            }
-            if checksum::checksum(&ip[..ihl]) != 0 {
-                return Err(FrameError::BadChecksum("IPv4 header"));
-            }
-            if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
-                return Err(FrameError::Malformed("IPv4", "fragment"));
-            }
-            if ip[9] != ipproto::UDP {
-                return Err(FrameError::NotUdp(ip[9]));
-            }
-            let s = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-            let d = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-            (IpAddr::V4(s), IpAddr::V4(d), ip[8], l3 + ihl, total - ihl)
+            let l4 = l3 + ip.header_len();
+            (
+                r.src_addr.into(),
+                r.dst_addr.into(),
+                r.ttl,
+                l4,
+                r.payload_len,
+            )
         }
         ethertype::IPV6 => {
-            if ip.len() < IPV6_HLEN {
-                return Err(FrameError::Truncated("IPv6"));
+            let r = ipv6::Repr::parse(&ipv6::Packet::new_unchecked(&f[l3..]))?;
+            if r.next_header != ipproto::UDP {
+                return Err(FrameError::NotUdp(r.next_header));
             }
-            if ip[0] >> 4 != 6 {
-                return Err(FrameError::Malformed("IPv6", "version is not 6"));
-            }
-            let plen = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
-            if plen > ip.len() - IPV6_HLEN {
-                return Err(FrameError::Malformed(
-                    "IPv6",
-                    "payload length disagrees with frame",
-                ));
-            }
-            if ip[6] != ipproto::UDP {
-                return Err(FrameError::NotUdp(ip[6]));
-            }
-            let mut s = [0u8; 16];
-            let mut d = [0u8; 16];
-            s.copy_from_slice(&ip[8..24]);
-            d.copy_from_slice(&ip[24..40]);
+            let l4 = l3 + ipv6::HEADER_LEN;
             (
-                IpAddr::V6(Ipv6Addr::from(s)),
-                IpAddr::V6(Ipv6Addr::from(d)),
-                ip[7],
-                l3 + IPV6_HLEN,
-                plen,
+                r.src_addr.into(),
+                r.dst_addr.into(),
+                r.hop_limit,
+                l4,
+                r.payload_len,
             )
         }
         other => return Err(FrameError::NotIp(other)),
     };
-    if l4_len < UDP_HLEN {
-        return Err(FrameError::Truncated("UDP"));
-    }
-    let udp = &f[l4..l4 + l4_len];
-    let ulen = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
-    if ulen < UDP_HLEN || ulen > udp.len() {
-        return Err(FrameError::Malformed("UDP", "length disagrees with IP"));
-    }
-    let udp = &udp[..ulen];
-    let stored = u16::from_be_bytes([udp[6], udp[7]]);
-    let zero_ok = src_ip.is_ipv4() && stored == 0;
-    if !zero_ok {
-        let acc = checksum::pseudo_header_sum(src_ip, dst_ip, ipproto::UDP, ulen);
-        // A local sender with TX checksum offload (veth's default) leaves
-        // CHECKSUM_PARTIAL frames: the field holds only the folded
-        // pseudo-header sum, not complemented, for the NIC to finish. XDP and
-        // AF_XDP see it as it is; the kernel's own sockets accept it, so do we.
-        let partial = stored == !checksum::finish(acc);
-        if !partial && checksum::finish(checksum::sum_words(acc, udp)) != 0 {
-            return Err(FrameError::BadChecksum("UDP"));
-        }
-    }
+    let datagram = &f[l4..l4 + l4_len];
+    let r = udp::Repr::parse(&udp::Packet::new_unchecked(datagram), src_ip, dst_ip)?;
     Ok(UdpFrame {
-        dst_mac: MacAddr(dst),
-        src_mac: MacAddr(src),
+        dst_mac: eth.dst_addr(),
+        src_mac: eth.src_addr(),
         vlan,
         src_ip,
         dst_ip,
         ttl,
-        src_port: u16::from_be_bytes([udp[0], udp[1]]),
-        dst_port: u16::from_be_bytes([udp[2], udp[3]]),
+        src_port: r.src_port,
+        dst_port: r.dst_port,
         l3_offset: l3,
         l4_offset: l4,
-        payload: &udp[UDP_HLEN..],
+        payload: &datagram[udp::HEADER_LEN..r.buffer_len()],
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{checksum, UDP_HLEN};
     use proptest::prelude::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn spec(v6: bool, len: usize) -> UdpFrameSpec {
         let (s, d): (IpAddr, IpAddr) = if v6 {
@@ -353,7 +279,7 @@ mod tests {
             f[l4 + 6..l4 + 8].copy_from_slice(&pseudo.wrapping_add(1).to_be_bytes());
             assert!(matches!(
                 parse_udp_frame(&f),
-                Err(FrameError::BadChecksum("UDP"))
+                Err(FrameError::BadChecksum(Layer::Udp))
             ));
         }
     }
@@ -363,7 +289,10 @@ mod tests {
         let mut f = spec(true, 100).build(b"abc").unwrap();
         let n = f.len();
         f[n - 1] ^= 0x55;
-        assert_eq!(parse_udp_frame(&f), Err(FrameError::BadChecksum("UDP")));
+        assert_eq!(
+            parse_udp_frame(&f),
+            Err(FrameError::BadChecksum(Layer::Udp))
+        );
     }
 
     #[test]
@@ -477,13 +406,16 @@ mod tests {
         }
 
         /// A frame cut at any length short of its IP datagram is refused,
-        /// never parsed into something shorter.
+        /// never parsed into something shorter, as truncated in the layer
+        /// the cut falls in (the IP layer from its header on: its length
+        /// covers the UDP datagram).
         #[test]
         fn every_truncation_is_an_error((s, payload) in any_spec()) {
             let f = s.build(&payload).unwrap();
+            let ip = if s.src_ip.is_ipv4() { Layer::Ipv4 } else { Layer::Ipv6 };
             for cut in 0..f.len() {
-                let r = parse_udp_frame(&f[..cut]);
-                prop_assert!(r.is_err(), "cut at {} of {}: parsed {:?}", cut, f.len(), r);
+                let want = if cut < ETH_HLEN { Layer::Ethernet } else { ip };
+                prop_assert_eq!(parse_udp_frame(&f[..cut]), Err(FrameError::Truncated(want)), "cut at {} of {}", cut, f.len());
             }
         }
 
@@ -513,7 +445,7 @@ mod tests {
             } else {
                 prop_assert!(r.is_err(), "bit {} of byte {} flipped: parsed {:?}", bit, i, r);
                 if i >= l4 + 8 {
-                    prop_assert_eq!(r.unwrap_err(), FrameError::BadChecksum("UDP"));
+                    prop_assert_eq!(r.unwrap_err(), FrameError::BadChecksum(Layer::Udp));
                 }
             }
         }
@@ -529,7 +461,7 @@ mod tests {
             if s.src_ip.is_ipv4() {
                 prop_assert_eq!(spec_of(&r.unwrap(), f.len()), s);
             } else {
-                prop_assert_eq!(r, Err(FrameError::BadChecksum("UDP")));
+                prop_assert_eq!(r, Err(FrameError::BadChecksum(Layer::Udp)));
             }
         }
 
@@ -538,17 +470,20 @@ mod tests {
         #[test]
         fn a_vlan_tag_is_parsed_through((s, payload) in any_spec(), tci in any::<u16>(), qinq in any::<bool>()) {
             let f = s.build(&payload).unwrap();
-            let mut t = f[..12].to_vec();
             let tpid = if qinq { ethertype::QINQ } else { ethertype::VLAN };
-            t.extend_from_slice(&tpid.to_be_bytes());
-            t.extend_from_slice(&tci.to_be_bytes());
-            t.extend_from_slice(&f[12..]);
+            let t = vlan::tagged(&f, tpid, tci);
+            let ip = if s.src_ip.is_ipv4() { Layer::Ipv4 } else { Layer::Ipv6 };
             let p = parse_udp_frame(&t).unwrap();
             prop_assert_eq!(p.vlan, Some(tci & 0x0fff));
             prop_assert_eq!(p.l3_offset, ETH_HLEN + VLAN_HLEN);
             prop_assert_eq!(spec_of(&p, f.len()), s);
             for cut in 0..t.len() {
-                prop_assert!(parse_udp_frame(&t[..cut]).is_err(), "tagged, cut at {}", cut);
+                let want = match cut {
+                    c if c < ETH_HLEN => Layer::Ethernet,
+                    c if c < ETH_HLEN + VLAN_HLEN => Layer::Vlan,
+                    _ => ip,
+                };
+                prop_assert_eq!(parse_udp_frame(&t[..cut]), Err(FrameError::Truncated(want)), "tagged, cut at {}", cut);
             }
         }
 
@@ -596,7 +531,7 @@ impl UdpFrame<'_> {
     pub fn reply_spec(&self, payload_len: usize) -> Result<UdpFrameSpec, FrameError> {
         if self.vlan.is_some() {
             return Err(FrameError::Malformed(
-                "Ethernet",
+                Layer::Vlan,
                 "802.1Q-tagged requests are not answered",
             ));
         }
@@ -673,7 +608,7 @@ mod reply_tests {
         let before = buf.clone();
         assert_eq!(
             reply_in_place(&mut buf, f.len(), b"x"),
-            Err(FrameError::BadChecksum("UDP"))
+            Err(FrameError::BadChecksum(Layer::Udp))
         );
         assert_eq!(buf, before);
         let mut short = f[..20].to_vec();

@@ -1,17 +1,30 @@
 //! Packet formats peregrine reads and writes: Ethernet (with one optional
 //! 802.1Q tag), IPv4, IPv6 and UDP.
 //!
-//! Untrusted bytes are parsed once, here, by checked constructors that refuse
-//! a buffer too short for the header it claims to hold. Builders produce
-//! complete frames with valid checksums; the generator's templates, the BPF
-//! fixtures and the socket paths all use them.
+//! Each layer has a module with its field table (`field`), a zero-copy view
+//! of a buffer (`new_checked` refuses a buffer shorter than any length the
+//! header claims), setters for mutable buffers, and a `Repr` that parses a
+//! view (with the layer's semantic checks) and emits one. Untrusted bytes are
+//! parsed once, through these; `frame` puts them together for whole UDP
+//! frames. Builders produce complete frames with valid checksums; the
+//! generator's templates, the BPF fixtures and the socket paths all use them.
 
+mod bytes;
 pub mod checksum;
+pub mod error;
+pub mod ethernet;
 pub mod frame;
+pub mod ipv4;
+pub mod ipv6;
 pub mod mac;
 pub mod prefix;
+pub mod udp;
+mod view;
+pub mod vlan;
 
-pub use frame::{parse_udp_frame, reply_in_place, FrameError, UdpFrame, UdpFrameSpec};
+pub use bytes::Field;
+pub use error::{FrameError, Layer};
+pub use frame::{parse_udp_frame, reply_in_place, UdpFrame, UdpFrameSpec};
 pub use mac::MacAddr;
 pub use prefix::Prefix;
 
@@ -31,11 +44,12 @@ pub mod ipproto {
     pub const ICMPV6: u8 = 58;
 }
 
-pub const ETH_HLEN: usize = 14;
-pub const VLAN_HLEN: usize = 4;
-pub const IPV4_HLEN: usize = 20;
-pub const IPV6_HLEN: usize = 40;
-pub const UDP_HLEN: usize = 8;
+pub const ETH_HLEN: usize = ethernet::HEADER_LEN;
+pub const VLAN_HLEN: usize = vlan::HEADER_LEN;
+/// Without options.
+pub const IPV4_HLEN: usize = ipv4::HEADER_LEN;
+pub const IPV6_HLEN: usize = ipv6::HEADER_LEN;
+pub const UDP_HLEN: usize = udp::HEADER_LEN;
 /// Frame check sequence: counted in "frame size" figures, never in buffers.
 pub const FCS_LEN: usize = 4;
 /// Preamble, start delimiter and inter-frame gap: the per-frame overhead on

@@ -1,0 +1,127 @@
+//! Ethernet II header: a zero-copy view and its parsed form. The frame check
+//! sequence is never in our buffers (see `FCS_LEN`).
+use crate::bytes::{get_u16, set_u16};
+use crate::error::{Layer, Result};
+use crate::view::header_view;
+use crate::MacAddr;
+
+/// Byte ranges of the header fields.
+pub mod field {
+    use crate::bytes::Field;
+    pub const DESTINATION: Field = 0..6;
+    pub const SOURCE: Field = 6..12;
+    pub const ETHERTYPE: Field = 12..14;
+    /// Where the payload (or an 802.1Q tag) starts.
+    pub const PAYLOAD: usize = 14;
+}
+
+/// Header length: `crate::ETH_HLEN`.
+pub const HEADER_LEN: usize = field::PAYLOAD;
+
+header_view! {
+    /// A view of an Ethernet frame in `buffer`.
+    Frame, Layer::Ethernet
+}
+
+impl<T: AsRef<[u8]>> Frame<T> {
+    /// The buffer holds the header.
+    pub fn check_len(&self) -> Result<()> {
+        self.buffer_len_checked().map(|_| ())
+    }
+
+    pub fn dst_addr(&self) -> MacAddr {
+        MacAddr(
+            self.buffer.as_ref()[field::DESTINATION]
+                .try_into()
+                .expect("6 bytes"),
+        )
+    }
+
+    pub fn src_addr(&self) -> MacAddr {
+        MacAddr(
+            self.buffer.as_ref()[field::SOURCE]
+                .try_into()
+                .expect("6 bytes"),
+        )
+    }
+
+    /// The type field: an IP version, or a VLAN tag protocol when tagged.
+    pub fn ethertype(&self) -> u16 {
+        get_u16(self.buffer.as_ref(), field::ETHERTYPE)
+    }
+
+    /// Everything after the header (an 802.1Q tag first when tagged).
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[field::PAYLOAD..]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
+    pub fn set_dst_addr(&mut self, a: MacAddr) {
+        self.buffer.as_mut()[field::DESTINATION].copy_from_slice(&a.0);
+    }
+
+    pub fn set_src_addr(&mut self, a: MacAddr) {
+        self.buffer.as_mut()[field::SOURCE].copy_from_slice(&a.0);
+    }
+
+    pub fn set_ethertype(&mut self, t: u16) {
+        set_u16(self.buffer.as_mut(), field::ETHERTYPE, t);
+    }
+
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[field::PAYLOAD..]
+    }
+}
+
+/// The header's contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repr {
+    pub src_addr: MacAddr,
+    pub dst_addr: MacAddr,
+    pub ethertype: u16,
+}
+
+impl Repr {
+    pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Result<Repr> {
+        frame.check_len()?;
+        Ok(Repr {
+            src_addr: frame.src_addr(),
+            dst_addr: frame.dst_addr(),
+            ethertype: frame.ethertype(),
+        })
+    }
+
+    /// Bytes the header takes.
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, frame: &mut Frame<T>) {
+        frame.set_dst_addr(self.dst_addr);
+        frame.set_src_addr(self.src_addr);
+        frame.set_ethertype(self.ethertype);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FrameError;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn emit_then_parse_round_trips(s in any::<[u8; 6]>(), d in any::<[u8; 6]>(), t in any::<u16>(), extra in 0usize..8) {
+            let r = Repr { src_addr: MacAddr(s), dst_addr: MacAddr(d), ethertype: t };
+            let mut buf = vec![0u8; r.buffer_len() + extra];
+            r.emit(&mut Frame::new_unchecked(&mut buf[..]));
+            let f = Frame::new_checked(&buf[..]).unwrap();
+            prop_assert_eq!(Repr::parse(&f).unwrap(), r);
+            prop_assert_eq!(f.payload().len(), extra);
+            for cut in 0..HEADER_LEN {
+                prop_assert_eq!(Frame::new_checked(&buf[..cut]).unwrap_err(), FrameError::Truncated(Layer::Ethernet));
+            }
+        }
+    }
+}

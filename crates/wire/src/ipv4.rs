@@ -1,0 +1,397 @@
+//! IPv4 header (RFC 791): a zero-copy view and its parsed form. Options are
+//! accepted and skipped (IHL above 5); fragments are refused by
+//! `Repr::parse`, as on every path of ours (the BPF programs pass them to the
+//! kernel to reassemble).
+use std::net::Ipv4Addr;
+
+use crate::bytes::{get_u16, set_u16};
+use crate::checksum;
+use crate::error::{FrameError, Layer, Result};
+use crate::view::header_view;
+
+/// Byte ranges of the header fields.
+pub mod field {
+    use crate::bytes::Field;
+    /// Version (high nibble) and header length in 32-bit words (low).
+    pub const VER_IHL: usize = 0;
+    pub const DSCP_ECN: usize = 1;
+    pub const LENGTH: Field = 2..4;
+    pub const IDENT: Field = 4..6;
+    /// Flags (3 high bits: reserved, don't fragment, more fragments) and
+    /// fragment offset in 8-byte units (13 bits).
+    pub const FLG_OFF: Field = 6..8;
+    pub const TTL: usize = 8;
+    pub const PROTOCOL: usize = 9;
+    pub const CHECKSUM: Field = 10..12;
+    pub const SRC_ADDR: Field = 12..16;
+    pub const DST_ADDR: Field = 16..20;
+    /// Options run from here to the header length.
+    pub const OPTIONS: usize = 20;
+}
+
+/// Length of a header without options: `crate::IPV4_HLEN`.
+pub const HEADER_LEN: usize = field::OPTIONS;
+
+const FLAG_DONT_FRAG: u16 = 0x4000;
+const FLAG_MORE_FRAGS: u16 = 0x2000;
+const FRAG_OFFSET_MASK: u16 = 0x1fff;
+
+header_view! {
+    /// A view of an IPv4 packet at the start of `buffer` (which may run on past
+    /// the packet: Ethernet padding).
+    Packet, Layer::Ipv4
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Version 4; header length at least 20 and inside the buffer; total
+    /// length at least the header length and inside the buffer.
+    pub fn check_len(&self) -> Result<()> {
+        let len = self.buffer_len_checked()?;
+        if self.version() != 4 {
+            return Err(FrameError::Malformed(Layer::Ipv4, "version is not 4"));
+        }
+        let hl = self.header_len();
+        if hl < HEADER_LEN {
+            return Err(FrameError::Malformed(Layer::Ipv4, "header length below 20"));
+        }
+        if len < hl {
+            return Err(FrameError::Truncated(Layer::Ipv4));
+        }
+        let total = usize::from(self.total_len());
+        if total < hl {
+            return Err(FrameError::Malformed(
+                Layer::Ipv4,
+                "total length below header length",
+            ));
+        }
+        if total > len {
+            return Err(FrameError::Truncated(Layer::Ipv4));
+        }
+        Ok(())
+    }
+
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VER_IHL] >> 4
+    }
+
+    /// Header length in bytes, options included.
+    pub fn header_len(&self) -> usize {
+        usize::from(self.buffer.as_ref()[field::VER_IHL] & 0x0f) * 4
+    }
+
+    pub fn dscp_ecn(&self) -> u8 {
+        self.buffer.as_ref()[field::DSCP_ECN]
+    }
+
+    /// Header and payload, in bytes.
+    pub fn total_len(&self) -> u16 {
+        get_u16(self.buffer.as_ref(), field::LENGTH)
+    }
+
+    pub fn ident(&self) -> u16 {
+        get_u16(self.buffer.as_ref(), field::IDENT)
+    }
+
+    fn flg_off(&self) -> u16 {
+        get_u16(self.buffer.as_ref(), field::FLG_OFF)
+    }
+
+    pub fn dont_frag(&self) -> bool {
+        self.flg_off() & FLAG_DONT_FRAG != 0
+    }
+
+    pub fn more_frags(&self) -> bool {
+        self.flg_off() & FLAG_MORE_FRAGS != 0
+    }
+
+    /// Fragment offset in bytes.
+    pub fn frag_offset(&self) -> u16 {
+        (self.flg_off() & FRAG_OFFSET_MASK) << 3
+    }
+
+    /// Part of a fragmented datagram: more fragments follow, or an offset.
+    pub fn is_fragment(&self) -> bool {
+        self.flg_off() & (FLAG_MORE_FRAGS | FRAG_OFFSET_MASK) != 0
+    }
+
+    pub fn ttl(&self) -> u8 {
+        self.buffer.as_ref()[field::TTL]
+    }
+
+    pub fn protocol(&self) -> u8 {
+        self.buffer.as_ref()[field::PROTOCOL]
+    }
+
+    pub fn checksum(&self) -> u16 {
+        get_u16(self.buffer.as_ref(), field::CHECKSUM)
+    }
+
+    pub fn src_addr(&self) -> Ipv4Addr {
+        let a: [u8; 4] = self.buffer.as_ref()[field::SRC_ADDR]
+            .try_into()
+            .expect("4 bytes");
+        Ipv4Addr::from(a)
+    }
+
+    pub fn dst_addr(&self) -> Ipv4Addr {
+        let a: [u8; 4] = self.buffer.as_ref()[field::DST_ADDR]
+            .try_into()
+            .expect("4 bytes");
+        Ipv4Addr::from(a)
+    }
+
+    /// The options (empty without).
+    pub fn options(&self) -> &[u8] {
+        &self.buffer.as_ref()[field::OPTIONS..self.header_len()]
+    }
+
+    /// Whether the header checksum verifies (options included).
+    pub fn verify_checksum(&self) -> bool {
+        checksum::checksum(&self.buffer.as_ref()[..self.header_len()]) == 0
+    }
+
+    /// From the end of the header to the total length (Ethernet padding
+    /// after it left out).
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[self.header_len()..usize::from(self.total_len())]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    pub fn set_version(&mut self, v: u8) {
+        let b = &mut self.buffer.as_mut()[field::VER_IHL];
+        *b = (*b & 0x0f) | (v << 4);
+    }
+
+    /// Header length in bytes (a multiple of 4; options are the caller's).
+    pub fn set_header_len(&mut self, len: usize) {
+        let b = &mut self.buffer.as_mut()[field::VER_IHL];
+        *b = (*b & 0xf0) | ((len / 4) as u8 & 0x0f);
+    }
+
+    pub fn set_dscp_ecn(&mut self, v: u8) {
+        self.buffer.as_mut()[field::DSCP_ECN] = v;
+    }
+
+    pub fn set_total_len(&mut self, len: u16) {
+        set_u16(self.buffer.as_mut(), field::LENGTH, len);
+    }
+
+    pub fn set_ident(&mut self, id: u16) {
+        set_u16(self.buffer.as_mut(), field::IDENT, id);
+    }
+
+    fn set_flg_off_bits(&mut self, mask: u16, bits: u16) {
+        let v = (self.flg_off() & !mask) | (bits & mask);
+        set_u16(self.buffer.as_mut(), field::FLG_OFF, v);
+    }
+
+    pub fn set_dont_frag(&mut self, on: bool) {
+        self.set_flg_off_bits(FLAG_DONT_FRAG, if on { FLAG_DONT_FRAG } else { 0 });
+    }
+
+    pub fn set_more_frags(&mut self, on: bool) {
+        self.set_flg_off_bits(FLAG_MORE_FRAGS, if on { FLAG_MORE_FRAGS } else { 0 });
+    }
+
+    /// Fragment offset in bytes (a multiple of 8).
+    pub fn set_frag_offset(&mut self, bytes: u16) {
+        self.set_flg_off_bits(FRAG_OFFSET_MASK, bytes >> 3);
+    }
+
+    pub fn set_ttl(&mut self, ttl: u8) {
+        self.buffer.as_mut()[field::TTL] = ttl;
+    }
+
+    pub fn set_protocol(&mut self, p: u8) {
+        self.buffer.as_mut()[field::PROTOCOL] = p;
+    }
+
+    pub fn set_checksum(&mut self, c: u16) {
+        set_u16(self.buffer.as_mut(), field::CHECKSUM, c);
+    }
+
+    pub fn set_src_addr(&mut self, a: Ipv4Addr) {
+        self.buffer.as_mut()[field::SRC_ADDR].copy_from_slice(&a.octets());
+    }
+
+    pub fn set_dst_addr(&mut self, a: Ipv4Addr) {
+        self.buffer.as_mut()[field::DST_ADDR].copy_from_slice(&a.octets());
+    }
+
+    /// Computes and stores the header checksum.
+    pub fn fill_checksum(&mut self) {
+        self.set_checksum(0);
+        let hl = self.header_len();
+        let c = checksum::checksum(&self.buffer.as_ref()[..hl]);
+        self.set_checksum(c);
+    }
+
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let (hl, total) = (self.header_len(), usize::from(self.total_len()));
+        &mut self.buffer.as_mut()[hl..total]
+    }
+}
+
+/// What an unfragmented IPv4 header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repr {
+    pub src_addr: Ipv4Addr,
+    pub dst_addr: Ipv4Addr,
+    pub protocol: u8,
+    /// Payload bytes after the header (options not counted).
+    pub payload_len: usize,
+    pub ttl: u8,
+}
+
+impl Repr {
+    /// Checks `packet` whole (as `new_checked`, then the header checksum;
+    /// fragments are refused) and reads it.
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
+        packet.check_len()?;
+        if !packet.verify_checksum() {
+            return Err(FrameError::BadChecksum(Layer::Ipv4));
+        }
+        if packet.is_fragment() {
+            return Err(FrameError::Malformed(Layer::Ipv4, "fragment"));
+        }
+        Ok(Repr {
+            src_addr: packet.src_addr(),
+            dst_addr: packet.dst_addr(),
+            protocol: packet.protocol(),
+            payload_len: usize::from(packet.total_len()) - packet.header_len(),
+            ttl: packet.ttl(),
+        })
+    }
+
+    /// Header bytes `emit` writes (no options).
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Header and payload.
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN + self.payload_len
+    }
+
+    /// Writes a 20-byte header, don't-fragment set (never fragmented on our
+    /// paths), with its checksum. `packet` holds at least `header_len()`
+    /// bytes; the payload is the caller's.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+        packet.buffer.as_mut()[field::VER_IHL] = 0x40 | (HEADER_LEN / 4) as u8;
+        packet.set_dscp_ecn(0);
+        packet.set_total_len(self.buffer_len() as u16);
+        packet.set_ident(0);
+        set_u16(packet.buffer.as_mut(), field::FLG_OFF, FLAG_DONT_FRAG);
+        packet.set_ttl(self.ttl);
+        packet.set_protocol(self.protocol);
+        packet.set_src_addr(self.src_addr);
+        packet.set_dst_addr(self.dst_addr);
+        packet.fill_checksum();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn any_repr() -> impl Strategy<Value = Repr> {
+        (
+            any::<[u8; 4]>(),
+            any::<[u8; 4]>(),
+            any::<u8>(),
+            0usize..200,
+            any::<u8>(),
+        )
+            .prop_map(|(s, d, protocol, payload_len, ttl)| Repr {
+                src_addr: s.into(),
+                dst_addr: d.into(),
+                protocol,
+                payload_len,
+                ttl,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn emit_then_parse_round_trips(r in any_repr(), pad in 0usize..8) {
+            let mut buf = vec![0u8; r.buffer_len() + pad];
+            r.emit(&mut Packet::new_unchecked(&mut buf[..]));
+            let p = Packet::new_checked(&buf[..]).unwrap();
+            prop_assert_eq!(Repr::parse(&p).unwrap(), r);
+            prop_assert_eq!(p.payload().len(), r.payload_len);
+            prop_assert!(p.dont_frag() && !p.is_fragment());
+        }
+
+        /// Cut anywhere short of its total length: refused as a truncated
+        /// IPv4 packet.
+        #[test]
+        fn every_truncation_is_refused_as_ipv4(r in any_repr()) {
+            let mut buf = vec![0u8; r.buffer_len()];
+            r.emit(&mut Packet::new_unchecked(&mut buf[..]));
+            for cut in 0..buf.len() {
+                prop_assert_eq!(Packet::new_checked(&buf[..cut]).unwrap_err(), FrameError::Truncated(Layer::Ipv4));
+            }
+        }
+    }
+
+    #[test]
+    fn options_fragments_and_bad_lengths() {
+        let r = Repr {
+            src_addr: Ipv4Addr::new(198, 18, 0, 1),
+            dst_addr: Ipv4Addr::new(198, 19, 0, 1),
+            protocol: crate::ipproto::UDP,
+            payload_len: 12,
+            ttl: 64,
+        };
+        let mut buf = vec![0u8; r.buffer_len()];
+        r.emit(&mut Packet::new_unchecked(&mut buf[..]));
+        // Four NOP option bytes: the header grows, the payload stays.
+        buf.splice(HEADER_LEN..HEADER_LEN, [1u8; 4]);
+        let mut p = Packet::new_unchecked(&mut buf[..]);
+        p.set_header_len(24);
+        p.set_total_len(36);
+        p.fill_checksum();
+        let p = Packet::new_checked(&buf[..]).unwrap();
+        assert_eq!(p.options(), &[1; 4]);
+        assert_eq!(Repr::parse(&p).unwrap(), r);
+
+        let mut f = buf.clone();
+        let mut p = Packet::new_unchecked(&mut f[..]);
+        p.set_more_frags(true);
+        p.set_frag_offset(8);
+        p.fill_checksum();
+        assert!(p.more_frags() && p.frag_offset() == 8 && p.dont_frag());
+        assert_eq!(
+            Repr::parse(&p),
+            Err(FrameError::Malformed(Layer::Ipv4, "fragment"))
+        );
+
+        let mut f = buf.clone();
+        Packet::new_unchecked(&mut f[..]).set_checksum(0x1234);
+        assert_eq!(
+            Repr::parse(&Packet::new_unchecked(&f[..])),
+            Err(FrameError::BadChecksum(Layer::Ipv4))
+        );
+
+        let mut f = buf.clone();
+        Packet::new_unchecked(&mut f[..]).set_header_len(16);
+        assert!(matches!(
+            Packet::new_checked(&f[..]),
+            Err(FrameError::Malformed(Layer::Ipv4, _))
+        ));
+        let mut f = buf.clone();
+        Packet::new_unchecked(&mut f[..]).set_total_len(23);
+        assert!(matches!(
+            Packet::new_checked(&f[..]),
+            Err(FrameError::Malformed(Layer::Ipv4, _))
+        ));
+        let mut f = buf.clone();
+        Packet::new_unchecked(&mut f[..]).set_version(6);
+        assert!(matches!(
+            Packet::new_checked(&f[..]),
+            Err(FrameError::Malformed(Layer::Ipv4, _))
+        ));
+    }
+}
