@@ -531,8 +531,7 @@ fn load_result(
 ) -> peregrine_lab::results::ResultFile {
     use peregrine_lab::results::{Limiter, ResultFile, Run, RunParams, Trial};
     let secs = seconds.max(1e-9);
-    // UDP payload + UDP/IPv4/Ethernet headers + FCS, as on the wire.
-    let frame = (size + 8 + 20 + 14 + 4) as f64;
+    let frame = peregrine_wire::udp_frame_size(false, size) as f64;
     let offered = o.requests as f64 / secs;
     let delivered = o.responses.saturating_sub(o.wrong);
     let loss = o.missing as f64 / o.requests.max(1) as f64;

@@ -55,3 +55,10 @@ pub const FCS_LEN: usize = 4;
 /// Preamble, start delimiter and inter-frame gap: the per-frame overhead on
 /// the wire used to turn frame rates into line bit rates.
 pub const WIRE_OVERHEAD: usize = 20;
+
+/// Size of an untagged Ethernet frame carrying `payload` bytes of UDP, FCS
+/// included: the "frame size" of benchmark figures.
+pub const fn udp_frame_size(ipv6: bool, payload: usize) -> usize {
+    let ip = if ipv6 { IPV6_HLEN } else { IPV4_HLEN };
+    ETH_HLEN + ip + UDP_HLEN + payload + FCS_LEN
+}
