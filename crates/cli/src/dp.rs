@@ -86,14 +86,7 @@ pub enum RouterCmd {
         #[command(flatten)]
         scope: Scope,
         #[command(flatten)]
-        watch: WatchArgs,
-        /// Serve the counters to Prometheus here while watching (implies
-        /// --watch), e.g. 127.0.0.1:9466.
-        #[arg(long, value_name = "ADDR")]
-        metrics: Option<std::net::SocketAddr>,
-        /// JSON: one object, or with --watch one object per sample (JSON lines).
-        #[arg(long)]
-        json: bool,
+        out: StatsOutput,
     },
 }
 
@@ -115,15 +108,22 @@ pub enum ChainCmd {
         /// The declaration that was applied.
         file: PathBuf,
         #[command(flatten)]
-        watch: WatchArgs,
-        /// Serve the counters to Prometheus here while watching (implies
-        /// --watch), e.g. 127.0.0.1:9467.
-        #[arg(long, value_name = "ADDR")]
-        metrics: Option<std::net::SocketAddr>,
-        /// JSON: one object, or with --watch one object per sample (JSON lines).
-        #[arg(long)]
-        json: bool,
+        out: StatsOutput,
     },
+}
+
+/// How counters are shown: once, watched, served to Prometheus, as JSON.
+#[derive(Args, Clone)]
+pub struct StatsOutput {
+    #[command(flatten)]
+    watch: WatchArgs,
+    /// Serve the counters to Prometheus here while watching (implies
+    /// --watch), e.g. 127.0.0.1:9466.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+    /// JSON: one object, or with --watch one object per sample (JSON lines).
+    #[arg(long)]
+    json: bool,
 }
 
 fn ensure_free(dir: &Path) -> Result<()> {
@@ -208,12 +208,7 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
             println!("router detached");
             Ok(())
         }
-        RouterCmd::Stats {
-            scope,
-            watch,
-            metrics,
-            json,
-        } => stats(&scope, &watch, metrics, json),
+        RouterCmd::Stats { scope, out } => stats(&scope, &out.watch, out.metrics, out.json),
     }
 }
 
@@ -424,12 +419,7 @@ fn chain_stats(
 
 pub fn chain(cmd: ChainCmd) -> Result<()> {
     match cmd {
-        ChainCmd::Stats {
-            file,
-            watch,
-            metrics,
-            json,
-        } => chain_stats(&file, &watch, metrics, json),
+        ChainCmd::Stats { file, out } => chain_stats(&file, &out.watch, out.metrics, out.json),
         ChainCmd::Apply { file } => {
             let cfg = DataplaneConfig::from_file(&file)
                 .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;

@@ -132,9 +132,7 @@ struct RawConfig {
     lab: String,
     router: String,
     ports: Vec<String>,
-    #[serde(default)]
     mode: Option<String>,
-    #[serde(default)]
     fib: Option<String>,
     #[serde(default, rename = "nf")]
     nfs: Vec<RawNf>,
@@ -146,10 +144,8 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawNf {
     host: String,
-    #[serde(default)]
     iface: Option<String>,
     kind: String,
-    #[serde(default)]
     out: Option<String>,
     #[serde(default)]
     acl: Vec<RawAcl>,
@@ -158,15 +154,10 @@ struct RawNf {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAcl {
-    #[serde(default)]
     src: Option<String>,
-    #[serde(default)]
     dst: Option<String>,
-    #[serde(default)]
     proto: Option<String>,
-    #[serde(default)]
     port: Option<u16>,
-    #[serde(default)]
     action: Option<String>,
 }
 
@@ -182,13 +173,9 @@ struct RawChain {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawMatch {
-    #[serde(default)]
     dst: Option<String>,
-    #[serde(default)]
     proto: Option<String>,
-    #[serde(default)]
     port: Option<u16>,
-    #[serde(default)]
     src_mac: Option<String>,
 }
 

@@ -81,21 +81,7 @@ impl Netlink {
     }
 
     pub fn link_index(&mut self, ns: &str, name: &str) -> Result<u32> {
-        let h = self.handle(ns)?;
-        let found = self.block_on(async {
-            h.link()
-                .get()
-                .match_name(name.to_string())
-                .execute()
-                .try_next()
-                .await
-        });
-        match found {
-            Ok(Some(m)) => Ok(m.header.index),
-            Ok(None) | Err(_) => Err(HostError::Netlink(format!(
-                "no interface {name} in namespace {ns}"
-            ))),
-        }
+        Ok(self.link_by_name(ns, name)?.header.index)
     }
 
     /// A veth pair with one end in each namespace and `queues` RX/TX queues.
