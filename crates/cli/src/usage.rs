@@ -24,7 +24,8 @@ macro_rules! usage {
 }
 
 /// Exit status for a failed command: 2 for usage errors anywhere in the
-/// chain (a lab the user named that does not exist is one), else 1.
+/// chain (a benchmark's bad setting and a lab the user named that does not
+/// exist are ones), else 1.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     let named_no_lab = |c: &(dyn std::error::Error + 'static)| {
         matches!(
@@ -32,7 +33,9 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             Some(peregrine_lab::LabError::NoSuchLab(_))
         )
     };
-    if e.chain().any(|c| c.is::<UsageError>() || named_no_lab(c)) {
+    if e.chain()
+        .any(|c| c.is::<UsageError>() || c.is::<peregrine_bench::BadSetting>() || named_no_lab(c))
+    {
         2
     } else {
         1
