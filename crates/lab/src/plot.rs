@@ -465,8 +465,11 @@ where
         .iter()
         .flat_map(|s| s.1.iter())
         .map(|p| p.1)
-        .fold(0.001f64, f64::max)
-        * 1.25;
+        .fold(0.001f64, f64::max);
+    // Head room above the lines for the legend, one row per name.
+    let mut names: Vec<&str> = series.iter().map(|s| s.0.as_str()).collect();
+    names.dedup();
+    let ymax = ymax * (1.15 + 0.06 * names.len() as f64);
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 20))
         .margin(15)
