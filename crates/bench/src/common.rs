@@ -299,3 +299,25 @@ pub(crate) fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: b
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_placements_are_bad_settings() {
+        let p = PlacementConfig {
+            loss: 0.7,
+            dut_cpu: Some(0),
+            dut_on_sender_cpu: false,
+        };
+        for e in [p.loss_tolerance().unwrap_err(), p.dut_cpu().unwrap_err()] {
+            assert!(e.is::<crate::BadSetting>(), "{e}");
+        }
+        let on_sender = PlacementConfig {
+            dut_on_sender_cpu: true,
+            ..p
+        };
+        assert_eq!(on_sender.dut_cpu().unwrap(), None);
+    }
+}

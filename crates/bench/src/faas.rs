@@ -380,3 +380,25 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
     }
     write_outputs(&result, &a.out, &a.name, a.json)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contenders_parse_and_label() {
+        let c: FaasContender = "afxdp:2".parse().unwrap();
+        assert_eq!(
+            c,
+            FaasContender {
+                backend: FaasBackend::Afxdp,
+                threads: 2
+            }
+        );
+        assert_eq!(c.label(), "afxdp 2T2Q");
+        assert_eq!("socket".parse::<FaasContender>().unwrap().threads, 1);
+        for bad in ["socket:2", "mmsg:0", "mmsg:x", "dpdk:1"] {
+            assert!(bad.parse::<FaasContender>().is_err(), "{bad}");
+        }
+    }
+}
