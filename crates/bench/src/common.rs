@@ -3,6 +3,7 @@
 //! run parameters and writing the result file with its plots.
 use std::fmt;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use peregrine_bpf::{XdpAction, XdpMode};
@@ -11,7 +12,7 @@ use peregrine_lab::results::{Limiter, Placement, ResultFile, Run, RunParams, Win
 use peregrine_lab::sinks::XdpSink;
 use peregrine_lab::topology::builtin;
 use peregrine_lab::traffic::TrafficSpec;
-use peregrine_lab::trial::{measure_trial, DropPoint, DropProbes, TrialSetup};
+use peregrine_lab::trial::{measure_trial, DropPoint, DropProbes, SearchParams, TrialSetup};
 use peregrine_lab::{Endpoint, Lab, Topology};
 use peregrine_wire::UdpFrameSpec;
 
@@ -218,6 +219,22 @@ pub(crate) fn shown_trial(
     let t = measure_trial(setup, phase, rate, show)?;
     warn_shortfall(label, &t);
     Ok(t)
+}
+
+/// An RFC 2544 search of a DUT: from the generator's top rate, at most 12
+/// trials of `trial` each.
+pub(crate) fn dut_search(
+    loss_tolerance: f64,
+    resolution_pps: f64,
+    trial: Duration,
+) -> SearchParams {
+    SearchParams {
+        loss_tolerance,
+        resolution_pps,
+        trial,
+        max_trials: 12,
+        start: Rate::Max,
+    }
 }
 
 /// A run of one trial, shown live as it goes.

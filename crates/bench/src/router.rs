@@ -16,12 +16,12 @@ use peregrine_lab::dataplane::{ChainConfig, Dataplane, DataplaneConfig, MatchCon
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{ResultFile, Rfc2544, Run, RunKey};
 use peregrine_lab::traffic::{Generator, TrafficSpec};
-use peregrine_lab::trial::{rfc2544_search, SearchParams, TrialSetup};
+use peregrine_lab::trial::{rfc2544_search, TrialSetup};
 use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::common::{
-    builtin_topology, command_line, frame_for, lab_sink, params, path_drops, place, progress_line,
-    shown_trial, write_outputs, PlacementConfig, RateSetting,
+    builtin_topology, command_line, dut_search, frame_for, lab_sink, params, path_drops, place,
+    progress_line, shown_trial, write_outputs, PlacementConfig, RateSetting,
 };
 
 /// `peregrine bench router`.
@@ -250,13 +250,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
                 }
                 .label();
                 eprintln!("{label}");
-                let search = SearchParams {
-                    loss_tolerance: loss,
-                    resolution_pps: a.resolution.pps(mean),
-                    trial,
-                    max_trials: 12,
-                    start: Rate::Max,
-                };
+                let search = dut_search(loss, a.resolution.pps(mean), trial);
                 let setup = TrialSetup {
                     gen: &gen,
                     sink: &sink,

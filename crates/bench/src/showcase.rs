@@ -10,12 +10,12 @@ use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{Placement, ResultFile, Run};
 use peregrine_lab::sinks::Sink;
 use peregrine_lab::traffic::{Generator, TrafficSpec};
-use peregrine_lab::trial::{rfc2544_search, SearchParams, TrialSetup};
+use peregrine_lab::trial::{rfc2544_search, TrialSetup};
 use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::common::{
-    builtin_topology, command_line, frame_for, lab_sink, one_trial_run, params, path_drops, place,
-    progress_line, shown_trial, write_outputs, PlacementConfig,
+    builtin_topology, command_line, dut_search, frame_for, lab_sink, one_trial_run, params,
+    path_drops, place, progress_line, shown_trial, write_outputs, PlacementConfig,
 };
 
 /// `peregrine showcase`.
@@ -110,13 +110,7 @@ pub fn showcase(a: ShowcaseConfig) -> Result<()> {
         let drops = path_drops(&lab, Some(&peer), &sink_ep)?;
         let label = "Linux forwarding, RFC 2544".to_string();
         eprintln!("{label} ({})", placement.describe());
-        let search = SearchParams {
-            loss_tolerance: loss,
-            resolution_pps: 50_000.0,
-            trial,
-            max_trials: 12,
-            start: Rate::Max,
-        };
+        let search = dut_search(loss, 50_000.0, trial);
         let setup = TrialSetup {
             gen: &gen,
             sink: &sink,

@@ -256,15 +256,7 @@ where
             .label(name.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(perr)?;
-    Ok(())
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 /// Packets (requests) per second shown in the unit of `kind`'s plots.
@@ -400,14 +392,7 @@ where
             .label(run.label.clone())
             .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(perr)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(perr)
 }
 
@@ -520,6 +505,20 @@ where
             .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
             .map_err(perr)?;
     }
+    draw_legend(chart, pos)
+}
+
+/// The legend of the series drawn so far, at `pos`, the same on every chart.
+fn draw_legend<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    pos: SeriesLabelPosition,
+) -> Result<()>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    X: Ranged,
+    Y: Ranged,
+{
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
@@ -527,8 +526,7 @@ where
         .label_font(("sans-serif", 14))
         .position(pos)
         .draw()
-        .map_err(perr)?;
-    Ok(())
+        .map_err(perr)
 }
 
 /// Latency percentiles (x: 1..4 = p50, p90, p99, p99.9) on a log scale.
