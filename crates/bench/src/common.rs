@@ -9,9 +9,10 @@ use anyhow::{Context, Result};
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{Limiter, Placement, ResultFile, Run, RunParams, Window};
+use peregrine_lab::sinks::Sink;
 use peregrine_lab::sinks::XdpSink;
 use peregrine_lab::topology::builtin;
-use peregrine_lab::traffic::TrafficSpec;
+use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::{measure_trial, DropPoint, DropProbes, SearchParams, TrialSetup};
 use peregrine_lab::{Endpoint, Lab, Topology};
 use peregrine_wire::UdpFrameSpec;
@@ -234,6 +235,27 @@ pub(crate) fn dut_search(
         trial,
         max_trials: 12,
         start: Rate::Max,
+    }
+}
+
+/// The trial set-up of a path: `gen` into `sink`, trials of `duration`
+/// passing with up to `loss_tolerance` lost (0 for the generator's own
+/// figures).
+pub(crate) fn trial_setup<'a>(
+    gen: &'a Generator,
+    sink: &'a dyn Sink,
+    drops: &'a DropProbes,
+    duration: Duration,
+    mean_frame_bytes: f64,
+    loss_tolerance: f64,
+) -> TrialSetup<'a> {
+    TrialSetup {
+        gen,
+        sink,
+        duration,
+        mean_frame_bytes,
+        loss_tolerance,
+        drops,
     }
 }
 

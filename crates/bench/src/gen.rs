@@ -12,12 +12,12 @@ use peregrine_lab::pacing::{Limit, Rate};
 use peregrine_lab::results::{Limiter, Placement, ResultFile, Run};
 use peregrine_lab::sinks::{Sink, SocketSink};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
-use peregrine_lab::trial::{DropProbes, TrialSetup};
+use peregrine_lab::trial::DropProbes;
 use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::common::{
     builtin_topology, command_line, cpu_count, frame_for, lab_sink, one_trial_run, params,
-    path_drops, warn_shortfall, write_outputs, RateSetting,
+    path_drops, trial_setup, warn_shortfall, write_outputs, RateSetting,
 };
 
 /// `peregrine bench gen`.
@@ -136,14 +136,7 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
         let gen = Generator::new(spec.clone(), None)?;
         let count = peregrine_lab::sinks::GeneratorCount(&gen);
         let none = DropProbes::none(Limiter::Unattributed);
-        let setup = TrialSetup {
-            gen: &gen,
-            sink: &count,
-            duration: dur,
-            mean_frame_bytes: mean,
-            loss_tolerance: 0.0,
-            drops: &none,
-        };
+        let setup = trial_setup(&gen, &count, &none, dur, mean, 0.0);
         runs.push(one_trial_run(
             label,
             &setup,
@@ -183,14 +176,7 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
             signals::check()?;
             eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
             let gen = Generator::new(spec.clone(), Some((sink_ns.clone(), peer.iface.clone())))?;
-            let setup = TrialSetup {
-                gen: &gen,
-                sink: &sink,
-                duration: dur,
-                mean_frame_bytes: mean,
-                loss_tolerance: 0.0,
-                drops: &drops,
-            };
+            let setup = trial_setup(&gen, &sink, &drops, dur, mean, 0.0);
             runs.push(one_trial_run(
                 label,
                 &setup,
@@ -206,14 +192,7 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
         let dur3 = dur.max(Duration::from_secs(3));
         eprintln!("{label}: paced for {:.1}s", dur3.as_secs_f64());
         let gen = Generator::new(base.clone(), None)?;
-        let setup = TrialSetup {
-            gen: &gen,
-            sink: &sink,
-            duration: dur3,
-            mean_frame_bytes: mean,
-            loss_tolerance: 0.0,
-            drops: &drops,
-        };
+        let setup = trial_setup(&gen, &sink, &drops, dur3, mean, 0.0);
         runs.push(one_trial_run(
             label,
             &setup,
@@ -232,14 +211,7 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
         let label = format!("xdp live frames -> AF_XDP ({}), 1 thread", xsk.mode);
         eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
         let gen = Generator::new(base.clone(), None)?;
-        let setup = TrialSetup {
-            gen: &gen,
-            sink: &xsk,
-            duration: dur,
-            mean_frame_bytes: mean,
-            loss_tolerance: 0.0,
-            drops: &drops,
-        };
+        let setup = trial_setup(&gen, &xsk, &drops, dur, mean, 0.0);
         let mut p = placement(&base.cpus);
         p.sink_cpus = cpus.clone();
         p.notes[0] = format!(
@@ -270,14 +242,7 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
         let label = "xdp live frames -> UDP socket, 100 kpps".to_string();
         eprintln!("{label}: latency for {:.1}s", dur.as_secs_f64());
         let gen = Generator::new(spec.clone(), None)?;
-        let setup = TrialSetup {
-            gen: &gen,
-            sink: &sock,
-            duration: dur,
-            mean_frame_bytes: mean,
-            loss_tolerance: 0.0,
-            drops: &drops,
-        };
+        let setup = trial_setup(&gen, &sock, &drops, dur, mean, 0.0);
         runs.push(one_trial_run(
             label,
             &setup,

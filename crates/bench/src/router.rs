@@ -16,12 +16,12 @@ use peregrine_lab::dataplane::{ChainConfig, Dataplane, DataplaneConfig, MatchCon
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{ResultFile, Rfc2544, Run, RunKey};
 use peregrine_lab::traffic::{Generator, TrafficSpec};
-use peregrine_lab::trial::{rfc2544_search, TrialSetup};
+use peregrine_lab::trial::rfc2544_search;
 use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::common::{
     builtin_topology, command_line, dut_search, frame_for, lab_sink, params, path_drops, place,
-    progress_line, shown_trial, write_outputs, PlacementConfig, RateSetting,
+    progress_line, shown_trial, trial_setup, write_outputs, PlacementConfig, RateSetting,
 };
 
 /// `peregrine bench router`.
@@ -251,14 +251,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
                 .label();
                 eprintln!("{label}");
                 let search = dut_search(loss, a.resolution.pps(mean), trial);
-                let setup = TrialSetup {
-                    gen: &gen,
-                    sink: &sink,
-                    duration: trial,
-                    mean_frame_bytes: mean,
-                    loss_tolerance: search.loss_tolerance,
-                    drops: &drops,
-                };
+                let setup = trial_setup(&gen, &sink, &drops, trial, mean, search.loss_tolerance);
                 let mut show = progress_line(&label);
                 let mut one =
                     |phase: &str, rate| shown_trial(&setup, &label, phase, rate, &mut show);

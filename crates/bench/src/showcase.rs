@@ -10,12 +10,12 @@ use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{Placement, ResultFile, Run};
 use peregrine_lab::sinks::Sink;
 use peregrine_lab::traffic::{Generator, TrafficSpec};
-use peregrine_lab::trial::{rfc2544_search, TrialSetup};
+use peregrine_lab::trial::rfc2544_search;
 use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::common::{
     builtin_topology, command_line, dut_search, frame_for, lab_sink, one_trial_run, params,
-    path_drops, place, progress_line, shown_trial, write_outputs, PlacementConfig,
+    path_drops, place, progress_line, shown_trial, trial_setup, write_outputs, PlacementConfig,
 };
 
 /// `peregrine showcase`.
@@ -46,32 +46,34 @@ pub fn showcase(a: ShowcaseConfig) -> Result<()> {
     let mut runs = Vec::new();
     let sizes = FrameSizes::Fixed(64);
     let mean = sizes.mean_size();
-    let spec =
-        |frame, flows| TrafficSpec::live(lab.ns("gen"), "eth0".into(), frame, sizes.clone(), flows);
+    // Both parts send the same frames (more flows in the second) to the
+    // DUT's ingress, `peer`.
+    let (frame, peer) = frame_for(
+        &lab,
+        &from,
+        "198.18.1.100".parse()?,
+        "198.19.0.1".parse()?,
+        9,
+    )?;
+    let spec = |flows| {
+        TrafficSpec::live(
+            lab.ns("gen"),
+            "eth0".into(),
+            frame.clone(),
+            sizes.clone(),
+            flows,
+        )
+    };
 
     // 1. Generator straight into an XDP drop sink on the DUT's ingress.
     {
-        let (frame, peer) = frame_for(
-            &lab,
-            &from,
-            "198.18.1.100".parse()?,
-            "198.19.0.1".parse()?,
-            9,
-        )?;
         let sink = lab_sink(lab.name(), &lab.ns(&peer.host), &peer, XdpAction::Drop)?;
         let drops = path_drops(&lab, None, &peer)?;
-        let spec = spec(frame, 1);
+        let spec = spec(1);
         let label = "generator -> XDP drop sink".to_string();
         eprintln!("{label}");
         let gen = Generator::new(spec.clone(), None)?;
-        let setup = TrialSetup {
-            gen: &gen,
-            sink: &sink,
-            duration: trial,
-            mean_frame_bytes: mean,
-            loss_tolerance: 0.0,
-            drops: &drops,
-        };
+        let setup = trial_setup(&gen, &sink, &drops, trial, mean, 0.0);
         let placement = Placement {
             generator_cpus: vec![0],
             sink_cpus: vec![0],
@@ -90,19 +92,12 @@ pub fn showcase(a: ShowcaseConfig) -> Result<()> {
     // 2. RFC 2544 throughput of Linux IPv4 forwarding in the DUT.
     {
         signals::check()?;
-        let (frame, peer) = frame_for(
-            &lab,
-            &from,
-            "198.18.1.100".parse()?,
-            "198.19.0.1".parse()?,
-            9,
-        )?;
         let sink_ep = Endpoint {
             host: "sink".into(),
             iface: "eth0".into(),
         };
         let sink = lab_sink(lab.name(), &lab.ns("sink"), &sink_ep, XdpAction::Drop)?;
-        let spec = spec(frame, 16);
+        let spec = spec(16);
         let gen = Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
         // The generator's pass-through on the DUT's ingress gives it NAPI;
         // its worker moves to the DUT's own CPU.
@@ -111,14 +106,7 @@ pub fn showcase(a: ShowcaseConfig) -> Result<()> {
         let label = "Linux forwarding, RFC 2544".to_string();
         eprintln!("{label} ({})", placement.describe());
         let search = dut_search(loss, 50_000.0, trial);
-        let setup = TrialSetup {
-            gen: &gen,
-            sink: &sink,
-            duration: trial,
-            mean_frame_bytes: mean,
-            loss_tolerance: search.loss_tolerance,
-            drops: &drops,
-        };
+        let setup = trial_setup(&gen, &sink, &drops, trial, mean, search.loss_tolerance);
         let mut show = progress_line(&label);
         let (summary, trials) = rfc2544_search(search, mean, |phase, rate| {
             if let Rate::Pps(p) = rate {
