@@ -577,7 +577,7 @@ fn load_result(
         rfc2544: None,
         placement: None,
     };
-    ResultFile::new("faas-load", crate::bench::command_line(), vec![run])
+    ResultFile::new("faas-load", peregrine_bench::command_line(), vec![run])
 }
 
 fn print_load(

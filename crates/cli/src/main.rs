@@ -8,8 +8,6 @@ use peregrine_host::signals;
 use peregrine_lab::{lab, Lab, Lifetime, Topology};
 
 mod bench;
-mod bench_faas;
-mod bench_router;
 mod docs;
 mod dp;
 mod faas;

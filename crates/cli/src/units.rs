@@ -18,6 +18,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use peregrine_bench::RateSetting;
 use peregrine_lab::pacing::Rate;
 
 /// A rate as given: packets (requests) per second, or bits per second that
@@ -34,23 +35,26 @@ const MAX_PPS: f64 = 1e9;
 impl RateArg {
     /// Packets per second for frames of `mean_frame_bytes` (FCS included).
     pub fn pps(self, mean_frame_bytes: f64) -> f64 {
-        match self {
-            RateArg::Pps(p) => p,
-            RateArg::Bps(b) => b / (mean_frame_bytes * 8.0),
-        }
+        RateSetting::from(self).pps(mean_frame_bytes)
     }
 
     pub fn rate(self, mean_frame_bytes: f64) -> Rate {
-        Rate::Pps(self.pps(mean_frame_bytes))
+        RateSetting::from(self).rate(mean_frame_bytes)
+    }
+}
+
+impl From<RateArg> for RateSetting {
+    fn from(r: RateArg) -> RateSetting {
+        match r {
+            RateArg::Pps(p) => RateSetting::Pps(p),
+            RateArg::Bps(b) => RateSetting::Bps(b),
+        }
     }
 }
 
 impl fmt::Display for RateArg {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RateArg::Pps(p) => write!(f, "{p} pps"),
-            RateArg::Bps(b) => write!(f, "{b} bit/s"),
-        }
+        RateSetting::from(*self).fmt(f)
     }
 }
 

@@ -1,19 +1,10 @@
 //! Usage errors: bad arguments found by our own validation (after clap's).
 //! `main` maps them to exit status 2, as clap does for its own errors, so a
 //! script can tell "you called it wrong" (2) from "it ran and failed" (1).
-use std::fmt;
 
-/// An argument error: the message names the flag and what it expects.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
+/// An argument error: the message names the flag and what it expects. The
+/// same type as the benchmarks' bad settings, so both exit with status 2.
+pub use peregrine_bench::BadSetting as UsageError;
 
 /// Returns early with a [`UsageError`] (exit status 2), like `anyhow::bail!`.
 #[macro_export]

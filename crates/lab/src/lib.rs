@@ -2,6 +2,7 @@
 //! receiver-side sinks, measurement (rates, loss, CPU, latency), RFC 2544
 //! search, results and plots.
 
+pub mod compare;
 pub mod error;
 pub mod lab;
 pub mod topology;

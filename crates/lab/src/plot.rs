@@ -1,42 +1,348 @@
 //! Plots from result files (PNG and SVG), drawn with plotters and the
-//! embedded DejaVu Sans font so no system fonts are needed.
+//! embedded DejaVu Sans font, registered as the one family the plots name,
+//! so no system fonts are looked up (PNGs are drawn with it; SVGs name
+//! "sans-serif" and the viewer draws their text). Benchmarks that compare
+//! contenders per scenario get grouped bars (median over rounds, min-max
+//! whiskers, one colour per contender); every plot has a caption with the
+//! machine and the placement and tuning the result file records.
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use std::sync::OnceLock;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use crate::compare;
 use crate::error::{LabError, Result};
-use crate::results::ResultFile;
+use crate::results::{ResultFile, Run};
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-static REGISTER: Once = Once::new();
+static REGISTERED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 
-fn register_font() {
-    REGISTER.call_once(|| {
-        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
-    });
+/// Registers the embedded font as "sans-serif"; with plotters' ab_glyph
+/// text this is the only font plots can use, so a failure is an error.
+fn register_font() -> Result<()> {
+    REGISTERED
+        .get_or_init(|| {
+            plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+                .map_err(|_| "the embedded DejaVu Sans font does not load".to_string())
+        })
+        .clone()
+        .map_err(LabError::Other)
 }
 
-const COLORS: [RGBColor; 6] = [
+/// Ten distinguishable colours (matplotlib's tab10), one per contender.
+const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
 ];
+
+/// Size of every plot, pixels.
+const SIZE: (u32, u32) = (1000, 650);
 
 fn perr<E: std::fmt::Debug>(e: E) -> LabError {
     LabError::Other(format!("drawing plot: {e:?}"))
 }
 
-/// Offered vs delivered rate for every trial of every run.
-fn draw_rates<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFile) -> Result<()>
+/// Splits `text` into lines of at most `width` characters at spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// Most caption lines under a plot; the result file has the rest.
+const CAPTION_LINES: usize = 7;
+
+/// The machine, and where the runs ran and what the lab tuned, as the
+/// result file records them: the caption under every plot.
+fn caption(r: &ResultFile) -> Vec<String> {
+    let mut items = vec![format!(
+        "machine: Linux {}, {} CPUs",
+        r.machine.kernel, r.machine.cpus
+    )];
+    let mut cpus: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    for p in r.runs.iter().filter_map(|x| x.placement.as_ref()) {
+        let where_ = crate::results::Placement {
+            notes: vec![],
+            ..p.clone()
+        }
+        .describe();
+        if !cpus.contains(&where_) {
+            cpus.push(where_);
+        }
+        for n in &p.notes {
+            if !notes.contains(n) {
+                notes.push(n.clone());
+            }
+        }
+    }
+    if !cpus.is_empty() {
+        items.push(format!("placement: {}", cpus.join(" | ")));
+    }
+    items.extend(notes);
+    let mut lines: Vec<String> = items.iter().flat_map(|i| wrap(i, 140)).collect();
+    if lines.len() > CAPTION_LINES {
+        lines.truncate(CAPTION_LINES);
+        lines[CAPTION_LINES - 1].push_str(" ... (the rest in the result file)");
+    }
+    lines
+}
+
+/// Draws the caption at the foot of `root` and returns the area above it.
+fn with_caption<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    r: &ResultFile,
+) -> Result<DrawingArea<DB, Shift>>
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(perr)?;
+    let lines = caption(r);
+    let line_h = 16;
+    let (_, h) = root.dim_in_pixel();
+    let foot = line_h * lines.len() as u32 + 12;
+    let (top, bottom) = root.split_vertically(h.saturating_sub(foot));
+    let style = ("sans-serif", 12).into_font().color(&BLACK.mix(0.75));
+    for (k, line) in lines.iter().enumerate() {
+        bottom
+            .draw_text(line, &style, (15, 4 + k as i32 * line_h as i32))
+            .map_err(perr)?;
+    }
+    Ok(top)
+}
+
+/// One bar: a contender's median with its min-max whisker, and a note
+/// printed above it (the ratio to the baseline).
+struct Bar {
+    contender: usize,
+    median: f64,
+    min: f64,
+    max: f64,
+    note: String,
+}
+
+/// Bars side by side under one label (a scenario).
+struct BarGroup {
+    label: String,
+    bars: Vec<Bar>,
+}
+
+/// Grouped bars: one group per scenario, one bar per contender, coloured
+/// by contender with a legend of contenders only.
+fn draw_bars<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    y_desc: &str,
+    contenders: &[String],
+    groups: &[BarGroup],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let n = groups.len().max(1) as f64;
+    let top = groups
+        .iter()
+        .flat_map(|g| g.bars.iter())
+        .map(|b| b.max.max(b.median))
+        .fold(0.0f64, f64::max)
+        .max(1e-3);
+    // Head room for the legend and the notes above the bars.
+    let ymax = top * (1.25 + 0.07 * contenders.len() as f64);
+    let (w, _) = area.dim_in_pixel();
+    let label_chars = ((w as f64 - 100.0) / n / 7.5).max(8.0) as usize;
+    let label_lines = groups
+        .iter()
+        .map(|g| wrap(&g.label, label_chars).len())
+        .max()
+        .unwrap_or(1) as u32;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(16 * label_lines + 14)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..n, 0.0..ymax)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .x_label_formatter(&|_| String::new())
+        .y_desc(y_desc)
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(perr)?;
+    for (gi, g) in groups.iter().enumerate() {
+        let k = g.bars.len().max(1) as f64;
+        let width = 0.8 / k;
+        for (bi, b) in g.bars.iter().enumerate() {
+            let c = COLORS[b.contender % COLORS.len()];
+            let x0 = gi as f64 + 0.1 + bi as f64 * width;
+            let x1 = x0 + width * 0.9;
+            let mid = (x0 + x1) / 2.0;
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(x0, 0.0), (x1, b.median)],
+                    c.filled(),
+                )))
+                .map_err(perr)?;
+            if b.max > b.min {
+                let cap = width * 0.2;
+                let whisker = vec![
+                    vec![(mid, b.min), (mid, b.max)],
+                    vec![(mid - cap, b.min), (mid + cap, b.min)],
+                    vec![(mid - cap, b.max), (mid + cap, b.max)],
+                ];
+                chart
+                    .draw_series(
+                        whisker
+                            .into_iter()
+                            .map(|p| PathElement::new(p, BLACK.stroke_width(1))),
+                    )
+                    .map_err(perr)?;
+            }
+            if !b.note.is_empty() {
+                let style = ("sans-serif", 12)
+                    .into_font()
+                    .into_text_style(area)
+                    .pos(Pos::new(HPos::Center, VPos::Bottom));
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        b.note.clone(),
+                        (mid, b.max.max(b.median) + top * 0.02),
+                        style,
+                    )))
+                    .map_err(perr)?;
+            }
+        }
+        // The scenario under its group, wrapped to the group's width.
+        let (px, py) = chart.backend_coord(&(gi as f64 + 0.5, 0.0));
+        let (ax, ay) = area.get_base_pixel();
+        let style = ("sans-serif", 14)
+            .into_font()
+            .into_text_style(area)
+            .pos(Pos::new(HPos::Center, VPos::Top));
+        for (li, line) in wrap(&g.label, label_chars).iter().enumerate() {
+            area.draw_text(line, &style, (px - ax, py - ay + 8 + 16 * li as i32))
+                .map_err(perr)?;
+        }
+    }
+    for (ci, name) in contenders.iter().enumerate() {
+        let c = COLORS[ci % COLORS.len()];
+        chart
+            .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+            .map_err(perr)?
+            .label(name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+    }
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
+}
+
+/// Packets (requests) per second shown in the unit of `kind`'s plots.
+fn rate_unit(kind: &str) -> (f64, &'static str) {
+    if kind == "bench-faas" {
+        (1e3, "kreq/s")
+    } else {
+        (1e6, "Mpps")
+    }
+}
+
+/// RFC 2544 throughput per scenario and contender: median over rounds,
+/// min-max whiskers, ratio to the scenario's first contender above each
+/// other bar ("2.45x", ">=" when generator-limited).
+fn draw_comparison<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    r: &ResultFile,
+    scenarios: &[compare::ScenarioFigures],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let names = compare::contenders(scenarios);
+    let (scale, unit) = rate_unit(&r.kind);
+    let rounds = scenarios
+        .iter()
+        .flat_map(|s| s.contenders.iter())
+        .map(|c| c.rounds.len())
+        .max()
+        .unwrap_or(1);
+    let groups: Vec<BarGroup> = scenarios
+        .iter()
+        .map(|s| BarGroup {
+            label: s.scenario.clone(),
+            bars: s
+                .contenders
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Bar {
+                    contender: names.iter().position(|n| *n == c.contender).unwrap_or(0),
+                    median: c.median() / scale,
+                    min: c.min() / scale,
+                    max: c.max() / scale,
+                    note: match (i, c.generator_limited) {
+                        (0, false) => String::new(),
+                        (0, true) => ">=".into(),
+                        (_, gl) => format!(
+                            "{}{:.2}x",
+                            if gl { ">=" } else { "" },
+                            s.ratio_to_baseline(c)
+                        ),
+                    },
+                })
+                .collect(),
+        })
+        .collect();
+    let whiskers = if rounds > 1 {
+        format!(", median of {rounds} rounds, whiskers min-max")
+    } else {
+        String::new()
+    };
+    draw_bars(
+        area,
+        &format!(
+            "{}: RFC 2544 throughput{whiskers}; ratio to {}",
+            r.kind,
+            names.first().map(String::as_str).unwrap_or("-")
+        ),
+        &format!("RFC 2544 throughput ({unit})"),
+        &names,
+        &groups,
+    )
+}
+
+/// Offered vs delivered rate for every trial of every run, or, for
+/// benchmarks that compare contenders per scenario, grouped bars.
+fn draw_rates<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFile) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let area = with_caption(root, r)?;
+    let scenarios = compare::by_scenario(r);
+    if !scenarios.is_empty() {
+        draw_comparison(&area, r, &scenarios)?;
+        return root.present().map_err(perr);
+    }
     // Runs whose frames were built but not sent have nothing delivered to
     // show: they stay in the table, not on this chart.
     let sent = || r.runs.iter().filter(|x| x.params.sent);
@@ -47,14 +353,14 @@ where
         .max(1.0)
         / 1e6
         * 1.1;
-    let mut chart = ChartBuilder::on(root)
+    let mut chart = ChartBuilder::on(&area)
         .caption(
             format!("{}: delivered vs offered", r.kind),
-            ("sans-serif", 22),
+            ("sans-serif", 20),
         )
         .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
         .build_cartesian_2d(0.0..max, 0.0..max)
         .map_err(perr)?;
     chart
@@ -86,18 +392,12 @@ where
             .label(run.label.clone())
             .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(perr)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(perr)
 }
 
-/// Delivered rate per ~1 s window of each run's longest trial.
+/// Delivered rate per ~1 s window of each run's longest trial, one colour
+/// per contender.
 fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFile) -> Result<()>
 where
     DB::ErrorType: 'static,
@@ -112,7 +412,7 @@ where
                 .iter()
                 .max_by(|a, b| a.windows.len().cmp(&b.windows.len()))?;
             Some((
-                run.label.clone(),
+                compare::contender_of(run),
                 t.windows
                     .iter()
                     .map(|w| (w.t_s, w.delivered_pps / 1e6))
@@ -120,17 +420,19 @@ where
             ))
         })
         .collect();
+    let area = with_caption(root, r)?;
     draw_lines(
-        root,
+        &area,
         &format!("{}: delivered rate per second", r.kind),
         ("time (s)", "delivered (Mpps)"),
         &series,
-    )
+    )?;
+    root.present().map_err(perr)
 }
 
-/// A line chart of `series` (label, points), axes from zero.
+/// A line chart of `series` (name, points), axes from zero.
 fn draw_lines<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
+    area: &DrawingArea<DB, Shift>,
     title: &str,
     (x_desc, y_desc): (&str, &str),
     series: &[(String, Vec<(f64, f64)>)],
@@ -138,7 +440,6 @@ fn draw_lines<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(perr)?;
     let xmax = series
         .iter()
         .flat_map(|s| s.1.iter())
@@ -149,13 +450,16 @@ where
         .iter()
         .flat_map(|s| s.1.iter())
         .map(|p| p.1)
-        .fold(0.001f64, f64::max)
-        * 1.15;
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, ("sans-serif", 22))
+        .fold(0.001f64, f64::max);
+    // Head room above the lines for the legend, one row per name.
+    let mut names: Vec<&str> = series.iter().map(|s| s.0.as_str()).collect();
+    names.dedup();
+    let ymax = ymax * (1.15 + 0.06 * names.len() as f64);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 20))
         .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
         .build_cartesian_2d(0.0..xmax, 0.0..ymax)
         .map_err(perr)?;
     chart
@@ -165,11 +469,11 @@ where
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(perr)?;
-    draw_series(&mut chart, series, SeriesLabelPosition::UpperRight)?;
-    root.present().map_err(perr)
+    draw_series(&mut chart, series, SeriesLabelPosition::UpperRight)
 }
 
-/// Lines with dots for every series, and the legend at `pos`.
+/// Lines with dots for every series, one colour per name, and a legend
+/// naming each once at `pos`.
 fn draw_series<'a, DB, X, Y>(
     chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
     series: &[(String, Vec<(f64, f64)>)],
@@ -181,49 +485,70 @@ where
     X: Ranged<ValueType = f64>,
     Y: Ranged<ValueType = f64>,
 {
-    for (i, (label, pts)) in series.iter().enumerate() {
+    let mut names: Vec<&str> = Vec::new();
+    for (name, pts) in series {
+        let first = !names.contains(&name.as_str());
+        if first {
+            names.push(name);
+        }
+        let i = names.iter().position(|n| n == name).unwrap_or(0);
         let c = COLORS[i % COLORS.len()];
-        chart
+        let line = chart
             .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-            .map_err(perr)?
-            .label(label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+            .map_err(perr)?;
+        if first {
+            line.label(name.clone()).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+            });
+        }
         chart
             .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
             .map_err(perr)?;
     }
+    draw_legend(chart, pos)
+}
+
+/// The legend of the series drawn so far, at `pos`, the same on every chart.
+fn draw_legend<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    pos: SeriesLabelPosition,
+) -> Result<()>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    X: Ranged,
+    Y: Ranged,
+{
     chart
         .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
+        .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
         .position(pos)
         .draw()
-        .map_err(perr)?;
-    Ok(())
+        .map_err(perr)
 }
 
 /// Latency percentiles (x: 1..4 = p50, p90, p99, p99.9) on a log scale.
 fn draw_percentiles<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
+    area: &DrawingArea<DB, Shift>,
     title: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(perr)?;
     let ymax = series
         .iter()
         .flat_map(|s| s.1.iter())
         .map(|p| p.1)
         .fold(10.0f64, f64::max)
         * 2.0;
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, ("sans-serif", 22))
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 20))
         .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
         .build_cartesian_2d(0.5..4.5, (1.0..ymax).log_scale())
         .map_err(perr)?;
     chart
@@ -241,28 +566,31 @@ where
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(perr)?;
-    draw_series(&mut chart, series, SeriesLabelPosition::UpperLeft)?;
-    root.present().map_err(perr)
+    draw_series(&mut chart, series, SeriesLabelPosition::UpperLeft)
 }
 
-/// Runs labelled "CONFIG | SIZE B" (bench faas) grouped by CONFIG: one
+/// Runs of bench faas ("CONTENDER | SIZE B") grouped by contender: one
 /// point per size, `y` taken from each run.
-fn by_size(r: &ResultFile, y: impl Fn(&crate::results::Run) -> Option<f64>) -> Series {
+fn by_size(r: &ResultFile, y: impl Fn(&Run) -> Option<f64>) -> Series {
     let mut series: Series = Vec::new();
     for run in &r.runs {
-        let Some((config, size)) = run.label.split_once(" | ") else {
-            continue;
-        };
-        let Some(size) = size.trim_end_matches(" B").parse::<f64>().ok() else {
+        let Some((contender, size)) = contender_and_size(run) else {
             continue;
         };
         let Some(v) = y(run) else { continue };
-        match series.iter_mut().find(|s| s.0 == config) {
+        match series.iter_mut().find(|s| s.0 == contender) {
             Some(s) => s.1.push((size, v)),
-            None => series.push((config.to_string(), vec![(size, v)])),
+            None => series.push((contender, vec![(size, v)])),
         }
     }
     series
+}
+
+/// A bench faas run's contender and request size (its scenario, "200 B").
+fn contender_and_size(run: &Run) -> Option<(String, f64)> {
+    let key = crate::results::RunKey::parse(&run.label)?;
+    let size = key.scenario.strip_suffix(" B")?.parse().ok()?;
+    Some((key.contender, size))
 }
 
 /// Labelled point series of one chart.
@@ -276,7 +604,7 @@ type Figure = (&'static str, String, (&'static str, &'static str), Series);
 /// (saturated), latency percentiles per backend at the fixed rate (the size
 /// nearest 800 B).
 fn faas_figures(r: &ResultFile) -> Vec<Figure> {
-    let saturated = |run: &crate::results::Run| {
+    let saturated = |run: &Run| {
         run.trials
             .iter()
             .find(|t| t.phase == "saturate" || t.phase == "max")
@@ -295,10 +623,10 @@ fn faas_figures(r: &ResultFile) -> Vec<Figure> {
         .unwrap_or(800.0);
     let mut latency = Vec::new();
     for run in &r.runs {
-        let Some((config, size)) = run.label.split_once(" | ") else {
+        let Some((contender, size)) = contender_and_size(run) else {
             continue;
         };
-        if size.trim_end_matches(" B").parse::<f64>().ok() != Some(pick) {
+        if size != pick {
             continue;
         }
         let Some(l) = run
@@ -311,7 +639,7 @@ fn faas_figures(r: &ResultFile) -> Vec<Figure> {
         };
         let us = |ns: u64| ns as f64 / 1e3;
         latency.push((
-            config.to_string(),
+            contender,
             vec![
                 (1.0, us(l.p50_ns)),
                 (2.0, us(l.p90_ns)),
@@ -342,64 +670,84 @@ fn faas_figures(r: &ResultFile) -> Vec<Figure> {
     ]
 }
 
+/// One of bench faas's figures: percentiles on a log scale, a value per
+/// size as lines, or as bars when there is only one size (a one-point line
+/// shows nothing), with ratios to the first contender.
+fn draw_faas_figure<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    r: &ResultFile,
+    (kind, title, axes, series): &Figure,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let area = with_caption(root, r)?;
+    let sizes: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .collect();
+    let one_size = sizes.windows(2).all(|w| w[0] == w[1]);
+    if *kind == "latency" {
+        draw_percentiles(&area, title, series)?;
+    } else if one_size && !sizes.is_empty() {
+        let names: Vec<String> = series.iter().map(|s| s.0.clone()).collect();
+        let base = series[0].1[0].1.max(1e-9);
+        let bars = series
+            .iter()
+            .enumerate()
+            .map(|(i, (_, pts))| Bar {
+                contender: i,
+                median: pts[0].1,
+                min: pts[0].1,
+                max: pts[0].1,
+                note: if i == 0 {
+                    String::new()
+                } else {
+                    format!("{:.2}x", pts[0].1 / base)
+                },
+            })
+            .collect();
+        let group = BarGroup {
+            label: format!("{} B request payload", sizes[0]),
+            bars,
+        };
+        draw_bars(&area, title, axes.1, &names, &[group])?;
+    } else {
+        draw_lines(&area, title, *axes, series)?;
+    }
+    root.present().map_err(perr)
+}
+
 /// Writes `<stem>-rates.{png,svg}` and `<stem>-timeline.{png,svg}` into
-/// `outdir`; returns the paths written.
+/// `outdir` (and bench faas's own figures); returns the paths written.
 pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
-    register_font();
+    register_font()?;
     std::fs::create_dir_all(outdir)
         .map_err(|e| LabError::Other(format!("creating {}: {e}", outdir.display())))?;
     let mut out = Vec::new();
-    let size = (900, 600);
-    for kind in ["rates", "timeline"] {
-        let draw_png = |root: &DrawingArea<BitMapBackend, Shift>| match kind {
-            "rates" => draw_rates(root, r),
-            _ => draw_timeline(root, r),
-        };
-        let png = outdir.join(format!("{stem}-{kind}.png"));
-        draw_png(&BitMapBackend::new(&png, size).into_drawing_area())?;
-        out.push(png);
-        let svg = outdir.join(format!("{stem}-{kind}.svg"));
-        {
-            let root = SVGBackend::new(&svg, size).into_drawing_area();
-            match kind {
-                "rates" => draw_rates(&root, r)?,
-                _ => draw_timeline(&root, r)?,
-            }
-        }
-        out.push(svg);
-    }
+    let mut figures: Vec<(&str, Option<Figure>)> = vec![("rates", None), ("timeline", None)];
     if r.kind == "bench-faas" {
-        for (kind, title, axes, series) in faas_figures(r) {
-            let png = outdir.join(format!("{stem}-{kind}.png"));
-            let svg = outdir.join(format!("{stem}-{kind}.svg"));
-            if kind == "latency" {
-                draw_percentiles(
-                    &BitMapBackend::new(&png, size).into_drawing_area(),
-                    &title,
-                    &series,
-                )?;
-                draw_percentiles(
-                    &SVGBackend::new(&svg, size).into_drawing_area(),
-                    &title,
-                    &series,
-                )?;
-            } else {
-                draw_lines(
-                    &BitMapBackend::new(&png, size).into_drawing_area(),
-                    &title,
-                    axes,
-                    &series,
-                )?;
-                draw_lines(
-                    &SVGBackend::new(&svg, size).into_drawing_area(),
-                    &title,
-                    axes,
-                    &series,
-                )?;
+        figures.extend(faas_figures(r).into_iter().map(|f| (f.0, Some(f))));
+    }
+    for (kind, figure) in &figures {
+        let png = outdir.join(format!("{stem}-{kind}.png"));
+        let svg = outdir.join(format!("{stem}-{kind}.svg"));
+        match (*kind, figure) {
+            (_, Some(f)) => {
+                draw_faas_figure(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r, f)?;
+                draw_faas_figure(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r, f)?;
             }
-            out.push(png);
-            out.push(svg);
+            ("rates", None) => {
+                draw_rates(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
+                draw_rates(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
+            }
+            _ => {
+                draw_timeline(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
+                draw_timeline(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
+            }
         }
+        out.push(png);
+        out.push(svg);
     }
     Ok(out)
 }

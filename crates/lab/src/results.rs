@@ -55,7 +55,9 @@ pub struct Run {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RunParams {
-    /// "xdp" (live frames) or "socket".
+    /// The generator's backend: "xdp" (live frames), "socket" (sendmmsg) or
+    /// "afxdp" (AF_XDP TX ring); for bench faas the server's: "socket",
+    /// "mmsg" or "afxdp".
     pub backend: String,
     /// "ipv4" or "ipv6".
     pub ip: String,
@@ -75,6 +77,46 @@ pub struct RunParams {
 
 fn yes() -> bool {
     true
+}
+
+/// What a run of a comparing benchmark is: a contender in a scenario, in
+/// one round. Benchmarks keep typed contenders and scenarios and make the
+/// run's label from this ("CONTENDER | SCENARIO[ | round N]"); plots and
+/// tables read it back with [`RunKey::parse`]. Labels of other runs (the
+/// showcase, bench gen) do not parse: they stand alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunKey {
+    pub contender: String,
+    pub scenario: String,
+    /// The round, for benchmarks that repeat the comparison.
+    pub round: Option<u32>,
+}
+
+impl RunKey {
+    pub fn label(&self) -> String {
+        match self.round {
+            Some(r) => format!("{} | {} | round {r}", self.contender, self.scenario),
+            None => format!("{} | {}", self.contender, self.scenario),
+        }
+    }
+
+    pub fn parse(label: &str) -> Option<RunKey> {
+        let mut parts = label.split(" | ");
+        let contender = parts.next()?.to_string();
+        let scenario = parts.next()?.to_string();
+        let round = match parts.next() {
+            Some(r) => Some(r.strip_prefix("round ")?.parse().ok()?),
+            None => None,
+        };
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(RunKey {
+            contender,
+            scenario,
+            round,
+        })
+    }
 }
 
 /// What held a figure down.
@@ -362,6 +404,7 @@ impl ResultFile {
              (where the drops were counted); \
              busy %: 100 - idle per CPU over the trial\n",
         );
+        out.push_str(&crate::compare::table(&crate::compare::by_scenario(self)));
         out
     }
 }

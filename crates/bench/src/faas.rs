@@ -11,8 +11,9 @@
 //! fixed rate every backend sustains.
 use std::path::PathBuf;
 
+use std::time::Duration;
+
 use anyhow::{bail, Result};
-use clap::Args;
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
 use peregrine_faas::Registry;
@@ -21,49 +22,99 @@ use peregrine_host::signals;
 use peregrine_lab::measure::{summarize, CpuSnapshot};
 use peregrine_lab::openloop::{self, request_frame_size, OpenLoopConfig, OpenLoopProgress};
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{Limiter, Placement, ResultFile, Run, RunParams, Trial};
+use peregrine_lab::results::{Limiter, Placement, ResultFile, Run, RunKey, RunParams, Trial};
 use peregrine_lab::trial::{classify, rfc2544_search, SearchParams};
 use peregrine_lab::{Endpoint, Lab, Lifetime};
 
-use crate::bench::{builtin_topology, command_line, warn_shortfall, write_outputs};
-use crate::units::{DurationArg, RateArg};
+use crate::common::{
+    builtin_topology, command_line, cpu_count, warn_shortfall, write_outputs, RateSetting,
+};
 
-#[derive(Args, Clone)]
-pub struct BenchFaasArgs {
-    /// Length of each trial (1.5, 1.5s, 500ms).
-    #[arg(long, default_value = "1.5s")]
-    pub duration: DurationArg,
-    /// Request payload sizes, bytes.
-    #[arg(long, value_delimiter = ',', default_value = "200,600,800,1000,1400")]
+/// `peregrine bench faas`.
+#[derive(Clone, Debug)]
+pub struct FaasBenchConfig {
+    /// Length of each trial.
+    pub duration: Duration,
+    /// Request payload sizes, bytes: the scenarios.
     pub sizes: Vec<usize>,
-    /// Backends and worker configurations (BACKEND:THREADS, threads = queues).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "socket:1,mmsg:1,afxdp:1,mmsg:2,afxdp:2"
-    )]
-    pub configs: Vec<String>,
+    /// Backends and worker configurations: the contenders.
+    pub contenders: Vec<FaasContender>,
     /// Highest share of requests left unanswered at the throughput found.
-    #[arg(long, default_value_t = 0.001)]
     pub loss: f64,
-    /// Requests/s offered in the saturation trial (the search's first):
-    /// above every server's capacity here, below what would overload the
-    /// generator's own core (unpaced, it would also starve the servers'
-    /// receive work that veth runs there).
-    #[arg(long, default_value = "3M")]
-    pub saturate: RateArg,
-    /// Request rate at which latency is compared (every backend sustains it).
-    #[arg(long, default_value = "100k")]
-    pub latency_rate: RateArg,
+    /// Requests/s offered in the saturation trial (the search's first).
+    pub saturate: RateSetting,
+    /// Request rate at which latency is compared.
+    pub latency_rate: RateSetting,
     /// Directory for the result file and plots.
-    #[arg(long, default_value = crate::bench::DEFAULT_OUT)]
     pub out: PathBuf,
     /// File name stem of the result and plots.
-    #[arg(long, default_value = "bench-faas")]
     pub name: String,
-    /// Print the result as JSON on stdout (progress stays on stderr).
-    #[arg(long)]
+    /// Print the result as JSON instead of the table.
     pub json: bool,
+}
+
+/// The invoker's server backends.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum FaasBackend {
+    /// One thread, one datagram per system call (the source's simple server).
+    Socket,
+    /// recvmmsg/sendmmsg workers.
+    Mmsg,
+    /// The AF_XDP invoker.
+    Afxdp,
+}
+
+impl FaasBackend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaasBackend::Socket => "socket",
+            FaasBackend::Mmsg => "mmsg",
+            FaasBackend::Afxdp => "afxdp",
+        }
+    }
+}
+
+/// A backend with its workers (one RX queue per worker).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct FaasContender {
+    pub backend: FaasBackend,
+    pub threads: u32,
+}
+
+impl FaasContender {
+    /// "afxdp 1T1Q": the name in labels, tables and plot legends.
+    pub fn label(self) -> String {
+        let t = self.threads;
+        format!("{} {t}T{t}Q", self.backend.as_str())
+    }
+}
+
+impl std::str::FromStr for FaasContender {
+    type Err = String;
+
+    /// "BACKEND:THREADS" (threads default 1): socket:1, mmsg:N, afxdp:N.
+    fn from_str(c: &str) -> std::result::Result<Self, String> {
+        let (b, t) = c.split_once(':').unwrap_or((c, "1"));
+        let threads: u32 = t
+            .parse()
+            .map_err(|_| format!("--configs {c:?}: threads must be a number"))?;
+        let backend = match b {
+            "socket" => FaasBackend::Socket,
+            "mmsg" => FaasBackend::Mmsg,
+            "afxdp" => FaasBackend::Afxdp,
+            _ => {
+                return Err(format!(
+                    "--configs {c:?}: expected socket:1, mmsg:N or afxdp:N"
+                ))
+            }
+        };
+        if threads == 0 || (backend == FaasBackend::Socket && threads != 1) {
+            return Err(format!(
+                "--configs {c:?}: expected socket:1, mmsg:N or afxdp:N"
+            ));
+        }
+        Ok(FaasContender { backend, threads })
+    }
 }
 
 const FUNCTION: &str = "1232=reverse";
@@ -126,38 +177,28 @@ fn trial(
     .inspect(|t| warn_shortfall(label, t))
 }
 
-fn parse_config(c: &str) -> Result<(String, u32)> {
-    let (b, t) = c.split_once(':').unwrap_or((c, "1"));
-    let threads: u32 = t
-        .parse()
-        .map_err(|_| anyhow::anyhow!("--configs {c:?}: threads must be a number"))?;
-    if !matches!(b, "socket" | "mmsg" | "afxdp") || threads == 0 || (b == "socket" && threads != 1)
-    {
-        bail!("--configs {c:?}: expected socket:1, mmsg:N or afxdp:N");
-    }
-    Ok((b.to_string(), threads))
-}
-
-pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
-    let dur: std::time::Duration = a.duration.into();
+/// Runs every contender at every request size, each on a fresh lab.
+pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
+    let dur = a.duration;
     if !(0.0..0.5).contains(&a.loss) {
         bail!("--loss {}: expected a ratio in [0, 0.5)", a.loss);
     }
-    let configs = a
-        .configs
-        .iter()
-        .map(|c| parse_config(c))
-        .collect::<Result<Vec<_>>>()?;
-    let ncpu = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    if !(0.0..0.5).contains(&a.loss) {
+        bail!("--loss {}: expected a ratio in [0, 0.5)", a.loss);
+    }
+    let ncpu = cpu_count();
     let mut runs = Vec::new();
+    // Where each (contender, size) run is in `runs`, for the ratios.
+    let mut run_of: Vec<(FaasContender, usize, usize)> = Vec::new();
     for &size in &a.sizes {
-        for (backend, threads) in &configs {
-            let threads = *threads;
+        for &contender in &a.contenders {
+            let FaasContender { backend, threads } = contender;
             signals::check()?;
             if threads as usize > ncpu {
-                bail!("{backend}:{threads}: this machine has {ncpu} CPUs");
+                bail!(
+                    "{}:{threads}: this machine has {ncpu} CPUs",
+                    backend.as_str()
+                );
             }
             // One worker: the server on the last CPU, the client (generator,
             // reply checks) on the first. More: both share all CPUs, one
@@ -178,8 +219,8 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
             let registry = Registry::parse(FUNCTION).map_err(anyhow::Error::msg)?;
             let memory;
             // Held for the measurement; dropping it stops the server.
-            let server: Box<dyn std::any::Any> = match backend.as_str() {
-                "afxdp" => {
+            let server: Box<dyn std::any::Any> = match backend {
+                FaasBackend::Afxdp => {
                     // Rings as deep as the mmsg server's 8 MiB socket buffer
                     // (32 MiB of UMEM; the source used 256 MiB).
                     let cfg = InvokerConfig {
@@ -198,14 +239,14 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
                     memory = inv.memory_bytes;
                     Box::new(inv)
                 }
-                "mmsg" => {
+                FaasBackend::Mmsg => {
                     let s = netns::run_in(&lab.ns("b"), || {
                         SocketServer::mmsg(registry.clone(), threads as usize, &server_cpus)
                     })??;
                     memory = s.memory_bytes;
                     Box::new(s)
                 }
-                _ => {
+                FaasBackend::Socket => {
                     let s = netns::run_in(&lab.ns("b"), || {
                         SocketServer::simple_on(registry.clone(), server_cpus[0])
                     })??;
@@ -213,7 +254,12 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
                     Box::new(s)
                 }
             };
-            let label = format!("{backend} {threads}T{threads}Q | {size} B");
+            let label = RunKey {
+                contender: contender.label(),
+                scenario: format!("{size} B"),
+                round: None,
+            }
+            .label();
             eprintln!("{label}");
             let from = Endpoint {
                 host: "a".into(),
@@ -254,9 +300,9 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
                 memory / 1024
             );
             let params = RunParams {
-                backend: backend.clone(),
+                backend: backend.as_str().into(),
                 ip: "ipv4".into(),
-                frame_size: (size + 46).to_string(),
+                frame_size: peregrine_wire::udp_frame_size(false, size).to_string(),
                 mean_frame_bytes: frame,
                 flows: cfg.flows,
                 threads: threads as usize,
@@ -274,6 +320,7 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
                     "lab veths with TX checksum offload off (the lab sets it)".into(),
                 ],
             };
+            run_of.push((contender, size, runs.len()));
             runs.push(Run {
                 label,
                 params,
@@ -286,45 +333,72 @@ pub fn bench_faas(a: BenchFaasArgs) -> Result<()> {
     }
     let result = ResultFile::new("bench-faas", command_line(), runs);
     if !a.json {
-        let find = |b: &str, size: usize| {
-            result
-                .runs
+        let find = |backend: FaasBackend, size: usize| {
+            let c = FaasContender {
+                backend,
+                threads: 1,
+            };
+            run_of
                 .iter()
-                .find(|r| r.label == format!("{b} | {size} B"))
+                .find(|&&(k, s, _)| k == c && s == size)
+                .map(|&(_, _, i)| &result.runs[i])
         };
         for &size in &a.sizes {
-            let tput = |b: &str| {
+            let tput = |b: FaasBackend| {
                 find(b, size)
                     .and_then(|r| r.rfc2544.as_ref())
                     .map(|s| s.throughput_pps)
                     .unwrap_or(0.0)
             };
-            let sat = |b: &str| {
+            let sat = |b: FaasBackend| {
                 find(b, size)
                     .and_then(|r| r.trials.iter().find(|t| t.phase == "saturate"))
                     .map(|t| t.delivered_pps)
                     .unwrap_or(0.0)
             };
-            let p50 = |b: &str| {
+            let p50 = |b: FaasBackend| {
                 find(b, size)
                     .and_then(|r| r.trials.iter().find(|t| t.phase == "latency"))
                     .and_then(|t| t.latency.as_ref())
                     .map(|l| l.p50_ns as f64 / 1e3)
                     .unwrap_or(f64::NAN)
             };
-            let (s, x) = (sat("afxdp 1T1Q"), tput("afxdp 1T1Q"));
+            use FaasBackend::{Afxdp, Mmsg, Socket};
+            let (s, x) = (sat(Afxdp), tput(Afxdp));
             println!(
                 "ratio  {size} B, one worker: saturated afxdp {s:.0} req/s = {:.2}x mmsg, {:.2}x socket; RFC 2544 afxdp {x:.0} req/s = {:.2}x mmsg, {:.2}x socket; p50 at {}: afxdp {:.1} us, mmsg {:.1} us, socket {:.1} us",
-                s / sat("mmsg 1T1Q").max(1.0),
-                s / sat("socket 1T1Q").max(1.0),
-                x / tput("mmsg 1T1Q").max(1.0),
-                x / tput("socket 1T1Q").max(1.0),
+                s / sat(Mmsg).max(1.0),
+                s / sat(Socket).max(1.0),
+                x / tput(Mmsg).max(1.0),
+                x / tput(Socket).max(1.0),
                 a.latency_rate,
-                p50("afxdp 1T1Q"),
-                p50("mmsg 1T1Q"),
-                p50("socket 1T1Q"),
+                p50(Afxdp),
+                p50(Mmsg),
+                p50(Socket),
             );
         }
     }
     write_outputs(&result, &a.out, &a.name, a.json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contenders_parse_and_label() {
+        let c: FaasContender = "afxdp:2".parse().unwrap();
+        assert_eq!(
+            c,
+            FaasContender {
+                backend: FaasBackend::Afxdp,
+                threads: 2
+            }
+        );
+        assert_eq!(c.label(), "afxdp 2T2Q");
+        assert_eq!("socket".parse::<FaasContender>().unwrap().threads, 1);
+        for bad in ["socket:2", "mmsg:0", "mmsg:x", "dpdk:1"] {
+            assert!(bad.parse::<FaasContender>().is_err(), "{bad}");
+        }
+    }
 }

@@ -3,69 +3,63 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+use std::time::Duration;
+
 use anyhow::Result;
-use clap::Args;
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::FibMode;
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_dataplane::{ChainConfig, ChainMatch, Dataplane, DataplaneConfig, NfConfig, NfKind};
 use peregrine_host::nl::Netlink;
 use peregrine_host::signals;
+use peregrine_lab::compare::median;
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{ResultFile, Rfc2544, Run};
+use peregrine_lab::results::{ResultFile, Rfc2544, Run, RunKey};
 use peregrine_lab::traffic::{Generator, TrafficSpec};
-use peregrine_lab::trial::{rfc2544_search, SearchParams, TrialSetup};
+use peregrine_lab::trial::rfc2544_search;
 use peregrine_lab::{Endpoint, Lab, Lifetime};
 
-use crate::bench::{
-    builtin_topology, command_line, frame_for, lab_sink, params, path_drops, place, progress_line,
-    shown_trial, write_outputs,
+use crate::common::{
+    builtin_topology, command_line, dut_search, frame_for, lab_sink, params, path_drops, place,
+    progress_line, shown_trial, trial_setup, write_outputs, PlacementConfig, RateSetting,
 };
-use crate::units::{DurationArg, RateArg};
 
-#[derive(Args, Clone)]
-pub struct BenchRouterArgs {
-    /// Length of each trial (2, 2s, 500ms).
-    #[arg(long, default_value = "2s")]
-    pub trial: DurationArg,
-    /// Offered rate of the fixed-rate trial (2M, 2Mpps, 1Gbit).
-    #[arg(long, default_value = "2Mpps")]
-    pub fixed_rate: RateArg,
-    /// RFC 2544 search resolution (20k, 20kpps).
-    #[arg(long, default_value = "20kpps")]
-    pub resolution: RateArg,
-    /// Routes added for the large-table configurations.
-    #[arg(long, default_value_t = 10_000)]
+/// `peregrine bench router`.
+#[derive(Clone, Debug)]
+pub struct RouterBenchConfig {
+    /// Length of each trial.
+    pub trial: Duration,
+    /// Offered rate of the fixed-rate trial.
+    pub fixed_rate: RateSetting,
+    /// RFC 2544 search resolution.
+    pub resolution: RateSetting,
+    /// Routes added for the large-table scenarios.
     pub routes: u32,
     /// Only IPv4, one flow, direct and chain (a quick look).
-    #[arg(long)]
     pub quick: bool,
-    /// Rounds per configuration; contenders alternate within each round so
-    /// slow drifts of this noisy machine hit them alike. Ratios use medians.
-    #[arg(long, default_value_t = 3)]
+    /// Rounds per scenario; contenders alternate within each round so slow
+    /// drifts of a noisy machine hit them alike. Ratios use medians.
     pub rounds: u32,
-    #[command(flatten)]
-    pub placement: crate::bench::PlacementArgs,
+    pub placement: PlacementConfig,
     /// Directory for the result file and plots.
-    #[arg(long, default_value = crate::bench::DEFAULT_OUT)]
     pub out: PathBuf,
     /// File name stem of the result and plots.
-    #[arg(long, default_value = "bench-router")]
     pub name: String,
-    /// Print the result as JSON on stdout (progress stays on stderr).
-    #[arg(long)]
+    /// Print the result as JSON instead of the table.
     pub json: bool,
 }
 
+/// What is compared on the DUT.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Contender {
+pub enum Contender {
     Linux,
     Xdp,
     XdpChain,
 }
 
 impl Contender {
-    fn label(self) -> &'static str {
+    /// The name in labels, tables and plot legends.
+    pub fn label(self) -> &'static str {
         match self {
             Contender::Linux => "linux forwarding",
             Contender::Xdp => "xdp router",
@@ -74,7 +68,8 @@ impl Contender {
     }
 }
 
-struct Config {
+/// One traffic and routing-table set-up the contenders are compared in.
+struct Scenario {
     name: String,
     v6: bool,
     flows: u32,
@@ -107,8 +102,9 @@ fn chain_config(lab: &str) -> DataplaneConfig {
     }
 }
 
-pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
-    let trial: std::time::Duration = a.trial.into();
+/// Runs every scenario's contenders, round after round, on one lab.
+pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
+    let trial = a.trial;
     let dut_cpu = a.placement.dut_cpu()?;
     let loss = a.placement.loss_tolerance()?;
     let topo = builtin_topology("chain", "benchrt")?;
@@ -133,11 +129,10 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
         iface: "in0".into(),
     };
     let drops = path_drops(&lab, Some(&dut_in), &sink_ep)?;
-    // Typed keys for the ratios: (configuration, contender, RFC 2544).
-    let mut figures: Vec<(usize, Contender, Rfc2544)> = Vec::new();
+    let mut figures: Vec<Figure> = Vec::new();
 
     let both = vec![Contender::Linux, Contender::Xdp];
-    let mut configs = vec![Config {
+    let mut scenarios = vec![Scenario {
         name: "ipv4, 1 flow".into(),
         v6: false,
         flows: 1,
@@ -146,8 +141,8 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
         contenders: vec![Contender::Linux, Contender::Xdp, Contender::XdpChain],
     }];
     if !a.quick {
-        configs.extend([
-            Config {
+        scenarios.extend([
+            Scenario {
                 name: "ipv6 (78 B), 1 flow".into(),
                 v6: true,
                 flows: 1,
@@ -155,7 +150,7 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
                 big_table: false,
                 contenders: both.clone(),
             },
-            Config {
+            Scenario {
                 name: "ipv4, 100 flows".into(),
                 v6: false,
                 flows: 100,
@@ -163,7 +158,7 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
                 big_table: false,
                 contenders: both.clone(),
             },
-            Config {
+            Scenario {
                 name: "ipv4, 10000 flows".into(),
                 v6: false,
                 flows: 10_000,
@@ -171,7 +166,7 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
                 big_table: false,
                 contenders: both.clone(),
             },
-            Config {
+            Scenario {
                 name: format!("ipv4, {} routes, 1 destination", a.routes),
                 v6: false,
                 flows: 1,
@@ -179,7 +174,7 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
                 big_table: true,
                 contenders: both.clone(),
             },
-            Config {
+            Scenario {
                 name: format!("ipv4, {} routes, {} destinations", a.routes, a.routes),
                 v6: false,
                 flows: a.routes,
@@ -192,7 +187,7 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
 
     let mut runs = Vec::new();
     let mut table_routes = false;
-    for (ci, cfg) in configs.iter().enumerate() {
+    for (si, cfg) in scenarios.iter().enumerate() {
         if cfg.big_table && !table_routes {
             eprintln!("adding {} /32 routes in the dut", a.routes);
             for k in 0..a.routes {
@@ -244,23 +239,15 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
                 // After the data plane and the generator's pass-through are
                 // attached: attaching recreates the DUT's NAPI workers.
                 let placement = place(&lab, &spec.cpus, &dut_in, dut_cpu)?;
-                let label = format!("{} | {} | round {round}", c.label(), cfg.name);
+                let label = RunKey {
+                    contender: c.label().into(),
+                    scenario: cfg.name.clone(),
+                    round: Some(round),
+                }
+                .label();
                 eprintln!("{label}");
-                let search = SearchParams {
-                    loss_tolerance: loss,
-                    resolution_pps: a.resolution.pps(mean),
-                    trial,
-                    max_trials: 12,
-                    start: Rate::Max,
-                };
-                let setup = TrialSetup {
-                    gen: &gen,
-                    sink: &sink,
-                    duration: trial,
-                    mean_frame_bytes: mean,
-                    loss_tolerance: search.loss_tolerance,
-                    drops: &drops,
-                };
+                let search = dut_search(loss, a.resolution.pps(mean), trial);
+                let setup = trial_setup(&gen, &sink, &drops, trial, mean, search.loss_tolerance);
                 let mut show = progress_line(&label);
                 let mut one =
                     |phase: &str, rate| shown_trial(&setup, &label, phase, rate, &mut show);
@@ -268,7 +255,11 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
                 trials.push(one("fixed", Rate::Pps(a.fixed_rate.pps(mean)))?);
                 drop(show);
                 eprintln!("  RFC 2544: {}", summary.describe());
-                figures.push((ci, c, summary.clone()));
+                figures.push(Figure {
+                    scenario: si,
+                    contender: c,
+                    rfc2544: summary.clone(),
+                });
                 runs.push(Run {
                     label,
                     params: params(&spec, &format!("xdp drop sink {}", sink_ep)),
@@ -285,40 +276,47 @@ pub fn bench_router(a: BenchRouterArgs) -> Result<()> {
     drop(lab);
     let result = ResultFile::new("bench-router", command_line(), runs);
     if !a.json {
-        print_ratios(&configs, &figures);
+        print_ratios(&scenarios, &figures);
     }
     write_outputs(&result, &a.out, &a.name, a.json)
 }
 
+/// One round's RFC 2544 figure of a contender in a scenario (an index into
+/// the run's scenarios).
+struct Figure {
+    scenario: usize,
+    contender: Contender,
+    rfc2544: Rfc2544,
+}
+
 /// Median RFC 2544 throughput over the rounds of one contender in one
-/// configuration, and whether any of those rounds was generator-limited.
+/// scenario, and whether any of those rounds was generator-limited.
 fn median_throughput(
-    figures: &[(usize, Contender, Rfc2544)],
-    config: usize,
+    figures: &[Figure],
+    scenario: usize,
     contender: Contender,
 ) -> Option<(f64, bool)> {
     let mine: Vec<&Rfc2544> = figures
         .iter()
-        .filter(|(c, k, _)| *c == config && *k == contender)
-        .map(|(_, _, s)| s)
+        .filter(|f| f.scenario == scenario && f.contender == contender)
+        .map(|f| &f.rfc2544)
         .collect();
     if mine.is_empty() {
         return None;
     }
-    let mut v: Vec<f64> = mine.iter().map(|s| s.throughput_pps).collect();
-    v.sort_by(f64::total_cmp);
-    Some((v[v.len() / 2], mine.iter().any(|s| s.generator_limited)))
+    let v: Vec<f64> = mine.iter().map(|s| s.throughput_pps).collect();
+    Some((median(&v), mine.iter().any(|s| s.generator_limited)))
 }
 
-/// XDP / Linux throughput ratios per configuration (medians over rounds of
-/// the same run), and chain / direct. A generator-limited figure is a lower
+/// XDP / Linux throughput ratios per scenario (medians over rounds of the
+/// same run), and chain / direct. A generator-limited figure is a lower
 /// bound, and so is a ratio over it ("or more").
-fn print_ratios(configs: &[Config], figures: &[(usize, Contender, Rfc2544)]) {
+fn print_ratios(scenarios: &[Scenario], figures: &[Figure]) {
     let show = |(v, gl): (f64, bool)| format!("{}{:.3} Mpps", if gl { ">= " } else { "" }, v / 1e6);
-    for (ci, cfg) in configs.iter().enumerate() {
-        let x = median_throughput(figures, ci, Contender::Xdp);
-        let l = median_throughput(figures, ci, Contender::Linux);
-        let ch = median_throughput(figures, ci, Contender::XdpChain);
+    for (si, cfg) in scenarios.iter().enumerate() {
+        let x = median_throughput(figures, si, Contender::Xdp);
+        let l = median_throughput(figures, si, Contender::Linux);
+        let ch = median_throughput(figures, si, Contender::XdpChain);
         if let (Some(x), Some(l)) = (x, l) {
             println!(
                 "ratio  {}: xdp {} / linux {} = {:.2}x{} (medians)",

@@ -1,0 +1,362 @@
+//! What every benchmark shares: placement of the DUT's receive work, the
+//! lab's sinks and drop counters, one shown trial with its shortfall warning,
+//! run parameters and writing the result file with its plots.
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_lab::pacing::Rate;
+use peregrine_lab::results::{Limiter, Placement, ResultFile, Run, RunParams, Window};
+use peregrine_lab::sinks::Sink;
+use peregrine_lab::sinks::XdpSink;
+use peregrine_lab::topology::builtin;
+use peregrine_lab::traffic::{Generator, TrafficSpec};
+use peregrine_lab::trial::{measure_trial, DropPoint, DropProbes, SearchParams, TrialSetup};
+use peregrine_lab::{Endpoint, Lab, Topology};
+use peregrine_wire::UdpFrameSpec;
+
+/// Where benchmarks put their files unless told: never the checkout's
+/// docs/results, which holds the published runs.
+pub const DEFAULT_OUT: &str = "peregrine-results";
+
+/// Where the device under test runs, for benchmarks that have one.
+#[derive(Clone, Debug)]
+pub struct PlacementConfig {
+    /// Highest share of frames an RFC 2544 trial may lose and still pass.
+    pub loss: f64,
+    /// The CPU for the DUT's receive work; None: the last CPU when there
+    /// are two or more.
+    pub dut_cpu: Option<usize>,
+    /// Leave the DUT's receive work on the sender's CPU (veth's default).
+    pub dut_on_sender_cpu: bool,
+}
+
+impl PlacementConfig {
+    /// The loss tolerance, checked.
+    pub fn loss_tolerance(&self) -> Result<f64> {
+        if !(0.0..0.5).contains(&self.loss) {
+            bad_setting!(
+                "--loss {}: expected a share of the frames in [0, 0.5)",
+                self.loss
+            );
+        }
+        Ok(self.loss)
+    }
+
+    /// The CPU for the DUT, or None to leave it on the sender's.
+    pub fn dut_cpu(&self) -> Result<Option<usize>> {
+        let ncpu = cpu_count();
+        if self.dut_on_sender_cpu {
+            return Ok(None);
+        }
+        match self.dut_cpu {
+            Some(0) => bad_setting!("--dut-cpu 0: CPU 0 is the generator's"),
+            Some(c) if c >= ncpu => {
+                bad_setting!(
+                    "--dut-cpu {c}: this machine has {ncpu} CPUs (0..{})",
+                    ncpu - 1
+                )
+            }
+            Some(c) => Ok(Some(c)),
+            None if ncpu > 1 => Ok(Some(ncpu - 1)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// CPUs this process may use (1 when unknown).
+pub(crate) fn cpu_count() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// A rate as set: packets (requests) per second, or Ethernet bits per second
+/// that become packets per second once the frame size is known.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RateSetting {
+    Pps(f64),
+    Bps(f64),
+}
+
+impl RateSetting {
+    /// Packets per second for frames of `mean_frame_bytes` (FCS included).
+    pub fn pps(self, mean_frame_bytes: f64) -> f64 {
+        match self {
+            RateSetting::Pps(p) => p,
+            RateSetting::Bps(b) => b / (mean_frame_bytes * 8.0),
+        }
+    }
+
+    pub fn rate(self, mean_frame_bytes: f64) -> Rate {
+        Rate::Pps(self.pps(mean_frame_bytes))
+    }
+}
+
+impl fmt::Display for RateSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RateSetting::Pps(p) => write!(f, "{p} pps"),
+            RateSetting::Bps(b) => write!(f, "{b} bit/s"),
+        }
+    }
+}
+
+/// The command line of this process, recorded in every result file.
+pub fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
+
+pub(crate) fn progress_line(label: &str) -> impl FnMut(&Window) + '_ {
+    move |w| {
+        eprintln!(
+            "  {label}: t={:>4.1}s offered {:>8.3} Mpps, delivered {:>8.3} Mpps",
+            w.t_s,
+            w.offered_pps / 1e6,
+            w.delivered_pps / 1e6
+        )
+    }
+}
+
+/// Warns on stderr when a trial offered less than it was asked to (by more
+/// than `trial::SHORTFALL`): the figure is the generator's, not the path's.
+pub(crate) fn warn_shortfall(label: &str, t: &peregrine_lab::results::Trial) {
+    if let Some(req) = t.requested_pps {
+        if peregrine_lab::trial::short_of(Some(req), t.offered_pps) {
+            eprintln!(
+                "peregrine: warning: {label}: asked for {:.3} Mpps, the generator offered {:.3} Mpps ({:.1}% short): generator-limited",
+                req / 1e6,
+                t.offered_pps / 1e6,
+                (1.0 - t.offered_pps / req) * 100.0
+            );
+        }
+    }
+}
+
+/// The drop counters of a generator -> [DUT ->] sink path: the DUT's input
+/// ring (its ingress veth) and the sink's input ring; loss no counter saw
+/// happened inside the DUT (or, without one, is unattributed).
+pub(crate) fn path_drops(
+    lab: &Lab,
+    dut_in: Option<&Endpoint>,
+    sink_in: &Endpoint,
+) -> Result<DropProbes> {
+    let mut points = Vec::new();
+    if let Some(d) = dut_in {
+        points.push(DropPoint {
+            ns: lab.ns(&d.host),
+            iface: d.iface.clone(),
+            role: Limiter::Dut,
+        });
+    }
+    points.push(DropPoint {
+        ns: lab.ns(&sink_in.host),
+        iface: sink_in.iface.clone(),
+        role: Limiter::Sink,
+    });
+    let remainder = if dut_in.is_some() {
+        Limiter::Dut
+    } else {
+        Limiter::Unattributed
+    };
+    Ok(DropProbes::new(points, remainder)?)
+}
+
+/// Moves the DUT's receive work (threaded NAPI of its ingress veth) to
+/// `dut_cpu`, away from the generator's CPUs, and says where everything
+/// runs. Call once the ingress has NAPI (an XDP program is attached, the
+/// generator's pass-through included); XDP attach and detach recreate the
+/// NAPI workers, so call again after each change.
+pub(crate) fn place(
+    lab: &Lab,
+    gen_cpus: &[usize],
+    dut_in: &Endpoint,
+    dut_cpu: Option<usize>,
+) -> Result<Placement> {
+    let mut p = Placement {
+        generator_cpus: gen_cpus.to_vec(),
+        ..Default::default()
+    };
+    match dut_cpu {
+        Some(cpu) => {
+            let threads = peregrine_host::napi::pin_receive(&lab.ns(&dut_in.host), &dut_in.iface, cpu)?;
+            p.dut_cpus = vec![cpu];
+            p.sink_cpus = vec![cpu];
+            p.notes.push(format!(
+                "threaded NAPI on {dut_in} pinned to cpu {cpu} ({} worker(s)); the sink's receive runs where the DUT transmits",
+                threads.len()
+            ));
+        }
+        None => p.notes.push(
+            "DUT and sink receive on the sender's CPU (veth default): the figure includes the generator's work".into(),
+        ),
+    }
+    p.notes.push(
+        "lab veths with TX checksum offload off (the lab sets it: frames carry full checksums)"
+            .into(),
+    );
+    Ok(p)
+}
+
+/// An XDP sink whose counters are pinned under the lab's pin directory
+/// while it runs, so other tools can read them; removed with the lab.
+pub(crate) fn lab_sink(lab: &str, ns: &str, ep: &Endpoint, verdict: XdpAction) -> Result<XdpSink> {
+    let mut s = XdpSink::attach_or_share(ns, &ep.iface, verdict, XdpMode::Native)?;
+    let dir = peregrine_bpf::bpffs::pin_dir(lab)?;
+    s.pin(&dir.join(format!("sink-{}-{}", ep.host, ep.iface)))?;
+    Ok(s)
+}
+
+/// One trial shown live as it goes, its shortfall (if any) warned about.
+pub(crate) fn shown_trial(
+    setup: &TrialSetup,
+    label: &str,
+    phase: &str,
+    rate: Rate,
+    show: &mut dyn FnMut(&Window),
+) -> peregrine_lab::Result<peregrine_lab::results::Trial> {
+    let t = measure_trial(setup, phase, rate, show)?;
+    warn_shortfall(label, &t);
+    Ok(t)
+}
+
+/// An RFC 2544 search of a DUT: from the generator's top rate, at most 12
+/// trials of `trial` each.
+pub(crate) fn dut_search(
+    loss_tolerance: f64,
+    resolution_pps: f64,
+    trial: Duration,
+) -> SearchParams {
+    SearchParams {
+        loss_tolerance,
+        resolution_pps,
+        trial,
+        max_trials: 12,
+        start: Rate::Max,
+    }
+}
+
+/// The trial set-up of a path: `gen` into `sink`, trials of `duration`
+/// passing with up to `loss_tolerance` lost (0 for the generator's own
+/// figures).
+pub(crate) fn trial_setup<'a>(
+    gen: &'a Generator,
+    sink: &'a dyn Sink,
+    drops: &'a DropProbes,
+    duration: Duration,
+    mean_frame_bytes: f64,
+    loss_tolerance: f64,
+) -> TrialSetup<'a> {
+    TrialSetup {
+        gen,
+        sink,
+        duration,
+        mean_frame_bytes,
+        loss_tolerance,
+        drops,
+    }
+}
+
+/// A run of one trial, shown live as it goes.
+pub(crate) fn one_trial_run(
+    label: String,
+    setup: &TrialSetup,
+    phase: &str,
+    rate: Rate,
+    params: RunParams,
+    placement: Option<Placement>,
+) -> Result<Run> {
+    let t = shown_trial(setup, &label, phase, rate, &mut progress_line(&label))?;
+    Ok(Run {
+        label,
+        params,
+        trials: vec![t],
+        rfc2544: None,
+        placement,
+    })
+}
+
+/// Addresses and MACs for traffic from `from` to `dst_ip` via the veth peer.
+pub(crate) fn frame_for(
+    lab: &Lab,
+    from: &Endpoint,
+    src_ip: std::net::IpAddr,
+    dst_ip: std::net::IpAddr,
+    dst_port: u16,
+) -> Result<(UdpFrameSpec, Endpoint)> {
+    let peer = lab
+        .peer_of(from)
+        .with_context(|| format!("{from} is not one end of a veth link in lab {}", lab.name()))?;
+    let (frame, _) =
+        peregrine_lab::traffic::lab_frame(lab.topology(), from, Some(src_ip), dst_ip, dst_port)?;
+    Ok((frame, peer))
+}
+
+pub(crate) fn params(spec: &TrafficSpec, sink: &str) -> RunParams {
+    RunParams {
+        backend: spec.backend.as_str().into(),
+        ip: if spec.frame.src_ip.is_ipv6() {
+            "ipv6".into()
+        } else {
+            "ipv4".into()
+        },
+        frame_size: spec.sizes.label(),
+        mean_frame_bytes: spec.sizes.mean_size(),
+        flows: spec.flows,
+        threads: spec.cpus.len(),
+        sink: sink.into(),
+        sent: !spec.dry_run,
+    }
+}
+
+pub(crate) fn builtin_topology(name: &str, lab_name: &str) -> Result<Topology> {
+    let mut t = Topology::from_toml(builtin::get(name).expect("built-in exists"))?;
+    t.name = lab_name.into();
+    Ok(t)
+}
+
+pub(crate) fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: bool) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let path = out.join(format!("{stem}.json"));
+    std::fs::write(&path, result.to_json())
+        .with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(
+        out.join(format!("{stem}.cmd")),
+        format!("{}\n", result.command),
+    )?;
+    let plots = peregrine_lab::plot::plot(result, out, stem)?;
+    if json {
+        println!("{}", result.to_json());
+    } else {
+        print!("{}", result.table());
+        println!("wrote {}", path.display());
+        for p in plots {
+            println!("wrote {}", p.display());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_placements_are_bad_settings() {
+        let p = PlacementConfig {
+            loss: 0.7,
+            dut_cpu: Some(0),
+            dut_on_sender_cpu: false,
+        };
+        for e in [p.loss_tolerance().unwrap_err(), p.dut_cpu().unwrap_err()] {
+            assert!(e.is::<crate::BadSetting>(), "{e}");
+        }
+        let on_sender = PlacementConfig {
+            dut_on_sender_cpu: true,
+            ..p
+        };
+        assert_eq!(on_sender.dut_cpu().unwrap(), None);
+    }
+}

@@ -1,0 +1,415 @@
+//! `peregrine bench gen` (the generator's own figures, side by side) and
+//! `peregrine gen` (send in an existing lab, optionally counting at a sink).
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use peregrine_bpf::gen::FrameSizes;
+use peregrine_bpf::XdpAction;
+use peregrine_host::signals;
+use peregrine_lab::pacing::{Limit, Rate};
+use peregrine_lab::results::{Limiter, Placement, ResultFile, Run};
+use peregrine_lab::sinks::{Sink, SocketSink};
+use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
+use peregrine_lab::trial::DropProbes;
+use peregrine_lab::{Endpoint, Lab, Lifetime};
+
+use crate::common::{
+    builtin_topology, command_line, cpu_count, frame_for, lab_sink, one_trial_run, params,
+    path_drops, trial_setup, warn_shortfall, write_outputs, RateSetting,
+};
+
+/// `peregrine bench gen`.
+#[derive(Clone, Debug)]
+pub struct GenBenchConfig {
+    /// Length of each trial.
+    pub duration: Duration,
+    /// Frame sizes; None: the smallest frame of the address family.
+    pub size: Option<FrameSizes>,
+    pub flows: u32,
+    pub ipv6: bool,
+    /// Rate of the accuracy check.
+    pub rate_check: RateSetting,
+    /// Directory for the result file and plots.
+    pub out: PathBuf,
+    /// File name stem of the result and plots.
+    pub name: String,
+    /// Print the result as JSON instead of the table.
+    pub json: bool,
+}
+
+/// `peregrine gen`.
+#[derive(Clone, Debug)]
+pub struct GenConfig {
+    /// Lab (made with `peregrine lab up`).
+    pub lab: String,
+    /// Sending interface, HOST:IFACE.
+    pub from: String,
+    pub to: IpAddr,
+    /// Source address; None: the sending interface's first of the family.
+    pub src: Option<IpAddr>,
+    pub port: u16,
+    /// None: unpaced.
+    pub rate: Option<RateSetting>,
+    pub count: Option<u64>,
+    pub duration: Option<Duration>,
+    /// None: the smallest frame of the destination's family.
+    pub size: Option<FrameSizes>,
+    pub flows: u32,
+    /// Sending threads, one per CPU from 0.
+    pub threads: usize,
+    pub backend: Backend,
+    pub stamp: bool,
+    /// Count delivery here with an XDP drop sink, HOST:IFACE.
+    pub sink: Option<String>,
+    /// Fail when more than this share of the frames is lost at the sink.
+    pub max_loss: Option<f64>,
+    /// Print the result (peregrine.result/1) as JSON.
+    pub json: bool,
+}
+
+/// `peregrine bench gen`: the generator's own figures, side by side.
+pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
+    let dur = a.duration;
+    let sizes = a
+        .size
+        .clone()
+        .unwrap_or(FrameSizes::Fixed(peregrine_bpf::gen::size_limits(a.ipv6).0));
+    let ncpu = cpu_count();
+    let mut topo = builtin_topology("pair", "benchgen")?;
+    // One veth queue per CPU: each sending thread then feeds its own ring
+    // and its own receive NAPI, and threads do not contend.
+    topo.links[0].queues = ncpu as u32;
+    let lab = Lab::up(topo, Lifetime::Ephemeral)?;
+    let from = Endpoint {
+        host: "a".into(),
+        iface: "eth0".into(),
+    };
+    // Live frames use sources from .100 up (one per flow), clear of both
+    // hosts' own addresses; sockets must bind the sender's own address.
+    let (src, socket_src, dst): (IpAddr, IpAddr, IpAddr) = if a.ipv6 {
+        (
+            "2001:db8::100".parse()?,
+            "2001:db8::1".parse()?,
+            "2001:db8::2".parse()?,
+        )
+    } else {
+        (
+            "198.18.0.100".parse()?,
+            "198.18.0.1".parse()?,
+            "198.18.0.2".parse()?,
+        )
+    };
+    let (frame, peer) = frame_for(&lab, &from, src, dst, 9)?;
+    let sink_ns = lab.ns(&peer.host);
+    let base = TrafficSpec::live(
+        lab.ns(&from.host),
+        from.iface.clone(),
+        frame,
+        sizes.clone(),
+        a.flows,
+    );
+    let mean = sizes.mean_size();
+    let drops = path_drops(&lab, None, &peer)?;
+    // The sink's receive work runs where the frames are sent (veth): the
+    // generator's figure includes it, as a NIC's would not; said in the JSON.
+    let placement = |cpus: &[usize]| {
+        Placement {
+        generator_cpus: cpus.to_vec(),
+        dut_cpus: vec![],
+        sink_cpus: cpus.to_vec(),
+        notes: vec![
+            "no DUT; the sink's receive runs on each sending CPU (veth default), so its cost is in the generator's figure".into(),
+            "lab veths with TX checksum offload off (the lab sets it: frames carry full checksums)".into(),
+        ],
+    }
+    };
+    let mut runs = Vec::new();
+
+    // The generator alone: frames built, then dropped instead of sent.
+    {
+        let mut spec = base.clone();
+        spec.dry_run = true;
+        let label = "xdp live frames, 1 thread, built but not sent".to_string();
+        eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
+        let gen = Generator::new(spec.clone(), None)?;
+        let count = peregrine_lab::sinks::GeneratorCount(&gen);
+        let none = DropProbes::none(Limiter::Unattributed);
+        let setup = trial_setup(&gen, &count, &none, dur, mean, 0.0);
+        runs.push(one_trial_run(
+            label,
+            &setup,
+            "max",
+            Rate::Max,
+            params(&spec, &count.describe()),
+            Some(Placement {
+                sink_cpus: vec![],
+                notes: vec!["frames built and dropped by the generator itself".into()],
+                ..placement(&spec.cpus)
+            }),
+        )?);
+    }
+
+    // Contenders at full speed into the XDP drop sink.
+    {
+        let sink = lab_sink(lab.name(), &sink_ns, &peer, XdpAction::Drop)?;
+        let sink_desc = format!("xdp drop sink {peer}");
+        let mut contenders = vec![("xdp live frames, 1 thread".to_string(), base.clone())];
+        if ncpu > 1 {
+            let mut s = base.clone();
+            s.cpus = (0..ncpu).collect();
+            contenders.push((format!("xdp live frames, {ncpu} threads"), s));
+        }
+        if sizes != FrameSizes::Imix {
+            let mut s = base.clone();
+            s.backend = Backend::Socket;
+            s.frame.src_ip = socket_src;
+            contenders.push(("socket sendmmsg, 1 thread".to_string(), s));
+        }
+        {
+            let mut s = base.clone();
+            s.backend = Backend::Afxdp;
+            contenders.push(("AF_XDP (copy) TX ring, 1 thread".to_string(), s));
+        }
+        for (label, spec) in contenders {
+            signals::check()?;
+            eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
+            let gen = Generator::new(spec.clone(), Some((sink_ns.clone(), peer.iface.clone())))?;
+            let setup = trial_setup(&gen, &sink, &drops, dur, mean, 0.0);
+            runs.push(one_trial_run(
+                label,
+                &setup,
+                "max",
+                Rate::Max,
+                params(&spec, &sink_desc),
+                Some(placement(&spec.cpus)),
+            )?);
+        }
+        // Rate accuracy: a set rate, judged per 1 s window at the sink.
+        let pps = a.rate_check.pps(mean);
+        let label = format!("xdp live frames at {:.3} Mpps", pps / 1e6);
+        let dur3 = dur.max(Duration::from_secs(3));
+        eprintln!("{label}: paced for {:.1}s", dur3.as_secs_f64());
+        let gen = Generator::new(base.clone(), None)?;
+        let setup = trial_setup(&gen, &sink, &drops, dur3, mean, 0.0);
+        runs.push(one_trial_run(
+            label,
+            &setup,
+            "fixed",
+            Rate::Pps(pps),
+            params(&base, &sink_desc),
+            Some(placement(&base.cpus)),
+        )?);
+    }
+    // Live frames into AF_XDP sockets (copy mode on veth): every frame checked.
+    {
+        signals::check()?;
+        let queues = ncpu as u32;
+        let cpus: Vec<usize> = (0..ncpu).map(|c| (c + 1) % ncpu).collect();
+        let xsk = peregrine_lab::sinks::XskSink::start(&sink_ns, &peer.iface, 9, queues, &cpus)?;
+        let label = format!("xdp live frames -> AF_XDP ({}), 1 thread", xsk.mode);
+        eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
+        let gen = Generator::new(base.clone(), None)?;
+        let setup = trial_setup(&gen, &xsk, &drops, dur, mean, 0.0);
+        let mut p = placement(&base.cpus);
+        p.sink_cpus = cpus.clone();
+        p.notes[0] = format!(
+            "no DUT; the kernel's receive runs on the sending CPU, the AF_XDP reader threads on cpu {cpus:?}"
+        );
+        runs.push(one_trial_run(
+            label,
+            &setup,
+            "max",
+            Rate::Max,
+            params(&base, &xsk.describe()),
+            Some(p),
+        )?);
+        if xsk.corrupt() > 0 {
+            bail!(
+                "{} frames arrived at the AF_XDP sink corrupted",
+                xsk.corrupt()
+            );
+        }
+    }
+    // Latency: live frames with timestamps into a UDP socket (XDP pass in front).
+    if sizes != FrameSizes::Imix {
+        signals::check()?;
+        let _pass = lab_sink(lab.name(), &sink_ns, &peer, XdpAction::Pass)?;
+        let sock = SocketSink::start(&sink_ns, std::net::SocketAddr::new(dst, 9))?;
+        let mut spec = base.clone();
+        spec.stamp = true;
+        let label = "xdp live frames -> UDP socket, 100 kpps".to_string();
+        eprintln!("{label}: latency for {:.1}s", dur.as_secs_f64());
+        let gen = Generator::new(spec.clone(), None)?;
+        let setup = trial_setup(&gen, &sock, &drops, dur, mean, 0.0);
+        runs.push(one_trial_run(
+            label,
+            &setup,
+            "fixed",
+            Rate::Pps(100_000.0),
+            params(&spec, &sock.describe()),
+            Some(placement(&spec.cpus)),
+        )?);
+    }
+
+    drop(drops);
+    drop(lab);
+    let result = ResultFile::new("bench-gen", command_line(), runs);
+    write_outputs(&result, &a.out, &a.name, a.json)
+}
+
+/// `peregrine gen`: send in an existing lab, optionally counting at a sink.
+pub fn gen(a: GenConfig) -> Result<()> {
+    let topo = peregrine_lab::lab::state(&a.lab)?.topology;
+    let from = Endpoint::parse(&a.from)?;
+    let sizes = a.size.clone().unwrap_or(FrameSizes::Fixed(
+        peregrine_bpf::gen::size_limits(a.to.is_ipv6()).0,
+    ));
+    if a.count.is_none() && a.duration.is_none() {
+        bad_setting!("give --count or --duration (runs are always bounded)");
+    }
+    if a.threads == 0 {
+        bad_setting!("--threads must be at least 1");
+    }
+    if let Some(l) = a.max_loss {
+        if !(0.0..=1.0).contains(&l) {
+            bad_setting!("--max-loss {l}: expected a share of the frames in [0, 1]");
+        }
+    }
+    let (frame, peer) = peregrine_lab::traffic::lab_frame(&topo, &from, a.src, a.to, a.port)?;
+    let rate = match a.rate {
+        Some(r) => r.rate(sizes.mean_size()),
+        None => Rate::Max,
+    };
+    let ns = |host: &str| peregrine_lab::lab::ns_name(&topo.name, host);
+    let spec = TrafficSpec {
+        ns: ns(&from.host),
+        iface: from.iface.clone(),
+        frame,
+        sizes: sizes.clone(),
+        flows: a.flows,
+        stamp: a.stamp,
+        latency_sample: 1,
+        cpus: (0..a.threads).collect(),
+        backend: a.backend,
+        dry_run: false,
+        vary: peregrine_bpf::gen::FlowVary::Source,
+    };
+    let sink = match &a.sink {
+        Some(s) => {
+            let ep = Endpoint::parse(s)?;
+            Some(lab_sink(&topo.name, &ns(&ep.host), &ep, XdpAction::Drop)?)
+        }
+        None => None,
+    };
+    let gen = Generator::new(spec.clone(), Some(peer))?;
+    let limit = Limit {
+        count: a.count,
+        duration: a.duration,
+    };
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let before = sink.as_ref().map(|s| s.delivered()).transpose()?;
+    let cpu0 = peregrine_lab::measure::CpuSnapshot::take();
+    let off = gen.run(rate, limit, &progress)?;
+    signals::sleep(Duration::from_millis(200));
+    let after = sink.as_ref().map(|s| s.delivered()).transpose()?;
+    let cpu = peregrine_lab::measure::CpuSnapshot::take().usage_since(&cpu0);
+    let secs = off.elapsed.as_secs_f64().max(1e-9);
+    let delivered = match (before, after) {
+        (Some(b), Some(a)) => Some(a.packets - b.packets),
+        _ => None,
+    };
+    let mean = sizes.mean_size();
+    let offered_pps = off.packets as f64 / secs;
+    let lost = delivered
+        .map(|d| off.packets.saturating_sub(d))
+        .unwrap_or(0);
+    let loss = if off.packets == 0 {
+        0.0
+    } else {
+        lost as f64 / off.packets as f64
+    };
+    // A count-limited run ends when its frames are out: its rate is judged
+    // over the time they took, which is what pacing aims at too.
+    let requested = rate.pps();
+    let trial = peregrine_lab::results::Trial {
+        phase: if requested.is_some() { "fixed" } else { "max" }.into(),
+        requested_pps: requested,
+        duration_s: secs,
+        offered_packets: off.packets,
+        delivered_packets: delivered.unwrap_or(0),
+        offered_pps,
+        delivered_pps: delivered.unwrap_or(0) as f64 / secs,
+        offered_bps: offered_pps * mean * 8.0,
+        delivered_bps: delivered.unwrap_or(0) as f64 / secs * mean * 8.0,
+        loss_ratio: loss,
+        cpu,
+        latency: None,
+        windows: vec![],
+        limited_by: Some(peregrine_lab::trial::classify(
+            requested,
+            offered_pps,
+            lost,
+            loss,
+            a.max_loss.unwrap_or(0.0),
+            &[],
+            Limiter::Unattributed,
+        )),
+        drops: vec![],
+        wrong: None,
+    };
+    let label = format!("gen {} -> {}", a.from, a.to);
+    warn_shortfall(&label, &trial);
+    let sink_desc = match &a.sink {
+        Some(s) => format!("xdp drop sink {s}"),
+        None => "none: delivery not counted (no --sink)".into(),
+    };
+    let run = Run {
+        label,
+        params: params(&spec, &sink_desc),
+        trials: vec![trial],
+        rfc2544: None,
+        placement: Some(Placement {
+            generator_cpus: spec.cpus.clone(),
+            notes: vec!["receive work runs where frames are sent (veth default)".into()],
+            ..Default::default()
+        }),
+    };
+    let result = ResultFile::new("gen", command_line(), vec![run]);
+    if a.json {
+        println!("{}", result.to_json());
+    } else {
+        println!(
+            "offered {} frames in {:.3}s: {:.3} Mpps, {:.3} Gbit/s",
+            off.packets,
+            secs,
+            offered_pps / 1e6,
+            offered_pps * mean * 8.0 / 1e9
+        );
+        if let Some(d) = delivered {
+            println!(
+                "delivered {d}: {:.3} Mpps, {:.3} Gbit/s; lost {lost} ({:.4}%)",
+                d as f64 / secs / 1e6,
+                d as f64 / secs * mean * 8.0 / 1e9,
+                loss * 100.0
+            );
+        }
+    }
+    if delivered == Some(0) && off.packets > 0 {
+        bail!(
+            "nothing was delivered at the sink ({} frames offered)",
+            off.packets
+        );
+    }
+    if let Some(max) = a.max_loss {
+        if loss > max {
+            bail!(
+                "lost {lost} of {} frames ({:.4}%), above --max-loss {max}",
+                off.packets,
+                loss * 100.0
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! Benchmark orchestration: `peregrine bench gen|router|faas`, the `gen`
+//! command, `report` and the showcase. Each one builds its lab, runs every
+//! contender in the same run, prints a table (or JSON), writes the result
+//! file and plots, and removes the lab. The CLI turns its arguments into the
+//! plain configurations here; no argument parsing happens in this crate.
+use std::fmt;
+
+/// A setting the caller gave that cannot work (a CPU this machine lacks, a
+/// loss share out of range): the CLI reports it as a usage error (exit 2).
+#[derive(Debug)]
+pub struct BadSetting(pub String);
+
+impl fmt::Display for BadSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadSetting {}
+
+/// Returns early with a [`BadSetting`], like `anyhow::bail!` (defined
+/// before the modules, which use it by name).
+macro_rules! bad_setting {
+    ($($t:tt)*) => {
+        return Err(anyhow::Error::new($crate::BadSetting(format!($($t)*))))
+    };
+}
+
+pub mod common;
+pub mod faas;
+pub mod gen;
+pub mod report;
+pub mod router;
+pub mod showcase;
+
+pub use common::{command_line, PlacementConfig, RateSetting, DEFAULT_OUT};

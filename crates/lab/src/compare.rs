@@ -1,0 +1,173 @@
+//! Contenders compared per scenario: the runs of a result file grouped by
+//! their [`RunKey`], one figure per run (its RFC 2544 throughput), summed up
+//! as median, min and max over the rounds and as a ratio to the baseline
+//! (the scenario's first contender). Tables and plots both read this.
+use crate::results::{ResultFile, Run, RunKey};
+
+/// One contender's figures in one scenario, over its rounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContenderFigures {
+    pub contender: String,
+    /// RFC 2544 throughput of each round, packets (requests) per second.
+    pub rounds: Vec<f64>,
+    /// Any round stopped by the generator: the figures are lower bounds.
+    pub generator_limited: bool,
+}
+
+impl ContenderFigures {
+    /// The median over rounds.
+    pub fn median(&self) -> f64 {
+        median(&self.rounds)
+    }
+
+    pub fn min(&self) -> f64 {
+        self.rounds.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
+    pub fn max(&self) -> f64 {
+        self.rounds.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count); 0 for
+/// none.
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Every contender of one scenario, the baseline first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScenarioFigures {
+    pub scenario: String,
+    pub contenders: Vec<ContenderFigures>,
+}
+
+impl ScenarioFigures {
+    /// Median of `c` over the baseline's median.
+    pub fn ratio_to_baseline(&self, c: &ContenderFigures) -> f64 {
+        c.median() / self.contenders[0].median().max(1.0)
+    }
+}
+
+/// The result file's runs that carry a [`RunKey`] and an RFC 2544 figure,
+/// per scenario in the order they ran; empty for files of other benchmarks.
+pub fn by_scenario(r: &ResultFile) -> Vec<ScenarioFigures> {
+    let mut out: Vec<ScenarioFigures> = Vec::new();
+    for run in &r.runs {
+        let (Some(key), Some(s)) = (RunKey::parse(&run.label), &run.rfc2544) else {
+            continue;
+        };
+        let si = match out.iter().position(|x| x.scenario == key.scenario) {
+            Some(i) => i,
+            None => {
+                out.push(ScenarioFigures {
+                    scenario: key.scenario.clone(),
+                    contenders: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        let cs = &mut out[si].contenders;
+        match cs.iter_mut().find(|c| c.contender == key.contender) {
+            Some(c) => {
+                c.rounds.push(s.throughput_pps);
+                c.generator_limited |= s.generator_limited;
+            }
+            None => cs.push(ContenderFigures {
+                contender: key.contender,
+                rounds: vec![s.throughput_pps],
+                generator_limited: s.generator_limited,
+            }),
+        }
+    }
+    out
+}
+
+/// Contenders in the order they first ran (one colour each in plots).
+pub fn contenders(scenarios: &[ScenarioFigures]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for c in scenarios.iter().flat_map(|s| s.contenders.iter()) {
+        if !names.contains(&c.contender) {
+            names.push(c.contender.clone());
+        }
+    }
+    names
+}
+
+/// The contender part of a run's label, or the whole label when it has no
+/// [`RunKey`]: what plots colour and name a run by.
+pub fn contender_of(run: &Run) -> String {
+    RunKey::parse(&run.label)
+        .map(|k| k.contender)
+        .unwrap_or_else(|| run.label.clone())
+}
+
+/// Lines for the table: per scenario and contender, the median, min and
+/// max over rounds and the ratio to the scenario's baseline.
+pub fn table(scenarios: &[ScenarioFigures]) -> String {
+    if scenarios.is_empty() {
+        return String::new();
+    }
+    let cw = contenders(scenarios)
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(9)
+        .max(9);
+    let mut out = format!(
+        "RFC 2544 throughput per scenario, median over rounds (min..max), ratio to the first contender:\n  {:<cw$}  {:>12} {:>21} {:>8}\n",
+        "contender", "median Mpps", "min..max Mpps", "ratio"
+    );
+    for s in scenarios {
+        out.push_str(&format!("{}:\n", s.scenario));
+        for c in &s.contenders {
+            let lower = if c.generator_limited { ">= " } else { "" };
+            out.push_str(&format!(
+                "  {:<cw$}  {:>12} {:>21} {:>7.2}x{}\n",
+                c.contender,
+                format!("{lower}{:.3}", c.median() / 1e6),
+                format!("{:.3}..{:.3}", c.min() / 1e6, c.max() / 1e6),
+                s.ratio_to_baseline(c),
+                if c.generator_limited {
+                    " (generator-limited: a lower bound)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_keys_round_trip_and_group() {
+        let key = RunKey {
+            contender: "xdp router".into(),
+            scenario: "ipv4, 1 flow".into(),
+            round: Some(2),
+        };
+        assert_eq!(key.label(), "xdp router | ipv4, 1 flow | round 2");
+        assert_eq!(RunKey::parse(&key.label()), Some(key));
+        let faas = RunKey::parse("afxdp 1T1Q | 200 B").unwrap();
+        assert_eq!((faas.contender.as_str(), faas.round), ("afxdp 1T1Q", None));
+        assert_eq!(RunKey::parse("generator -> XDP drop sink"), None);
+        assert_eq!(RunKey::parse("a | b | lap 1"), None);
+        let c = ContenderFigures {
+            contender: "x".into(),
+            rounds: vec![3.0, 1.0, 2.0],
+            generator_limited: false,
+        };
+        assert_eq!((c.median(), c.min(), c.max()), (2.0, 1.0, 3.0));
+        assert_eq!(median(&[1.0, 4.0]), 2.5);
+    }
+}
