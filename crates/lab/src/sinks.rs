@@ -14,6 +14,7 @@ use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
 use crate::error::{LabError, Result};
 use peregrine_host::cpu::monotonic_ns;
 use peregrine_host::netns::{self, NetnsGuard};
+use peregrine_xsk::{FrameHandler, Verdict, Workers, Xsk, XskConfig};
 
 /// Delivered traffic as a sink counts it: frames carrying the generator's
 /// magic only.
@@ -341,14 +342,14 @@ pub fn ensure_xdp_receiver(ns: &str, iface: &str) -> Result<Option<PassThrough>>
 }
 
 /// An AF_XDP sink: `dispatch.bpf.c` on the interface sends the generator's
-/// UDP port to one AF_XDP socket per RX queue; a busy-polling thread per
+/// UDP port to one AF_XDP socket per RX queue; a busy-polling worker per
 /// socket (one core each) checks every frame (lengths, IP and UDP checksums)
 /// and counts it.
 pub struct XskSink {
+    /// First field, so the workers stop before the program goes.
+    _workers: Workers,
     counters: Arc<XskCounters>,
     hist: Latencies,
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
     _prog: peregrine_bpf::dispatch::DispatchProgram,
     _link: XdpLink,
     /// Socket mode and memory, for the record.
@@ -367,18 +368,76 @@ struct XskCounters {
     kernel_drops: AtomicU64,
 }
 
+/// One sink worker's state: the batch's counts and latencies, added to the
+/// shared counters once per batch.
+struct XskSinkWorker {
+    counters: Arc<XskCounters>,
+    hist: Latencies,
+    packets: u64,
+    bytes: u64,
+    corrupt: u64,
+    /// Transmit timestamps of the batch's frames.
+    tx_times: Vec<u64>,
+    /// Batches since the kernel's drop counters were last read.
+    rounds: u32,
+}
+
+impl FrameHandler for XskSinkWorker {
+    fn frame(&mut self, buf: &mut [u8], len: usize) -> Verdict {
+        let frame = &buf[..len];
+        match peregrine_wire::parse_udp_frame(frame) {
+            Ok(u)
+                if u.payload.len() >= 4
+                    && u32::from_ne_bytes(u.payload[0..4].try_into().unwrap())
+                        == PEREGRINE_MAGIC =>
+            {
+                self.packets += 1;
+                self.bytes += frame.len() as u64;
+                if u.payload.len() >= 16 {
+                    self.tx_times
+                        .push(u64::from_ne_bytes(u.payload[8..16].try_into().unwrap()));
+                }
+            }
+            _ => self.corrupt += 1,
+        }
+        Verdict::Drop
+    }
+
+    fn end_batch(&mut self, xsk: &Xsk, _batch: peregrine_xsk::Result<(u32, u32)>) {
+        let c = &self.counters;
+        c.packets.fetch_add(self.packets, Ordering::Relaxed);
+        c.bytes.fetch_add(self.bytes, Ordering::Relaxed);
+        c.corrupt.fetch_add(self.corrupt, Ordering::Relaxed);
+        (self.packets, self.bytes, self.corrupt) = (0, 0, 0);
+        // The clock is read after the batch: every frame in it was sent
+        // before this instant.
+        self.hist.record_batch(&self.tx_times, monotonic_ns());
+        self.tx_times.clear();
+        self.rounds = self.rounds.wrapping_add(1);
+        if self.rounds.is_multiple_of(4096) {
+            if let Ok(k) = xsk.kernel_stats() {
+                c.kernel_drops.store(
+                    k.rx_dropped
+                        + k.rx_ring_full
+                        + k.rx_fill_ring_empty_descriptors
+                        + k.rx_invalid_descriptors,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
+}
+
 impl XskSink {
     /// Attaches to `ns:iface`, taking UDP port `port` on `queues` RX queues.
     pub fn start(ns: &str, iface: &str, port: u16, queues: u32, cpus: &[usize]) -> Result<XskSink> {
         use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
-        use peregrine_xsk::{Verdict, Xsk, XskConfig};
         let prog = DispatchProgram::load()?;
         let link = netns::run_in(ns, || prog.attach(iface, XdpMode::Native))??;
         prog.set_function(0, port, 1, Policy::RoundRobin)?;
         let counters = Arc::new(XskCounters::default());
         let hist = Latencies::new();
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
+        let mut workers = Workers::new();
         let mut mode = "copy";
         let mut memory = 0;
         for q in 0..queues {
@@ -389,74 +448,27 @@ impl XskSink {
                 ring: 4096,
                 ..XskConfig::default()
             };
-            let mut xsk = netns::run_in(ns, || Xsk::open(iface, q, cfg))?
+            let xsk = netns::run_in(ns, || Xsk::open(iface, q, cfg))?
                 .map_err(|e| LabError::Other(e.to_string()))?;
             mode = xsk.mode().as_str();
             memory += xsk.memory_bytes();
             prog.register_socket(slot(0, q, 0), xsk.fd())?;
-            let (c, h, st) = (counters.clone(), hist.clone(), stop.clone());
             let cpu = cpus.get(q as usize % cpus.len().max(1)).copied();
-            threads.push(std::thread::spawn(move || {
-                if let Some(cpu) = cpu {
-                    let _ = peregrine_host::cpu::pin_to_cpu(cpu);
-                }
-                let mut lat = Vec::with_capacity(64);
-                let mut round = 0u32;
-                while !st.load(Ordering::Relaxed) {
-                    round = round.wrapping_add(1);
-                    if round.is_multiple_of(4096) {
-                        if let Ok(k) = xsk.kernel_stats() {
-                            c.kernel_drops.store(
-                                k.rx_dropped
-                                    + k.rx_ring_full
-                                    + k.rx_fill_ring_empty_descriptors
-                                    + k.rx_invalid_descriptors,
-                                Ordering::Relaxed,
-                            );
-                        }
-                    }
-                    let (mut p, mut b, mut bad) = (0u64, 0u64, 0u64);
-                    lat.clear();
-                    let got = xsk.process(256, |buf, len| {
-                        let frame = &buf[..len];
-                        match peregrine_wire::parse_udp_frame(frame) {
-                            Ok(u)
-                                if u.payload.len() >= 4
-                                    && u32::from_ne_bytes(u.payload[0..4].try_into().unwrap())
-                                        == PEREGRINE_MAGIC =>
-                            {
-                                p += 1;
-                                b += frame.len() as u64;
-                                if u.payload.len() >= 16 {
-                                    lat.push(u64::from_ne_bytes(
-                                        u.payload[8..16].try_into().unwrap(),
-                                    ));
-                                }
-                            }
-                            _ => bad += 1,
-                        }
-                        Verdict::Drop
-                    });
-                    c.packets.fetch_add(p, Ordering::Relaxed);
-                    c.bytes.fetch_add(b, Ordering::Relaxed);
-                    c.corrupt.fetch_add(bad, Ordering::Relaxed);
-                    // The clock is read after the batch: every frame in it
-                    // was sent before this instant.
-                    h.record_batch(&lat, monotonic_ns());
-                    // Busy polling, as AF_XDP receivers do: a sleeping
-                    // thread on a VM can take a millisecond to wake, by
-                    // which time the ring has overflowed.
-                    if matches!(got, Ok((0, _))) {
-                        std::hint::spin_loop();
-                    }
-                }
-            }));
+            let handler = XskSinkWorker {
+                counters: counters.clone(),
+                hist: hist.clone(),
+                packets: 0,
+                bytes: 0,
+                corrupt: 0,
+                tx_times: Vec::with_capacity(256),
+                rounds: 0,
+            };
+            workers.spawn(xsk, cpu, 256, handler);
         }
         Ok(XskSink {
+            _workers: workers,
             counters,
             hist,
-            stop,
-            threads,
             _prog: prog,
             _link: link,
             mode,
@@ -488,14 +500,5 @@ impl Sink for XskSink {
     }
     fn describe(&self) -> String {
         self.name.clone()
-    }
-}
-
-impl Drop for XskSink {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }

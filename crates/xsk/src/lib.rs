@@ -8,7 +8,9 @@
 //! - `umem`: the UMEM's frames with the fill and completion rings;
 //! - `socket`: bind (own or shared UMEM), socket options, end of a batch;
 //! - `rx`: the RX ring, frames handled in place;
-//! - `tx`: the TX ring, new frames and kicks.
+//! - `tx`: the TX ring, new frames and kicks;
+//! - `worker`: the pinned busy-polling thread loop the invoker and the AF_XDP
+//!   sink share.
 
 mod config;
 mod error;
@@ -16,8 +18,10 @@ mod rx;
 mod socket;
 mod tx;
 mod umem;
+mod worker;
 
 pub use config::{BindMode, BusyPoll, XskConfig, ZeroCopy};
 pub use error::{Result, XskError};
 pub use rx::Verdict;
 pub use socket::Xsk;
+pub use worker::{FrameHandler, Workers};
