@@ -291,26 +291,6 @@ impl Drop for SocketSink {
     }
 }
 
-/// For dry runs, where nothing reaches a receiver: "delivered" is what the
-/// generator built (its own per-CPU count).
-pub struct GeneratorCount<'a>(pub &'a crate::traffic::Generator);
-
-impl Sink for GeneratorCount<'_> {
-    fn delivered(&self) -> Result<Delivered> {
-        let (made, _errors) = self
-            .0
-            .made()
-            .ok_or_else(|| LabError::Other("dry runs need the xdp backend".into()))?;
-        Ok(Delivered {
-            packets: made,
-            bytes: 0,
-        })
-    }
-    fn describe(&self) -> String {
-        "none: frames built by the generator and dropped, not sent".into()
-    }
-}
-
 /// A counting pass-through XDP program on a veth that had none: veth drops
 /// frames redirected to it (XDP_REDIRECT, live frames) unless its receiving
 /// end runs XDP, so the generator and the data plane put one there.

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
 use crate::pacing::{pace, Limit, Rate};
+use crate::sinks::{Delivered, Sink};
 use peregrine_host::cpu::{monotonic_ns, pin_to_cpu};
 use peregrine_host::netns::{self, NetnsGuard};
 
@@ -616,4 +617,24 @@ fn live_loop(
         }
     }
     Ok((sent, start.elapsed()))
+}
+
+/// For dry runs, where nothing reaches a receiver: "delivered" is what the
+/// generator built (its own per-CPU count).
+pub struct GeneratorCount<'a>(pub &'a Generator);
+
+impl Sink for GeneratorCount<'_> {
+    fn delivered(&self) -> Result<Delivered> {
+        let (made, _errors) = self
+            .0
+            .made()
+            .ok_or_else(|| LabError::Other("dry runs need the xdp backend".into()))?;
+        Ok(Delivered {
+            packets: made,
+            bytes: 0,
+        })
+    }
+    fn describe(&self) -> String {
+        "none: frames built by the generator and dropped, not sent".into()
+    }
 }
