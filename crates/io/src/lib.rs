@@ -5,13 +5,16 @@
 //! call, a batch comes in into the caller's buffers with a `RecvMeta` each.
 //!
 //! - `udp`: kernel UDP sockets with sendmmsg/recvmmsg;
+//! - `recv_batch`: reusable buffers a batch is received into;
 //! - `addr`: socket addresses to and from the kernel's sockaddr.
 use std::io::IoSliceMut;
 use std::net::SocketAddr;
 
 mod addr;
+mod recv_batch;
 mod udp;
 
+pub use recv_batch::RecvBatch;
 pub use udp::UdpBatch;
 
 /// One datagram to send.

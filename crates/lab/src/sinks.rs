@@ -1,7 +1,6 @@
 //! Receiver-side sinks: the XDP counting sink and a UDP socket sink that
 //! also measures latency from the generator's timestamps.
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +13,7 @@ use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
 use crate::error::{LabError, Result};
 use peregrine_host::cpu::monotonic_ns;
 use peregrine_host::netns::{self, NetnsGuard};
+use peregrine_io::{RecvBatch, UdpBatch};
 use peregrine_xsk::{FrameHandler, Verdict, Workers, Xsk, XskConfig};
 
 /// Delivered traffic as a sink counts it: frames carrying the generator's
@@ -192,9 +192,10 @@ impl SocketSink {
         let stop = Arc::new(AtomicBool::new(false));
         let (c, h, st) = (counters.clone(), hist.clone(), stop.clone());
         let nsn = ns.to_string();
+        let mut io = UdpBatch::new(sock, SOCKET_SINK_BATCH);
         let thread = std::thread::spawn(move || {
             let _g = NetnsGuard::enter(&nsn).ok();
-            recv_loop(&sock, &c, &h, &st);
+            recv_loop(&mut io, &c, &h, &st);
         });
         Ok(SocketSink {
             counters,
@@ -206,52 +207,23 @@ impl SocketSink {
     }
 }
 
-fn recv_loop(
-    sock: &std::net::UdpSocket,
-    c: &(AtomicU64, AtomicU64),
-    h: &Latencies,
-    stop: &AtomicBool,
-) {
-    const BATCH: usize = 64;
-    let mut bufs = vec![[0u8; 2048]; BATCH];
-    let mut lat = Vec::with_capacity(BATCH);
+/// Datagrams the socket sink takes per recvmmsg.
+const SOCKET_SINK_BATCH: usize = 64;
+
+fn recv_loop(io: &mut UdpBatch, c: &(AtomicU64, AtomicU64), h: &Latencies, stop: &AtomicBool) {
+    let mut batch = RecvBatch::new(SOCKET_SINK_BATCH, 2048);
+    let mut lat = Vec::with_capacity(SOCKET_SINK_BATCH);
     while !stop.load(Ordering::Relaxed) {
-        let mut iov: Vec<libc::iovec> = bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
-        let mut msgs: Vec<libc::mmsghdr> = iov
-            .iter_mut()
-            .map(|v| {
-                // Safety: mmsghdr is plain data; zeroed is a valid empty header.
-                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = v;
-                m.msg_hdr.msg_iovlen = 1;
-                m
-            })
-            .collect();
-        // Safety: buffers outlive the call; MSG_WAITFORONE returns after the
-        // first datagram plus whatever else is queued; SO_RCVTIMEO bounds it.
-        let n = unsafe {
-            libc::recvmmsg(
-                sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                BATCH as u32,
-                libc::MSG_WAITFORONE,
-                std::ptr::null_mut(),
-            )
-        };
-        if n <= 0 {
+        // MSG_WAITFORONE returns after the first datagram plus whatever
+        // else is queued; SO_RCVTIMEO bounds the wait for the first.
+        if !matches!(batch.recv(io), Ok(n) if n > 0) {
             continue;
         }
         let now = monotonic_ns();
         let (mut p, mut b) = (0u64, 0u64);
         lat.clear();
-        for (m, buf) in msgs.iter().zip(bufs.iter()).take(n as usize) {
-            let len = m.msg_len as usize;
+        for (buf, _) in batch.iter() {
+            let len = buf.len();
             if len >= 4 && u32::from_ne_bytes(buf[0..4].try_into().unwrap()) == PEREGRINE_MAGIC {
                 p += 1;
                 b += len as u64;
