@@ -55,6 +55,31 @@ impl UdpBatch {
     pub fn socket(&self) -> &UdpSocket {
         &self.socket
     }
+
+    /// Header, iovec and name of each message slot, for a call to fill.
+    fn slots(
+        &mut self,
+    ) -> impl Iterator<
+        Item = (
+            &mut libc::msghdr,
+            &mut libc::iovec,
+            &mut libc::sockaddr_storage,
+        ),
+    > {
+        let parts = self.headers.iter_mut().zip(&mut self.iovecs);
+        parts
+            .zip(&mut self.names)
+            .map(|((m, v), name)| (&mut m.msg_hdr, v, name))
+    }
+}
+
+/// What a sendmmsg or recvmmsg returned: messages moved, or the error.
+fn count(r: libc::c_int) -> std::io::Result<usize> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
 }
 
 impl DatagramIo for UdpBatch {
@@ -67,16 +92,11 @@ impl DatagramIo for UdpBatch {
         if n == 0 {
             return Ok(0);
         }
-        let parts = self
-            .headers
-            .iter_mut()
-            .zip(&mut self.iovecs)
-            .zip(&mut self.names);
-        for (((m, v), name), t) in parts.zip(transmits) {
+        for ((m, v, name), t) in self.slots().zip(transmits) {
             // sendmmsg only reads the buffer; iovec has one pointer type.
             v.iov_base = t.contents.as_ptr().cast_mut().cast();
             v.iov_len = t.contents.len();
-            (m.msg_hdr.msg_name, m.msg_hdr.msg_namelen) = match t.destination {
+            (m.msg_name, m.msg_namelen) = match t.destination {
                 Some(to) => {
                     let len = addr::to_raw(to, name);
                     ((name as *mut libc::sockaddr_storage).cast(), len)
@@ -94,10 +114,7 @@ impl DatagramIo for UdpBatch {
                 0,
             )
         };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(r as usize)
+        count(r)
     }
 
     fn recv(
@@ -109,16 +126,11 @@ impl DatagramIo for UdpBatch {
         if n == 0 {
             return Ok(0);
         }
-        let parts = self
-            .headers
-            .iter_mut()
-            .zip(&mut self.iovecs)
-            .zip(&mut self.names);
-        for (((m, v), name), buf) in parts.zip(bufs.iter_mut()) {
+        for ((m, v, name), buf) in self.slots().zip(bufs.iter_mut()) {
             v.iov_base = buf.as_mut_ptr().cast();
             v.iov_len = buf.len();
-            m.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
-            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+            m.msg_name = (name as *mut libc::sockaddr_storage).cast();
+            m.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
         }
         // Safety: headers 0..n point at iovecs and names of this value and at
         // the buffers of `bufs`, all alive and unmoved for the call.
@@ -131,10 +143,7 @@ impl DatagramIo for UdpBatch {
                 std::ptr::null_mut(),
             )
         };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let got = r as usize;
+        let got = count(r)?;
         for ((m, name), out) in self.headers.iter().zip(&self.names).zip(meta).take(got) {
             *out = RecvMeta {
                 len: m.msg_len as usize,
@@ -152,7 +161,7 @@ mod tests {
     use std::time::Duration;
 
     /// A batch sent to a socket on loopback arrives whole, in order, with
-    /// its lengths and the sender's address.
+    /// its lengths and the sender's address, in a RecvBatch.
     fn round_trip(local: &str) {
         let rx = UdpSocket::bind(local).unwrap();
         rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
@@ -171,20 +180,16 @@ mod tests {
             .collect();
         assert_eq!(tx.send(&transmits).unwrap(), 5);
 
-        let mut store = vec![[0u8; 2048]; 8];
-        let mut meta = [RecvMeta::default(); 8];
-        let mut got = 0;
-        while got < 5 {
-            let mut bufs: Vec<IoSliceMut> = store[got..]
-                .iter_mut()
-                .map(|b| IoSliceMut::new(b))
-                .collect();
-            got += rx.recv(&mut bufs, &mut meta[got..]).unwrap();
+        let mut batch = crate::RecvBatch::new(8, 2048);
+        let mut got = Vec::new();
+        while got.len() < 5 {
+            batch.recv(&mut rx).unwrap();
+            got.extend(batch.iter().map(|(buf, m)| (buf.to_vec(), m)));
         }
-        for (i, p) in payloads.iter().enumerate() {
-            assert_eq!(meta[i].len, p.len());
-            assert_eq!(&store[i][..p.len()], &p[..]);
-            assert_eq!(meta[i].source, Some::<SocketAddr>(from));
+        for (p, (buf, meta)) in payloads.iter().zip(&got) {
+            assert_eq!(meta.len, p.len());
+            assert_eq!(buf, p);
+            assert_eq!(meta.source, Some::<SocketAddr>(from));
         }
     }
 
