@@ -10,9 +10,12 @@
 //! - `rx`: the RX ring, frames handled in place;
 //! - `tx`: the TX ring, new frames and kicks;
 //! - `worker`: the pinned busy-polling thread loop the invoker and the AF_XDP
-//!   sink share.
+//!   sink share;
+//! - `datagram`: AF_XDP behind the `peregrine_io::DatagramIo` trait, UDP/IP
+//!   framed by `peregrine_wire`.
 
 mod config;
+mod datagram;
 mod error;
 mod rx;
 mod socket;
@@ -21,6 +24,7 @@ mod umem;
 mod worker;
 
 pub use config::{BindMode, BusyPoll, XskConfig, ZeroCopy};
+pub use datagram::XskDatagrams;
 pub use error::{Result, XskError};
 pub use rx::Verdict;
 pub use socket::Xsk;
