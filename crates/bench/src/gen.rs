@@ -134,7 +134,7 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
         let label = "xdp live frames, 1 thread, built but not sent".to_string();
         eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
         let gen = Generator::new(spec.clone(), None)?;
-        let count = peregrine_lab::sinks::GeneratorCount(&gen);
+        let count = peregrine_lab::traffic::GeneratorCount(&gen);
         let none = DropProbes::none(Limiter::Unattributed);
         let setup = trial_setup(&gen, &count, &none, dur, mean, 0.0);
         runs.push(one_trial_run(

@@ -1,13 +1,14 @@
 //! The source's baselines, with the same functions: `socket` (one thread,
 //! recvfrom/sendto) and `mmsg` (threads with SO_REUSEPORT sockets,
 //! recvmmsg/sendmmsg with MSG_WAITFORONE). Both bind dual-stack ([::]).
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::socket::{getsockopt, setsockopt, sockopt};
+use peregrine_io::{DatagramIo, RecvBatch, Transmit, UdpBatch};
 
 use crate::functions::{Function, Registry};
 use crate::invoker::{Counters, InvokerError};
@@ -160,7 +161,7 @@ impl SocketServer {
                     if let Some(cpu) = cpu {
                         let _ = peregrine_host::cpu::pin_to_cpu(cpu);
                     }
-                    mmsg_loop(&sock, id, f.as_ref(), &c, &st);
+                    mmsg_loop(sock, id, f.as_ref(), &c, &st);
                 }));
             }
         }
@@ -173,91 +174,38 @@ impl SocketServer {
     }
 }
 
-fn mmsg_loop(sock: &UdpSocket, id: u32, f: &dyn Function, c: &Counters, stop: &AtomicBool) {
+fn mmsg_loop(sock: UdpSocket, id: u32, f: &dyn Function, c: &Counters, stop: &AtomicBool) {
     const SLOT: usize = 2048;
-    let mut rx = vec![0u8; MMSG_BATCH * SLOT];
+    let mut io = UdpBatch::new(sock, MMSG_BATCH);
+    let mut rx = RecvBatch::new(MMSG_BATCH, SLOT);
     let mut tx = vec![0u8; MMSG_BATCH * SLOT];
-    // Safety (both): sockaddr_storage is plain data; zeroed is valid.
-    let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; MMSG_BATCH];
+    let mut replies: Vec<(usize, usize, Option<SocketAddr>)> = Vec::with_capacity(MMSG_BATCH);
     let mut out = Vec::with_capacity(SLOT);
     while !stop.load(Ordering::Relaxed) {
-        let mut iov: Vec<libc::iovec> = rx
-            .chunks_mut(SLOT)
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: SLOT,
-            })
-            .collect();
-        let mut msgs: Vec<libc::mmsghdr> = iov
-            .iter_mut()
-            .zip(names.iter_mut())
-            .map(|(v, n)| {
-                // Safety: mmsghdr is plain data; zeroed is a valid empty header.
-                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = v;
-                m.msg_hdr.msg_iovlen = 1;
-                m.msg_hdr.msg_name = (n as *mut libc::sockaddr_storage).cast();
-                m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-                m
-            })
-            .collect();
-        // Safety: all buffers outlive the call; SO_RCVTIMEO bounds the wait.
-        let n = unsafe {
-            libc::recvmmsg(
-                sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                MMSG_BATCH as u32,
-                libc::MSG_WAITFORONE,
-                std::ptr::null_mut(),
-            )
-        };
-        if n <= 0 {
+        // SO_RCVTIMEO bounds the wait for the first datagram.
+        if !matches!(rx.recv(&mut io), Ok(n) if n > 0) {
             continue;
         }
-        let n = n as usize;
-        let mut replies: Vec<(usize, usize)> = Vec::with_capacity(n);
-        for (i, m) in msgs.iter().take(n).enumerate() {
-            let req = &rx[i * SLOT..i * SLOT + m.msg_len as usize];
+        replies.clear();
+        for (i, (req, meta)) in rx.iter().enumerate() {
             if answer(f, id, req, &mut out, c) && out.len() <= SLOT {
                 tx[i * SLOT..i * SLOT + out.len()].copy_from_slice(&out);
-                replies.push((i, out.len()));
+                replies.push((i, out.len(), meta.source));
             }
         }
-        let mut tiov: Vec<libc::iovec> = replies
+        let transmits: Vec<Transmit> = replies
             .iter()
-            .map(|&(i, len)| libc::iovec {
-                iov_base: tx[i * SLOT..].as_mut_ptr().cast(),
-                iov_len: len,
-            })
-            .collect();
-        let mut tmsgs: Vec<libc::mmsghdr> = replies
-            .iter()
-            .zip(tiov.iter_mut())
-            .map(|(&(i, _), v)| {
-                // Safety: as above.
-                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = v;
-                m.msg_hdr.msg_iovlen = 1;
-                m.msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
-                m.msg_hdr.msg_namelen = msgs[i].msg_hdr.msg_namelen;
-                m
+            .map(|&(i, len, to)| Transmit {
+                destination: to,
+                contents: &tx[i * SLOT..i * SLOT + len],
             })
             .collect();
         let mut done = 0;
-        while done < tmsgs.len() {
-            // Safety: tx buffers and names outlive the call.
-            let r = unsafe {
-                libc::sendmmsg(
-                    sock.as_raw_fd(),
-                    tmsgs[done..].as_mut_ptr(),
-                    (tmsgs.len() - done) as u32,
-                    0,
-                )
-            };
-            if r <= 0 {
-                break;
+        while done < transmits.len() {
+            match io.send(&transmits[done..]) {
+                Ok(sent) if sent > 0 => done += sent,
+                _ => break,
             }
-            done += r as usize;
         }
     }
 }

@@ -2,14 +2,14 @@
 //! AF_XDP sockets of the RX queue the request arrived on; pinned worker
 //! threads turn each request frame into its reply in place and send it back
 //! from the same UMEM frame. Every bad request is counted, never fatal.
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
 use peregrine_bpf::{XdpLink, XdpMode};
 use peregrine_host::netns;
 use peregrine_wire::parse_udp_frame;
-use peregrine_xsk::{Verdict, Xsk, XskConfig};
+use peregrine_xsk::{FrameHandler, Verdict, Workers, Xsk, XskConfig};
 
 use crate::functions::Registry;
 
@@ -76,10 +76,10 @@ pub struct Counters {
 }
 
 pub struct AfXdpInvoker {
+    /// First field, so the workers stop before the program goes.
+    _workers: Workers,
     pub prog: DispatchProgram,
     _link: XdpLink,
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
     pub counters: Arc<Counters>,
     /// "zero-copy", "copy" (native XDP) or "skb" (generic XDP), as bound.
     pub mode: &'static str,
@@ -145,6 +145,36 @@ fn handle(
     }
 }
 
+/// One worker's state: its function registry, the shared counters, the
+/// buffer a function writes its reply into, and the batch's answers.
+struct InvokerWorker {
+    registry: Arc<Registry>,
+    counters: Arc<Counters>,
+    scratch: Vec<u8>,
+    /// Replies made in the current batch (sent, or dropped for want of TX room).
+    answered: u64,
+}
+
+impl FrameHandler for InvokerWorker {
+    fn frame(&mut self, buf: &mut [u8], len: usize) -> Verdict {
+        let v = handle(&self.registry, buf, len, &mut self.scratch, &self.counters);
+        self.answered += u64::from(matches!(v, Verdict::Transmit(_)));
+        v
+    }
+
+    fn end_batch(&mut self, _xsk: &Xsk, batch: peregrine_xsk::Result<(u32, u32)>) {
+        if let Ok((received, sent)) = batch {
+            if received > 0 {
+                let c = &self.counters;
+                c.replies.fetch_add(u64::from(sent), Ordering::Relaxed);
+                c.tx_ring_full
+                    .fetch_add(self.answered - u64::from(sent), Ordering::Relaxed);
+            }
+        }
+        self.answered = 0;
+    }
+}
+
 impl AfXdpInvoker {
     /// Serves `registry` on `ns:iface` (None: this namespace).
     pub fn start(
@@ -189,23 +219,14 @@ impl AfXdpInvoker {
             per_function: (0..registry.len()).map(|_| AtomicU64::new(0)).collect(),
             ..Default::default()
         });
-        let stop = Arc::new(AtomicBool::new(false));
         let registry = Arc::new(registry);
-        let mut threads = Vec::new();
+        let mut workers = Workers::new();
         let mut mode = "copy";
         let mut memory = 0;
-        let mut n = 0usize;
         for q in 0..cfg.queues {
-            // The queue's first socket registers the UMEM; its other workers
-            // share it (XDP_SHARED_UMEM: one fill and completion ring, an RX
-            // and TX ring each), as the kernel allows only one UMEM per queue.
-            let first = netns::run_in_opt(ns, || Xsk::open(iface, q, cfg.xsk))??;
-            let mut sockets = Vec::with_capacity(cfg.workers as usize);
-            for _ in 1..cfg.workers {
-                sockets.push(netns::run_in_opt(ns, || first.open_shared())??);
-            }
-            sockets.insert(0, first);
-            for (w, mut xsk) in (0..cfg.workers).zip(sockets) {
+            let sockets =
+                netns::run_in_opt(ns, || Xsk::open_queue(iface, q, cfg.workers, cfg.xsk))??;
+            for (w, xsk) in (0..cfg.workers).zip(sockets) {
                 mode = match cfg.xdp_mode {
                     XdpMode::Generic => "skb",
                     XdpMode::Native => xsk.mode().as_str(),
@@ -215,32 +236,14 @@ impl AfXdpInvoker {
                 for (_, id, _) in registry.iter() {
                     prog.register_socket(slot(id, q, w), xsk.fd())?;
                 }
-                let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[n % cfg.cpus.len()]);
-                n += 1;
-                let (reg, c, st) = (registry.clone(), counters.clone(), stop.clone());
-                threads.push(std::thread::spawn(move || {
-                    if let Some(cpu) = cpu {
-                        let _ = peregrine_host::cpu::pin_to_cpu(cpu);
-                    }
-                    let mut scratch = Vec::with_capacity(2048);
-                    while !st.load(Ordering::Relaxed) {
-                        let mut answered = 0u64;
-                        let got = xsk.process(BATCH, |buf, len| {
-                            let v = handle(&reg, buf, len, &mut scratch, &c);
-                            answered += u64::from(matches!(v, Verdict::Transmit(_)));
-                            v
-                        });
-                        match got {
-                            Ok((0, 0)) => std::hint::spin_loop(),
-                            Ok((_, sent)) => {
-                                c.replies.fetch_add(u64::from(sent), Ordering::Relaxed);
-                                c.tx_ring_full
-                                    .fetch_add(answered - u64::from(sent), Ordering::Relaxed);
-                            }
-                            Err(_) => {}
-                        }
-                    }
-                }));
+                let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[workers.len() % cfg.cpus.len()]);
+                let handler = InvokerWorker {
+                    registry: registry.clone(),
+                    counters: counters.clone(),
+                    scratch: Vec::with_capacity(2048),
+                    answered: 0,
+                };
+                workers.spawn(xsk, cpu, BATCH, handler);
             }
         }
         // Workers are up: route the ports to them.
@@ -248,22 +251,12 @@ impl AfXdpInvoker {
             prog.set_function(id, port, cfg.workers, cfg.policy)?;
         }
         Ok(AfXdpInvoker {
+            _workers: workers,
             prog,
             _link: link,
-            stop,
-            threads,
             counters,
             mode,
             memory_bytes: memory,
         })
-    }
-}
-
-impl Drop for AfXdpInvoker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }

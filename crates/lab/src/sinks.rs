@@ -1,7 +1,6 @@
 //! Receiver-side sinks: the XDP counting sink and a UDP socket sink that
 //! also measures latency from the generator's timestamps.
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +13,8 @@ use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
 use crate::error::{LabError, Result};
 use peregrine_host::cpu::monotonic_ns;
 use peregrine_host::netns::{self, NetnsGuard};
+use peregrine_io::{RecvBatch, UdpBatch};
+use peregrine_xsk::{FrameHandler, Verdict, Workers, Xsk, XskConfig};
 
 /// Delivered traffic as a sink counts it: frames carrying the generator's
 /// magic only.
@@ -191,9 +192,10 @@ impl SocketSink {
         let stop = Arc::new(AtomicBool::new(false));
         let (c, h, st) = (counters.clone(), hist.clone(), stop.clone());
         let nsn = ns.to_string();
+        let mut io = UdpBatch::new(sock, SOCKET_SINK_BATCH);
         let thread = std::thread::spawn(move || {
             let _g = NetnsGuard::enter(&nsn).ok();
-            recv_loop(&sock, &c, &h, &st);
+            recv_loop(&mut io, &c, &h, &st);
         });
         Ok(SocketSink {
             counters,
@@ -205,52 +207,23 @@ impl SocketSink {
     }
 }
 
-fn recv_loop(
-    sock: &std::net::UdpSocket,
-    c: &(AtomicU64, AtomicU64),
-    h: &Latencies,
-    stop: &AtomicBool,
-) {
-    const BATCH: usize = 64;
-    let mut bufs = vec![[0u8; 2048]; BATCH];
-    let mut lat = Vec::with_capacity(BATCH);
+/// Datagrams the socket sink takes per recvmmsg.
+const SOCKET_SINK_BATCH: usize = 64;
+
+fn recv_loop(io: &mut UdpBatch, c: &(AtomicU64, AtomicU64), h: &Latencies, stop: &AtomicBool) {
+    let mut batch = RecvBatch::new(SOCKET_SINK_BATCH, 2048);
+    let mut lat = Vec::with_capacity(SOCKET_SINK_BATCH);
     while !stop.load(Ordering::Relaxed) {
-        let mut iov: Vec<libc::iovec> = bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
-        let mut msgs: Vec<libc::mmsghdr> = iov
-            .iter_mut()
-            .map(|v| {
-                // Safety: mmsghdr is plain data; zeroed is a valid empty header.
-                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = v;
-                m.msg_hdr.msg_iovlen = 1;
-                m
-            })
-            .collect();
-        // Safety: buffers outlive the call; MSG_WAITFORONE returns after the
-        // first datagram plus whatever else is queued; SO_RCVTIMEO bounds it.
-        let n = unsafe {
-            libc::recvmmsg(
-                sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                BATCH as u32,
-                libc::MSG_WAITFORONE,
-                std::ptr::null_mut(),
-            )
-        };
-        if n <= 0 {
+        // MSG_WAITFORONE returns after the first datagram plus whatever
+        // else is queued; SO_RCVTIMEO bounds the wait for the first.
+        if !matches!(batch.recv(io), Ok(n) if n > 0) {
             continue;
         }
         let now = monotonic_ns();
         let (mut p, mut b) = (0u64, 0u64);
         lat.clear();
-        for (m, buf) in msgs.iter().zip(bufs.iter()).take(n as usize) {
-            let len = m.msg_len as usize;
+        for (buf, _) in batch.iter() {
+            let len = buf.len();
             if len >= 4 && u32::from_ne_bytes(buf[0..4].try_into().unwrap()) == PEREGRINE_MAGIC {
                 p += 1;
                 b += len as u64;
@@ -290,35 +263,16 @@ impl Drop for SocketSink {
     }
 }
 
-/// For dry runs, where nothing reaches a receiver: "delivered" is what the
-/// generator built (its own per-CPU count).
-pub struct GeneratorCount<'a>(pub &'a crate::traffic::Generator);
-
-impl Sink for GeneratorCount<'_> {
-    fn delivered(&self) -> Result<Delivered> {
-        let (made, _errors) = self
-            .0
-            .made()
-            .ok_or_else(|| LabError::Other("dry runs need the xdp backend".into()))?;
-        Ok(Delivered {
-            packets: made,
-            bytes: 0,
-        })
-    }
-    fn describe(&self) -> String {
-        "none: frames built by the generator and dropped, not sent".into()
-    }
-}
 
 /// An AF_XDP sink: `dispatch.bpf.c` on the interface sends the generator's
-/// UDP port to one AF_XDP socket per RX queue; a busy-polling thread per
+/// UDP port to one AF_XDP socket per RX queue; a busy-polling worker per
 /// socket (one core each) checks every frame (lengths, IP and UDP checksums)
 /// and counts it.
 pub struct XskSink {
+    /// First field, so the workers stop before the program goes.
+    _workers: Workers,
     counters: Arc<XskCounters>,
     hist: Latencies,
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
     _prog: peregrine_bpf::dispatch::DispatchProgram,
     _link: XdpLink,
     /// Socket mode and memory, for the record.
@@ -337,18 +291,76 @@ struct XskCounters {
     kernel_drops: AtomicU64,
 }
 
+/// One sink worker's state: the batch's counts and latencies, added to the
+/// shared counters once per batch.
+struct XskSinkWorker {
+    counters: Arc<XskCounters>,
+    hist: Latencies,
+    packets: u64,
+    bytes: u64,
+    corrupt: u64,
+    /// Transmit timestamps of the batch's frames.
+    tx_times: Vec<u64>,
+    /// Batches since the kernel's drop counters were last read.
+    rounds: u32,
+}
+
+impl FrameHandler for XskSinkWorker {
+    fn frame(&mut self, buf: &mut [u8], len: usize) -> Verdict {
+        let frame = &buf[..len];
+        match peregrine_wire::parse_udp_frame(frame) {
+            Ok(u)
+                if u.payload.len() >= 4
+                    && u32::from_ne_bytes(u.payload[0..4].try_into().unwrap())
+                        == PEREGRINE_MAGIC =>
+            {
+                self.packets += 1;
+                self.bytes += frame.len() as u64;
+                if u.payload.len() >= 16 {
+                    self.tx_times
+                        .push(u64::from_ne_bytes(u.payload[8..16].try_into().unwrap()));
+                }
+            }
+            _ => self.corrupt += 1,
+        }
+        Verdict::Drop
+    }
+
+    fn end_batch(&mut self, xsk: &Xsk, _batch: peregrine_xsk::Result<(u32, u32)>) {
+        let c = &self.counters;
+        c.packets.fetch_add(self.packets, Ordering::Relaxed);
+        c.bytes.fetch_add(self.bytes, Ordering::Relaxed);
+        c.corrupt.fetch_add(self.corrupt, Ordering::Relaxed);
+        (self.packets, self.bytes, self.corrupt) = (0, 0, 0);
+        // The clock is read after the batch: every frame in it was sent
+        // before this instant.
+        self.hist.record_batch(&self.tx_times, monotonic_ns());
+        self.tx_times.clear();
+        self.rounds = self.rounds.wrapping_add(1);
+        if self.rounds.is_multiple_of(4096) {
+            if let Ok(k) = xsk.kernel_stats() {
+                c.kernel_drops.store(
+                    k.rx_dropped
+                        + k.rx_ring_full
+                        + k.rx_fill_ring_empty_descriptors
+                        + k.rx_invalid_descriptors,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
+}
+
 impl XskSink {
     /// Attaches to `ns:iface`, taking UDP port `port` on `queues` RX queues.
     pub fn start(ns: &str, iface: &str, port: u16, queues: u32, cpus: &[usize]) -> Result<XskSink> {
         use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
-        use peregrine_xsk::{Verdict, Xsk, XskConfig};
         let prog = DispatchProgram::load()?;
         let link = netns::run_in(ns, || prog.attach(iface, XdpMode::Native))??;
         prog.set_function(0, port, 1, Policy::RoundRobin)?;
         let counters = Arc::new(XskCounters::default());
         let hist = Latencies::new();
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
+        let mut workers = Workers::new();
         let mut mode = "copy";
         let mut memory = 0;
         for q in 0..queues {
@@ -359,74 +371,27 @@ impl XskSink {
                 ring: 4096,
                 ..XskConfig::default()
             };
-            let mut xsk = netns::run_in(ns, || Xsk::open(iface, q, cfg))?
+            let xsk = netns::run_in(ns, || Xsk::open(iface, q, cfg))?
                 .map_err(|e| LabError::Other(e.to_string()))?;
             mode = xsk.mode().as_str();
             memory += xsk.memory_bytes();
             prog.register_socket(slot(0, q, 0), xsk.fd())?;
-            let (c, h, st) = (counters.clone(), hist.clone(), stop.clone());
             let cpu = cpus.get(q as usize % cpus.len().max(1)).copied();
-            threads.push(std::thread::spawn(move || {
-                if let Some(cpu) = cpu {
-                    let _ = peregrine_host::cpu::pin_to_cpu(cpu);
-                }
-                let mut lat = Vec::with_capacity(64);
-                let mut round = 0u32;
-                while !st.load(Ordering::Relaxed) {
-                    round = round.wrapping_add(1);
-                    if round.is_multiple_of(4096) {
-                        if let Ok(k) = xsk.kernel_stats() {
-                            c.kernel_drops.store(
-                                k.rx_dropped
-                                    + k.rx_ring_full
-                                    + k.rx_fill_ring_empty_descriptors
-                                    + k.rx_invalid_descriptors,
-                                Ordering::Relaxed,
-                            );
-                        }
-                    }
-                    let (mut p, mut b, mut bad) = (0u64, 0u64, 0u64);
-                    lat.clear();
-                    let got = xsk.process(256, |buf, len| {
-                        let frame = &buf[..len];
-                        match peregrine_wire::parse_udp_frame(frame) {
-                            Ok(u)
-                                if u.payload.len() >= 4
-                                    && u32::from_ne_bytes(u.payload[0..4].try_into().unwrap())
-                                        == PEREGRINE_MAGIC =>
-                            {
-                                p += 1;
-                                b += frame.len() as u64;
-                                if u.payload.len() >= 16 {
-                                    lat.push(u64::from_ne_bytes(
-                                        u.payload[8..16].try_into().unwrap(),
-                                    ));
-                                }
-                            }
-                            _ => bad += 1,
-                        }
-                        Verdict::Drop
-                    });
-                    c.packets.fetch_add(p, Ordering::Relaxed);
-                    c.bytes.fetch_add(b, Ordering::Relaxed);
-                    c.corrupt.fetch_add(bad, Ordering::Relaxed);
-                    // The clock is read after the batch: every frame in it
-                    // was sent before this instant.
-                    h.record_batch(&lat, monotonic_ns());
-                    // Busy polling, as AF_XDP receivers do: a sleeping
-                    // thread on a VM can take a millisecond to wake, by
-                    // which time the ring has overflowed.
-                    if matches!(got, Ok((0, _))) {
-                        std::hint::spin_loop();
-                    }
-                }
-            }));
+            let handler = XskSinkWorker {
+                counters: counters.clone(),
+                hist: hist.clone(),
+                packets: 0,
+                bytes: 0,
+                corrupt: 0,
+                tx_times: Vec::with_capacity(256),
+                rounds: 0,
+            };
+            workers.spawn(xsk, cpu, 256, handler);
         }
         Ok(XskSink {
+            _workers: workers,
             counters,
             hist,
-            stop,
-            threads,
             _prog: prog,
             _link: link,
             mode,
@@ -458,14 +423,5 @@ impl Sink for XskSink {
     }
     fn describe(&self) -> String {
         self.name.clone()
-    }
-}
-
-impl Drop for XskSink {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }

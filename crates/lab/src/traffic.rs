@@ -3,7 +3,6 @@
 //! UDP sockets and sendmmsg where live frames cannot go (through the host
 //! stack, bridges, overlays).
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,8 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
 use crate::pacing::{pace, Limit, Rate};
+use crate::sinks::{Delivered, Sink};
 use peregrine_host::cpu::{monotonic_ns, pin_to_cpu};
 use peregrine_host::netns::{self, NetnsGuard};
+use peregrine_io::{DatagramIo, Transmit, UdpBatch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -379,8 +380,9 @@ impl Generator {
 /// One thread's UDP sockets for the socket backend. Each flow is a socket
 /// bound to its own source port; frames carry the same meta as live frames.
 struct SocketSender {
-    socks: Vec<std::net::UdpSocket>,
-    payload: Vec<u8>,
+    socks: Vec<UdpBatch>,
+    /// One batch of datagrams, rewritten (meta only) for every batch.
+    payloads: Vec<Vec<u8>>,
     seq: u32,
     next: usize,
 }
@@ -411,11 +413,11 @@ impl SocketSender {
                 .map_err(|e| {
                     LabError::Other(format!("connecting to {}:{}: {e}", f.dst_ip, f.dst_port))
                 })?;
-            socks.push(s);
+            socks.push(UdpBatch::new(s, MMSG_BATCH));
         }
         Ok(SocketSender {
             socks,
-            payload: vec![0u8; payload_len],
+            payloads: vec![vec![0u8; payload_len]; MMSG_BATCH],
             seq: 0,
             next: 0,
         })
@@ -424,9 +426,8 @@ impl SocketSender {
     fn send(&mut self, n: u64) -> std::io::Result<u64> {
         let n = (n as usize).min(MMSG_BATCH);
         let now = monotonic_ns();
-        let meta_len = peregrine_bpf::gen::meta_len(self.payload.len());
-        let mut bufs = vec![self.payload.clone(); n];
-        for b in bufs.iter_mut() {
+        let meta_len = peregrine_bpf::gen::meta_len(self.payloads[0].len());
+        for b in self.payloads.iter_mut().take(n) {
             // The live generator's gen_meta, as much as fits.
             let meta = gen_meta {
                 magic: PEREGRINE_MAGIC,
@@ -436,40 +437,28 @@ impl SocketSender {
             b[..meta_len].copy_from_slice(&meta.as_bytes()[..meta_len]);
             self.seq = self.seq.wrapping_add(1);
         }
-        let mut iov: Vec<libc::iovec> = bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
+        // Connected sockets: no destination, no route lookup per datagram.
+        let transmits: Vec<Transmit> = self.payloads[..n]
+            .iter()
+            .map(|b| Transmit {
+                destination: None,
+                contents: b,
             })
             .collect();
-        // Safety: mmsghdr is plain data; zeroed is a valid empty header.
-        let mut msgs: Vec<libc::mmsghdr> = iov
-            .iter_mut()
-            .map(|v| {
-                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = v;
-                m.msg_hdr.msg_iovlen = 1;
-                m
-            })
-            .collect();
-        let sock = &self.socks[self.next];
-        self.next = (self.next + 1) % self.socks.len();
-        // Safety: msgs/iov/bufs stay alive and unmoved for the call.
-        let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), n as u32, 0) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            // A full socket buffer is back-pressure, not an error.
-            if e.kind() == std::io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
+        let next = self.next;
+        self.next = (next + 1) % self.socks.len();
+        match self.socks[next].send(&transmits) {
+            Ok(sent) => Ok(sent as u64),
+            // A full socket buffer is back-pressure, not an error; nor is a
+            // peer without a listener yet.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ECONNREFUSED)) =>
             {
-                return Ok(0);
+                Ok(0)
             }
-            if e.raw_os_error() == Some(libc::ECONNREFUSED) {
-                return Ok(0);
-            }
-            return Err(e);
+            Err(e) => Err(e),
         }
-        Ok(r as u64)
     }
 }
 
@@ -616,4 +605,24 @@ fn live_loop(
         }
     }
     Ok((sent, start.elapsed()))
+}
+
+/// For dry runs, where nothing reaches a receiver: "delivered" is what the
+/// generator built (its own per-CPU count).
+pub struct GeneratorCount<'a>(pub &'a Generator);
+
+impl Sink for GeneratorCount<'_> {
+    fn delivered(&self) -> Result<Delivered> {
+        let (made, _errors) = self
+            .0
+            .made()
+            .ok_or_else(|| LabError::Other("dry runs need the xdp backend".into()))?;
+        Ok(Delivered {
+            packets: made,
+            bytes: 0,
+        })
+    }
+    fn describe(&self) -> String {
+        "none: frames built by the generator and dropped, not sent".into()
+    }
 }

@@ -1,0 +1,225 @@
+//! Kernel UDP sockets moving datagrams in batches with sendmmsg and recvmmsg
+//! (MSG_WAITFORONE: the first datagram is waited for as the socket says,
+//! the rest of the batch is whatever is already queued).
+use std::io::IoSliceMut;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+
+use crate::{addr, DatagramIo, RecvMeta, Transmit};
+
+/// A UDP socket with the message headers of one batch, set up once: header
+/// `i` always points at iovec `i`; each call points the iovecs at the
+/// caller's buffers and the names at what it needs.
+pub struct UdpBatch {
+    socket: UdpSocket,
+    headers: Vec<libc::mmsghdr>,
+    iovecs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+}
+
+// Safety: the raw pointers in `headers` and `iovecs` point into this value's
+// own heap vectors (never resized, so they do not move with it) or at the
+// caller's buffers during a call only; nothing else shares them.
+unsafe impl Send for UdpBatch {}
+
+impl UdpBatch {
+    /// Wraps `socket` (bound, connected or not, blocking or not as the
+    /// caller set it) for batches of up to `batch` datagrams.
+    pub fn new(socket: UdpSocket, batch: usize) -> UdpBatch {
+        let batch = batch.max(1);
+        let empty_iovec = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let mut iovecs = vec![empty_iovec; batch];
+        // Safety: sockaddr_storage is plain data; zeroed is valid.
+        let names = vec![unsafe { std::mem::zeroed::<libc::sockaddr_storage>() }; batch];
+        let headers = iovecs
+            .iter_mut()
+            .map(|v| {
+                // Safety: mmsghdr is plain data; zeroed is a valid empty header.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        UdpBatch {
+            socket,
+            headers,
+            iovecs,
+            names,
+        }
+    }
+
+    pub fn socket(&self) -> &UdpSocket {
+        &self.socket
+    }
+
+    /// Header, iovec and name of each message slot, for a call to fill.
+    fn slots(
+        &mut self,
+    ) -> impl Iterator<
+        Item = (
+            &mut libc::msghdr,
+            &mut libc::iovec,
+            &mut libc::sockaddr_storage,
+        ),
+    > {
+        let parts = self.headers.iter_mut().zip(&mut self.iovecs);
+        parts
+            .zip(&mut self.names)
+            .map(|((m, v), name)| (&mut m.msg_hdr, v, name))
+    }
+}
+
+/// What a sendmmsg or recvmmsg returned: messages moved, or the error.
+fn count(r: libc::c_int) -> std::io::Result<usize> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+impl DatagramIo for UdpBatch {
+    fn max_batch(&self) -> usize {
+        self.headers.len()
+    }
+
+    fn send(&mut self, transmits: &[Transmit<'_>]) -> std::io::Result<usize> {
+        let n = transmits.len().min(self.headers.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        for ((m, v, name), t) in self.slots().zip(transmits) {
+            // sendmmsg only reads the buffer; iovec has one pointer type.
+            v.iov_base = t.contents.as_ptr().cast_mut().cast();
+            v.iov_len = t.contents.len();
+            (m.msg_name, m.msg_namelen) = match t.destination {
+                Some(to) => {
+                    let len = addr::to_raw(to, name);
+                    ((name as *mut libc::sockaddr_storage).cast(), len)
+                }
+                None => (std::ptr::null_mut(), 0),
+            };
+        }
+        // Safety: headers 0..n point at iovecs and names of this value and at
+        // the contents of `transmits`, all alive and unmoved for the call.
+        let r = unsafe {
+            libc::sendmmsg(
+                self.socket.as_raw_fd(),
+                self.headers.as_mut_ptr(),
+                n as u32,
+                0,
+            )
+        };
+        count(r)
+    }
+
+    fn recv(
+        &mut self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> std::io::Result<usize> {
+        let n = bufs.len().min(meta.len()).min(self.headers.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        for ((m, v, name), buf) in self.slots().zip(bufs.iter_mut()) {
+            v.iov_base = buf.as_mut_ptr().cast();
+            v.iov_len = buf.len();
+            m.msg_name = (name as *mut libc::sockaddr_storage).cast();
+            m.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        }
+        // Safety: headers 0..n point at iovecs and names of this value and at
+        // the buffers of `bufs`, all alive and unmoved for the call.
+        let r = unsafe {
+            libc::recvmmsg(
+                self.socket.as_raw_fd(),
+                self.headers.as_mut_ptr(),
+                n as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        let got = count(r)?;
+        for ((m, name), out) in self.headers.iter().zip(&self.names).zip(meta).take(got) {
+            *out = RecvMeta {
+                len: m.msg_len as usize,
+                source: addr::from_raw(name, m.msg_hdr.msg_namelen),
+            };
+        }
+        Ok(got)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    /// A batch sent to a socket on loopback arrives whole, in order, with
+    /// its lengths and the sender's address, in a RecvBatch.
+    fn round_trip(local: &str) {
+        let rx = UdpSocket::bind(local).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let to = rx.local_addr().unwrap();
+        let tx = UdpSocket::bind(local).unwrap();
+        let from = tx.local_addr().unwrap();
+        let (mut tx, mut rx) = (UdpBatch::new(tx, 8), UdpBatch::new(rx, 8));
+
+        let payloads: Vec<Vec<u8>> = (1..=5u8).map(|i| vec![i; 100 * i as usize]).collect();
+        let transmits: Vec<Transmit> = payloads
+            .iter()
+            .map(|p| Transmit {
+                destination: Some(to),
+                contents: p,
+            })
+            .collect();
+        assert_eq!(tx.send(&transmits).unwrap(), 5);
+
+        let mut batch = crate::RecvBatch::new(8, 2048);
+        let mut got = Vec::new();
+        while got.len() < 5 {
+            batch.recv(&mut rx).unwrap();
+            got.extend(batch.iter().map(|(buf, m)| (buf.to_vec(), m)));
+        }
+        for (p, (buf, meta)) in payloads.iter().zip(&got) {
+            assert_eq!(meta.len, p.len());
+            assert_eq!(buf, p);
+            assert_eq!(meta.source, Some::<SocketAddr>(from));
+        }
+    }
+
+    #[test]
+    fn loopback_v4() {
+        round_trip("127.0.0.1:0");
+    }
+
+    #[test]
+    fn loopback_v6() {
+        round_trip("[::1]:0");
+    }
+
+    /// A connected socket sends without naming the destination.
+    #[test]
+    fn connected_send() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let mut tx = UdpBatch::new(tx, 4);
+        let t = Transmit {
+            destination: None,
+            contents: b"peregrine",
+        };
+        assert_eq!(tx.send(&[t, t]).unwrap(), 2);
+        let mut buf = [0u8; 64];
+        for _ in 0..2 {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"peregrine");
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! Errors of AF_XDP set-up and use.
+
+#[derive(Debug, thiserror::Error)]
+pub enum XskError {
+    #[error("AF_XDP on {iface} queue {queue}: {what}: {source}")]
+    Sys {
+        iface: String,
+        queue: u32,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("unknown interface {0:?}")]
+    UnknownInterface(String),
+    #[error("AF_XDP configuration: {0}")]
+    Config(String),
+}
+
+pub type Result<T, E = XskError> = std::result::Result<T, E>;
+
+/// Maps a failed system call on `iface` queue `queue` to an `XskError`.
+pub(crate) fn sys_err(
+    iface: &str,
+    queue: u32,
+    what: &'static str,
+) -> impl Fn(std::io::Error) -> XskError {
+    let iface = iface.to_string();
+    move |source| XskError::Sys {
+        iface: iface.clone(),
+        queue,
+        what,
+        source,
+    }
+}

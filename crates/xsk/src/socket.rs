@@ -1,0 +1,269 @@
+//! One AF_XDP socket: bound to one RX queue with its UMEM (its own or shared
+//! with the queue's other sockets), its socket options (busy polling) and
+//! what ends a batch (kicking TX, returning frames, waking the kernel).
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex};
+
+use s2n_quic_xdp::if_xdp::{Address, RxTxDescriptor, UmemDescriptor, XdpFlags};
+use s2n_quic_xdp::ring::{Completion, Fill, Rx, Tx};
+use s2n_quic_xdp::socket::Fd;
+use s2n_quic_xdp::umem::Umem;
+use s2n_quic_xdp::{syscall, umem};
+
+use crate::config::{BindMode, BusyPoll, XskConfig, ZeroCopy};
+use crate::error::{sys_err, Result, XskError};
+use crate::umem::FramePool;
+
+pub struct Xsk {
+    pub(crate) fd: Fd,
+    pub(crate) umem: Umem,
+    pub(crate) pool: Arc<Mutex<FramePool>>,
+    pub(crate) rx: Rx,
+    pub(crate) tx: Tx,
+    /// Descriptors of the batch being sent (kept to reuse its allocation).
+    pub(crate) out: Vec<RxTxDescriptor>,
+    /// Frames of the batch going back to the pool.
+    pub(crate) back: Vec<UmemDescriptor>,
+    pub(crate) mode: BindMode,
+    pub(crate) cfg: XskConfig,
+    /// Whether this socket registered the UMEM (the first of its queue).
+    owns_umem: bool,
+    pub iface: String,
+    pub queue: u32,
+}
+
+fn set_busy_poll(fd: &Fd, bp: Option<BusyPoll>) -> std::io::Result<()> {
+    let Some(bp) = bp else { return Ok(()) };
+    let set = |opt: libc::c_int, v: libc::c_int| {
+        // Safety: a valid socket fd and a c_int option value for the call.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    set(libc::SO_PREFER_BUSY_POLL, i32::from(bp.prefer))?;
+    set(libc::SO_BUSY_POLL, bp.usecs as libc::c_int)?;
+    set(libc::SO_BUSY_POLL_BUDGET, bp.budget as libc::c_int)
+}
+
+fn ifindex(iface: &str) -> Result<u32> {
+    let name =
+        std::ffi::CString::new(iface).map_err(|_| XskError::UnknownInterface(iface.into()))?;
+    syscall::if_nametoindex(&name).map_err(|_| XskError::UnknownInterface(iface.into()))
+}
+
+impl Xsk {
+    /// Opens a socket on `iface` (in the calling thread's namespace), RX
+    /// queue `queue`, with a UMEM of its own.
+    pub fn open(iface: &str, queue: u32, cfg: XskConfig) -> Result<Xsk> {
+        cfg.validate()?;
+        let sys = |what| sys_err(iface, queue, what);
+        let ifindex = ifindex(iface)?;
+        let umem = umem::Builder {
+            frame_size: cfg.frame_size,
+            frame_count: cfg.frames,
+            ..Default::default()
+        }
+        .build()
+        .map_err(sys("allocating the UMEM"))?;
+        let fd = Fd::open().map_err(sys("opening the socket (needs CAP_NET_RAW)"))?;
+        fd.attach_umem(&umem).map_err(sys("registering the UMEM"))?;
+        let offsets = syscall::offsets(&fd).map_err(sys("reading ring offsets"))?;
+        let fill =
+            Fill::new(fd.clone(), &offsets, cfg.ring * 2).map_err(sys("creating the fill ring"))?;
+        let comp = Completion::new(fd.clone(), &offsets, cfg.ring * 2)
+            .map_err(sys("creating the completion ring"))?;
+        let rx = Rx::new(fd.clone(), &offsets, cfg.ring).map_err(sys("creating the RX ring"))?;
+        let tx = Tx::new(fd.clone(), &offsets, cfg.ring).map_err(sys("creating the TX ring"))?;
+
+        let wake = if cfg.need_wakeup {
+            XdpFlags::USE_NEED_WAKEUP
+        } else {
+            XdpFlags::empty()
+        };
+        let attempt = |flags: XdpFlags| {
+            let mut addr = Address {
+                flags: flags | wake,
+                ifindex,
+                queue_id: queue,
+                ..Default::default()
+            };
+            syscall::bind(&fd, &mut addr)
+        };
+        let mode = match cfg.zero_copy {
+            ZeroCopy::Off => attempt(XdpFlags::COPY)
+                .map(|_| BindMode::Copy)
+                .map_err(sys("binding (copy mode)"))?,
+            ZeroCopy::Required => attempt(XdpFlags::ZEROCOPY)
+                .map(|_| BindMode::ZeroCopy)
+                .map_err(sys("binding (zero-copy mode)"))?,
+            ZeroCopy::Auto => match attempt(XdpFlags::ZEROCOPY) {
+                Ok(()) => BindMode::ZeroCopy,
+                Err(_) => attempt(XdpFlags::COPY)
+                    .map(|_| BindMode::Copy)
+                    .map_err(sys("binding (copy mode)"))?,
+            },
+        };
+        set_busy_poll(&fd, cfg.busy_poll).map_err(sys("setting busy polling"))?;
+        let pool = FramePool {
+            fill,
+            comp,
+            free: umem.frames().collect(),
+            keep: (cfg.frames / 2) as usize,
+        };
+        let s = Xsk {
+            fd,
+            umem,
+            pool: Arc::new(Mutex::new(pool)),
+            rx,
+            tx,
+            out: Vec::with_capacity(cfg.ring as usize),
+            back: Vec::with_capacity(cfg.ring as usize),
+            mode,
+            cfg,
+            owns_umem: true,
+            iface: iface.into(),
+            queue,
+        };
+        s.lock_pool().refill();
+        Ok(s)
+    }
+
+    /// Opens another socket on this socket's interface and queue, sharing its
+    /// UMEM, fill and completion rings (XDP_SHARED_UMEM): several workers per
+    /// queue, each with its own RX and TX ring. Call from the same namespace.
+    pub fn open_shared(&self) -> Result<Xsk> {
+        let (iface, queue) = (self.iface.as_str(), self.queue);
+        let sys = |what| sys_err(iface, queue, what);
+        let fd = Fd::open().map_err(sys("opening the socket (needs CAP_NET_RAW)"))?;
+        let offsets = syscall::offsets(&fd).map_err(sys("reading ring offsets"))?;
+        let rx =
+            Rx::new(fd.clone(), &offsets, self.cfg.ring).map_err(sys("creating the RX ring"))?;
+        let tx =
+            Tx::new(fd.clone(), &offsets, self.cfg.ring).map_err(sys("creating the TX ring"))?;
+        let mut addr = Address {
+            ifindex: ifindex(iface)?,
+            queue_id: queue,
+            ..Default::default()
+        };
+        // The mode and wake-up setting come from the first socket: the
+        // kernel refuses any other flag with a shared UMEM.
+        addr.set_shared_umem(&self.fd);
+        syscall::bind(&fd, &mut addr).map_err(sys("binding to the shared UMEM"))?;
+        set_busy_poll(&fd, self.cfg.busy_poll).map_err(sys("setting busy polling"))?;
+        Ok(Xsk {
+            fd,
+            umem: self.umem.clone(),
+            pool: self.pool.clone(),
+            rx,
+            tx,
+            out: Vec::with_capacity(self.cfg.ring as usize),
+            back: Vec::with_capacity(self.cfg.ring as usize),
+            mode: self.mode,
+            cfg: self.cfg,
+            owns_umem: false,
+            iface: iface.into(),
+            queue,
+        })
+    }
+
+    /// Opens `count` sockets (at least one) on `iface` queue `queue`: the
+    /// first registers the UMEM, the others share it, as the kernel allows
+    /// only one UMEM per queue.
+    pub fn open_queue(iface: &str, queue: u32, count: u32, cfg: XskConfig) -> Result<Vec<Xsk>> {
+        let first = Xsk::open(iface, queue, cfg)?;
+        let mut sockets = Vec::with_capacity(count.max(1) as usize);
+        for _ in 1..count {
+            sockets.push(first.open_shared()?);
+        }
+        sockets.insert(0, first);
+        Ok(sockets)
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn mode(&self) -> BindMode {
+        self.mode
+    }
+
+    /// Memory this socket holds: its RX and TX rings, and the UMEM with the
+    /// fill and completion rings if it registered them.
+    pub fn memory_bytes(&self) -> usize {
+        let desc = std::mem::size_of::<RxTxDescriptor>();
+        let udesc = std::mem::size_of::<UmemDescriptor>();
+        let own = 2 * self.cfg.ring as usize * desc;
+        if self.owns_umem {
+            own + self.umem.len() + 4 * self.cfg.ring as usize * udesc
+        } else {
+            own
+        }
+    }
+
+    pub(crate) fn lock_pool(&self) -> std::sync::MutexGuard<'_, FramePool> {
+        // A worker that panicked mid-batch leaves counts, not broken rings.
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// After a batch: kick TX while anything waits (in copy mode only a
+    /// sendto() moves frames out, and one that found the socket busy would
+    /// leave a reply stranded until the next request), then return frames
+    /// to the pool and the fill ring.
+    pub(crate) fn finish_batch(&mut self) {
+        if self.tx_pending() > 0 && (!self.cfg.need_wakeup || self.tx.needs_wakeup()) {
+            self.kick_tx();
+        }
+        let mut back = std::mem::take(&mut self.back);
+        // An empty poll with nothing to give back need not wait for the
+        // pool: when another socket of the queue holds it, that one is
+        // reclaiming and refilling already (a sole socket always gets it).
+        let pool = if back.is_empty() {
+            self.pool.try_lock().ok()
+        } else {
+            Some(self.lock_pool())
+        };
+        let wake_rx = pool.is_some_and(|mut pool| {
+            pool.reclaim();
+            pool.free.append(&mut back);
+            pool.refill();
+            self.cfg.need_wakeup && pool.fill.needs_wakeup()
+        });
+        self.back = back;
+        // Copy mode fills from NAPI by itself: a wake-up call would only
+        // cost a syscall per batch.
+        if (wake_rx && self.mode == BindMode::ZeroCopy) || self.cfg.busy_poll.is_some() {
+            let _ = syscall::busy_poll(&self.fd);
+        }
+    }
+
+    /// The kernel's drop counters for this socket.
+    pub fn kernel_stats(&self) -> Result<s2n_quic_xdp::if_xdp::Statistics> {
+        syscall::statistics(&self.fd).map_err(sys_err(
+            &self.iface,
+            self.queue,
+            "reading statistics",
+        ))
+    }
+
+    /// Waits up to `timeout_ms` for frames to arrive.
+    pub fn wait(&self, timeout_ms: i32) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // Safety: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(&mut p, 1, timeout_ms) > 0 }
+    }
+}
