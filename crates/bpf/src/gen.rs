@@ -1,13 +1,12 @@
 //! Control side of `bpf/gen.bpf.c`, the live-frame traffic generator.
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags};
 use peregrine_wire::{UdpFrameSpec, FCS_LEN};
 
 use crate::error::{BpfError, Result};
-use crate::loader::Loaded;
+use crate::loader::{open_and_load, rodata, Loaded};
+use crate::maps;
 use crate::pod::Pod;
 use crate::skel::gen::types::{
     gen_class, gen_config, gen_flags, gen_magic, gen_meta, gen_pace, gen_pace_limits, gen_state,
@@ -231,27 +230,14 @@ pub struct GenProgram {
 impl GenProgram {
     pub fn load(setup: &GenSetup) -> Result<GenProgram> {
         let (cfg, template) = setup.config()?;
-        let skel = Loaded::new(
-            "gen.bpf.o",
-            |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
-                let mut open = GenSkelBuilder::default()
-                    .open(storage)
-                    .map_err(BpfError::libbpf("opening gen.bpf.o"))?;
-                let rodata = open
-                    .maps
-                    .rodata_data
-                    .as_deref_mut()
-                    .ok_or_else(|| BpfError::Invalid("gen.bpf.o has no rodata".into()))?;
-                rodata.cfg = cfg;
-                let cpus =
-                    libbpf_rs::num_possible_cpus().map_err(BpfError::libbpf("counting CPUs"))?;
-                open.maps
-                    .gen_pace_map
-                    .set_max_entries(cpus as u32)
-                    .map_err(BpfError::libbpf("sizing gen_pace_map"))?;
-                open.load().map_err(BpfError::libbpf("loading gen.bpf.o"))
-            },
-        )?;
+        let skel = open_and_load::<GenSkelBuilder>("gen.bpf.o", |open| {
+            rodata(open.maps.rodata_data.as_deref_mut(), "gen.bpf.o")?.cfg = cfg;
+            let cpus = libbpf_rs::num_possible_cpus().map_err(BpfError::libbpf("counting CPUs"))?;
+            open.maps
+                .gen_pace_map
+                .set_max_entries(cpus as u32)
+                .map_err(BpfError::libbpf("sizing gen_pace_map"))
+        })?;
         Ok(GenProgram {
             skel,
             template,
@@ -317,7 +303,6 @@ impl GenProgram {
         Ok(())
     }
 
-    /// Frames made and build errors, summed over CPUs.
     /// Sets the pacing of `cpu`'s sender for the next runs: one frame every
     /// 1e9/`pps` ns (None: unpaced), at most `limit` frames (None: no limit).
     pub fn set_pace(&self, cpu: usize, pps: Option<f64>, limit: Option<u64>) -> Result<()> {
@@ -338,11 +323,12 @@ impl GenProgram {
             limit: limit.unwrap_or(0),
             sent: 0,
         };
-        self.skel
-            .maps
-            .gen_pace_map
-            .update(&(cpu as u32).to_ne_bytes(), p.as_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!("setting the pace of cpu {cpu}")))
+        maps::update(
+            &self.skel.maps.gen_pace_map,
+            &(cpu as u32).to_ne_bytes(),
+            p.as_bytes(),
+            &format!("setting the pace of cpu {cpu}"),
+        )
     }
 
     /// Frames `cpu`'s sender has sent since its last `set_pace`.
@@ -358,15 +344,9 @@ impl GenProgram {
         Ok(v.sent)
     }
 
+    /// Frames made and build errors, summed over CPUs.
     pub fn state(&self) -> Result<gen_state> {
-        let vals = self
-            .skel
-            .maps
-            .gen_state_map
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf("reading gen_state_map"))?
-            .unwrap_or_default();
-        Ok(crate::pod::sum_per_cpu(&vals))
+        maps::read_per_cpu(&self.skel.maps.gen_state_map, &0u32.to_ne_bytes())
     }
 }
 

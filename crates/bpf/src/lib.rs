@@ -10,6 +10,7 @@ pub mod error;
 pub mod fixture;
 pub mod gen;
 pub mod loader;
+pub mod maps;
 pub mod nf;
 pub mod pod;
 pub mod replycheck;
