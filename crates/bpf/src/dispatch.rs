@@ -5,12 +5,12 @@ use std::os::fd::RawFd;
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::error::{BpfError, Result};
+use crate::link::XdpProgram;
 use crate::loader::{open_and_load, Loaded};
 use crate::maps;
 use crate::pod::Pod;
 use crate::skel::dispatch::types::{dispatch_func, dispatch_limits, dispatch_policy};
 use crate::skel::dispatch::{DispatchSkel, DispatchSkelBuilder};
-use crate::xdp::{XdpLink, XdpMode};
 
 pub use crate::skel::dispatch::types::dispatch_stats as DispatchStats;
 
@@ -42,19 +42,17 @@ pub struct DispatchProgram {
     skel: Loaded<DispatchSkel<'static>>,
 }
 
+impl XdpProgram for DispatchProgram {
+    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.dispatch
+    }
+}
+
 impl DispatchProgram {
     pub fn load() -> Result<DispatchProgram> {
         // Nothing to configure: functions and sockets are set in maps.
         let skel = open_and_load::<DispatchSkelBuilder>("dispatch.bpf.o", |_| Ok(()))?;
         Ok(DispatchProgram { skel })
-    }
-
-    pub fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.dispatch
-    }
-
-    pub fn attach(&self, iface: &str, mode: XdpMode) -> Result<XdpLink> {
-        XdpLink::attach(self.prog(), iface, mode)
     }
 
     fn check_id(id: u32) -> Result<()> {

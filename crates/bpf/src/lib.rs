@@ -9,6 +9,7 @@ pub mod dispatch;
 pub mod error;
 pub mod fixture;
 pub mod gen;
+pub mod link;
 pub mod loader;
 pub mod maps;
 pub mod nf;
@@ -22,7 +23,9 @@ pub mod xdp;
 
 pub use error::{BpfError, Result};
 pub use fixture::{Fixture, XdpAction};
-pub use xdp::{XdpLink, XdpMode};
+pub use link::{Hook, Link, XdpProgram};
+pub use tcx::TcxDirection;
+pub use xdp::XdpMode;
 
 /// Generated skeletons. Their `types` modules are the Rust side of the
 /// `bpf/include/peregrine/*_kern_user.h` headers.

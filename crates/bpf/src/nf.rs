@@ -3,11 +3,11 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use crate::error::{BpfError, Result};
+use crate::link::XdpProgram;
 use crate::loader::{open_and_load, rodata, Loaded};
 use crate::maps;
 use crate::skel::nf::types::{acl_rule, acl_verdict, nf_config, nf_limits};
 use crate::skel::nf::{NfSkel, NfSkelBuilder};
-use crate::xdp::{XdpLink, XdpMode};
 
 pub use crate::skel::nf::types::nf_stats as NfStats;
 
@@ -74,6 +74,12 @@ pub struct NfProgram {
     skel: Loaded<NfSkel<'static>>,
 }
 
+impl XdpProgram for NfProgram {
+    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.nf
+    }
+}
+
 impl NfProgram {
     pub fn load(setup: &NfSetup) -> Result<NfProgram> {
         if setup.rules.len() > MAX_RULES {
@@ -95,14 +101,6 @@ impl NfProgram {
             Ok(())
         })?;
         Ok(NfProgram { skel })
-    }
-
-    pub fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.nf
-    }
-
-    pub fn attach(&self, iface: &str, mode: XdpMode) -> Result<XdpLink> {
-        XdpLink::attach(self.prog(), iface, mode)
     }
 
     pub fn stats(&self) -> Result<NfStats> {

@@ -2,12 +2,12 @@
 //! reply to the live-frame generator's function requests, in XDP on the
 //! client's interface.
 use crate::error::{BpfError, Result};
+use crate::link::{Hook, Link, XdpProgram};
 use crate::loader::{open_and_load, rodata, Loaded};
 use crate::maps;
 use crate::skel::replycheck::types::{replycheck_function, replycheck_limits};
 use crate::skel::replycheck::{ReplycheckSkel, ReplycheckSkelBuilder};
-use crate::tcx::{TcxDirection, TcxLink};
-use crate::xdp::{XdpLink, XdpMode};
+use crate::tcx::TcxDirection;
 
 pub use crate::skel::replycheck::types::replycheck_stats as ReplyStats;
 
@@ -66,6 +66,12 @@ pub struct ReplyCheckProgram {
     skel: Loaded<ReplycheckSkel<'static>>,
 }
 
+impl XdpProgram for ReplyCheckProgram {
+    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.replycheck
+    }
+}
+
 impl ReplyCheckProgram {
     /// Checks replies from UDP `server_port` to requests of `payload_len`
     /// bytes made by the generator (stamped).
@@ -89,23 +95,15 @@ impl ReplyCheckProgram {
         Ok(ReplyCheckProgram { skel })
     }
 
-    pub fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.replycheck
-    }
-
     /// The same check as a tc program.
     pub fn tc_prog(&self) -> &libbpf_rs::ProgramMut<'static> {
         &self.skel.progs.replycheck_tc
     }
 
-    pub fn attach(&self, iface: &str, mode: XdpMode) -> Result<XdpLink> {
-        XdpLink::attach(self.prog(), iface, mode)
-    }
-
     /// Checks at tcx ingress: on veth, cheaper for the sender than XDP, which
     /// copies every skb into an XDP frame first.
-    pub fn attach_tcx(&self, iface: &str) -> Result<TcxLink> {
-        TcxLink::attach(self.tc_prog(), iface, TcxDirection::Ingress)
+    pub fn attach_tcx(&self, iface: &str) -> Result<Link> {
+        Link::attach(self.tc_prog(), iface, Hook::Tcx(TcxDirection::Ingress))
     }
 
     pub fn stats(&self) -> Result<ReplyStats> {

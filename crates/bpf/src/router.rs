@@ -5,6 +5,7 @@ use std::path::Path;
 use peregrine_wire::MacAddr;
 
 use crate::error::{BpfError, Result};
+use crate::link::{Hook, Link};
 use crate::loader::{open_and_load, rodata, Loaded};
 use crate::maps;
 use crate::pod::Pod;
@@ -13,7 +14,7 @@ use crate::skel::router::types::{
     steer_v4_key, steer_v6_key,
 };
 use crate::skel::router::{RouterSkel, RouterSkelBuilder};
-use crate::xdp::{XdpLink, XdpMode};
+use crate::xdp::XdpMode;
 
 pub use crate::skel::router::types::router_port_stats as PortStats;
 
@@ -114,8 +115,8 @@ impl RouterProgram {
 
     /// Attaches the router to `iface` and makes it an egress port.
     /// `classify`: apply steering rules to frames arriving here.
-    pub fn attach(&self, iface: &str, mode: XdpMode, classify: bool) -> Result<XdpLink> {
-        let link = XdpLink::attach(self.prog(), iface, mode)?;
+    pub fn attach(&self, iface: &str, mode: XdpMode, classify: bool) -> Result<Link> {
+        let link = Link::attach(self.prog(), iface, Hook::Xdp(mode))?;
         self.add_port(link.ifindex)?;
         self.set_port(link.ifindex, 0, classify)?;
         Ok(link)

@@ -6,15 +6,21 @@ pub use libbpf_rs::MapHandle;
 
 use crate::error::{BpfError, Result};
 use crate::fixture::XdpAction;
+use crate::link::XdpProgram;
 use crate::loader::{open_and_load, rodata, Loaded};
 use crate::maps;
 use crate::skel::sink::{SinkSkel, SinkSkelBuilder};
-use crate::xdp::{XdpLink, XdpMode};
 
 pub use crate::skel::sink::types::sink_stats as SinkStats;
 
 pub struct SinkProgram {
     skel: Loaded<SinkSkel<'static>>,
+}
+
+impl XdpProgram for SinkProgram {
+    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.sink
+    }
 }
 
 impl SinkProgram {
@@ -32,14 +38,6 @@ impl SinkProgram {
             Ok(())
         })?;
         Ok(SinkProgram { skel })
-    }
-
-    pub fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.sink
-    }
-
-    pub fn attach(&self, iface: &str, mode: XdpMode) -> Result<XdpLink> {
-        XdpLink::attach(self.prog(), iface, mode)
     }
 
     pub fn stats(&self) -> Result<SinkStats> {

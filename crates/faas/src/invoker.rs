@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
-use peregrine_bpf::{XdpLink, XdpMode};
+use peregrine_bpf::{Link, XdpMode, XdpProgram};
 use peregrine_host::netns;
 use peregrine_wire::parse_udp_frame;
 use peregrine_xsk::{Verdict, Xsk, XskConfig};
@@ -77,7 +77,7 @@ pub struct Counters {
 
 pub struct AfXdpInvoker {
     pub prog: DispatchProgram,
-    _link: XdpLink,
+    _link: Link,
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
     pub counters: Arc<Counters>,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use peregrine_bpf::nf::{Acl, NfProgram, NfSetup, NfStats};
 use peregrine_bpf::router::{FibMode, PortStats, RouterProgram};
-use peregrine_bpf::{XdpLink, XdpMode};
+use peregrine_bpf::{Link, XdpMode, XdpProgram};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
@@ -264,7 +264,7 @@ pub struct RunningNf {
     pub host: String,
     pub iface: String,
     pub prog: NfProgram,
-    pub link: XdpLink,
+    pub link: Link,
 }
 
 /// A router (with its chains and network functions) attached in a lab.
@@ -274,7 +274,7 @@ pub struct Dataplane {
     /// None: the namespace of the process that attached it.
     pub router_ns: Option<String>,
     /// (port name, link)
-    pub ports: Vec<(String, XdpLink)>,
+    pub ports: Vec<(String, Link)>,
     pub nfs: Vec<RunningNf>,
     /// Pass-through programs on port peers that ran no XDP (see PassThrough).
     pub peers: Vec<crate::sinks::PassThrough>,
