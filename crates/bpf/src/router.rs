@@ -64,6 +64,24 @@ impl std::str::FromStr for FibMode {
     }
 }
 
+/// Adds the steering rule `key` of `map`: matching frames go to port
+/// `ifindex` (`chain`: through that service chain first).
+fn steer(
+    map: &libbpf_rs::MapMut<'static>,
+    key: &[u8],
+    ifindex: u32,
+    chain: u32,
+    rule: &str,
+) -> Result<()> {
+    let t = steer_target { ifindex, chain };
+    maps::update(
+        map,
+        key,
+        t.as_bytes(),
+        &format!("adding steering rule {rule}"),
+    )
+}
+
 /// Refuses ports the router's per-port tables have no room for.
 fn check_port(ifindex: u32) -> Result<()> {
     if ifindex >= MAX_IFINDEX {
@@ -151,8 +169,7 @@ impl RouterProgram {
 
     /// Steers frames to destinations in `net/plen` to port `ifindex`.
     pub fn steer_prefix(&self, net: IpAddr, plen: u8, ifindex: u32, chain: u32) -> Result<()> {
-        let t = steer_target { ifindex, chain };
-        let doing = format!("adding steering rule {net}/{plen}");
+        let rule = format!("{net}/{plen}");
         let m = &self.skel.maps;
         match net {
             IpAddr::V4(a) => {
@@ -160,14 +177,14 @@ impl RouterProgram {
                     prefixlen: u32::from(plen.min(32)),
                     addr: u32::from_ne_bytes(a.octets()),
                 };
-                maps::update(&m.steer_v4, k.as_bytes(), t.as_bytes(), &doing)
+                steer(&m.steer_v4, k.as_bytes(), ifindex, chain, &rule)
             }
             IpAddr::V6(a) => {
                 let k = steer_v6_key {
                     prefixlen: u32::from(plen.min(128)),
                     addr: a.octets(),
                 };
-                maps::update(&m.steer_v6, k.as_bytes(), t.as_bytes(), &doing)
+                steer(&m.steer_v6, k.as_bytes(), ifindex, chain, &rule)
             }
         }
     }
@@ -179,24 +196,26 @@ impl RouterProgram {
             pad: 0,
             port: port.to_be(),
         };
-        let t = steer_target { ifindex, chain };
-        maps::update(
+        let rule = format!("proto {proto} port {port}");
+        steer(
             &self.skel.maps.steer_l4,
             k.as_bytes(),
-            t.as_bytes(),
-            &format!("adding steering rule proto {proto} port {port}"),
+            ifindex,
+            chain,
+            &rule,
         )
     }
 
     /// Steers frames from source MAC `mac` (the source's method).
     pub fn steer_mac(&self, mac: MacAddr, ifindex: u32, chain: u32) -> Result<()> {
         let k = steer_mac_key { mac: mac.0, pad: 0 };
-        let t = steer_target { ifindex, chain };
-        maps::update(
+        let rule = format!("for source MAC {mac}");
+        steer(
             &self.skel.maps.steer_mac,
             k.as_bytes(),
-            t.as_bytes(),
-            &format!("adding steering rule for source MAC {mac}"),
+            ifindex,
+            chain,
+            &rule,
         )
     }
 
