@@ -197,26 +197,16 @@ impl RouterProgram {
             port: port.to_be(),
         };
         let rule = format!("proto {proto} port {port}");
-        steer(
-            &self.skel.maps.steer_l4,
-            k.as_bytes(),
-            ifindex,
-            chain,
-            &rule,
-        )
+        let m = &self.skel.maps;
+        steer(&m.steer_l4, k.as_bytes(), ifindex, chain, &rule)
     }
 
     /// Steers frames from source MAC `mac` (the source's method).
     pub fn steer_mac(&self, mac: MacAddr, ifindex: u32, chain: u32) -> Result<()> {
         let k = steer_mac_key { mac: mac.0, pad: 0 };
         let rule = format!("for source MAC {mac}");
-        steer(
-            &self.skel.maps.steer_mac,
-            k.as_bytes(),
-            ifindex,
-            chain,
-            &rule,
-        )
+        let m = &self.skel.maps;
+        steer(&m.steer_mac, k.as_bytes(), ifindex, chain, &rule)
     }
 
     /// Counters of port `ifindex`, summed over CPUs.
