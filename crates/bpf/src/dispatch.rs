@@ -1,16 +1,16 @@
 //! Control side of `bpf/dispatch.bpf.c`: UDP port -> function -> AF_XDP socket.
-use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+#[cfg(test)]
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::error::{BpfError, Result};
-use crate::loader::Loaded;
+use crate::link::XdpProgram;
+use crate::loader::{open_and_load, Loaded};
+use crate::maps;
 use crate::pod::Pod;
 use crate::skel::dispatch::types::{dispatch_func, dispatch_limits, dispatch_policy};
 use crate::skel::dispatch::{DispatchSkel, DispatchSkelBuilder};
-use crate::xdp::{XdpLink, XdpMode};
 
 pub use crate::skel::dispatch::types::dispatch_stats as DispatchStats;
 
@@ -42,27 +42,17 @@ pub struct DispatchProgram {
     skel: Loaded<DispatchSkel<'static>>,
 }
 
-impl DispatchProgram {
-    pub fn load() -> Result<DispatchProgram> {
-        let skel = Loaded::new(
-            "dispatch.bpf.o",
-            |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
-                let open = DispatchSkelBuilder::default()
-                    .open(storage)
-                    .map_err(BpfError::libbpf("opening dispatch.bpf.o"))?;
-                open.load()
-                    .map_err(BpfError::libbpf("loading dispatch.bpf.o"))
-            },
-        )?;
-        Ok(DispatchProgram { skel })
-    }
-
-    pub fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+impl XdpProgram for DispatchProgram {
+    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
         &self.skel.progs.dispatch
     }
+}
 
-    pub fn attach(&self, iface: &str, mode: XdpMode) -> Result<XdpLink> {
-        XdpLink::attach(self.prog(), iface, mode)
+impl DispatchProgram {
+    pub fn load() -> Result<DispatchProgram> {
+        // Nothing to configure: functions and sockets are set in maps.
+        let skel = open_and_load::<DispatchSkelBuilder>("dispatch.bpf.o", |_| Ok(()))?;
+        Ok(DispatchProgram { skel })
     }
 
     fn check_id(id: u32) -> Result<()> {
@@ -79,13 +69,12 @@ impl DispatchProgram {
     pub fn set_function(&self, id: u32, port: u16, workers: u32, policy: Policy) -> Result<()> {
         Self::check_id(id)?;
         self.set_workers(id, workers, policy)?;
-        self.skel
-            .maps
-            .ports
-            .update(&port.to_be_bytes(), &id.to_ne_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!(
-                "routing UDP port {port} to function {id}"
-            )))
+        maps::update(
+            &self.skel.maps.ports,
+            &port.to_be_bytes(),
+            &id.to_ne_bytes(),
+            &format!("routing UDP port {port} to function {id}"),
+        )
     }
 
     /// Changes how many workers per queue a function uses, at run time.
@@ -100,54 +89,43 @@ impl DispatchProgram {
             socks: workers,
             policy: policy.raw(),
         };
-        self.skel
-            .maps
-            .funcs
-            .update(&id.to_ne_bytes(), f.as_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!("configuring function {id}")))
+        maps::update(
+            &self.skel.maps.funcs,
+            &id.to_ne_bytes(),
+            f.as_bytes(),
+            &format!("configuring function {id}"),
+        )
     }
 
     /// Stops routing `port` (its datagrams go to the kernel again).
     pub fn remove_port(&self, port: u16) -> Result<()> {
-        self.skel
-            .maps
-            .ports
-            .delete(&port.to_be_bytes())
-            .map_err(BpfError::libbpf(format!("removing UDP port {port}")))
+        maps::delete(
+            &self.skel.maps.ports,
+            &port.to_be_bytes(),
+            &format!("removing UDP port {port}"),
+        )
     }
 
     /// Puts an AF_XDP socket (its fd) in slot `slot`.
     pub fn register_socket(&self, slot: u32, fd: RawFd) -> Result<()> {
-        self.skel
-            .maps
-            .xsks
-            .update(
-                &slot.to_ne_bytes(),
-                &(fd as u32).to_ne_bytes(),
-                MapFlags::ANY,
-            )
-            .map_err(BpfError::libbpf(format!(
-                "registering an AF_XDP socket in slot {slot}"
-            )))
+        maps::update(
+            &self.skel.maps.xsks,
+            &slot.to_ne_bytes(),
+            &(fd as u32).to_ne_bytes(),
+            &format!("registering an AF_XDP socket in slot {slot}"),
+        )
     }
 
     pub fn unregister_socket(&self, slot: u32) -> Result<()> {
-        self.skel
-            .maps
-            .xsks
-            .delete(&slot.to_ne_bytes())
-            .map_err(BpfError::libbpf(format!("clearing slot {slot}")))
+        maps::delete(
+            &self.skel.maps.xsks,
+            &slot.to_ne_bytes(),
+            &format!("clearing slot {slot}"),
+        )
     }
 
     pub fn stats(&self, id: u32) -> Result<DispatchStats> {
-        let v = self
-            .skel
-            .maps
-            .dispatch_stats_map
-            .lookup_percpu(&id.to_ne_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf("reading dispatch counters"))?
-            .unwrap_or_default();
-        Ok(crate::pod::sum_per_cpu(&v))
+        maps::read_per_cpu(&self.skel.maps.dispatch_stats_map, &id.to_ne_bytes())
     }
 }
 

@@ -1,20 +1,20 @@
 //! Control side of `bpf/gen.bpf.c`, the live-frame traffic generator.
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags};
 use peregrine_wire::{UdpFrameSpec, FCS_LEN};
 
 use crate::error::{BpfError, Result};
-use crate::loader::Loaded;
+use crate::link::{Hook, Link};
+use crate::loader::{open_and_load, rodata, Loaded};
+use crate::maps;
 use crate::pod::Pod;
 use crate::skel::gen::types::{
     gen_class, gen_config, gen_flags, gen_magic, gen_meta, gen_pace, gen_pace_limits, gen_state,
     xdp_md,
 };
 use crate::skel::gen::{GenSkel, GenSkelBuilder};
-use crate::xdp::{XdpLink, XdpMode};
+use crate::xdp::XdpMode;
 
 /// Values of gen_kern_user.h's enums, as generated into the skeleton.
 pub const GEN_F_IPV6: u32 = gen_flags::GEN_F_IPV6.0;
@@ -231,27 +231,14 @@ pub struct GenProgram {
 impl GenProgram {
     pub fn load(setup: &GenSetup) -> Result<GenProgram> {
         let (cfg, template) = setup.config()?;
-        let skel = Loaded::new(
-            "gen.bpf.o",
-            |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
-                let mut open = GenSkelBuilder::default()
-                    .open(storage)
-                    .map_err(BpfError::libbpf("opening gen.bpf.o"))?;
-                let rodata = open
-                    .maps
-                    .rodata_data
-                    .as_deref_mut()
-                    .ok_or_else(|| BpfError::Invalid("gen.bpf.o has no rodata".into()))?;
-                rodata.cfg = cfg;
-                let cpus =
-                    libbpf_rs::num_possible_cpus().map_err(BpfError::libbpf("counting CPUs"))?;
-                open.maps
-                    .gen_pace_map
-                    .set_max_entries(cpus as u32)
-                    .map_err(BpfError::libbpf("sizing gen_pace_map"))?;
-                open.load().map_err(BpfError::libbpf("loading gen.bpf.o"))
-            },
-        )?;
+        let skel = open_and_load::<GenSkelBuilder>("gen.bpf.o", |open| {
+            rodata(open.maps.rodata_data.as_deref_mut(), "gen.bpf.o")?.cfg = cfg;
+            let cpus = libbpf_rs::num_possible_cpus().map_err(BpfError::libbpf("counting CPUs"))?;
+            open.maps
+                .gen_pace_map
+                .set_max_entries(cpus as u32)
+                .map_err(BpfError::libbpf("sizing gen_pace_map"))
+        })?;
         Ok(GenProgram {
             skel,
             template,
@@ -268,8 +255,8 @@ impl GenProgram {
     /// program stays registered in the kernel's XDP dispatcher, so each
     /// BPF_PROG_RUN skips the dispatcher update and its synchronize_rcu()
     /// (measured: 2.4 Mpps without, 11 Mpps with, one thread, 64 B).
-    pub fn anchor(&self, iface: &str) -> Result<XdpLink> {
-        XdpLink::attach(self.prog(), iface, XdpMode::Generic)
+    pub fn anchor(&self, iface: &str) -> Result<Link> {
+        Link::attach(self.prog(), iface, Hook::Xdp(XdpMode::Generic))
     }
 
     pub fn template(&self) -> &[u8] {
@@ -317,7 +304,6 @@ impl GenProgram {
         Ok(())
     }
 
-    /// Frames made and build errors, summed over CPUs.
     /// Sets the pacing of `cpu`'s sender for the next runs: one frame every
     /// 1e9/`pps` ns (None: unpaced), at most `limit` frames (None: no limit).
     pub fn set_pace(&self, cpu: usize, pps: Option<f64>, limit: Option<u64>) -> Result<()> {
@@ -338,11 +324,12 @@ impl GenProgram {
             limit: limit.unwrap_or(0),
             sent: 0,
         };
-        self.skel
-            .maps
-            .gen_pace_map
-            .update(&(cpu as u32).to_ne_bytes(), p.as_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!("setting the pace of cpu {cpu}")))
+        maps::update(
+            &self.skel.maps.gen_pace_map,
+            &(cpu as u32).to_ne_bytes(),
+            p.as_bytes(),
+            &format!("setting the pace of cpu {cpu}"),
+        )
     }
 
     /// Frames `cpu`'s sender has sent since its last `set_pace`.
@@ -358,15 +345,9 @@ impl GenProgram {
         Ok(v.sent)
     }
 
+    /// Frames made and build errors, summed over CPUs.
     pub fn state(&self) -> Result<gen_state> {
-        let vals = self
-            .skel
-            .maps
-            .gen_state_map
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf("reading gen_state_map"))?
-            .unwrap_or_default();
-        Ok(crate::pod::sum_per_cpu(&vals))
+        maps::read_per_cpu(&self.skel.maps.gen_state_map, &0u32.to_ne_bytes())
     }
 }
 

@@ -1,15 +1,29 @@
 //! peregrine's BPF layer: the programs under `bpf/` compiled into skeletons,
-//! and what every feature needs around them: loading with the verifier log
-//! kept, XDP attachment through bpf_link (detached on drop), pins under
-//! `/sys/fs/bpf/peregrine`, per-CPU map sums, and BPF_PROG_RUN (fixtures and
-//! live frames).
+//! and what every feature needs around them.
+//!
+//! What lives where:
+//! - `skel`: the generated skeletons; their `types` are the Rust side of
+//!   `bpf/include/peregrine/*_kern_user.h` (nothing is mirrored by hand).
+//! - `loader`: open → configure (rodata, map sizes) → load, one helper for
+//!   every program, with the verifier's log kept for the error (`error`).
+//! - `maps`: map writes and per-CPU counter sums, live or pinned; `pod`: the
+//!   byte views of the generated structs those maps hold.
+//! - `link`: attaching a program to an interface's XDP or tcx hook through a
+//!   bpf_link that can be pinned and taken back from its pin; `xdp` and
+//!   `tcx`: the hooks' modes and what is attached there.
+//! - `bpffs`: the bpffs mount and the pins under `/sys/fs/bpf/peregrine`.
+//! - One thin wrapper per program (`gen`, `sink`, `router`, `nf`, `dispatch`,
+//!   `replycheck`): typed config in, loaded program out, typed map accessors.
+//! - `fixture`, `testing`: BPF_PROG_RUN fixtures and privileged-test helpers.
 
 pub mod bpffs;
 pub mod dispatch;
 pub mod error;
 pub mod fixture;
 pub mod gen;
+pub mod link;
 pub mod loader;
+pub mod maps;
 pub mod nf;
 pub mod pod;
 pub mod replycheck;
@@ -21,28 +35,22 @@ pub mod xdp;
 
 pub use error::{BpfError, Result};
 pub use fixture::{Fixture, XdpAction};
-pub use xdp::{XdpLink, XdpMode};
+pub use link::{Hook, Link, XdpProgram};
+pub use tcx::TcxDirection;
+pub use xdp::XdpMode;
+
+/// Includes the skeleton build.rs generated for each named program.
+macro_rules! skeletons {
+    ($($name:ident),* $(,)?) => {
+        $(pub mod $name {
+            include!(concat!(env!("OUT_DIR"), "/", stringify!($name), ".skel.rs"));
+        })*
+    };
+}
 
 /// Generated skeletons. Their `types` modules are the Rust side of the
 /// `bpf/include/peregrine/*_kern_user.h` headers.
 pub mod skel {
     #![allow(clippy::all, non_camel_case_types, dead_code, missing_docs)]
-    pub mod gen {
-        include!(concat!(env!("OUT_DIR"), "/gen.skel.rs"));
-    }
-    pub mod sink {
-        include!(concat!(env!("OUT_DIR"), "/sink.skel.rs"));
-    }
-    pub mod router {
-        include!(concat!(env!("OUT_DIR"), "/router.skel.rs"));
-    }
-    pub mod nf {
-        include!(concat!(env!("OUT_DIR"), "/nf.skel.rs"));
-    }
-    pub mod dispatch {
-        include!(concat!(env!("OUT_DIR"), "/dispatch.skel.rs"));
-    }
-    pub mod replycheck {
-        include!(concat!(env!("OUT_DIR"), "/replycheck.skel.rs"));
-    }
+    skeletons!(gen, sink, router, nf, dispatch, replycheck);
 }

@@ -6,6 +6,7 @@ use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::sync::{Mutex, Once};
 
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{OpenObject, PrintLevel};
 
 use crate::error::{BpfError, Result};
@@ -75,6 +76,32 @@ impl<S> Loaded<S> {
             }
         }
     }
+}
+
+/// Opens the skeleton `B` builds, lets `configure` fix what must be set
+/// before loading (rodata config, map sizes), and loads it. The error names
+/// `object` and carries the verifier's reason.
+pub(crate) fn open_and_load<B>(
+    object: &'static str,
+    configure: impl FnOnce(&mut B::Output) -> Result<()>,
+) -> Result<Loaded<<B::Output as OpenSkel<'static>>::Output>>
+where
+    B: SkelBuilder<'static> + Default,
+{
+    Loaded::new(object, |storage| {
+        let mut open = B::default()
+            .open(storage)
+            .map_err(BpfError::libbpf(format!("opening {object}")))?;
+        configure(&mut open)?;
+        open.load()
+            .map_err(BpfError::libbpf(format!("loading {object}")))
+    })
+}
+
+/// An open skeleton's rodata (its `const volatile` config); every object
+/// with config has one, so its absence means `object` was built wrong.
+pub(crate) fn rodata<'a, T>(section: Option<&'a mut T>, object: &str) -> Result<&'a mut T> {
+    section.ok_or_else(|| BpfError::Invalid(format!("{object} has no rodata")))
 }
 
 fn classify_load_error(

@@ -1,15 +1,13 @@
 //! Control side of `bpf/nf.bpf.c`: a network function in a container.
-use std::mem::MaybeUninit;
 use std::net::IpAddr;
-
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags};
+use std::path::Path;
 
 use crate::error::{BpfError, Result};
-use crate::loader::Loaded;
+use crate::link::XdpProgram;
+use crate::loader::{open_and_load, rodata, Loaded};
+use crate::maps;
 use crate::skel::nf::types::{acl_rule, acl_verdict, nf_config, nf_limits};
 use crate::skel::nf::{NfSkel, NfSkelBuilder};
-use crate::xdp::{XdpLink, XdpMode};
 
 pub use crate::skel::nf::types::nf_stats as NfStats;
 
@@ -76,6 +74,12 @@ pub struct NfProgram {
     skel: Loaded<NfSkel<'static>>,
 }
 
+impl XdpProgram for NfProgram {
+    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.nf
+    }
+}
+
 impl NfProgram {
     pub fn load(setup: &NfSetup) -> Result<NfProgram> {
         if setup.rules.len() > MAX_RULES {
@@ -92,45 +96,19 @@ impl NfProgram {
         for (slot, r) in cfg.acl.iter_mut().zip(&setup.rules) {
             *slot = r.to_rule();
         }
-        let skel = Loaded::new(
-            "nf.bpf.o",
-            |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
-                let mut open = NfSkelBuilder::default()
-                    .open(storage)
-                    .map_err(BpfError::libbpf("opening nf.bpf.o"))?;
-                let rodata = open
-                    .maps
-                    .rodata_data
-                    .as_deref_mut()
-                    .ok_or_else(|| BpfError::Invalid("nf.bpf.o has no rodata".into()))?;
-                rodata.cfg = cfg;
-                open.load().map_err(BpfError::libbpf("loading nf.bpf.o"))
-            },
-        )?;
+        let skel = open_and_load::<NfSkelBuilder>("nf.bpf.o", |open| {
+            rodata(open.maps.rodata_data.as_deref_mut(), "nf.bpf.o")?.cfg = cfg;
+            Ok(())
+        })?;
         Ok(NfProgram { skel })
     }
 
-    pub fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.nf
-    }
-
-    pub fn attach(&self, iface: &str, mode: XdpMode) -> Result<XdpLink> {
-        XdpLink::attach(self.prog(), iface, mode)
-    }
-
     pub fn stats(&self) -> Result<NfStats> {
-        let v = self
-            .skel
-            .maps
-            .nf_stats_map
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf("reading network function counters"))?
-            .unwrap_or_default();
-        Ok(crate::pod::sum_per_cpu(&v))
+        maps::read_per_cpu(&self.skel.maps.nf_stats_map, &0u32.to_ne_bytes())
     }
 
     /// Pins the counters at `path` (read back with [`read_pinned_stats`]).
-    pub fn pin_stats(&mut self, path: &std::path::Path) -> Result<()> {
+    pub fn pin_stats(&mut self, path: &Path) -> Result<()> {
         let _ = std::fs::remove_file(path);
         self.skel
             .maps
@@ -141,16 +119,8 @@ impl NfProgram {
 }
 
 /// Counters of a network function whose stats map is pinned at `path`.
-pub fn read_pinned_stats(path: &std::path::Path) -> Result<NfStats> {
-    let map = libbpf_rs::MapHandle::from_pinned_path(path).map_err(BpfError::libbpf(format!(
-        "opening {} (is the chain applied?)",
-        path.display()
-    )))?;
-    let v = map
-        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-        .map_err(BpfError::libbpf("reading network function counters"))?
-        .unwrap_or_default();
-    Ok(crate::pod::sum_per_cpu(&v))
+pub fn read_pinned_stats(path: &Path) -> Result<NfStats> {
+    maps::read_pinned_per_cpu(path, &0u32.to_ne_bytes(), "is the chain applied?")
 }
 
 #[cfg(test)]

@@ -47,6 +47,8 @@ unsafe impl Pod for crate::skel::dispatch::types::dispatch_stats {}
 unsafe impl Pod for crate::skel::gen::types::gen_meta {}
 unsafe impl Pod for crate::skel::gen::types::xdp_md {}
 unsafe impl Pod for crate::skel::replycheck::types::replycheck_stats {}
+// Safety: a u64 is plain data; every bit pattern is a value.
+unsafe impl Pod for u64 {}
 
 /// Marks the generated counter structs made only of `u64`s (scalars and
 /// arrays), so a per-CPU map's values can be summed word by word.
@@ -63,6 +65,8 @@ unsafe impl Counters for crate::skel::router::types::router_port_stats {}
 unsafe impl Counters for crate::skel::nf::types::nf_stats {}
 unsafe impl Counters for crate::skel::dispatch::types::dispatch_stats {}
 unsafe impl Counters for crate::skel::replycheck::types::replycheck_stats {}
+// Safety: one u64, no padding (per-CPU histogram buckets).
+unsafe impl Counters for u64 {}
 
 /// The sum over CPUs of a per-CPU map's values (as `lookup_percpu` returns
 /// them), field by field.

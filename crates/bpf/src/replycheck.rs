@@ -1,17 +1,13 @@
 //! Control side of `bpf/replycheck.bpf.c`: checks, counts and times every
 //! reply to the live-frame generator's function requests, in XDP on the
 //! client's interface.
-use std::mem::MaybeUninit;
-
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags};
-
 use crate::error::{BpfError, Result};
-use crate::loader::Loaded;
+use crate::link::{Hook, Link, XdpProgram};
+use crate::loader::{open_and_load, rodata, Loaded};
+use crate::maps;
 use crate::skel::replycheck::types::{replycheck_function, replycheck_limits};
 use crate::skel::replycheck::{ReplycheckSkel, ReplycheckSkelBuilder};
-use crate::tcx::{TcxDirection, TcxLink};
-use crate::xdp::{XdpLink, XdpMode};
+use crate::tcx::TcxDirection;
 
 pub use crate::skel::replycheck::types::replycheck_stats as ReplyStats;
 
@@ -70,6 +66,12 @@ pub struct ReplyCheckProgram {
     skel: Loaded<ReplycheckSkel<'static>>,
 }
 
+impl XdpProgram for ReplyCheckProgram {
+    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.replycheck
+    }
+}
+
 impl ReplyCheckProgram {
     /// Checks replies from UDP `server_port` to requests of `payload_len`
     /// bytes made by the generator (stamped).
@@ -83,28 +85,14 @@ impl ReplyCheckProgram {
                 "checked payload of {payload_len} bytes: expected {MIN_PAYLOAD}..={MAX_PAYLOAD}"
             )));
         }
-        let skel = Loaded::new(
-            "replycheck.bpf.o",
-            |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
-                let mut open = ReplycheckSkelBuilder::default()
-                    .open(storage)
-                    .map_err(BpfError::libbpf("opening replycheck.bpf.o"))?;
-                let rodata =
-                    open.maps.rodata_data.as_deref_mut().ok_or_else(|| {
-                        BpfError::Invalid("replycheck.bpf.o has no rodata".into())
-                    })?;
-                rodata.cfg.server_port = server_port.to_be();
-                rodata.cfg.payload_len = payload_len as u16;
-                rodata.cfg.function = function.raw();
-                open.load()
-                    .map_err(BpfError::libbpf("loading replycheck.bpf.o"))
-            },
-        )?;
+        let skel = open_and_load::<ReplycheckSkelBuilder>("replycheck.bpf.o", |open| {
+            let cfg = &mut rodata(open.maps.rodata_data.as_deref_mut(), "replycheck.bpf.o")?.cfg;
+            cfg.server_port = server_port.to_be();
+            cfg.payload_len = payload_len as u16;
+            cfg.function = function.raw();
+            Ok(())
+        })?;
         Ok(ReplyCheckProgram { skel })
-    }
-
-    pub fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.replycheck
     }
 
     /// The same check as a tc program.
@@ -112,43 +100,20 @@ impl ReplyCheckProgram {
         &self.skel.progs.replycheck_tc
     }
 
-    pub fn attach(&self, iface: &str, mode: XdpMode) -> Result<XdpLink> {
-        XdpLink::attach(self.prog(), iface, mode)
-    }
-
     /// Checks at tcx ingress: on veth, cheaper for the sender than XDP, which
     /// copies every skb into an XDP frame first.
-    pub fn attach_tcx(&self, iface: &str) -> Result<TcxLink> {
-        TcxLink::attach(self.tc_prog(), iface, TcxDirection::Ingress)
+    pub fn attach_tcx(&self, iface: &str) -> Result<Link> {
+        Link::attach(self.tc_prog(), iface, Hook::Tcx(TcxDirection::Ingress))
     }
 
     pub fn stats(&self) -> Result<ReplyStats> {
-        let v = self
-            .skel
-            .maps
-            .replycheck_stats_map
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf("reading replycheck_stats_map"))?
-            .unwrap_or_default();
-        Ok(crate::pod::sum_per_cpu(&v))
+        maps::read_per_cpu(&self.skel.maps.replycheck_stats_map, &0u32.to_ne_bytes())
     }
 
     /// Replies per latency bucket (see `bucket_range`), summed over CPUs.
     pub fn latency_buckets(&self) -> Result<Vec<u64>> {
         (0..BUCKETS)
-            .map(|b| {
-                let v = self
-                    .skel
-                    .maps
-                    .replycheck_latency
-                    .lookup_percpu(&b.to_ne_bytes(), MapFlags::ANY)
-                    .map_err(BpfError::libbpf("reading replycheck_latency"))?
-                    .unwrap_or_default();
-                Ok(v.iter()
-                    .filter_map(|c| c.get(..8))
-                    .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
-                    .sum())
-            })
+            .map(|b| maps::read_per_cpu(&self.skel.maps.replycheck_latency, &b.to_ne_bytes()))
             .collect()
     }
 }

@@ -1,21 +1,20 @@
 //! Control side of `bpf/router.bpf.c`: the XDP router and its steering maps.
-use std::mem::MaybeUninit;
 use std::net::IpAddr;
 use std::path::Path;
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use peregrine_wire::MacAddr;
 
 use crate::error::{BpfError, Result};
-use crate::loader::Loaded;
+use crate::link::{Hook, Link};
+use crate::loader::{open_and_load, rodata, Loaded};
+use crate::maps;
 use crate::pod::Pod;
 use crate::skel::router::types::{
     router_action, router_limits, router_port, steer_l4_key, steer_mac_key, steer_target,
     steer_v4_key, steer_v6_key,
 };
 use crate::skel::router::{RouterSkel, RouterSkelBuilder};
-use crate::xdp::{XdpLink, XdpMode};
+use crate::xdp::XdpMode;
 
 pub use crate::skel::router::types::router_port_stats as PortStats;
 
@@ -65,9 +64,32 @@ impl std::str::FromStr for FibMode {
     }
 }
 
-/// Sums per-CPU counter values.
-pub fn sum_stats(per_cpu: &[Vec<u8>]) -> PortStats {
-    crate::pod::sum_per_cpu(per_cpu)
+/// Adds the steering rule `key` of `map`: matching frames go to port
+/// `ifindex` (`chain`: through that service chain first).
+fn steer(
+    map: &libbpf_rs::MapMut<'static>,
+    key: &[u8],
+    ifindex: u32,
+    chain: u32,
+    rule: &str,
+) -> Result<()> {
+    let t = steer_target { ifindex, chain };
+    maps::update(
+        map,
+        key,
+        t.as_bytes(),
+        &format!("adding steering rule {rule}"),
+    )
+}
+
+/// Refuses ports the router's per-port tables have no room for.
+fn check_port(ifindex: u32) -> Result<()> {
+    if ifindex >= MAX_IFINDEX {
+        return Err(BpfError::Invalid(format!(
+            "ifindex {ifindex} is beyond the router's port table ({MAX_IFINDEX})"
+        )));
+    }
+    Ok(())
 }
 
 fn slot(ifindex: u32) -> u32 {
@@ -95,25 +117,13 @@ pub struct RouterProgram {
 
 impl RouterProgram {
     pub fn load(mode: FibMode) -> Result<RouterProgram> {
-        let skel = Loaded::new(
-            "router.bpf.o",
-            |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
-                let mut open = RouterSkelBuilder::default()
-                    .open(storage)
-                    .map_err(BpfError::libbpf("opening router.bpf.o"))?;
-                let rodata = open
-                    .maps
-                    .rodata_data
-                    .as_deref_mut()
-                    .ok_or_else(|| BpfError::Invalid("router.bpf.o has no rodata".into()))?;
-                rodata.fib_flags = match mode {
-                    FibMode::Full => 0,
-                    FibMode::Direct => libbpf_sys::BPF_FIB_LOOKUP_DIRECT,
-                };
-                open.load()
-                    .map_err(BpfError::libbpf("loading router.bpf.o"))
-            },
-        )?;
+        let skel = open_and_load::<RouterSkelBuilder>("router.bpf.o", |open| {
+            rodata(open.maps.rodata_data.as_deref_mut(), "router.bpf.o")?.fib_flags = match mode {
+                FibMode::Full => 0,
+                FibMode::Direct => libbpf_sys::BPF_FIB_LOOKUP_DIRECT,
+            };
+            Ok(())
+        })?;
         Ok(RouterProgram { skel })
     }
 
@@ -123,8 +133,8 @@ impl RouterProgram {
 
     /// Attaches the router to `iface` and makes it an egress port.
     /// `classify`: apply steering rules to frames arriving here.
-    pub fn attach(&self, iface: &str, mode: XdpMode, classify: bool) -> Result<XdpLink> {
-        let link = XdpLink::attach(self.prog(), iface, mode)?;
+    pub fn attach(&self, iface: &str, mode: XdpMode, classify: bool) -> Result<Link> {
+        let link = Link::attach(self.prog(), iface, Hook::Xdp(mode))?;
         self.add_port(link.ifindex)?;
         self.set_port(link.ifindex, 0, classify)?;
         Ok(link)
@@ -132,73 +142,51 @@ impl RouterProgram {
 
     /// Makes `ifindex` a port frames may be redirected to.
     pub fn add_port(&self, ifindex: u32) -> Result<()> {
-        if ifindex >= MAX_IFINDEX {
-            return Err(BpfError::Invalid(format!(
-                "ifindex {ifindex} is beyond the router's port table ({MAX_IFINDEX})"
-            )));
-        }
-        self.skel
-            .maps
-            .tx_ports
-            .update(
-                &ifindex.to_ne_bytes(),
-                &ifindex.to_ne_bytes(),
-                MapFlags::ANY,
-            )
-            .map_err(BpfError::libbpf(format!(
-                "adding ifindex {ifindex} to the router's ports"
-            )))
+        check_port(ifindex)?;
+        maps::update(
+            &self.skel.maps.tx_ports,
+            &ifindex.to_ne_bytes(),
+            &ifindex.to_ne_bytes(),
+            &format!("adding ifindex {ifindex} to the router's ports"),
+        )
     }
 
     /// Frames arriving on `ifindex` go on to `next_ifindex` (a service chain
     /// hop; 0: classify if asked, then route).
     pub fn set_port(&self, ifindex: u32, next_ifindex: u32, classify: bool) -> Result<()> {
-        if ifindex >= MAX_IFINDEX {
-            return Err(BpfError::Invalid(format!(
-                "ifindex {ifindex} is beyond the router's port table ({MAX_IFINDEX})"
-            )));
-        }
+        check_port(ifindex)?;
         let p = router_port {
             next_ifindex,
             classify: u32::from(classify),
         };
-        self.skel
-            .maps
-            .ports
-            .update(&ifindex.to_ne_bytes(), p.as_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!(
-                "configuring router port {ifindex}"
-            )))
+        maps::update(
+            &self.skel.maps.ports,
+            &ifindex.to_ne_bytes(),
+            p.as_bytes(),
+            &format!("configuring router port {ifindex}"),
+        )
     }
 
     /// Steers frames to destinations in `net/plen` to port `ifindex`.
     pub fn steer_prefix(&self, net: IpAddr, plen: u8, ifindex: u32, chain: u32) -> Result<()> {
-        let t = steer_target { ifindex, chain };
-        let r = match net {
+        let rule = format!("{net}/{plen}");
+        let m = &self.skel.maps;
+        match net {
             IpAddr::V4(a) => {
                 let k = steer_v4_key {
                     prefixlen: u32::from(plen.min(32)),
                     addr: u32::from_ne_bytes(a.octets()),
                 };
-                self.skel
-                    .maps
-                    .steer_v4
-                    .update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
+                steer(&m.steer_v4, k.as_bytes(), ifindex, chain, &rule)
             }
             IpAddr::V6(a) => {
                 let k = steer_v6_key {
                     prefixlen: u32::from(plen.min(128)),
                     addr: a.octets(),
                 };
-                self.skel
-                    .maps
-                    .steer_v6
-                    .update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
+                steer(&m.steer_v6, k.as_bytes(), ifindex, chain, &rule)
             }
-        };
-        r.map_err(BpfError::libbpf(format!(
-            "adding steering rule {net}/{plen}"
-        )))
+        }
     }
 
     /// Steers frames of IP protocol `proto` to destination port `port`.
@@ -208,39 +196,22 @@ impl RouterProgram {
             pad: 0,
             port: port.to_be(),
         };
-        let t = steer_target { ifindex, chain };
-        self.skel
-            .maps
-            .steer_l4
-            .update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!(
-                "adding steering rule proto {proto} port {port}"
-            )))
+        let rule = format!("proto {proto} port {port}");
+        let m = &self.skel.maps;
+        steer(&m.steer_l4, k.as_bytes(), ifindex, chain, &rule)
     }
 
     /// Steers frames from source MAC `mac` (the source's method).
     pub fn steer_mac(&self, mac: MacAddr, ifindex: u32, chain: u32) -> Result<()> {
         let k = steer_mac_key { mac: mac.0, pad: 0 };
-        let t = steer_target { ifindex, chain };
-        self.skel
-            .maps
-            .steer_mac
-            .update(k.as_bytes(), t.as_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!(
-                "adding steering rule for source MAC {mac}"
-            )))
+        let rule = format!("for source MAC {mac}");
+        let m = &self.skel.maps;
+        steer(&m.steer_mac, k.as_bytes(), ifindex, chain, &rule)
     }
 
     /// Counters of port `ifindex`, summed over CPUs.
     pub fn stats(&self, ifindex: u32) -> Result<PortStats> {
-        let v = self
-            .skel
-            .maps
-            .port_stats
-            .lookup_percpu(&slot(ifindex).to_ne_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf("reading router counters"))?
-            .unwrap_or_default();
-        Ok(sum_stats(&v))
+        maps::read_per_cpu(&self.skel.maps.port_stats, &slot(ifindex).to_ne_bytes())
     }
 
     /// Pins the router's maps in `dir` so that it can be inspected and
@@ -269,14 +240,9 @@ impl RouterProgram {
 
 /// Counters of port `ifindex` of a router pinned in `dir`.
 pub fn read_pinned_stats(dir: &Path, ifindex: u32) -> Result<PortStats> {
-    let p = dir.join("port_stats");
-    let map = MapHandle::from_pinned_path(&p).map_err(BpfError::libbpf(format!(
-        "opening {} (is a router attached?)",
-        p.display()
-    )))?;
-    let v = map
-        .lookup_percpu(&slot(ifindex).to_ne_bytes(), MapFlags::ANY)
-        .map_err(BpfError::libbpf("reading router counters"))?
-        .unwrap_or_default();
-    Ok(sum_stats(&v))
+    maps::read_pinned_per_cpu(
+        &dir.join("port_stats"),
+        &slot(ifindex).to_ne_bytes(),
+        "is a router attached?",
+    )
 }

@@ -1,26 +1,26 @@
 //! Control side of `bpf/sink.bpf.c`, the receiver-side counting sink.
-use std::mem::MaybeUninit;
 use std::path::Path;
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::MapCore;
 pub use libbpf_rs::MapHandle;
-use libbpf_rs::{MapCore, MapFlags};
 
 use crate::error::{BpfError, Result};
 use crate::fixture::XdpAction;
-use crate::loader::Loaded;
+use crate::link::XdpProgram;
+use crate::loader::{open_and_load, rodata, Loaded};
+use crate::maps;
 use crate::skel::sink::{SinkSkel, SinkSkelBuilder};
-use crate::xdp::{XdpLink, XdpMode};
 
 pub use crate::skel::sink::types::sink_stats as SinkStats;
 
-/// Sum of per-CPU `sink_stats` values.
-pub fn sum_stats(per_cpu: &[Vec<u8>]) -> SinkStats {
-    crate::pod::sum_per_cpu(per_cpu)
-}
-
 pub struct SinkProgram {
     skel: Loaded<SinkSkel<'static>>,
+}
+
+impl XdpProgram for SinkProgram {
+    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.sink
+    }
 }
 
 impl SinkProgram {
@@ -32,41 +32,16 @@ impl SinkProgram {
                 "sink verdict {verdict:?}: expected Drop or Pass"
             )));
         }
-        let skel = Loaded::new(
-            "sink.bpf.o",
-            |storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>| {
-                let mut open = SinkSkelBuilder::default()
-                    .open(storage)
-                    .map_err(BpfError::libbpf("opening sink.bpf.o"))?;
-                let rodata = open
-                    .maps
-                    .rodata_data
-                    .as_deref_mut()
-                    .ok_or_else(|| BpfError::Invalid("sink.bpf.o has no rodata".into()))?;
-                rodata.sink_verdict = verdict.raw();
-                open.load().map_err(BpfError::libbpf("loading sink.bpf.o"))
-            },
-        )?;
+        let skel = open_and_load::<SinkSkelBuilder>("sink.bpf.o", |open| {
+            rodata(open.maps.rodata_data.as_deref_mut(), "sink.bpf.o")?.sink_verdict =
+                verdict.raw();
+            Ok(())
+        })?;
         Ok(SinkProgram { skel })
     }
 
-    pub fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.sink
-    }
-
-    pub fn attach(&self, iface: &str, mode: XdpMode) -> Result<XdpLink> {
-        XdpLink::attach(self.prog(), iface, mode)
-    }
-
     pub fn stats(&self) -> Result<SinkStats> {
-        let v = self
-            .skel
-            .maps
-            .sink_stats_map
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf("reading sink_stats_map"))?
-            .unwrap_or_default();
-        Ok(sum_stats(&v))
+        read_stats(&self.skel.maps.sink_stats_map)
     }
 
     /// Pins the counters so other processes (`peregrine sink stats`) can read them.
@@ -84,15 +59,7 @@ impl SinkProgram {
 
 /// Reads counters pinned by `SinkProgram::pin_stats`.
 pub fn read_pinned_stats(path: &Path) -> Result<SinkStats> {
-    let map = MapHandle::from_pinned_path(path).map_err(BpfError::libbpf(format!(
-        "opening pinned sink counters {}",
-        path.display()
-    )))?;
-    let v = map
-        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-        .map_err(BpfError::libbpf("reading pinned sink counters"))?
-        .unwrap_or_default();
-    Ok(sum_stats(&v))
+    maps::read_pinned_per_cpu(path, &0u32.to_ne_bytes(), "is a sink running?")
 }
 
 /// Counters of a peregrine sink already attached to `ifindex` (in the calling
@@ -145,13 +112,9 @@ pub fn attached_sink_stats(ifindex: u32) -> Result<Option<MapHandle>> {
     Ok(None)
 }
 
-/// Reads counters from a map found by `attached_sink_stats`.
-pub fn read_stats(map: &MapHandle) -> Result<SinkStats> {
-    let v = map
-        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-        .map_err(BpfError::libbpf("reading sink counters"))?
-        .unwrap_or_default();
-    Ok(sum_stats(&v))
+/// Reads a sink's counters map: its own, or one found by `attached_sink_stats`.
+pub fn read_stats(map: &impl MapCore) -> Result<SinkStats> {
+    maps::read_per_cpu(map, &0u32.to_ne_bytes())
 }
 
 /// BPF_PROG_RUN fixtures: frame in, verdict and frame out, and the exact

@@ -1,11 +1,7 @@
-//! tc programs attached through tcx bpf_links (Linux 6.6+): like `XdpLink`,
-//! attached while the `TcxLink` lives and detached when it is dropped, so a
-//! crashed process leaves nothing behind. Several tcx programs can share a
-//! hook; each link removes only its own.
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-
+//! The tcx hooks (Linux 6.6+): tc programs at ingress or egress, several per
+//! hook, each link removing only its own. Attaching is `link::Link` with
+//! `Hook::Tcx`.
 use crate::error::{BpfError, Result};
-use crate::xdp::ifindex;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TcxDirection {
@@ -14,10 +10,21 @@ pub enum TcxDirection {
 }
 
 impl TcxDirection {
-    fn attach_type(self) -> libbpf_sys::bpf_attach_type {
+    pub(crate) fn attach_type(self) -> libbpf_sys::bpf_attach_type {
         match self {
             TcxDirection::Ingress => libbpf_sys::BPF_TCX_INGRESS,
             TcxDirection::Egress => libbpf_sys::BPF_TCX_EGRESS,
+        }
+    }
+
+    /// The direction of a tcx link's attach type, as link info reports it.
+    pub(crate) fn from_attach_type(t: u32) -> Result<TcxDirection> {
+        match t {
+            libbpf_sys::BPF_TCX_INGRESS => Ok(TcxDirection::Ingress),
+            libbpf_sys::BPF_TCX_EGRESS => Ok(TcxDirection::Egress),
+            _ => Err(BpfError::Invalid(format!(
+                "attach type {t} is not a tcx direction"
+            ))),
         }
     }
     pub fn as_str(self) -> &'static str {
@@ -25,56 +32,6 @@ impl TcxDirection {
             TcxDirection::Ingress => "tcx ingress",
             TcxDirection::Egress => "tcx egress",
         }
-    }
-}
-
-#[derive(Debug)]
-pub struct TcxLink {
-    _fd: OwnedFd,
-    pub iface: String,
-    pub ifindex: u32,
-    pub direction: TcxDirection,
-}
-
-impl TcxLink {
-    /// Attaches the tc program `prog` to `iface` (in the calling thread's
-    /// namespace), after any programs already there.
-    pub fn attach(prog: &impl AsFd, iface: &str, direction: TcxDirection) -> Result<TcxLink> {
-        let ifindex = ifindex(iface)?;
-        // Safety: zeroed is the valid empty options struct; `sz` is set below.
-        let mut opts: libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
-        opts.sz = std::mem::size_of_val(&opts) as _;
-        // Safety: the program fd is valid for the call; `opts` outlives it.
-        let rc = unsafe {
-            libbpf_sys::bpf_link_create(
-                prog.as_fd().as_raw_fd(),
-                ifindex as i32,
-                direction.attach_type(),
-                &opts,
-            )
-        };
-        if rc < 0 {
-            let err = std::io::Error::from_raw_os_error(-rc);
-            let reason = match -rc {
-                libc::EINVAL => {
-                    format!("{err} (is the program of type tc, and the kernel 6.6+ with tcx?)")
-                }
-                _ => err.to_string(),
-            };
-            return Err(BpfError::Attach {
-                iface: iface.to_string(),
-                mode: direction.as_str(),
-                reason,
-            });
-        }
-        // Safety: a non-negative return is a new link fd that we now own.
-        let fd = unsafe { OwnedFd::from_raw_fd(rc) };
-        Ok(TcxLink {
-            _fd: fd,
-            iface: iface.to_string(),
-            ifindex,
-            direction,
-        })
     }
 }
 

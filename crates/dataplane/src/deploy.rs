@@ -6,7 +6,7 @@ use std::path::Path;
 
 use peregrine_bpf::nf::{NfProgram, NfSetup};
 use peregrine_bpf::router::{FibMode, PortStats, RouterProgram};
-use peregrine_bpf::{XdpLink, XdpMode};
+use peregrine_bpf::{Link, XdpMode, XdpProgram};
 use peregrine_host::netns;
 
 use crate::config::{ChainMatch, DataplaneConfig, NfKind};
@@ -20,7 +20,7 @@ pub struct RunningNf {
     pub host: String,
     pub iface: String,
     pub prog: NfProgram,
-    pub link: XdpLink,
+    pub link: Link,
 }
 
 /// A router (with its chains and network functions), attached.
@@ -29,7 +29,7 @@ pub struct Dataplane {
     /// None: the namespace of the process that attached it.
     pub router_ns: Option<String>,
     /// (port name, link)
-    pub ports: Vec<(String, XdpLink)>,
+    pub ports: Vec<(String, Link)>,
     pub nfs: Vec<RunningNf>,
     /// Pass-through programs on port peers that ran no XDP (see PassThrough).
     pub peers: Vec<PassThrough>,

@@ -2,7 +2,7 @@
 //! (XDP_REDIRECT) unless its peer runs an XDP program, so the data plane
 //! (and the lab's generator) put a counting pass-through there.
 use peregrine_bpf::sink::SinkProgram;
-use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
+use peregrine_bpf::{Link, XdpAction, XdpMode, XdpProgram};
 use peregrine_host::netns;
 
 use crate::error::Result;
@@ -12,7 +12,7 @@ pub struct PassThrough {
     pub ns: String,
     pub iface: String,
     pub prog: SinkProgram,
-    pub link: XdpLink,
+    pub link: Link,
 }
 
 /// Makes `ns:iface` accept redirected frames: attaches a pass-through program

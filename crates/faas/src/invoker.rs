@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
-use peregrine_bpf::{XdpLink, XdpMode};
+use peregrine_bpf::{Link, XdpMode, XdpProgram};
 use peregrine_host::netns;
 use peregrine_wire::parse_udp_frame;
 use peregrine_xsk::{FrameHandler, Verdict, Workers, Xsk, XskConfig};
@@ -79,7 +79,7 @@ pub struct AfXdpInvoker {
     /// First field, so the workers stop before the program goes.
     _workers: Workers,
     pub prog: DispatchProgram,
-    _link: XdpLink,
+    _link: Link,
     pub counters: Arc<Counters>,
     /// "zero-copy", "copy" (native XDP) or "skb" (generic XDP), as bound.
     pub mode: &'static str,

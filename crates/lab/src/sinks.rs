@@ -8,7 +8,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use peregrine_bpf::gen::PEREGRINE_MAGIC;
 use peregrine_bpf::sink::SinkProgram;
-use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
+use peregrine_bpf::{Link, XdpAction, XdpMode, XdpProgram};
 
 use crate::error::{LabError, Result};
 use peregrine_host::cpu::monotonic_ns;
@@ -89,7 +89,7 @@ pub struct XdpSink {
 
 enum SinkCounters {
     /// Our own program, attached by us.
-    Own(Box<(SinkProgram, XdpLink)>),
+    Own(Box<(SinkProgram, Link)>),
     /// A peregrine sink someone else attached there (a data plane's
     /// pass-through): we read its counters and leave it in place.
     Shared(peregrine_bpf::sink::MapHandle),
@@ -274,7 +274,7 @@ pub struct XskSink {
     counters: Arc<XskCounters>,
     hist: Latencies,
     _prog: peregrine_bpf::dispatch::DispatchProgram,
-    _link: XdpLink,
+    _link: Link,
     /// Socket mode and memory, for the record.
     pub mode: &'static str,
     pub memory_bytes: usize,

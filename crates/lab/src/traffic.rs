@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use peregrine_bpf::gen::{FrameSizes, GenProgram, GenSetup, PEREGRINE_MAGIC};
 use peregrine_bpf::pod::Pod;
 use peregrine_bpf::skel::gen::types::gen_meta;
-use peregrine_bpf::XdpLink;
+use peregrine_bpf::Link;
 use peregrine_wire::{UdpFrameSpec, FCS_LEN};
 use serde::{Deserialize, Serialize};
 
@@ -183,7 +183,7 @@ pub struct Generator {
     spec: TrafficSpec,
     prog: Option<Arc<GenProgram>>,
     /// The generator attached to the namespace's `lo` (see GenProgram::anchor).
-    _anchor: Option<XdpLink>,
+    _anchor: Option<Link>,
     /// Pass-through program put on the veth peer when it had none: veth
     /// drops redirected frames silently unless the peer runs XDP.
     _peer_xdp: Option<peregrine_dataplane::PassThrough>,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
 use peregrine_bpf::testing::privileged;
-use peregrine_bpf::XdpMode;
+use peregrine_bpf::{XdpMode, XdpProgram};
 use peregrine_host::netns;
 use peregrine_io::{DatagramIo, RecvBatch, Transmit};
 use peregrine_lab::{Lab, Lifetime, Topology};

@@ -1,0 +1,335 @@
+//! Programs attached to a network interface through a bpf_link, at an XDP
+//! hook or a tcx hook. The attachment lasts while its `Link` lives or while
+//! the link is pinned in bpffs, and ends when both are gone: a crashed
+//! process leaves nothing behind unless it pinned the link, and a pinned
+//! link survives the process that attached it (`Link::from_pin` takes it
+//! back). Both hooks work the same way, so an attachment is one type.
+use std::ffi::CString;
+use std::fmt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::error::{BpfError, Result};
+use crate::tcx::TcxDirection;
+use crate::xdp::XdpMode;
+
+/// Where on an interface a program runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    Xdp(XdpMode),
+    Tcx(TcxDirection),
+}
+
+impl Hook {
+    fn attach_type(self) -> libbpf_sys::bpf_attach_type {
+        match self {
+            Hook::Xdp(_) => libbpf_sys::BPF_XDP,
+            Hook::Tcx(d) => d.attach_type(),
+        }
+    }
+
+    /// bpf_link_create flags: the XDP mode; tcx takes none (appends).
+    fn flags(self) -> u32 {
+        match self {
+            Hook::Xdp(mode) => mode.flags(),
+            Hook::Tcx(_) => 0,
+        }
+    }
+
+    /// "XDP (native)", "tcx ingress", ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hook::Xdp(mode) => mode.hook(),
+            Hook::Tcx(d) => d.as_str(),
+        }
+    }
+
+    /// Why the kernel refused to attach here, from its errno.
+    fn refusal(self, errno: i32) -> String {
+        let err = std::io::Error::from_raw_os_error(errno);
+        match (self, errno) {
+            (Hook::Xdp(_), libc::EBUSY | libc::EEXIST) => {
+                "another XDP program is already attached".to_string()
+            }
+            (Hook::Xdp(XdpMode::Native), libc::EOPNOTSUPP) => {
+                "the driver has no native XDP; use generic mode".to_string()
+            }
+            (Hook::Xdp(_), libc::EINVAL) => {
+                format!("{err} (kernel refused the link; is the program type XDP?)")
+            }
+            (Hook::Tcx(_), libc::EINVAL) => {
+                format!("{err} (is the program of type tc, and the kernel 6.6+ with tcx?)")
+            }
+            _ => err.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Interface index of `name` in the calling thread's network namespace.
+pub fn ifindex(name: &str) -> Result<u32> {
+    nix::net::if_::if_nametoindex(name).map_err(|_| BpfError::UnknownInterface(name.to_string()))
+}
+
+/// A program attached to one interface's hook through a bpf_link.
+#[derive(Debug)]
+pub struct Link {
+    fd: OwnedFd,
+    pub iface: String,
+    pub ifindex: u32,
+    pub hook: Hook,
+    pin: OnceLock<PathBuf>,
+}
+
+impl Link {
+    /// Attaches `prog` to `hook` of interface `iface` (resolved in the
+    /// calling thread's network namespace). XDP fails if another program is
+    /// attached there; tcx runs after the programs already there.
+    pub fn attach(prog: &impl AsFd, iface: &str, hook: Hook) -> Result<Link> {
+        let ifindex = ifindex(iface)?;
+        // Safety: zeroed is the valid empty options struct; `sz` is set below.
+        let mut opts: libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
+        opts.sz = std::mem::size_of_val(&opts) as _;
+        opts.flags = hook.flags();
+        // Safety: the program fd is valid for the call; `opts` outlives it.
+        let rc = unsafe {
+            libbpf_sys::bpf_link_create(
+                prog.as_fd().as_raw_fd(),
+                ifindex as i32,
+                hook.attach_type(),
+                &opts,
+            )
+        };
+        if rc < 0 {
+            return Err(BpfError::Attach {
+                iface: iface.to_string(),
+                mode: hook.as_str(),
+                reason: hook.refusal(-rc),
+            });
+        }
+        Ok(Link {
+            // Safety: a non-negative return is a new link fd that we now own.
+            fd: unsafe { OwnedFd::from_raw_fd(rc) },
+            iface: iface.to_string(),
+            ifindex,
+            hook,
+            pin: OnceLock::new(),
+        })
+    }
+
+    /// Takes back a link pinned at `path` (by this or an earlier process).
+    /// Dropping it leaves the program attached while the pin exists; `unpin`
+    /// then drop detaches it. The interface's name and the XDP mode are
+    /// looked up in the calling thread's network namespace, which should be
+    /// the interface's.
+    pub fn from_pin(path: &Path) -> Result<Link> {
+        let c = pin_path(path)?;
+        // Safety: NUL-terminated path valid for the call.
+        let rc = unsafe { libbpf_sys::bpf_obj_get(c.as_ptr()) };
+        if rc < 0 {
+            return Err(BpfError::Io {
+                what: format!("opening the pinned link {}", path.display()),
+                source: std::io::Error::from_raw_os_error(-rc),
+            });
+        }
+        // Safety: a non-negative return is a new fd that we now own.
+        let fd = unsafe { OwnedFd::from_raw_fd(rc) };
+        let info = link_info(fd.as_fd(), path)?;
+        // Safety: `type_` says which union member the kernel filled in.
+        let (ifindex, hook) = unsafe {
+            match info.type_ {
+                libbpf_sys::BPF_LINK_TYPE_XDP => {
+                    let ifindex = info.__bindgen_anon_1.xdp.ifindex;
+                    let mode = crate::xdp::mode_of(ifindex, info.prog_id)?;
+                    (ifindex, Hook::Xdp(mode))
+                }
+                libbpf_sys::BPF_LINK_TYPE_TCX => {
+                    let tcx = info.__bindgen_anon_1.tcx;
+                    (
+                        tcx.ifindex,
+                        Hook::Tcx(TcxDirection::from_attach_type(tcx.attach_type)?),
+                    )
+                }
+                other => {
+                    return Err(BpfError::Invalid(format!(
+                        "{} is a link of type {other}, not an XDP or tcx attachment",
+                        path.display()
+                    )))
+                }
+            }
+        };
+        let iface = nix::net::if_::if_indextoname(ifindex)
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| format!("ifindex {ifindex}"));
+        Ok(Link {
+            fd,
+            iface,
+            ifindex,
+            hook,
+            pin: OnceLock::from(path.to_path_buf()),
+        })
+    }
+
+    /// Pins the link at `path` so the attachment outlives this process. A
+    /// link has one pin.
+    pub fn pin(&self, path: &Path) -> Result<()> {
+        if let Some(at) = self.pin.get() {
+            return Err(BpfError::Invalid(format!(
+                "{self} is already pinned at {}",
+                at.display()
+            )));
+        }
+        let c = pin_path(path)?;
+        // Safety: valid fd and NUL-terminated path for the call's duration.
+        let rc = unsafe { libbpf_sys::bpf_obj_pin(self.fd.as_raw_fd(), c.as_ptr()) };
+        if rc < 0 {
+            return Err(BpfError::Io {
+                what: format!("pinning the link of {self} at {}", path.display()),
+                source: std::io::Error::from_raw_os_error(-rc),
+            });
+        }
+        let _ = self.pin.set(path.to_path_buf());
+        Ok(())
+    }
+
+    /// Where the link is pinned, if it is.
+    pub fn pinned_at(&self) -> Option<&Path> {
+        self.pin.get().map(PathBuf::as_path)
+    }
+
+    /// Removes the link's pin; the returned link detaches when dropped.
+    pub fn unpin(mut self) -> Result<Link> {
+        if let Some(path) = self.pin.take() {
+            std::fs::remove_file(&path)
+                .map_err(BpfError::io(format!("removing the pin {}", path.display())))?;
+        }
+        Ok(self)
+    }
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} on {} (ifindex {})",
+            self.hook, self.iface, self.ifindex
+        )
+    }
+}
+
+impl AsFd for Link {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+fn pin_path(path: &Path) -> Result<CString> {
+    CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| BpfError::Invalid(format!("pin path {} holds a NUL", path.display())))
+}
+
+/// The kernel's description of the link `fd` (pinned at `path`).
+fn link_info(fd: BorrowedFd<'_>, path: &Path) -> Result<libbpf_sys::bpf_link_info> {
+    // Safety: zeroed is the valid empty info struct (no pointers to fill).
+    let mut info: libbpf_sys::bpf_link_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // Safety: `info` and `len` outlive the call; `len` is info's size.
+    let rc = unsafe { libbpf_sys::bpf_link_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+    if rc < 0 {
+        return Err(BpfError::Io {
+            what: format!("reading what the link {} is", path.display()),
+            source: std::io::Error::from_raw_os_error(-rc),
+        });
+    }
+    Ok(info)
+}
+
+/// A loaded XDP program that is attached as it is, with nothing to set up
+/// per interface (the router, which registers its ports, is not one).
+pub trait XdpProgram {
+    /// The program, for attaching and for BPF_PROG_RUN.
+    fn prog(&self) -> &libbpf_rs::ProgramMut<'static>;
+
+    /// Attaches the program to `iface` in `mode` (see `Link::attach`).
+    fn attach(&self, iface: &str, mode: XdpMode) -> Result<Link> {
+        Link::attach(self.prog(), iface, Hook::Xdp(mode))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replycheck::{CheckedFunction, ReplyCheckProgram};
+    use crate::sink::SinkProgram;
+    use crate::testing::privileged;
+    use crate::{bpffs, tcx, xdp, XdpAction};
+
+    /// Runs `f` on a thread in a network namespace of its own (only `lo`),
+    /// so attaching touches nothing else on the machine.
+    fn in_fresh_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                    .expect("a network namespace of the test's own");
+                f()
+            })
+            .join()
+            .expect("the test thread")
+        })
+    }
+
+    fn attached(hook: Hook, ifindex: u32) -> bool {
+        match hook {
+            Hook::Xdp(_) => xdp::attached_prog_id(ifindex).unwrap().is_some(),
+            Hook::Tcx(d) => tcx::attached_count(ifindex, d).unwrap() > 0,
+        }
+    }
+
+    /// For both hooks: a pinned link keeps the program attached after its
+    /// value is dropped, comes back from the pin knowing what it is attached
+    /// to, and detaches once unpinned and dropped.
+    #[test]
+    fn pinned_links_come_back_from_their_pin_and_detach_when_unpinned() {
+        if !privileged("pinned_links_come_back_from_their_pin_and_detach_when_unpinned") {
+            return;
+        }
+        let sub = format!("link-test-{}", std::process::id());
+        let dir = bpffs::pin_dir(&sub).unwrap();
+        in_fresh_netns(|| {
+            let lo = ifindex("lo").unwrap();
+            let sink = SinkProgram::load(XdpAction::Pass).unwrap();
+            let check = ReplyCheckProgram::load(1232, 64, CheckedFunction::Echo).unwrap();
+            let links = [
+                sink.attach("lo", XdpMode::Generic).unwrap(),
+                check.attach_tcx("lo").unwrap(),
+            ];
+            for link in links {
+                let hook = link.hook;
+                let path = dir.join(hook.as_str().replace(' ', "-"));
+                link.pin(&path).unwrap();
+                assert!(link.pin(&dir.join("again")).is_err(), "{hook}: one pin");
+                drop(link);
+                assert!(attached(hook, lo), "{hook}: attached while pinned");
+                let back = Link::from_pin(&path).unwrap();
+                assert_eq!(
+                    (back.hook, back.ifindex, back.iface.as_str()),
+                    (hook, lo, "lo")
+                );
+                assert_eq!(back.pinned_at(), Some(path.as_path()));
+                assert_eq!(back.to_string(), format!("{hook} on lo (ifindex {lo})"));
+                drop(back);
+                assert!(attached(hook, lo), "{hook}: a reopened link keeps the pin");
+                drop(Link::from_pin(&path).unwrap().unpin().unwrap());
+                assert!(!path.exists(), "{hook}: pin removed");
+                assert!(!attached(hook, lo), "{hook}: detached once unpinned");
+            }
+        });
+        bpffs::remove_pins(&sub).unwrap();
+    }
+}
