@@ -1,4 +1,4 @@
-//! Control side of `bpf/dispatch.bpf.c`: UDP port -> function -> AF_XDP socket.
+//! Control side of `bpf/xsk/dispatch.bpf.c`: UDP port -> function -> AF_XDP socket.
 use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 

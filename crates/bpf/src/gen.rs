@@ -1,4 +1,4 @@
-//! Control side of `bpf/gen.bpf.c`, the live-frame traffic generator.
+//! Control side of `bpf/lab/gen.bpf.c`, the live-frame traffic generator.
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
 

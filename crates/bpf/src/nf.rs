@@ -1,4 +1,4 @@
-//! Control side of `bpf/nf.bpf.c`: a network function in a container.
+//! Control side of `bpf/dataplane/nf.bpf.c`: a network function in a container.
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
 

@@ -1,4 +1,4 @@
-//! Control side of `bpf/replycheck.bpf.c`: checks, counts and times every
+//! Control side of `bpf/lab/replycheck.bpf.c`: checks, counts and times every
 //! reply to the live-frame generator's function requests, in XDP on the
 //! client's interface.
 use std::mem::MaybeUninit;

@@ -1,4 +1,4 @@
-//! Control side of `bpf/router.bpf.c`: the XDP router and its steering maps.
+//! Control side of `bpf/dataplane/router.bpf.c`: the XDP router and its steering maps.
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! Control side of `bpf/sink.bpf.c`, the receiver-side counting sink.
+//! Control side of `bpf/lab/sink.bpf.c`, the receiver-side counting sink.
 use std::mem::MaybeUninit;
 use std::path::Path;
 
