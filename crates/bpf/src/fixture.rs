@@ -1,6 +1,8 @@
 //! BPF_PROG_RUN fixtures: an input frame, the verdict the program must return
-//! and the frame it must leave behind. Each program's fixtures live next to
-//! its control code (`gen.rs`, `sink.rs`) and run in `tests/fixtures.rs`.
+//! and the frame it must leave behind. Each program's fixtures live in its
+//! control code's `#[cfg(test)]` module (`gen.rs`, `sink.rs`, ...); the
+//! router's, which need a namespace with routes, in
+//! `crates/lab/tests/router_fixtures.rs`.
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd};
 

@@ -317,7 +317,6 @@ impl GenProgram {
         Ok(())
     }
 
-    /// Frames made and build errors, summed over CPUs.
     /// Sets the pacing of `cpu`'s sender for the next runs: one frame every
     /// 1e9/`pps` ns (None: unpaced), at most `limit` frames (None: no limit).
     pub fn set_pace(&self, cpu: usize, pps: Option<f64>, limit: Option<u64>) -> Result<()> {
@@ -358,6 +357,7 @@ impl GenProgram {
         Ok(v.sent)
     }
 
+    /// Frames made and build errors, summed over CPUs.
     pub fn state(&self) -> Result<gen_state> {
         let vals = self
             .skel

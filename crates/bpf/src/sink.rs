@@ -69,7 +69,8 @@ impl SinkProgram {
         Ok(sum_stats(&v))
     }
 
-    /// Pins the counters so other processes (`peregrine sink stats`) can read them.
+    /// Pins the counters at `path`, where [`read_pinned_stats`] reads them
+    /// from another process for as long as the pin exists.
     pub fn pin_stats(&mut self, path: &Path) -> Result<()> {
         self.skel
             .maps
