@@ -12,7 +12,6 @@
 #include "peregrine/parse.h"
 #include "peregrine/gen_kern_user.h"
 #include "peregrine/sink_kern_user.h"
-#include "peregrine/netdev_uapi.h"
 
 const volatile __u32 sink_verdict = XDP_DROP;
 
@@ -24,9 +23,6 @@ struct {
 } sink_stats_map SEC(".maps");
 
 struct sink_stats sink_stats_type_anchor;
-/* For user space only (see netdev_uapi.h). */
-struct ethtool_value ethtool_value_anchor;
-enum peregrine_ethtool_cmd ethtool_cmd_anchor;
 
 #define VLAN_HLEN 4
 

@@ -14,6 +14,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("dataplane", "router"),
     ("dataplane", "nf"),
     ("xsk", "dispatch"),
+    ("host", "uapi"),
 ];
 
 /// Test-only objects under `bpf/tests/`: compiled, no skeleton.

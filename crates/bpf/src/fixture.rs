@@ -7,6 +7,7 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd};
 
 use crate::error::{BpfError, Result};
+use crate::skel::uapi::types::{xdp_action, xdp_md};
 
 /// Smallest frame BPF_PROG_RUN accepts for XDP (an Ethernet header).
 pub const MIN_TEST_FRAME: usize = 14;
@@ -21,18 +22,27 @@ pub enum XdpAction {
 }
 
 impl XdpAction {
+    const ALL: [XdpAction; 5] = [
+        XdpAction::Aborted,
+        XdpAction::Drop,
+        XdpAction::Pass,
+        XdpAction::Tx,
+        XdpAction::Redirect,
+    ];
+
     pub fn from_raw(v: u32) -> Option<XdpAction> {
-        Some(match v {
-            0 => XdpAction::Aborted,
-            1 => XdpAction::Drop,
-            2 => XdpAction::Pass,
-            3 => XdpAction::Tx,
-            4 => XdpAction::Redirect,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|a| a.raw() == v)
     }
+
+    /// The kernel's value (<linux/bpf.h> enum xdp_action, through BTF).
     pub fn raw(self) -> u32 {
-        self as u32
+        match self {
+            XdpAction::Aborted => xdp_action::XDP_ABORTED.0,
+            XdpAction::Drop => xdp_action::XDP_DROP.0,
+            XdpAction::Pass => xdp_action::XDP_PASS.0,
+            XdpAction::Tx => xdp_action::XDP_TX.0,
+            XdpAction::Redirect => xdp_action::XDP_REDIRECT.0,
+        }
     }
 }
 
@@ -101,13 +111,13 @@ pub fn run_once_on(prog: &impl AsFd, input: &[u8], ingress: Option<u32>) -> Resu
     opts.data_out = out.as_mut_ptr().cast();
     opts.data_size_out = out.len() as u32;
     opts.repeat = 1;
-    let mut ctx = crate::skel::gen::types::xdp_md {
+    let mut ctx = xdp_md {
         data_end: input.len() as u32,
         ingress_ifindex: ingress.unwrap_or(0),
         ..Default::default()
     };
     if ingress.is_some() {
-        opts.ctx_in = (&mut ctx as *mut crate::skel::gen::types::xdp_md).cast();
+        opts.ctx_in = (&mut ctx as *mut xdp_md).cast();
         opts.ctx_size_in = std::mem::size_of_val(&ctx) as u32;
     }
     // Safety: buffers are valid for the sizes given and outlive the call.

@@ -45,4 +45,8 @@ pub mod skel {
     pub mod replycheck {
         include!(concat!(env!("OUT_DIR"), "/replycheck.skel.rs"));
     }
+    /// Kernel uapi types and constants only (bpf/host/uapi.bpf.c): no program.
+    pub mod uapi {
+        include!(concat!(env!("OUT_DIR"), "/uapi.skel.rs"));
+    }
 }

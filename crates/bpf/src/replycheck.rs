@@ -20,7 +20,7 @@ pub const BUCKETS: u32 = replycheck_limits::REPLYCHECK_BUCKETS.0;
 /// Longest payload the checker reads (bytes).
 pub const MAX_PAYLOAD: usize = replycheck_limits::REPLYCHECK_MAX_WORDS.0 as usize * 8;
 /// Shortest payload: the generator's meta (magic, sequence, send time).
-pub const MIN_PAYLOAD: usize = 16;
+pub const MIN_PAYLOAD: usize = replycheck_limits::REPLYCHECK_MIN_PAYLOAD.0 as usize;
 
 /// The function whose replies are checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,20 +158,26 @@ mod fixtures {
     use super::*;
     use crate::fixture::{check_all, truncations, Expect, Fixture};
     use crate::gen::PEREGRINE_MAGIC;
+    use crate::pod::Pod;
+    use crate::skel::gen::types::gen_meta;
+    use crate::skel::uapi::types::peregrine_tc_act;
     use crate::testing::privileged;
     use crate::XdpAction;
     use peregrine_wire::{MacAddr, UdpFrameSpec};
 
     const SERVER_PORT: u16 = 1232;
-    const TC_ACT_OK: u32 = 0;
-    const TC_ACT_SHOT: u32 = 2;
+    const TC_ACT_OK: u32 = peregrine_tc_act::PG_TC_ACT_OK.0;
+    const TC_ACT_SHOT: u32 = peregrine_tc_act::PG_TC_ACT_SHOT.0;
 
     /// The generator's request payload: meta, then zeros.
     fn request(len: usize, seq: u32, tx_ns: u64) -> Vec<u8> {
+        let meta = gen_meta {
+            magic: PEREGRINE_MAGIC,
+            seq,
+            tx_ns,
+        };
         let mut p = vec![0u8; len];
-        p[0..4].copy_from_slice(&PEREGRINE_MAGIC.to_ne_bytes());
-        p[4..8].copy_from_slice(&seq.to_ne_bytes());
-        p[8..16].copy_from_slice(&tx_ns.to_ne_bytes());
+        p[..MIN_PAYLOAD].copy_from_slice(meta.as_bytes());
         p
     }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use peregrine_bpf::gen::PEREGRINE_MAGIC;
+use peregrine_bpf::gen::read_meta;
 use peregrine_bpf::sink::SinkProgram;
 use peregrine_bpf::{XdpAction, XdpLink, XdpMode};
 
@@ -251,12 +251,10 @@ fn recv_loop(
         lat.clear();
         for (m, buf) in msgs.iter().zip(bufs.iter()).take(n as usize) {
             let len = m.msg_len as usize;
-            if len >= 4 && u32::from_ne_bytes(buf[0..4].try_into().unwrap()) == PEREGRINE_MAGIC {
+            if let Some(meta) = read_meta(&buf[..len.min(buf.len())]) {
                 p += 1;
                 b += len as u64;
-                if len >= 16 {
-                    lat.push(u64::from_ne_bytes(buf[8..16].try_into().unwrap()));
-                }
+                lat.push(meta.tx_ns);
             }
         }
         c.0.fetch_add(p, Ordering::Relaxed);
@@ -419,21 +417,16 @@ impl XskSink {
                     lat.clear();
                     let got = xsk.process(256, |buf, len| {
                         let frame = &buf[..len];
-                        match peregrine_wire::parse_udp_frame(frame) {
-                            Ok(u)
-                                if u.payload.len() >= 4
-                                    && u32::from_ne_bytes(u.payload[0..4].try_into().unwrap())
-                                        == PEREGRINE_MAGIC =>
-                            {
+                        match peregrine_wire::parse_udp_frame(frame)
+                            .ok()
+                            .and_then(|u| read_meta(u.payload))
+                        {
+                            Some(meta) => {
                                 p += 1;
                                 b += frame.len() as u64;
-                                if u.payload.len() >= 16 {
-                                    lat.push(u64::from_ne_bytes(
-                                        u.payload[8..16].try_into().unwrap(),
-                                    ));
-                                }
+                                lat.push(meta.tx_ns);
                             }
-                            _ => bad += 1,
+                            None => bad += 1,
                         }
                         Verdict::Drop
                     });
