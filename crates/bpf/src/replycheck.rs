@@ -156,14 +156,17 @@ impl ReplyCheckProgram {
 #[cfg(test)]
 mod fixtures {
     use super::*;
-    use crate::fixture::{check_all, truncations, Expect, Fixture};
+    use crate::fixture::frames::{
+        arp_request, bad_ip4_checksum, bad_udp_checksum, garbage, ip4_fragment, udp, with_protocol,
+    };
+    use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::gen::PEREGRINE_MAGIC;
     use crate::pod::Pod;
     use crate::skel::gen::types::gen_meta;
     use crate::skel::uapi::types::peregrine_tc_act;
     use crate::testing::privileged;
     use crate::XdpAction;
-    use peregrine_wire::{MacAddr, UdpFrameSpec};
+    use peregrine_wire::{ipproto, MacAddr, UdpFrameSpec};
 
     const SERVER_PORT: u16 = 1232;
     const TC_ACT_OK: u32 = peregrine_tc_act::PG_TC_ACT_OK.0;
@@ -200,7 +203,21 @@ mod fixtures {
             frame_len: spec.min_frame_len() + payload.len(),
             ..spec
         };
-        spec.build(payload).unwrap()
+        udp(&spec, payload)
+    }
+
+    /// Counter deltas of one run: replies, bad_payload, bad_checksum,
+    /// bad_length, truncated.
+    type Deltas = (u64, u64, u64, u64, u64);
+
+    fn deltas(b: &ReplyStats, a: &ReplyStats) -> Deltas {
+        (
+            a.replies - b.replies,
+            a.bad_payload - b.bad_payload,
+            a.bad_checksum - b.bad_checksum,
+            a.bad_length - b.bad_length,
+            a.truncated - b.truncated,
+        )
     }
 
     fn reversed(mut p: Vec<u8>) -> Vec<u8> {
@@ -299,12 +316,8 @@ mod fixtures {
             ));
 
             let mut bad_sum = vec![];
-            let mut udp_sum = ok.clone();
-            udp_sum[40] ^= 0x10; // UDP checksum
-            bad_sum.push(drop(format!("{tag} udp checksum"), udp_sum));
-            let mut ip_sum = ok.clone();
-            ip_sum[24] ^= 0x10; // IPv4 header checksum
-            bad_sum.push(drop(format!("{tag} ip checksum"), ip_sum));
+            bad_sum.push(drop(format!("{tag} udp checksum"), bad_udp_checksum(&ok)));
+            bad_sum.push(drop(format!("{tag} ip checksum"), bad_ip4_checksum(&ok)));
             // The checksum covers the meta bytes carried back.
             let mut seq_changed = ok.clone();
             let seq_at = match function {
@@ -334,39 +347,42 @@ mod fixtures {
                     format!("{tag} other port"),
                     reply(false, 53, &answer(request(len, 3, now))),
                 ),
-                pass(format!("{tag} garbage"), vec![0x42; 64]),
-                pass(format!("{tag} arp"), {
-                    let mut a = vec![0xff; 6];
-                    a.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
-                    a.extend_from_slice(&[0; 28]);
-                    a
-                }),
+                pass(format!("{tag} garbage"), garbage(64)),
+                pass(
+                    format!("{tag} arp"),
+                    arp_request(
+                        MacAddr::local(1),
+                        "198.18.0.1".parse().unwrap(),
+                        "198.18.0.2".parse().unwrap(),
+                    ),
+                ),
             ];
-            let mut tcp = ok.clone();
-            tcp[23] = 6;
-            others.push(pass(format!("{tag} tcp"), tcp));
-            let mut frag = ok.clone();
-            frag[20] = 0x20;
-            others.push(pass(format!("{tag} fragment"), frag));
+            others.push(pass(format!("{tag} tcp"), with_protocol(&ok, ipproto::TCP)));
+            others.push(pass(
+                format!("{tag} fragment"),
+                ip4_fragment(&ok, true, 0),
+            ));
             // Cut inside the UDP header: not recognisably a reply.
             for (n, f) in truncations(&ok, 42) {
                 others.push(pass(format!("{tag} cut at {n}"), f));
             }
 
-            let all: Vec<Fixture> = good
+            // Each group with the one counter its frames move.
+            let groups: [(&Vec<Fixture>, Deltas); 6] = [
+                (&good, (1, 0, 0, 0, 0)),
+                (&wrong_payload, (0, 1, 0, 0, 0)),
+                (&bad_sum, (0, 0, 1, 0, 0)),
+                (&bad_len, (0, 0, 0, 1, 0)),
+                (&cut, (0, 0, 0, 0, 1)),
+                (&others, (0, 0, 0, 0, 0)),
+            ];
+            let table: Vec<Case<Deltas>> = groups
                 .iter()
-                .chain(&wrong_payload)
-                .chain(&bad_sum)
-                .chain(&bad_len)
-                .chain(&cut)
-                .chain(&others)
-                .cloned()
+                .flat_map(|(fx, effect)| fx.iter().map(|f| Case::new(f.clone(), *effect)))
                 .collect();
-            let bad: Vec<String> = check_all(prog.prog(), &all)
-                .iter()
-                .map(|m| m.to_string())
-                .collect();
-            assert!(bad.is_empty(), "{}", bad.join("\n"));
+            let bad = check_table(prog.prog(), &table, || prog.stats().unwrap(), deltas);
+            assert_passed(&tag, &bad);
+            let all: Vec<Fixture> = table.into_iter().map(|c| c.fixture).collect();
             // The tc program gives the same verdicts (TC_ACT_SHOT for every
             // reply, TC_ACT_OK for the rest) and counts into the same maps.
             // (BPF_PROG_RUN refuses tc frames cut inside the network header:
