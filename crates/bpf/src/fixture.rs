@@ -229,6 +229,18 @@ pub fn check_table<S, E: PartialEq + fmt::Debug>(
     bad
 }
 
+/// A router fixture's effect: the actions whose packet counter at the
+/// ingress port moved (exactly one for every frame).
+pub fn router_actions_moved(
+    before: &crate::router::PortStats,
+    after: &crate::router::PortStats,
+) -> Vec<&'static str> {
+    (0..crate::router::ACTIONS)
+        .filter(|&i| after.packets[i] != before.packets[i])
+        .map(crate::router::action_name)
+        .collect()
+}
+
 /// Panics with every mismatch of a table, one per line, if there is any.
 pub fn assert_passed(what: &str, mismatches: &[Mismatch]) {
     assert!(
