@@ -25,14 +25,21 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     let include = root.join("include");
     let arch_include = format!("/usr/include/{}-linux-gnu", std::env::consts::ARCH);
-    let includes = [format!("-I{}", include.display()), format!("-I{arch_include}")];
+    let includes = [
+        format!("-I{}", include.display()),
+        format!("-I{arch_include}"),
+    ];
     println!("cargo:rerun-if-changed={}", include.display());
     for (dir, name) in PROGRAMS {
         let src = root.join(dir).join(format!("{name}.bpf.c"));
         println!("cargo:rerun-if-changed={}", src.display());
         SkeletonBuilder::new()
             .source(&src)
-            .clang_args(["-O2".to_string(), "-Wall".to_string()].iter().chain(&includes))
+            .clang_args(
+                ["-O2".to_string(), "-Wall".to_string()]
+                    .iter()
+                    .chain(&includes),
+            )
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building bpf/{dir}/{name}.bpf.c: {e:#}"));
     }

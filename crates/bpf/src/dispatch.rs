@@ -154,7 +154,9 @@ impl DispatchProgram {
 #[cfg(test)]
 mod fixtures {
     use super::*;
-    use crate::fixture::frames::{arp_request, garbage, ip4_fragment, ip4_options, udp, vlan, with_protocol};
+    use crate::fixture::frames::{
+        arp_request, garbage, ip4_fragment, ip4_options, udp, vlan, with_protocol,
+    };
     use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::testing::privileged;
     use crate::XdpAction;
@@ -202,7 +204,10 @@ mod fixtures {
         d.set_function(1, 1232, 2, Policy::RoundRobin).unwrap();
         d.set_function(2, 7000, 0, Policy::FlowHash).unwrap();
         let pass = |n: &str, f: Vec<u8>, effect: Deltas| {
-            Case::new(Fixture::new(n, f, XdpAction::Pass, Expect::Unchanged), effect)
+            Case::new(
+                Fixture::new(n, f, XdpAction::Pass, Expect::Unchanged),
+                effect,
+            )
         };
         let (no_socket, disabled, nothing) = ((1, 0, 0), (0, 1, 0), (0, 0, 0));
         let v4 = udp_frame("198.18.0.2", 1232);
@@ -220,8 +225,16 @@ mod fixtures {
                 ip4_options(&v4, 1),
                 no_socket,
             ),
-            pass("v4 to a disabled function", udp_frame("198.18.0.2", 7000), disabled),
-            pass("v4 to an unknown port", udp_frame("198.18.0.2", 53), nothing),
+            pass(
+                "v4 to a disabled function",
+                udp_frame("198.18.0.2", 7000),
+                disabled,
+            ),
+            pass(
+                "v4 to an unknown port",
+                udp_frame("198.18.0.2", 53),
+                nothing,
+            ),
             pass(
                 "arp",
                 arp_request(

@@ -1,8 +1,9 @@
 //! BPF_PROG_RUN fixtures: an input frame, the verdict the program must return
-//! and the frame it must leave behind. Each program's fixtures live in its
-//! control code's `#[cfg(test)]` module (`gen.rs`, `sink.rs`, ...); the
-//! router's, which need a namespace with routes, in
-//! `crates/lab/tests/router_fixtures.rs`.
+//! and the frame it must leave behind. Each program's fixtures are a table of
+//! `Case`s (fixture + expected counter effect, run by `check_table`) built
+//! with `frames`, in its control code's `#[cfg(test)]` module (`sink.rs`,
+//! `router.rs`, ...); the router's that need a namespace with routes and
+//! neighbours are in `crates/lab/tests/router_fixtures.rs`.
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd};
 

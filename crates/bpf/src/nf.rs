@@ -276,9 +276,19 @@ mod fixtures {
         let denied = frame("198.18.0.8", "198.19.0.1", 9);
         let dns = frame("198.18.1.8", "198.19.0.1", 53);
         let table: Vec<(&str, Vec<u8>, XdpAction, bool)> = vec![
-            ("allowed host", frame("198.18.0.7", "198.19.0.1", 9), tx, true),
+            (
+                "allowed host",
+                frame("198.18.0.7", "198.19.0.1", 9),
+                tx,
+                true,
+            ),
             ("denied subnet", denied.clone(), drop, true),
-            ("other subnet", frame("198.18.1.8", "198.19.0.1", 9), tx, true),
+            (
+                "other subnet",
+                frame("198.18.1.8", "198.19.0.1", 9),
+                tx,
+                true,
+            ),
             ("udp 53", dns.clone(), drop, true),
             (
                 "v6 bad prefix",
@@ -292,7 +302,12 @@ mod fixtures {
                 tx,
                 true,
             ),
-            ("v6 udp 53", frame("2001:db8::1", "2001:db8:2::1", 53), drop, true),
+            (
+                "v6 udp 53",
+                frame("2001:db8::1", "2001:db8:2::1", 53),
+                drop,
+                true,
+            ),
             ("non-ip", vec![0xff; 60], tx, false),
             ("eth only", denied[..14].to_vec(), tx, false),
             ("ip cut short", denied[..30].to_vec(), tx, false),
@@ -300,7 +315,12 @@ mod fixtures {
             // the options when they were cut short).
             ("udp 53 with ipv4 options", ip4_options(&dns, 2), drop, true),
             // Tags are looked through (was: a tagged frame was not judged).
-            ("802.1Q-tagged denied subnet", vlan(&denied, ethertype::VLAN, 5), drop, true),
+            (
+                "802.1Q-tagged denied subnet",
+                vlan(&denied, ethertype::VLAN, 5),
+                drop,
+                true,
+            ),
             (
                 "QinQ udp 53",
                 vlan(&vlan(&dns, ethertype::VLAN, 5), ethertype::QINQ, 6),
@@ -308,7 +328,12 @@ mod fixtures {
                 true,
             ),
             // A version other than 4 is not IPv4 (was: judged as IPv4).
-            ("ipv4 ethertype, version 6", ip_first_byte(&denied, 0x65), tx, false),
+            (
+                "ipv4 ethertype, version 6",
+                ip_first_byte(&denied, 0x65),
+                tx,
+                false,
+            ),
         ];
         run(
             &NfSetup {

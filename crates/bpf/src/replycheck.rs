@@ -358,10 +358,7 @@ mod fixtures {
                 ),
             ];
             others.push(pass(format!("{tag} tcp"), with_protocol(&ok, ipproto::TCP)));
-            others.push(pass(
-                format!("{tag} fragment"),
-                ip4_fragment(&ok, true, 0),
-            ));
+            others.push(pass(format!("{tag} fragment"), ip4_fragment(&ok, true, 0)));
             // Cut inside the UDP header: not recognisably a reply.
             for (n, f) in truncations(&ok, 42) {
                 others.push(pass(format!("{tag} cut at {n}"), f));

@@ -326,7 +326,11 @@ mod fixtures {
         let plain = frame("198.19.0.5", 64);
         let v6 = frame("2001:db8:99::5", 64);
         let mut table: Vec<(String, Vec<u8>, &str)> = vec![
-            ("ipv4 ttl 1 expires".into(), frame("198.19.0.5", 1), "pass_ttl"),
+            (
+                "ipv4 ttl 1 expires".into(),
+                frame("198.19.0.5", 1),
+                "pass_ttl",
+            ),
             ("ipv4 ttl 0".into(), frame("198.19.0.5", 0), "pass_ttl"),
             (
                 "ipv6 hop limit 1 expires".into(),
@@ -352,7 +356,11 @@ mod fixtures {
                 ip4_fragment(&plain, false, 16),
                 "pass_fragment",
             ),
-            ("ipv4 options".into(), ip4_options(&plain, 1), "pass_ip_options"),
+            (
+                "ipv4 options".into(),
+                ip4_options(&plain, 1),
+                "pass_ip_options",
+            ),
             (
                 "802.1Q tagged".into(),
                 vlan(&plain, ethertype::VLAN, 7),

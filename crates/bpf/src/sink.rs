@@ -232,8 +232,16 @@ mod fixtures {
                 gen_frame(false, 1514),
                 Generator,
             ),
-            ("802.1Q-tagged ipv4 generator frame".into(), tagged(&v4), Generator),
-            ("802.1Q-tagged ipv6 generator frame".into(), tagged(&v6), Generator),
+            (
+                "802.1Q-tagged ipv4 generator frame".into(),
+                tagged(&v4),
+                Generator,
+            ),
+            (
+                "802.1Q-tagged ipv6 generator frame".into(),
+                tagged(&v6),
+                Generator,
+            ),
             // Parsed with parse.h's rule: two tags (was: one).
             ("QinQ ipv4 generator frame".into(), qinq(&v4), Generator),
             ("QinQ ipv6 generator frame".into(), qinq(&v6), Generator),
@@ -256,22 +264,42 @@ mod fixtures {
             ("ipv4 fragment".into(), ip4_fragment(&v4, true, 1), Other),
             // Any fragment is not a whole datagram (was: a first fragment
             // carrying the magic counted as the generator's).
-            ("ipv4 first fragment".into(), ip4_fragment(&v4, true, 0), Other),
-            ("ipv4 later fragment".into(), ip4_fragment(&v4, false, 16), Other),
+            (
+                "ipv4 first fragment".into(),
+                ip4_fragment(&v4, true, 0),
+                Other,
+            ),
+            (
+                "ipv4 later fragment".into(),
+                ip4_fragment(&v4, false, 16),
+                Other,
+            ),
             (
                 "ipv4 header length below 5 words".into(),
                 ip_first_byte(&v4, 0x44),
                 Other,
             ),
-            ("ipv4 ethertype, version 6".into(), ip_first_byte(&v4, 0x65), Other),
+            (
+                "ipv4 ethertype, version 6".into(),
+                ip_first_byte(&v4, 0x65),
+                Other,
+            ),
             // A total length shorter than the header (was: counted).
-            ("ipv4 total length below its header".into(), {
-                let mut f = v4.clone();
-                f[16..18].copy_from_slice(&19u16.to_be_bytes());
-                f
-            }, Other),
+            (
+                "ipv4 total length below its header".into(),
+                {
+                    let mut f = v4.clone();
+                    f[16..18].copy_from_slice(&19u16.to_be_bytes());
+                    f
+                },
+                Other,
+            ),
             ("ipv4 tcp".into(), with_protocol(&v4, ipproto::TCP), Other),
-            ("ipv6 icmp".into(), with_protocol(&v6, ipproto::ICMPV6), Other),
+            (
+                "ipv6 icmp".into(),
+                with_protocol(&v6, ipproto::ICMPV6),
+                Other,
+            ),
             (
                 "arp".into(),
                 arp_request(

@@ -126,8 +126,14 @@ fn router_fixtures() {
     let ns_frame = with_protocol(&build(&from_a("ff02::1:ff00:2", 255)), ipproto::ICMPV6);
     let table: Vec<(Fixture, &str)> = vec![
         (forward("ipv4 forward", from_a("198.19.0.5", 64)), "forward"),
-        (forward("ipv6 forward", from_a("2001:db8:99::5", 64)), "forward"),
-        (forward("ipv4 ttl 2 forward", from_a("198.19.0.5", 2)), "forward"),
+        (
+            forward("ipv6 forward", from_a("2001:db8:99::5", 64)),
+            "forward",
+        ),
+        (
+            forward("ipv4 ttl 2 forward", from_a("198.19.0.5", 2)),
+            "forward",
+        ),
         (
             pass("unresolved neighbour", build(&from_a("198.19.99.5", 64))),
             "pass_no_neigh",
