@@ -275,6 +275,22 @@ pub mod frames {
     const IP6_NEXTHDR: usize = L3 + 6;
     const ETHERTYPE: usize = 2 * 6;
 
+    /// A UDP frame spec from `src` to `dst` (addresses of one family):
+    /// MACs `MacAddr::local(1)` to `local(2)`, ports 1024 to 9, TTL 64,
+    /// smallest frame; cases change what they need with `..spec(..)`.
+    pub fn spec(src: &str, dst: &str) -> UdpFrameSpec {
+        UdpFrameSpec {
+            src_mac: MacAddr::local(1),
+            dst_mac: MacAddr::local(2),
+            src_ip: src.parse().unwrap(),
+            dst_ip: dst.parse().unwrap(),
+            src_port: 1024,
+            dst_port: 9,
+            ttl: 64,
+            frame_len: 0,
+        }
+    }
+
     /// `spec`'s frame with `payload` at the start of the UDP payload.
     pub fn udp(spec: &UdpFrameSpec, payload: &[u8]) -> Vec<u8> {
         spec.build(payload)

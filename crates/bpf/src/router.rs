@@ -288,7 +288,7 @@ pub fn read_pinned_stats(dir: &Path, ifindex: u32) -> Result<PortStats> {
 mod fixtures {
     use super::*;
     use crate::fixture::frames::{
-        arp_request, garbage, ip4_fragment, ip4_options, ip_first_byte, udp, vlan,
+        arp_request, garbage, ip4_fragment, ip4_options, ip_first_byte, spec, udp, vlan,
     };
     use crate::fixture::{
         assert_passed, check_table, router_actions_moved, truncations, Case, Expect, Fixture,
@@ -301,20 +301,17 @@ mod fixtures {
     const LO: u32 = 1;
 
     fn frame(dst: &str, ttl: u8) -> Vec<u8> {
-        let v6 = dst.contains(':');
-        let spec = UdpFrameSpec {
-            src_mac: MacAddr::local(1),
-            dst_mac: MacAddr::local(2),
-            src_ip: if v6 { "2001:db8:1::1" } else { "198.18.1.1" }
-                .parse()
-                .unwrap(),
-            dst_ip: dst.parse().unwrap(),
-            src_port: 4000,
-            dst_port: 5000,
+        let src = if dst.contains(':') {
+            "2001:db8:1::1"
+        } else {
+            "198.18.1.1"
+        };
+        let s = UdpFrameSpec {
             ttl,
             frame_len: 100,
+            ..spec(src, dst)
         };
-        udp(&spec, b"hello")
+        udp(&s, b"hello")
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! small lab: a - r - b (routed), r - c (out1, not a router port).
 //! The cases that need no FIB (TTL, fragments, options, tags, malformed and
 //! cut frames) are in crates/bpf/src/router.rs.
-use peregrine_bpf::fixture::frames::with_protocol;
+use peregrine_bpf::fixture::frames::{spec, with_protocol};
 use peregrine_bpf::fixture::{
     assert_passed, check, check_table, router_actions_moved, Case, Expect, Fixture,
 };
@@ -65,18 +65,19 @@ fn mac(s: &str) -> MacAddr {
 
 /// A UDP frame as host a sends it to the router.
 fn from_a(dst: &str, ttl: u8) -> UdpFrameSpec {
-    let v6 = dst.contains(':');
+    let src = if dst.contains(':') {
+        "2001:db8:1::1"
+    } else {
+        "198.18.1.1"
+    };
     UdpFrameSpec {
         src_mac: mac("02:50:00:00:0a:01"),
         dst_mac: mac("02:50:00:00:01:01"),
-        src_ip: if v6 { "2001:db8:1::1" } else { "198.18.1.1" }
-            .parse()
-            .unwrap(),
-        dst_ip: dst.parse().unwrap(),
         src_port: 4000,
         dst_port: 5000,
         ttl,
         frame_len: 100,
+        ..spec(src, dst)
     }
 }
 
