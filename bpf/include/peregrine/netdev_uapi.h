@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /* Kernel uapi definitions user space needs for device settings netlink does
  * not carry here (veth offloads). Values come from <linux/ethtool.h> at
- * compile time; a BPF object anchors them so they reach Rust through BTF and
+ * compile time; bpf/host/uapi.bpf.c anchors them so they reach Rust through BTF and
  * the generated skeleton types, never retyped by hand. */
 #ifndef PEREGRINE_NETDEV_UAPI_H
 #define PEREGRINE_NETDEV_UAPI_H

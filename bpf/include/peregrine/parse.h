@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
-/* Bounds-checked header access for XDP programs. Every helper returns NULL when
- * the header does not fit in [data, data_end), so callers never read past the
- * frame and the verifier sees the check. */
+/* Bounds-checked header parsing for XDP and tc programs, one rule for all of
+ * them: no helper reads past [data, data_end), and the verifier sees every
+ * check. What a program does with a frame it cannot parse (pass, count as
+ * malformed) is its own choice; what counts as parseable is decided here. */
 #ifndef PEREGRINE_PARSE_H
 #define PEREGRINE_PARSE_H
 
@@ -27,6 +28,126 @@ static __always_inline void *cursor_take(struct cursor *c, __u32 len)
 		return NULL;
 	c->pos = p + len;
 	return p;
+}
+
+/* Why a parse_* helper gave up (its return value when negative). */
+enum parse_error {
+	PARSE_CUT = -1, /* the frame ends inside the header */
+	PARSE_BAD = -2, /* the header is whole but inconsistent */
+};
+
+#ifndef IP_MF
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1fff
+#endif
+
+/* Tags parse_eth looks through: 802.1Q, and 802.1ad outside it (QinQ). */
+#define PARSE_MAX_VLANS 2
+
+struct vlan_hdr {
+	__be16 tci;
+	__be16 proto; /* the encapsulated EtherType */
+};
+
+/* The Ethernet header in *eth and up to PARSE_MAX_VLANS VLAN tags after it,
+ * counted in *vlans. Returns the EtherType after the tags (network order;
+ * a third tag's TPID comes back as such), or PARSE_CUT. */
+static __always_inline int parse_eth(struct cursor *c, struct ethhdr **eth, int *vlans)
+{
+	struct ethhdr *e = cursor_take(c, sizeof(*e));
+
+	*vlans = 0;
+	if (!e)
+		return PARSE_CUT;
+	*eth = e;
+	__u16 proto = e->h_proto;
+#pragma unroll
+	for (int i = 0; i < PARSE_MAX_VLANS; i++) {
+		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+			break;
+		struct vlan_hdr *v = cursor_take(c, sizeof(*v));
+		if (!v)
+			return PARSE_CUT;
+		proto = v->proto;
+		(*vlans)++;
+	}
+	return proto;
+}
+
+/* The IPv4 header in *ip, options included (the cursor ends up at the L4
+ * header). Returns the protocol, PARSE_CUT when header or options are cut
+ * short, PARSE_BAD for a version other than 4, an IHL below 5 words or a
+ * total length shorter than the header. Whether the whole datagram is there
+ * is the caller's question (ip4_cut_short): a checker of replies still wants
+ * to see the UDP header of a cut one. */
+static __always_inline int parse_ip4(struct cursor *c, struct iphdr **ip)
+{
+	struct iphdr *h = cursor_take(c, sizeof(*h));
+
+	if (!h)
+		return PARSE_CUT;
+	*ip = h;
+	if (h->version != 4 || h->ihl < 5)
+		return PARSE_BAD;
+	if (h->ihl > 5 && !cursor_take(c, (h->ihl - 5) * 4))
+		return PARSE_CUT;
+	if (bpf_ntohs(h->tot_len) < h->ihl * 4)
+		return PARSE_BAD;
+	return h->protocol;
+}
+
+/* The datagram the IPv4 header announces runs past the frame's end
+ * (Ethernet padding after it is fine). */
+static __always_inline int ip4_cut_short(const struct iphdr *ip, const struct cursor *c)
+{
+	return (void *)ip + bpf_ntohs(ip->tot_len) > c->end;
+}
+
+/* A fragment, first or later: not a whole datagram. */
+static __always_inline int ip4_is_fragment(const struct iphdr *ip)
+{
+	return ip->frag_off & bpf_htons(IP_MF | IP_OFFSET);
+}
+
+/* The IPv6 header in *ip6 (extension headers are not walked). Returns the
+ * next header, PARSE_CUT or PARSE_BAD (version other than 6). */
+static __always_inline int parse_ip6(struct cursor *c, struct ipv6hdr **ip6)
+{
+	struct ipv6hdr *h = cursor_take(c, sizeof(*h));
+
+	if (!h)
+		return PARSE_CUT;
+	*ip6 = h;
+	if (h->version != 6)
+		return PARSE_BAD;
+	return h->nexthdr;
+}
+
+/* The payload the IPv6 header announces runs past the frame's end. */
+static __always_inline int ip6_cut_short(const struct ipv6hdr *ip6, const struct cursor *c)
+{
+	return (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len) > c->end;
+}
+
+/* The UDP header, or NULL when cut short. */
+static __always_inline struct udphdr *parse_udp(struct cursor *c)
+{
+	return cursor_take(c, sizeof(struct udphdr));
+}
+
+/* Source and destination port, where UDP and TCP headers both begin. */
+struct l4_ports {
+	__be16 source;
+	__be16 dest;
+};
+
+/* The ports of a UDP or TCP header, or NULL when cut short or another
+ * protocol. */
+static __always_inline struct l4_ports *parse_ports(struct cursor *c, __u8 proto)
+{
+	if (proto != IPPROTO_UDP && proto != IPPROTO_TCP)
+		return NULL;
+	return cursor_take(c, sizeof(struct l4_ports));
 }
 
 /* Fold a 32+ bit ones'-complement sum to 16 bits. */

@@ -5,6 +5,7 @@
 #define PEREGRINE_REPLYCHECK_KERN_USER_H
 
 #include <linux/types.h>
+#include "peregrine/gen_kern_user.h"
 
 /* The function the server runs, which fixes what its reply to a generator
  * request (gen_meta then zeros) must be. Only one-to-one functions can be
@@ -21,6 +22,8 @@ enum replycheck_limits {
 	REPLYCHECK_BUCKETS = 1024,
 	/* Longest payload checked (u64 words): a 1500-byte MTU's UDP payload. */
 	REPLYCHECK_MAX_WORDS = 184,
+	/* Shortest payload checked: the generator's whole gen_meta. */
+	REPLYCHECK_MIN_PAYLOAD = sizeof(struct gen_meta),
 };
 
 struct replycheck_config {

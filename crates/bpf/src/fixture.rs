@@ -1,10 +1,14 @@
 //! BPF_PROG_RUN fixtures: an input frame, the verdict the program must return
-//! and the frame it must leave behind. Each program's fixtures live next to
-//! its control code (`gen.rs`, `sink.rs`) and run in `tests/fixtures.rs`.
+//! and the frame it must leave behind. Each program's fixtures are a table of
+//! `Case`s (fixture + expected counter effect, run by `check_table`) built
+//! with `frames`, in its control code's `#[cfg(test)]` module (`sink.rs`,
+//! `router.rs`, ...); the router's that need a namespace with routes and
+//! neighbours are in `crates/lab/tests/router_fixtures.rs`.
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd};
 
 use crate::error::{BpfError, Result};
+use crate::skel::uapi::types::{xdp_action, xdp_md};
 
 /// Smallest frame BPF_PROG_RUN accepts for XDP (an Ethernet header).
 pub const MIN_TEST_FRAME: usize = 14;
@@ -19,18 +23,27 @@ pub enum XdpAction {
 }
 
 impl XdpAction {
+    const ALL: [XdpAction; 5] = [
+        XdpAction::Aborted,
+        XdpAction::Drop,
+        XdpAction::Pass,
+        XdpAction::Tx,
+        XdpAction::Redirect,
+    ];
+
     pub fn from_raw(v: u32) -> Option<XdpAction> {
-        Some(match v {
-            0 => XdpAction::Aborted,
-            1 => XdpAction::Drop,
-            2 => XdpAction::Pass,
-            3 => XdpAction::Tx,
-            4 => XdpAction::Redirect,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|a| a.raw() == v)
     }
+
+    /// The kernel's value (<linux/bpf.h> enum xdp_action, through BTF).
     pub fn raw(self) -> u32 {
-        self as u32
+        match self {
+            XdpAction::Aborted => xdp_action::XDP_ABORTED.0,
+            XdpAction::Drop => xdp_action::XDP_DROP.0,
+            XdpAction::Pass => xdp_action::XDP_PASS.0,
+            XdpAction::Tx => xdp_action::XDP_TX.0,
+            XdpAction::Redirect => xdp_action::XDP_REDIRECT.0,
+        }
     }
 }
 
@@ -99,13 +112,13 @@ pub fn run_once_on(prog: &impl AsFd, input: &[u8], ingress: Option<u32>) -> Resu
     opts.data_out = out.as_mut_ptr().cast();
     opts.data_size_out = out.len() as u32;
     opts.repeat = 1;
-    let mut ctx = crate::skel::gen::types::xdp_md {
+    let mut ctx = xdp_md {
         data_end: input.len() as u32,
         ingress_ifindex: ingress.unwrap_or(0),
         ..Default::default()
     };
     if ingress.is_some() {
-        opts.ctx_in = (&mut ctx as *mut crate::skel::gen::types::xdp_md).cast();
+        opts.ctx_in = (&mut ctx as *mut xdp_md).cast();
         opts.ctx_size_in = std::mem::size_of_val(&ctx) as u32;
     }
     // Safety: buffers are valid for the sizes given and outlive the call.
@@ -173,6 +186,225 @@ pub fn check_all(prog: &impl AsFd, fixtures: &[Fixture]) -> Vec<Mismatch> {
         .iter()
         .filter_map(|f| check(prog, f).err())
         .collect()
+}
+
+/// One row of a program's fixture table: the fixture and what running it
+/// must change besides the frame (counter deltas, ...), as the table's
+/// `effect` function observes it; `()` when only verdict and frame count.
+#[derive(Debug, Clone)]
+pub struct Case<E = ()> {
+    pub fixture: Fixture,
+    pub effect: E,
+}
+
+impl<E> Case<E> {
+    pub fn new(fixture: Fixture, effect: E) -> Self {
+        Case { fixture, effect }
+    }
+}
+
+/// Runs a fixture table in order: each case's verdict and output frame as
+/// `check`, and `effect(before, after)` over `state()` read around the run
+/// must equal the case's effect. Returns every mismatch, not just the first.
+pub fn check_table<S, E: PartialEq + fmt::Debug>(
+    prog: &impl AsFd,
+    cases: &[Case<E>],
+    mut state: impl FnMut() -> S,
+    effect: impl Fn(&S, &S) -> E,
+) -> Vec<Mismatch> {
+    let mut bad = Vec::new();
+    for case in cases {
+        let before = state();
+        if let Err(m) = check(prog, &case.fixture) {
+            bad.push(m);
+            continue;
+        }
+        let got = effect(&before, &state());
+        if got != case.effect {
+            bad.push(Mismatch {
+                name: case.fixture.name.clone(),
+                detail: format!("effect {got:?}, expected {:?}", case.effect),
+            });
+        }
+    }
+    bad
+}
+
+/// A router fixture's effect: the actions whose packet counter at the
+/// ingress port moved (exactly one for every frame).
+pub fn router_actions_moved(
+    before: &crate::router::PortStats,
+    after: &crate::router::PortStats,
+) -> Vec<&'static str> {
+    (0..crate::router::ACTIONS)
+        .filter(|&i| after.packets[i] != before.packets[i])
+        .map(crate::router::action_name)
+        .collect()
+}
+
+/// Panics with every mismatch of a table, one per line, if there is any.
+pub fn assert_passed(what: &str, mismatches: &[Mismatch]) {
+    assert!(
+        mismatches.is_empty(),
+        "{what}: {} fixture(s) failed:\n{}",
+        mismatches.len(),
+        mismatches
+            .iter()
+            .map(|m| m.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The fixtures' one packet builder: a UDP frame from a `peregrine_wire`
+/// `UdpFrameSpec`, then the changes a case needs (options, fragments, other
+/// protocols, bad checksums, VLAN tags; `truncations` cuts it). Offsets are
+/// those of an untagged frame, so tag last.
+pub mod frames {
+    use std::net::Ipv4Addr;
+
+    use peregrine_wire::checksum::checksum;
+    use peregrine_wire::{ethertype, MacAddr, UdpFrameSpec, ETH_HLEN, IPV4_HLEN, VLAN_HLEN};
+
+    /// Where the IPv4/IPv6 header and its fields are in an untagged frame.
+    const L3: usize = ETH_HLEN;
+    const IP4_TOT_LEN: usize = L3 + 2;
+    const IP4_FRAG: usize = L3 + 6;
+    const IP4_PROTO: usize = L3 + 9;
+    const IP4_CHECK: usize = L3 + 10;
+    const IP6_NEXTHDR: usize = L3 + 6;
+    const ETHERTYPE: usize = 2 * 6;
+
+    /// A UDP frame spec from `src` to `dst` (addresses of one family):
+    /// MACs `MacAddr::local(1)` to `local(2)`, ports 1024 to 9, TTL 64,
+    /// smallest frame; cases change what they need with `..spec(..)`.
+    pub fn spec(src: &str, dst: &str) -> UdpFrameSpec {
+        UdpFrameSpec {
+            src_mac: MacAddr::local(1),
+            dst_mac: MacAddr::local(2),
+            src_ip: src.parse().unwrap(),
+            dst_ip: dst.parse().unwrap(),
+            src_port: 1024,
+            dst_port: 9,
+            ttl: 64,
+            frame_len: 0,
+        }
+    }
+
+    /// `spec`'s frame with `payload` at the start of the UDP payload.
+    pub fn udp(spec: &UdpFrameSpec, payload: &[u8]) -> Vec<u8> {
+        spec.build(payload)
+            .unwrap_or_else(|e| panic!("fixture frame {spec:?}: {e}"))
+    }
+
+    fn is_ip4(f: &[u8]) -> bool {
+        f[ETHERTYPE..ETHERTYPE + 2] == ethertype::IPV4.to_be_bytes()
+    }
+
+    /// Recomputes an IPv4 header checksum after a change (no-op on IPv6).
+    fn fix_ip4_checksum(f: &mut [u8]) {
+        if !is_ip4(f) {
+            return;
+        }
+        let hlen = usize::from(f[L3] & 0xf) * 4;
+        f[IP4_CHECK..IP4_CHECK + 2].fill(0);
+        let sum = checksum(&f[L3..L3 + hlen.max(IPV4_HLEN)]);
+        f[IP4_CHECK..IP4_CHECK + 2].copy_from_slice(&sum.to_be_bytes());
+    }
+
+    /// `frame` with a VLAN tag (TPID `tpid`: `ethertype::VLAN`, or
+    /// `ethertype::QINQ` for the outer tag of a QinQ frame) before its
+    /// EtherType.
+    pub fn vlan(frame: &[u8], tpid: u16, vid: u16) -> Vec<u8> {
+        let mut f = frame[..ETHERTYPE].to_vec();
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&vid.to_be_bytes());
+        debug_assert_eq!(f.len() - ETHERTYPE, VLAN_HLEN);
+        f.extend_from_slice(&frame[ETHERTYPE..]);
+        f
+    }
+
+    /// An IPv4 `frame` with `words` 4-byte words of NOP options after the
+    /// fixed header; IHL, total length and header checksum follow.
+    pub fn ip4_options(frame: &[u8], words: u8) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        let at = L3 + IPV4_HLEN;
+        f.splice(at..at, std::iter::repeat_n(1u8, usize::from(words) * 4));
+        f[L3] += words;
+        let tot = u16::from_be_bytes([f[IP4_TOT_LEN], f[IP4_TOT_LEN + 1]]) + u16::from(words) * 4;
+        f[IP4_TOT_LEN..IP4_TOT_LEN + 2].copy_from_slice(&tot.to_be_bytes());
+        fix_ip4_checksum(&mut f);
+        f
+    }
+
+    /// An IPv4 `frame` made a fragment: more fragments to come, at
+    /// `offset` 8-byte units into the datagram.
+    pub fn ip4_fragment(frame: &[u8], more: bool, offset: u16) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        let v = (u16::from(more) << 13) | (offset & 0x1fff);
+        f[IP4_FRAG..IP4_FRAG + 2].copy_from_slice(&v.to_be_bytes());
+        fix_ip4_checksum(&mut f);
+        f
+    }
+
+    /// `frame` carrying IP protocol (IPv6: next header) `proto`, e.g.
+    /// `ipproto::TCP`; the L4 bytes stay, and UDP's ports are where TCP's are.
+    pub fn with_protocol(frame: &[u8], proto: u8) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        if is_ip4(&f) {
+            f[IP4_PROTO] = proto;
+            fix_ip4_checksum(&mut f);
+        } else {
+            f[IP6_NEXTHDR] = proto;
+        }
+        f
+    }
+
+    /// `frame` with the IP header's first byte (version and IHL) set to
+    /// `byte`, checksum left as it was: a header no parser may accept.
+    pub fn ip_first_byte(frame: &[u8], byte: u8) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        f[L3] = byte;
+        f
+    }
+
+    /// An IPv4 `frame` whose header checksum is wrong.
+    pub fn bad_ip4_checksum(frame: &[u8]) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        f[IP4_CHECK] ^= 0x10;
+        f
+    }
+
+    /// An IPv4 `frame` whose UDP checksum is wrong.
+    pub fn bad_udp_checksum(frame: &[u8]) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        let hlen = usize::from(f[L3] & 0xf) * 4;
+        f[L3 + hlen + 6] ^= 0x10;
+        f
+    }
+
+    /// A broadcast ARP request from `mac`/`sender` for `target`.
+    pub fn arp_request(mac: MacAddr, sender: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&mac.0);
+        f.extend_from_slice(&ethertype::ARP.to_be_bytes());
+        // Ethernet, IPv4, 6-byte MACs, 4-byte addresses, request.
+        f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+        f.extend_from_slice(&mac.0);
+        f.extend_from_slice(&sender.octets());
+        f.extend_from_slice(&[0; 6]);
+        f.extend_from_slice(&target.octets());
+        f
+    }
+
+    /// `len` bytes of noise whose EtherType is neither IP nor a VLAN tag.
+    pub fn garbage(len: usize) -> Vec<u8> {
+        let f: Vec<u8> = (0..len as u32)
+            .map(|i| (i.wrapping_mul(151) ^ 0x5a) as u8)
+            .collect();
+        debug_assert!(!is_ip4(&f));
+        f
+    }
 }
 
 /// Every prefix of `frame` from the smallest runnable length up to `upto`

@@ -1,4 +1,4 @@
-//! Control side of `bpf/gen.bpf.c`, the live-frame traffic generator.
+//! Control side of `bpf/lab/gen.bpf.c`, the live-frame traffic generator.
 use std::os::fd::{AsFd, AsRawFd};
 
 use libbpf_rs::{MapCore, MapFlags};
@@ -211,14 +211,28 @@ impl GenSetup {
     }
 }
 
-/// How much of gen_meta fits in a payload of `room` bytes: whole fields only.
+/// How much of gen_meta fits in a payload of `room` bytes: whole fields only
+/// (each field ends where the next begins in the generated layout).
 pub fn meta_len(room: usize) -> usize {
-    match room {
-        r if r >= std::mem::size_of::<gen_meta>() => std::mem::size_of::<gen_meta>(),
-        r if r >= 8 => 8,
-        r if r >= 4 => 4,
-        _ => 0,
-    }
+    [
+        std::mem::size_of::<gen_meta>(),
+        std::mem::offset_of!(gen_meta, tx_ns),
+        std::mem::offset_of!(gen_meta, seq),
+    ]
+    .into_iter()
+    .find(|&n| room >= n)
+    .unwrap_or(0)
+}
+
+/// The gen_meta at the start of a UDP payload, read through the generated
+/// layout: None unless the magic is there; fields the payload has no room
+/// for read as zero (as an unsampled send time does).
+pub fn read_meta(payload: &[u8]) -> Option<gen_meta> {
+    let n = meta_len(payload.len());
+    let mut whole = [0u8; std::mem::size_of::<gen_meta>()];
+    whole[..n].copy_from_slice(&payload[..n]);
+    let m = gen_meta::from_bytes(&whole)?;
+    (n > 0 && m.magic == PEREGRINE_MAGIC).then_some(m)
 }
 
 /// The loaded generator program with the frame it is run on.
@@ -504,14 +518,10 @@ mod fixtures {
                 let p = parse_udp_frame(&out)
                     .unwrap_or_else(|e| panic!("v6={v6} size={size} run {i}: {e}"));
                 assert_eq!(p.src_port, 1024 + (i % 3) as u16);
-                assert_eq!(
-                    u32::from_ne_bytes(p.payload[0..4].try_into().unwrap()),
-                    PEREGRINE_MAGIC
-                );
-                assert_eq!(u32::from_ne_bytes(p.payload[4..8].try_into().unwrap()), i);
+                let meta = read_meta(p.payload).expect("magic written");
+                assert_eq!(meta.seq, i);
                 if has_time {
-                    let t = u64::from_ne_bytes(p.payload[8..16].try_into().unwrap());
-                    assert!(t > 0, "timestamp written");
+                    assert!(meta.tx_ns > 0, "timestamp written");
                 }
             }
         }
@@ -535,7 +545,7 @@ mod fixtures {
                 let (ret, out) = run_once(g.prog(), &page).unwrap();
                 assert_eq!(XdpAction::from_raw(ret), Some(XdpAction::Redirect));
                 let p = parse_udp_frame(&out).unwrap_or_else(|e| panic!("v6={v6} run {i}: {e}"));
-                let t = u64::from_ne_bytes(p.payload[8..16].try_into().unwrap());
+                let t = read_meta(p.payload).expect("magic written").tx_ns;
                 assert_eq!(t > 0, i % 4 == 0, "v6={v6} run {i}: time {t}");
                 page = out;
             }

@@ -52,5 +52,6 @@ macro_rules! skeletons {
 /// `bpf/include/peregrine/*_kern_user.h` headers.
 pub mod skel {
     #![allow(clippy::all, non_camel_case_types, dead_code, missing_docs)]
-    skeletons!(gen, sink, router, nf, dispatch, replycheck);
+    // uapi: kernel uapi types and constants only (bpf/host/uapi.bpf.c), no program.
+    skeletons!(gen, sink, router, nf, dispatch, replycheck, uapi);
 }

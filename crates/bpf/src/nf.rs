@@ -1,4 +1,4 @@
-//! Control side of `bpf/nf.bpf.c`: a network function in a container.
+//! Control side of `bpf/dataplane/nf.bpf.c`: a network function in a container.
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -126,13 +126,14 @@ pub fn read_pinned_stats(path: &Path) -> Result<NfStats> {
 #[cfg(test)]
 mod fixtures {
     use super::*;
-    use crate::fixture::{check_all, truncations, Expect, Fixture};
+    use crate::fixture::frames::{garbage, ip4_options, ip_first_byte, udp, vlan};
+    use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::testing::privileged;
     use crate::XdpAction;
-    use peregrine_wire::{MacAddr, UdpFrameSpec};
+    use peregrine_wire::{ethertype, MacAddr, UdpFrameSpec};
 
-    fn udp(src: &str, dst: &str, dport: u16) -> Vec<u8> {
-        UdpFrameSpec {
+    fn frame(src: &str, dst: &str, dport: u16) -> Vec<u8> {
+        let spec = UdpFrameSpec {
             src_mac: MacAddr::local(1),
             dst_mac: MacAddr::local(2),
             src_ip: src.parse().unwrap(),
@@ -141,23 +142,40 @@ mod fixtures {
             dst_port: dport,
             ttl: 64,
             frame_len: 90,
-        }
-        .build(b"payload")
-        .unwrap()
+        };
+        udp(&spec, b"payload")
     }
 
-    fn run(setup: &NfSetup, cases: Vec<(&str, Vec<u8>, XdpAction)>) -> (NfStats, usize) {
+    /// Counter deltas of one frame: packets, sent, dropped, judged as IP.
+    type Deltas = (u64, u64, u64, u64);
+
+    /// Runs the table (name, frame, verdict, judged as IP) on a program
+    /// loaded with `setup`: a sent frame counts as sent, a dropped one as
+    /// dropped.
+    fn run(setup: &NfSetup, table: Vec<(String, Vec<u8>, XdpAction, bool)>) {
         let p = NfProgram::load(setup).unwrap();
-        let fx: Vec<Fixture> = cases
+        let cases: Vec<Case<Deltas>> = table
             .into_iter()
-            .map(|(n, f, v)| Fixture::new(n, f, v, Expect::Unchanged))
+            .map(|(n, f, v, ip)| {
+                let dropped = v == XdpAction::Drop;
+                let effect = (1, u64::from(!dropped), u64::from(dropped), u64::from(ip));
+                Case::new(Fixture::new(n, f, v, Expect::Unchanged), effect)
+            })
             .collect();
-        let bad: Vec<String> = check_all(p.prog(), &fx)
-            .iter()
-            .map(|m| m.to_string())
-            .collect();
-        assert!(bad.is_empty(), "{}", bad.join("\n"));
-        (p.stats().unwrap(), fx.len())
+        let bad = check_table(
+            p.prog(),
+            &cases,
+            || p.stats().unwrap(),
+            |b, a| {
+                (
+                    a.packets - b.packets,
+                    a.sent - b.sent,
+                    a.dropped - b.dropped,
+                    a.ip - b.ip,
+                )
+            },
+        );
+        assert_passed("nf", &bad);
     }
 
     #[test]
@@ -165,37 +183,30 @@ mod fixtures {
         if !privileged("reflect_and_forward_send_every_frame_on_unchanged") {
             return;
         }
-        let v4 = udp("198.18.0.1", "198.19.0.1", 9);
-        let mut cases = vec![
-            ("ipv4", v4.clone(), XdpAction::Tx),
-            (
-                "ipv6",
-                udp("2001:db8::1", "2001:db8:2::1", 9),
-                XdpAction::Tx,
-            ),
-            ("garbage", vec![0x5a; 40], XdpAction::Tx),
+        let v4 = frame("198.18.0.1", "198.19.0.1", 9);
+        // No rules: nothing is judged, so nothing counts as IP.
+        let mut table = vec![
+            ("ipv4".to_string(), v4.clone()),
+            ("ipv6".into(), frame("2001:db8::1", "2001:db8:2::1", 9)),
+            ("garbage".into(), garbage(40)),
         ];
         for (n, cut) in truncations(&v4, 42) {
-            cases.push((
-                Box::leak(format!("cut at {n}").into_boxed_str()),
-                cut,
-                XdpAction::Tx,
-            ));
+            table.push((format!("cut at {n}"), cut));
         }
-        let (st, n) = run(&NfSetup::default(), cases.clone());
-        assert_eq!((st.packets, st.sent, st.dropped), (n as u64, n as u64, 0));
-        let fwd: Vec<_> = cases
-            .into_iter()
-            .map(|(a, b, _)| (a, b, XdpAction::Redirect))
-            .collect();
-        let (st, n) = run(
+        let with = |v: XdpAction| {
+            table
+                .iter()
+                .map(|(n, f)| (n.clone(), f.clone(), v, false))
+                .collect::<Vec<_>>()
+        };
+        run(&NfSetup::default(), with(XdpAction::Tx));
+        run(
             &NfSetup {
                 out_ifindex: Some(1),
                 rules: vec![],
             },
-            fwd,
+            with(XdpAction::Redirect),
         );
-        assert_eq!(st.sent, n as u64);
     }
 
     #[test]
@@ -231,63 +242,79 @@ mod fixtures {
                 ..Default::default()
             },
         ];
-        let cases = vec![
+        let (tx, drop) = (XdpAction::Tx, XdpAction::Drop);
+        let denied = frame("198.18.0.8", "198.19.0.1", 9);
+        let dns = frame("198.18.1.8", "198.19.0.1", 53);
+        let table: Vec<(&str, Vec<u8>, XdpAction, bool)> = vec![
             (
                 "allowed host",
-                udp("198.18.0.7", "198.19.0.1", 9),
-                XdpAction::Tx,
+                frame("198.18.0.7", "198.19.0.1", 9),
+                tx,
+                true,
             ),
-            (
-                "denied subnet",
-                udp("198.18.0.8", "198.19.0.1", 9),
-                XdpAction::Drop,
-            ),
+            ("denied subnet", denied.clone(), drop, true),
             (
                 "other subnet",
-                udp("198.18.1.8", "198.19.0.1", 9),
-                XdpAction::Tx,
+                frame("198.18.1.8", "198.19.0.1", 9),
+                tx,
+                true,
             ),
-            (
-                "udp 53",
-                udp("198.18.1.8", "198.19.0.1", 53),
-                XdpAction::Drop,
-            ),
+            ("udp 53", dns.clone(), drop, true),
             (
                 "v6 bad prefix",
-                udp("2001:db8::1", "2001:db8:bad:1::1", 9),
-                XdpAction::Drop,
+                frame("2001:db8::1", "2001:db8:bad:1::1", 9),
+                drop,
+                true,
             ),
             (
                 "v6 good prefix",
-                udp("2001:db8::1", "2001:db8:bae::1", 9),
-                XdpAction::Tx,
+                frame("2001:db8::1", "2001:db8:bae::1", 9),
+                tx,
+                true,
             ),
             (
                 "v6 udp 53",
-                udp("2001:db8::1", "2001:db8:2::1", 53),
-                XdpAction::Drop,
+                frame("2001:db8::1", "2001:db8:2::1", 53),
+                drop,
+                true,
             ),
-            ("non-ip", vec![0xff; 60], XdpAction::Tx),
+            ("non-ip", vec![0xff; 60], tx, false),
+            ("eth only", denied[..14].to_vec(), tx, false),
+            ("ip cut short", denied[..30].to_vec(), tx, false),
+            // parse.h's rule: the port is read after the options (was: from
+            // the options when they were cut short).
+            ("udp 53 with ipv4 options", ip4_options(&dns, 2), drop, true),
+            // Tags are looked through (was: a tagged frame was not judged).
             (
-                "eth only",
-                udp("198.18.0.8", "198.19.0.1", 9)[..14].to_vec(),
-                XdpAction::Tx,
+                "802.1Q-tagged denied subnet",
+                vlan(&denied, ethertype::VLAN, 5),
+                drop,
+                true,
             ),
             (
-                "ip cut short",
-                udp("198.18.0.8", "198.19.0.1", 9)[..30].to_vec(),
-                XdpAction::Tx,
+                "QinQ udp 53",
+                vlan(&vlan(&dns, ethertype::VLAN, 5), ethertype::QINQ, 6),
+                drop,
+                true,
+            ),
+            // A version other than 4 is not IPv4 (was: judged as IPv4).
+            (
+                "ipv4 ethertype, version 6",
+                ip_first_byte(&denied, 0x65),
+                tx,
+                false,
             ),
         ];
-        let (st, _) = run(
+        run(
             &NfSetup {
                 out_ifindex: None,
                 rules,
             },
-            cases,
+            table
+                .into_iter()
+                .map(|(n, f, v, ip)| (n.to_string(), f, v, ip))
+                .collect(),
         );
-        assert_eq!(st.dropped, 4);
-        assert_eq!(st.sent, 6);
     }
 
     #[test]

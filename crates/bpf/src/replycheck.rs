@@ -1,4 +1,4 @@
-//! Control side of `bpf/replycheck.bpf.c`: checks, counts and times every
+//! Control side of `bpf/lab/replycheck.bpf.c`: checks, counts and times every
 //! reply to the live-frame generator's function requests, in XDP on the
 //! client's interface.
 use crate::error::{BpfError, Result};
@@ -16,7 +16,7 @@ pub const BUCKETS: u32 = replycheck_limits::REPLYCHECK_BUCKETS.0;
 /// Longest payload the checker reads (bytes).
 pub const MAX_PAYLOAD: usize = replycheck_limits::REPLYCHECK_MAX_WORDS.0 as usize * 8;
 /// Shortest payload: the generator's meta (magic, sequence, send time).
-pub const MIN_PAYLOAD: usize = 16;
+pub const MIN_PAYLOAD: usize = replycheck_limits::REPLYCHECK_MIN_PAYLOAD.0 as usize;
 
 /// The function whose replies are checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,22 +121,31 @@ impl ReplyCheckProgram {
 #[cfg(test)]
 mod fixtures {
     use super::*;
-    use crate::fixture::{check_all, truncations, Expect, Fixture};
+    use crate::fixture::frames::{
+        arp_request, bad_ip4_checksum, bad_udp_checksum, garbage, ip4_fragment, udp, with_protocol,
+    };
+    use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::gen::PEREGRINE_MAGIC;
+    use crate::pod::Pod;
+    use crate::skel::gen::types::gen_meta;
+    use crate::skel::uapi::types::peregrine_tc_act;
     use crate::testing::privileged;
     use crate::XdpAction;
-    use peregrine_wire::{ipproto, ipv4, udp, MacAddr, UdpFrameSpec, ETH_HLEN, IPV4_HLEN};
+    use peregrine_wire::{ipproto, MacAddr, UdpFrameSpec};
 
     const SERVER_PORT: u16 = 1232;
-    const TC_ACT_OK: u32 = 0;
-    const TC_ACT_SHOT: u32 = 2;
+    const TC_ACT_OK: u32 = peregrine_tc_act::PG_TC_ACT_OK.0;
+    const TC_ACT_SHOT: u32 = peregrine_tc_act::PG_TC_ACT_SHOT.0;
 
     /// The generator's request payload: meta, then zeros.
     fn request(len: usize, seq: u32, tx_ns: u64) -> Vec<u8> {
+        let meta = gen_meta {
+            magic: PEREGRINE_MAGIC,
+            seq,
+            tx_ns,
+        };
         let mut p = vec![0u8; len];
-        p[0..4].copy_from_slice(&PEREGRINE_MAGIC.to_ne_bytes());
-        p[4..8].copy_from_slice(&seq.to_ne_bytes());
-        p[8..16].copy_from_slice(&tx_ns.to_ne_bytes());
+        p[..MIN_PAYLOAD].copy_from_slice(meta.as_bytes());
         p
     }
 
@@ -159,7 +168,21 @@ mod fixtures {
             frame_len: spec.min_frame_len() + payload.len(),
             ..spec
         };
-        spec.build(payload).unwrap()
+        udp(&spec, payload)
+    }
+
+    /// Counter deltas of one run: replies, bad_payload, bad_checksum,
+    /// bad_length, truncated.
+    type Deltas = (u64, u64, u64, u64, u64);
+
+    fn deltas(b: &ReplyStats, a: &ReplyStats) -> Deltas {
+        (
+            a.replies - b.replies,
+            a.bad_payload - b.bad_payload,
+            a.bad_checksum - b.bad_checksum,
+            a.bad_length - b.bad_length,
+            a.truncated - b.truncated,
+        )
     }
 
     fn reversed(mut p: Vec<u8>) -> Vec<u8> {
@@ -258,14 +281,8 @@ mod fixtures {
             ));
 
             let mut bad_sum = vec![];
-            let mut udp_sum = ok.clone();
-            let mut u = udp::Packet::new_unchecked(&mut udp_sum[ETH_HLEN + IPV4_HLEN..]);
-            u.set_checksum(u.checksum() ^ 0x1000);
-            bad_sum.push(drop(format!("{tag} udp checksum"), udp_sum));
-            let mut ip_sum = ok.clone();
-            let mut ip = ipv4::Packet::new_unchecked(&mut ip_sum[ETH_HLEN..]);
-            ip.set_checksum(ip.checksum() ^ 0x1000);
-            bad_sum.push(drop(format!("{tag} ip checksum"), ip_sum));
+            bad_sum.push(drop(format!("{tag} udp checksum"), bad_udp_checksum(&ok)));
+            bad_sum.push(drop(format!("{tag} ip checksum"), bad_ip4_checksum(&ok)));
             // The checksum covers the meta bytes carried back.
             let mut seq_changed = ok.clone();
             let seq_at = match function {
@@ -295,41 +312,39 @@ mod fixtures {
                     format!("{tag} other port"),
                     reply(false, 53, &answer(request(len, 3, now))),
                 ),
-                pass(format!("{tag} garbage"), vec![0x42; 64]),
-                pass(format!("{tag} arp"), {
-                    let mut a = vec![0xff; 6];
-                    a.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
-                    a.extend_from_slice(&[0; 28]);
-                    a
-                }),
+                pass(format!("{tag} garbage"), garbage(64)),
+                pass(
+                    format!("{tag} arp"),
+                    arp_request(
+                        MacAddr::local(1),
+                        "198.18.0.1".parse().unwrap(),
+                        "198.18.0.2".parse().unwrap(),
+                    ),
+                ),
             ];
-            let mut tcp = ok.clone();
-            ipv4::Packet::new_unchecked(&mut tcp[ETH_HLEN..]).set_protocol(ipproto::TCP);
-            others.push(pass(format!("{tag} tcp"), tcp));
-            let mut frag = ok.clone();
-            let mut ip = ipv4::Packet::new_unchecked(&mut frag[ETH_HLEN..]);
-            ip.set_dont_frag(false);
-            ip.set_more_frags(true);
-            others.push(pass(format!("{tag} fragment"), frag));
+            others.push(pass(format!("{tag} tcp"), with_protocol(&ok, ipproto::TCP)));
+            others.push(pass(format!("{tag} fragment"), ip4_fragment(&ok, true, 0)));
             // Cut inside the UDP header: not recognisably a reply.
             for (n, f) in truncations(&ok, 42) {
                 others.push(pass(format!("{tag} cut at {n}"), f));
             }
 
-            let all: Vec<Fixture> = good
+            // Each group with the one counter its frames move.
+            let groups: [(&Vec<Fixture>, Deltas); 6] = [
+                (&good, (1, 0, 0, 0, 0)),
+                (&wrong_payload, (0, 1, 0, 0, 0)),
+                (&bad_sum, (0, 0, 1, 0, 0)),
+                (&bad_len, (0, 0, 0, 1, 0)),
+                (&cut, (0, 0, 0, 0, 1)),
+                (&others, (0, 0, 0, 0, 0)),
+            ];
+            let table: Vec<Case<Deltas>> = groups
                 .iter()
-                .chain(&wrong_payload)
-                .chain(&bad_sum)
-                .chain(&bad_len)
-                .chain(&cut)
-                .chain(&others)
-                .cloned()
+                .flat_map(|(fx, effect)| fx.iter().map(|f| Case::new(f.clone(), *effect)))
                 .collect();
-            let bad: Vec<String> = check_all(prog.prog(), &all)
-                .iter()
-                .map(|m| m.to_string())
-                .collect();
-            assert!(bad.is_empty(), "{}", bad.join("\n"));
+            let bad = check_table(prog.prog(), &table, || prog.stats().unwrap(), deltas);
+            assert_passed(&tag, &bad);
+            let all: Vec<Fixture> = table.into_iter().map(|c| c.fixture).collect();
             // The tc program gives the same verdicts (TC_ACT_SHOT for every
             // reply, TC_ACT_OK for the rest) and counts into the same maps.
             // (BPF_PROG_RUN refuses tc frames cut inside the network header:

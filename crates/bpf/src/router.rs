@@ -1,4 +1,4 @@
-//! Control side of `bpf/router.bpf.c`: the XDP router and its steering maps.
+//! Control side of `bpf/dataplane/router.bpf.c`: the XDP router and its steering maps.
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -245,4 +245,132 @@ pub fn read_pinned_stats(dir: &Path, ifindex: u32) -> Result<PortStats> {
         &slot(ifindex).to_ne_bytes(),
         "is a router attached?",
     )
+}
+
+/// BPF_PROG_RUN fixtures of the frames the router hands to the kernel before
+/// any FIB lookup (no namespace needed: they arrive on lo). Those that need
+/// routes and neighbours are in crates/lab/tests/router_fixtures.rs.
+#[cfg(test)]
+mod fixtures {
+    use super::*;
+    use crate::fixture::frames::{
+        arp_request, garbage, ip4_fragment, ip4_options, ip_first_byte, spec, udp, vlan,
+    };
+    use crate::fixture::{
+        assert_passed, check_table, router_actions_moved, truncations, Case, Expect, Fixture,
+    };
+    use crate::testing::privileged;
+    use crate::XdpAction;
+    use peregrine_wire::{ethertype, MacAddr, UdpFrameSpec};
+
+    /// ifindex of `lo`, which BPF_PROG_RUN reports as ingress without a ctx.
+    const LO: u32 = 1;
+
+    fn frame(dst: &str, ttl: u8) -> Vec<u8> {
+        let src = if dst.contains(':') {
+            "2001:db8:1::1"
+        } else {
+            "198.18.1.1"
+        };
+        let s = UdpFrameSpec {
+            ttl,
+            frame_len: 100,
+            ..spec(src, dst)
+        };
+        udp(&s, b"hello")
+    }
+
+    #[test]
+    fn frames_for_the_kernel_are_passed_and_counted_once() {
+        if !privileged("frames_for_the_kernel_are_passed_and_counted_once") {
+            return;
+        }
+        let r = RouterProgram::load(FibMode::Full).unwrap();
+        let plain = frame("198.19.0.5", 64);
+        let v6 = frame("2001:db8:99::5", 64);
+        let mut table: Vec<(String, Vec<u8>, &str)> = vec![
+            (
+                "ipv4 ttl 1 expires".into(),
+                frame("198.19.0.5", 1),
+                "pass_ttl",
+            ),
+            ("ipv4 ttl 0".into(), frame("198.19.0.5", 0), "pass_ttl"),
+            (
+                "ipv6 hop limit 1 expires".into(),
+                frame("2001:db8:99::5", 1),
+                "pass_ttl",
+            ),
+            (
+                "arp".into(),
+                arp_request(
+                    MacAddr::local(1),
+                    "198.18.1.1".parse().unwrap(),
+                    "198.18.1.2".parse().unwrap(),
+                ),
+                "pass_not_ip",
+            ),
+            (
+                "ipv4 first fragment".into(),
+                ip4_fragment(&plain, true, 0),
+                "pass_fragment",
+            ),
+            (
+                "ipv4 later fragment".into(),
+                ip4_fragment(&plain, false, 16),
+                "pass_fragment",
+            ),
+            (
+                "ipv4 options".into(),
+                ip4_options(&plain, 1),
+                "pass_ip_options",
+            ),
+            (
+                "802.1Q tagged".into(),
+                vlan(&plain, ethertype::VLAN, 7),
+                "pass_vlan",
+            ),
+            (
+                "QinQ tagged".into(),
+                vlan(&vlan(&plain, ethertype::VLAN, 7), ethertype::QINQ, 8),
+                "pass_vlan",
+            ),
+            ("garbage".into(), garbage(80), "pass_not_ip"),
+            (
+                "ipv4 ethertype, version 5".into(),
+                ip_first_byte(&plain, 0x55),
+                "pass_malformed",
+            ),
+            // parse.h's rule: options cut short are malformed (were
+            // counted as options), and so is a tag cut short (was vlan).
+            (
+                "ipv4 options cut short".into(),
+                ip4_options(&plain, 2)[..14 + 24].to_vec(),
+                "pass_malformed",
+            ),
+            (
+                "802.1Q tag cut short".into(),
+                vlan(&plain, ethertype::VLAN, 7)[..16].to_vec(),
+                "pass_malformed",
+            ),
+        ];
+        for (label, frame) in [("ipv4", &plain), ("ipv6", &v6)] {
+            for (n, cut) in truncations(frame, frame.len()) {
+                table.push((format!("{label} cut at {n} bytes"), cut, "pass_malformed"));
+            }
+        }
+        let cases: Vec<Case<Vec<&str>>> = table
+            .into_iter()
+            .map(|(n, f, action)| {
+                let fx = Fixture::new(n, f, XdpAction::Pass, Expect::Unchanged).on(LO);
+                Case::new(fx, vec![action])
+            })
+            .collect();
+        let bad = check_table(
+            r.prog(),
+            &cases,
+            || r.stats(LO).unwrap(),
+            router_actions_moved,
+        );
+        assert_passed("router", &bad);
+    }
 }

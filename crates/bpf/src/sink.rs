@@ -1,4 +1,4 @@
-//! Control side of `bpf/sink.bpf.c`, the receiver-side counting sink.
+//! Control side of `bpf/lab/sink.bpf.c`, the receiver-side counting sink.
 use std::path::Path;
 
 use libbpf_rs::MapCore;
@@ -44,7 +44,8 @@ impl SinkProgram {
         read_stats(&self.skel.maps.sink_stats_map)
     }
 
-    /// Pins the counters so other processes (`peregrine sink stats`) can read them.
+    /// Pins the counters at `path`, where [`read_pinned_stats`] reads them
+    /// from another process for as long as the pin exists.
     pub fn pin_stats(&mut self, path: &Path) -> Result<()> {
         self.skel
             .maps
@@ -122,10 +123,13 @@ pub fn read_stats(map: &impl MapCore) -> Result<SinkStats> {
 #[cfg(test)]
 mod fixtures {
     use super::*;
-    use crate::fixture::{check, truncations, Expect, Fixture};
+    use crate::fixture::frames::{
+        arp_request, garbage, ip4_fragment, ip4_options, ip_first_byte, udp, vlan, with_protocol,
+    };
+    use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::gen::{FrameSizes, GenSetup};
     use crate::testing::privileged;
-    use peregrine_wire::{ethertype, ipproto, ipv4, ipv6, vlan, MacAddr, UdpFrameSpec, ETH_HLEN};
+    use peregrine_wire::{ethertype, ipproto, MacAddr, UdpFrameSpec};
 
     /// What one frame adds to the counters.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,155 +172,158 @@ mod fixtures {
         setup.frame(len + 4).unwrap()
     }
 
-    fn vlan(frame: &[u8]) -> Vec<u8> {
-        vlan::tagged(frame, ethertype::VLAN, 0x2a)
+    fn tagged(frame: &[u8]) -> Vec<u8> {
+        vlan(frame, ethertype::VLAN, 42)
     }
 
-    fn cases() -> Vec<(Fixture, Counted)> {
-        let mut v = Vec::new();
-        let mut add = |name: String, input: Vec<u8>, c: Counted| {
-            v.push((
-                Fixture::new(name, input, XdpAction::Drop, Expect::Unchanged),
-                c,
-            ));
-        };
-        add(
-            "ipv4 generator frame".into(),
-            gen_frame(false, 60),
-            Counted::Generator,
-        );
-        add(
-            "ipv6 generator frame".into(),
-            gen_frame(true, 74),
-            Counted::Generator,
-        );
-        add(
-            "ipv4 1514-byte generator frame".into(),
-            gen_frame(false, 1514),
-            Counted::Generator,
-        );
-        add(
-            "802.1Q-tagged ipv4 generator frame".into(),
-            vlan(&gen_frame(false, 60)),
-            Counted::Generator,
-        );
-        add(
-            "802.1Q-tagged ipv6 generator frame".into(),
-            vlan(&gen_frame(true, 74)),
-            Counted::Generator,
-        );
-        add(
-            "udp without the magic".into(),
-            spec(false, 60).build(b"hello, not ours!").unwrap(),
-            Counted::Other,
-        );
-        add(
-            "udp payload too short for meta".into(),
-            spec(false, 50).build(&[]).unwrap(),
-            Counted::Other,
-        );
+    fn qinq(frame: &[u8]) -> Vec<u8> {
+        vlan(&tagged(frame), ethertype::QINQ, 7)
+    }
+
+    /// The table: name, frame, how it is counted.
+    fn table() -> Vec<(String, Vec<u8>, Counted)> {
+        use Counted::*;
+        let v4 = gen_frame(false, 60);
+        let v6 = gen_frame(true, 74);
         // IPv4 with 4 bytes of options (NOPs): the sink must skip them.
-        let mut opt = gen_frame(false, 64);
-        opt.insert(34, 0x01);
-        opt.insert(34, 0x01);
-        opt.insert(34, 0x01);
-        opt.insert(34, 0x01);
-        ipv4::Packet::new_unchecked(&mut opt[ETH_HLEN..]).set_header_len(24);
-        opt.truncate(64);
-        add("ipv4 with options".into(), opt.clone(), Counted::Generator);
-        let mut frag = gen_frame(false, 60);
-        let mut ip = ipv4::Packet::new_unchecked(&mut frag[ETH_HLEN..]);
-        ip.set_dont_frag(false);
-        ip.set_more_frags(true);
-        ip.set_frag_offset(8);
-        add("ipv4 fragment".into(), frag, Counted::Other);
-        let mut bad_ihl = gen_frame(false, 60);
-        ipv4::Packet::new_unchecked(&mut bad_ihl[ETH_HLEN..]).set_header_len(16);
-        add(
-            "ipv4 header length below 5 words".into(),
-            bad_ihl,
-            Counted::Other,
-        );
-        let mut bad_ver = gen_frame(false, 60);
-        ipv4::Packet::new_unchecked(&mut bad_ver[ETH_HLEN..]).set_version(6);
-        add("ipv4 ethertype, version 6".into(), bad_ver, Counted::Other);
-        let mut tcp = gen_frame(false, 60);
-        ipv4::Packet::new_unchecked(&mut tcp[ETH_HLEN..]).set_protocol(ipproto::TCP);
-        add("ipv4 tcp".into(), tcp, Counted::Other);
-        let mut icmp6 = gen_frame(true, 74);
-        ipv6::Packet::new_unchecked(&mut icmp6[ETH_HLEN..]).set_next_header(ipproto::ICMPV6);
-        add("ipv6 icmp".into(), icmp6, Counted::Other);
-        let mut arp = vec![0xffu8; 6];
-        arp.extend_from_slice(&MacAddr::local(1).0);
-        arp.extend_from_slice(&[0x08, 0x06]);
-        arp.extend_from_slice(&[0u8; 28]);
-        add("arp".into(), arp, Counted::Other);
-        add(
-            "garbage".into(),
-            (0..64u32)
-                .map(|i| (i.wrapping_mul(151) ^ 0x5a) as u8)
-                .collect(),
-            Counted::Other,
-        );
+        let opt = ip4_options(&gen_frame(false, 60), 1);
+        let mut t: Vec<(String, Vec<u8>, Counted)> = vec![
+            ("ipv4 generator frame".into(), v4.clone(), Generator),
+            ("ipv6 generator frame".into(), v6.clone(), Generator),
+            (
+                "ipv4 1514-byte generator frame".into(),
+                gen_frame(false, 1514),
+                Generator,
+            ),
+            (
+                "802.1Q-tagged ipv4 generator frame".into(),
+                tagged(&v4),
+                Generator,
+            ),
+            (
+                "802.1Q-tagged ipv6 generator frame".into(),
+                tagged(&v6),
+                Generator,
+            ),
+            // Parsed with parse.h's rule: two tags (was: one).
+            ("QinQ ipv4 generator frame".into(), qinq(&v4), Generator),
+            ("QinQ ipv6 generator frame".into(), qinq(&v6), Generator),
+            (
+                "three tags".into(),
+                vlan(&qinq(&v4), ethertype::QINQ, 9),
+                Other,
+            ),
+            (
+                "udp without the magic".into(),
+                udp(&spec(false, 60), b"hello, not ours!"),
+                Other,
+            ),
+            (
+                "udp payload too short for meta".into(),
+                udp(&spec(false, 50), &[]),
+                Other,
+            ),
+            ("ipv4 with options".into(), opt.clone(), Generator),
+            ("ipv4 fragment".into(), ip4_fragment(&v4, true, 1), Other),
+            // Any fragment is not a whole datagram (was: a first fragment
+            // carrying the magic counted as the generator's).
+            (
+                "ipv4 first fragment".into(),
+                ip4_fragment(&v4, true, 0),
+                Other,
+            ),
+            (
+                "ipv4 later fragment".into(),
+                ip4_fragment(&v4, false, 16),
+                Other,
+            ),
+            (
+                "ipv4 header length below 5 words".into(),
+                ip_first_byte(&v4, 0x44),
+                Other,
+            ),
+            (
+                "ipv4 ethertype, version 6".into(),
+                ip_first_byte(&v4, 0x65),
+                Other,
+            ),
+            // A total length shorter than the header (was: counted).
+            (
+                "ipv4 total length below its header".into(),
+                {
+                    let mut f = v4.clone();
+                    f[16..18].copy_from_slice(&19u16.to_be_bytes());
+                    f
+                },
+                Other,
+            ),
+            ("ipv4 tcp".into(), with_protocol(&v4, ipproto::TCP), Other),
+            (
+                "ipv6 icmp".into(),
+                with_protocol(&v6, ipproto::ICMPV6),
+                Other,
+            ),
+            (
+                "arp".into(),
+                arp_request(
+                    MacAddr::local(1),
+                    "198.18.0.1".parse().unwrap(),
+                    "198.18.0.2".parse().unwrap(),
+                ),
+                Other,
+            ),
+            ("garbage".into(), garbage(64), Other),
+        ];
 
         // Truncated at and between every header boundary and inside the
         // payload: a frame shorter than the headers or the datagram it
         // announces is malformed, never delivered traffic.
         for (label, frame) in [
-            ("ipv4", gen_frame(false, 60)),
-            ("ipv6", gen_frame(true, 74)),
-            ("vlan ipv4", vlan(&gen_frame(false, 60))),
-            ("vlan ipv6", vlan(&gen_frame(true, 74))),
+            ("ipv4", v4.clone()),
+            ("ipv6", v6.clone()),
+            ("vlan ipv4", tagged(&v4)),
+            ("vlan ipv6", tagged(&v6)),
+            ("qinq ipv4", qinq(&v4)),
             ("ipv4 options", opt),
         ] {
-            let full = frame.len();
-            for (n, cut) in truncations(&frame, full) {
-                add(format!("{label} cut at {n} bytes"), cut, Counted::Malformed);
+            for (n, cut) in truncations(&frame, frame.len()) {
+                t.push((format!("{label} cut at {n} bytes"), cut, Malformed));
             }
         }
-        v
+        t
     }
 
+    /// Counter deltas: packets, bytes, gen_packets, gen_bytes, malformed.
+    type Deltas = (u64, u64, u64, u64, u64);
+
     fn check_with_counters(prog: &SinkProgram, verdict: XdpAction) {
-        let mut failures = Vec::new();
-        for (mut fx, counted) in cases() {
-            fx.verdict = if counted == Counted::Generator {
-                verdict
-            } else {
-                XdpAction::Pass
-            };
-            let before = prog.stats().unwrap();
-            if let Err(m) = check(prog.prog(), &fx) {
-                failures.push(m.to_string());
-                continue;
-            }
-            let after = prog.stats().unwrap();
-            let len = fx.input.len() as u64;
-            let want = match counted {
-                Counted::Generator => (1, len, 1, len, 0),
-                Counted::Other => (1, len, 0, 0, 0),
-                Counted::Malformed => (1, len, 0, 0, 1),
-            };
-            let got = (
-                after.packets - before.packets,
-                after.bytes - before.bytes,
-                after.gen_packets - before.gen_packets,
-                after.gen_bytes - before.gen_bytes,
-                after.malformed - before.malformed,
-            );
-            if got != want {
-                failures.push(format!(
-                    "fixture {:?}: counters {got:?}, expected {want:?}",
-                    fx.name
-                ));
-            }
-        }
-        assert!(
-            failures.is_empty(),
-            "{} fixture(s) failed:\n{}",
-            failures.len(),
-            failures.join("\n")
+        let cases: Vec<Case<Deltas>> = table()
+            .into_iter()
+            .map(|(name, input, counted)| {
+                let len = input.len() as u64;
+                let (v, effect) = match counted {
+                    Counted::Generator => (verdict, (1, len, 1, len, 0)),
+                    Counted::Other => (XdpAction::Pass, (1, len, 0, 0, 0)),
+                    Counted::Malformed => (XdpAction::Pass, (1, len, 0, 0, 1)),
+                };
+                Case::new(Fixture::new(name, input, v, Expect::Unchanged), effect)
+            })
+            .collect();
+        let bad = check_table(
+            prog.prog(),
+            &cases,
+            || prog.stats().unwrap(),
+            |b, a| {
+                (
+                    a.packets - b.packets,
+                    a.bytes - b.bytes,
+                    a.gen_packets - b.gen_packets,
+                    a.gen_bytes - b.gen_bytes,
+                    a.malformed - b.malformed,
+                )
+            },
         );
+        assert_passed(&format!("{verdict:?} sink"), &bad);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! headers, see bpf/include/peregrine/netdev_uapi.h).
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use peregrine_bpf::skel::sink::types::{ethtool_value, peregrine_ethtool_cmd};
+use peregrine_bpf::skel::uapi::types::{ethtool_value, peregrine_ethtool_cmd};
 
 use crate::error::{HostError, Result};
 use crate::netns;

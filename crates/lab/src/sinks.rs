@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use peregrine_bpf::gen::PEREGRINE_MAGIC;
+use peregrine_bpf::gen::read_meta;
 use peregrine_bpf::sink::SinkProgram;
 use peregrine_bpf::{Link, XdpAction, XdpMode, XdpProgram};
 
@@ -224,12 +224,10 @@ fn recv_loop(io: &mut UdpBatch, c: &(AtomicU64, AtomicU64), h: &Latencies, stop:
         lat.clear();
         for (buf, _) in batch.iter() {
             let len = buf.len();
-            if len >= 4 && u32::from_ne_bytes(buf[0..4].try_into().unwrap()) == PEREGRINE_MAGIC {
+            if let Some(meta) = read_meta(buf) {
                 p += 1;
                 b += len as u64;
-                if len >= 16 {
-                    lat.push(u64::from_ne_bytes(buf[8..16].try_into().unwrap()));
-                }
+                lat.push(meta.tx_ns);
             }
         }
         c.0.fetch_add(p, Ordering::Relaxed);
@@ -262,7 +260,6 @@ impl Drop for SocketSink {
         }
     }
 }
-
 
 /// An AF_XDP sink: `dispatch.bpf.c` on the interface sends the generator's
 /// UDP port to one AF_XDP socket per RX queue; a busy-polling worker per
@@ -308,20 +305,16 @@ struct XskSinkWorker {
 impl FrameHandler for XskSinkWorker {
     fn frame(&mut self, buf: &mut [u8], len: usize) -> Verdict {
         let frame = &buf[..len];
-        match peregrine_wire::parse_udp_frame(frame) {
-            Ok(u)
-                if u.payload.len() >= 4
-                    && u32::from_ne_bytes(u.payload[0..4].try_into().unwrap())
-                        == PEREGRINE_MAGIC =>
-            {
+        match peregrine_wire::parse_udp_frame(frame)
+            .ok()
+            .and_then(|u| read_meta(u.payload))
+        {
+            Some(meta) => {
                 self.packets += 1;
                 self.bytes += frame.len() as u64;
-                if u.payload.len() >= 16 {
-                    self.tx_times
-                        .push(u64::from_ne_bytes(u.payload[8..16].try_into().unwrap()));
-                }
+                self.tx_times.push(meta.tx_ns);
             }
-            _ => self.corrupt += 1,
+            None => self.corrupt += 1,
         }
         Verdict::Drop
     }

@@ -20,8 +20,6 @@
 
 #define AF_INET 2
 #define AF_INET6 10
-#define IP_MF 0x2000
-#define IP_OFFSET 0x1fff
 
 /* 0: full lookup (policy routing rules); BPF_FIB_LOOKUP_DIRECT: the table
  * of the ingress device (main unless an l3mdev says otherwise). */
@@ -142,13 +140,15 @@ static __always_inline void ipv4_decrease_ttl(struct iphdr *ip)
 	ip->ttl--;
 }
 
-static __always_inline struct steer_target *classify(struct ethhdr *eth, __u8 proto, void *l4, void *end,
+/* `l4` is the cursor at the L4 header. */
+static __always_inline struct steer_target *classify(struct ethhdr *eth, __u8 proto, struct cursor *l4,
 						      struct steer_v4_key *k4, struct steer_v6_key *k6)
 {
 	struct steer_target *t = NULL;
+	struct l4_ports *ports = parse_ports(l4, proto);
 
-	if ((proto == IPPROTO_UDP || proto == IPPROTO_TCP) && l4 + 4 <= end) {
-		struct steer_l4_key kl = { .proto = proto, .port = ((__u16 *)l4)[1] };
+	if (ports) {
+		struct steer_l4_key kl = { .proto = proto, .port = ports->dest };
 		t = bpf_map_lookup_elem(&steer_l4, &kl);
 		if (t)
 			return t;
@@ -177,32 +177,32 @@ int router(struct xdp_md *ctx)
 	struct router_port_stats *st = bpf_map_lookup_elem(&port_stats, &slot);
 	struct router_port *port = bpf_map_lookup_elem(&ports, &slot);
 	struct bpf_fib_lookup fib = {};
+	struct ethhdr *eth;
+	int vlans, l4proto;
 	int rc;
 
-	struct ethhdr *eth = cursor_take(&c, sizeof(*eth));
-	if (!eth)
+	int proto = parse_eth(&c, &eth, &vlans);
+	if (proto < 0)
 		return done(st, ROUTER_PASS_MALFORMED, len, XDP_PASS);
-	__u16 proto = eth->h_proto;
-	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD))
+	if (vlans)
 		return done(st, ROUTER_PASS_VLAN, len, XDP_PASS);
 
 	if (proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = cursor_take(&c, sizeof(*ip));
-		if (!ip || ip->version != 4 || ip->ihl < 5)
+		struct iphdr *ip;
+		l4proto = parse_ip4(&c, &ip);
+		if (l4proto < 0 || ip4_cut_short(ip, &c))
 			return done(st, ROUTER_PASS_MALFORMED, len, XDP_PASS);
 		if (ip->ihl != 5)
 			return done(st, ROUTER_PASS_OPTIONS, len, XDP_PASS);
 		__u16 tot = bpf_ntohs(ip->tot_len);
-		if (tot < sizeof(*ip) || (void *)ip + tot > c.end)
-			return done(st, ROUTER_PASS_MALFORMED, len, XDP_PASS);
-		if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		if (ip4_is_fragment(ip))
 			return done(st, ROUTER_PASS_FRAGMENT, len, XDP_PASS);
 
 		if (port && port->next_ifindex)
 			return send(st, port->next_ifindex, ROUTER_STEER, len);
 		if (port && port->classify) {
 			struct steer_v4_key k4 = { .prefixlen = 32, .addr = ip->daddr };
-			struct steer_target *t = classify(eth, ip->protocol, c.pos, c.end, &k4, NULL);
+			struct steer_target *t = classify(eth, l4proto, &c, &k4, NULL);
 			if (t)
 				return send(st, t->ifindex, ROUTER_STEER, len);
 		}
@@ -223,19 +223,18 @@ int router(struct xdp_md *ctx)
 			ipv4_decrease_ttl(ip);
 		}
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = cursor_take(&c, sizeof(*ip6));
-		if (!ip6 || ip6->version != 6)
+		struct ipv6hdr *ip6;
+		l4proto = parse_ip6(&c, &ip6);
+		if (l4proto < 0 || ip6_cut_short(ip6, &c))
 			return done(st, ROUTER_PASS_MALFORMED, len, XDP_PASS);
 		__u16 plen = bpf_ntohs(ip6->payload_len);
-		if ((void *)(ip6 + 1) + plen > c.end)
-			return done(st, ROUTER_PASS_MALFORMED, len, XDP_PASS);
 
 		if (port && port->next_ifindex)
 			return send(st, port->next_ifindex, ROUTER_STEER, len);
 		if (port && port->classify) {
 			struct steer_v6_key k6 = { .prefixlen = 128 };
 			__builtin_memcpy(k6.addr, &ip6->daddr, 16);
-			struct steer_target *t = classify(eth, ip6->nexthdr, c.pos, c.end, NULL, &k6);
+			struct steer_target *t = classify(eth, l4proto, &c, NULL, &k6);
 			if (t)
 				return send(st, t->ifindex, ROUTER_STEER, len);
 		}

@@ -21,7 +21,6 @@ struct {
 	__type(value, struct gen_state);
 } gen_state_map SEC(".maps");
 
-/* Makes the skeleton carry struct gen_state and gen_meta as Rust types. */
 /* Key: CPU number. An array, not per-CPU, so each sending thread can set its
  * own CPU's entry without touching the others. */
 struct {
@@ -31,6 +30,8 @@ struct {
 	__type(value, struct gen_pace);
 } gen_pace_map SEC(".maps");
 
+/* Type anchors: make the skeleton carry these for user space (gen_meta
+ * and the enums are used by user space only). */
 struct gen_state gen_state_type_anchor;
 struct gen_pace gen_pace_type_anchor;
 enum gen_pace_limits gen_pace_limits_anchor;

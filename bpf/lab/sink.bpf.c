@@ -2,7 +2,7 @@
 /* Receiver-side counting sink.
  *
  * Counts every frame and, separately, the frames that carry the generator's
- * magic right after a UDP header (IPv4 or IPv6, optionally one 802.1Q tag), so
+ * magic right after a UDP header (IPv4 or IPv6, untagged, 802.1Q or QinQ), so
  * that kernel chatter on the link (ND, MLD) never counts as delivered traffic.
  * The verdict for generator frames is fixed at load time: XDP_DROP for a
  * drop sink, XDP_PASS when a socket sink behind it must see them. Every other
@@ -12,7 +12,6 @@
 #include "peregrine/parse.h"
 #include "peregrine/gen_kern_user.h"
 #include "peregrine/sink_kern_user.h"
-#include "peregrine/netdev_uapi.h"
 
 const volatile __u32 sink_verdict = XDP_DROP;
 
@@ -24,52 +23,44 @@ struct {
 } sink_stats_map SEC(".maps");
 
 struct sink_stats sink_stats_type_anchor;
-/* For user space only (see netdev_uapi.h). */
-struct ethtool_value ethtool_value_anchor;
-enum peregrine_ethtool_cmd ethtool_cmd_anchor;
-
-#define VLAN_HLEN 4
 
 /* 1: carries the magic; 0: well-formed but not ours; -1: cut short. */
 static __always_inline int classify(struct cursor *c)
 {
-	struct ethhdr *eth = cursor_take(c, sizeof(*eth));
-	if (!eth)
-		return -1;
-	__u16 proto = eth->h_proto;
-	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)) {
-		__u16 *tag = cursor_take(c, VLAN_HLEN);
-		if (!tag)
-			return -1;
-		proto = tag[1];
-	}
+	struct ethhdr *eth;
+	int vlans, proto;
 
-	if (proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = cursor_take(c, sizeof(*ip));
-		if (!ip)
+	int eth_proto = parse_eth(c, &eth, &vlans);
+	if (eth_proto < 0)
+		return -1;
+	if (eth_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip;
+		proto = parse_ip4(c, &ip);
+		if (proto == PARSE_CUT)
 			return -1;
-		if (ip->version != 4 || ip->ihl < 5)
+		if (proto < 0)
 			return 0;
-		if (ip->ihl > 5 && !cursor_take(c, (ip->ihl - 5) * 4))
-			return -1;
 		/* The datagram the header announces must be all there. */
-		if ((void *)ip + bpf_ntohs(ip->tot_len) > c->end)
+		if (ip4_cut_short(ip, c))
 			return -1;
-		if (ip->protocol != IPPROTO_UDP || (ip->frag_off & bpf_htons(0x1fff)))
+		if (ip4_is_fragment(ip))
 			return 0;
-	} else if (proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = cursor_take(c, sizeof(*ip6));
-		if (!ip6)
+	} else if (eth_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6;
+		proto = parse_ip6(c, &ip6);
+		if (proto == PARSE_CUT)
 			return -1;
-		if (ip6->version != 6 || ip6->nexthdr != IPPROTO_UDP)
+		if (proto < 0)
 			return 0;
-		if ((void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len) > c->end)
+		if (ip6_cut_short(ip6, c))
 			return -1;
 	} else {
 		return 0;
 	}
+	if (proto != IPPROTO_UDP)
+		return 0;
 
-	struct udphdr *udp = cursor_take(c, sizeof(*udp));
+	struct udphdr *udp = parse_udp(c);
 	if (!udp)
 		return -1;
 	__u32 *magic = cursor_take(c, sizeof(*magic));

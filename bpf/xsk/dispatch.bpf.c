@@ -59,27 +59,28 @@ int dispatch(struct xdp_md *ctx)
 		.end = (void *)(long)ctx->data_end,
 	};
 	__u64 len = c.end - c.pos;
+	struct ethhdr *eth;
+	int vlans;
 	__u32 flow;
-	__u8 proto;
+	int proto;
 
-	struct ethhdr *eth = cursor_take(&c, sizeof(*eth));
-	if (!eth)
+	/* Tagged frames belong to the VLAN's device, not the invoker's. */
+	int eth_proto = parse_eth(&c, &eth, &vlans);
+	if (eth_proto < 0 || vlans)
 		return XDP_PASS;
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = cursor_take(&c, sizeof(*ip));
-		if (!ip || ip->version != 4 || ip->ihl < 5)
+	if (eth_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip;
+		proto = parse_ip4(&c, &ip);
+		if (proto < 0 || ip4_cut_short(ip, &c))
 			return XDP_PASS;
-		if (ip->ihl > 5 && !cursor_take(&c, (ip->ihl - 5) * 4))
-			return XDP_PASS;
-		if (ip->frag_off & bpf_htons(0x3fff))
+		if (ip4_is_fragment(ip))
 			return XDP_PASS; /* fragments: the kernel reassembles */
-		proto = ip->protocol;
 		flow = ip->saddr;
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = cursor_take(&c, sizeof(*ip6));
-		if (!ip6 || ip6->version != 6)
+	} else if (eth_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6;
+		proto = parse_ip6(&c, &ip6);
+		if (proto < 0 || ip6_cut_short(ip6, &c))
 			return XDP_PASS;
-		proto = ip6->nexthdr;
 		flow = ip6->saddr.in6_u.u6_addr32[0] ^ ip6->saddr.in6_u.u6_addr32[1] ^
 		       ip6->saddr.in6_u.u6_addr32[2] ^ ip6->saddr.in6_u.u6_addr32[3];
 	} else {
@@ -87,7 +88,7 @@ int dispatch(struct xdp_md *ctx)
 	}
 	if (proto != IPPROTO_UDP)
 		return XDP_PASS;
-	struct udphdr *udp = cursor_take(&c, sizeof(*udp));
+	struct udphdr *udp = parse_udp(&c);
 	if (!udp)
 		return XDP_PASS;
 

@@ -70,35 +70,37 @@ int nf(struct xdp_md *ctx)
 
 	if (cfg.rules) {
 		__u8 src[16] = {}, dst[16] = {};
-		__u8 family = 0, proto = 0;
+		__u8 family = 0;
+		int proto = -1;
 		__u16 dport = 0;
-		struct ethhdr *eth = cursor_take(&c, sizeof(*eth));
-		if (eth && eth->h_proto == bpf_htons(ETH_P_IP)) {
-			struct iphdr *ip = cursor_take(&c, sizeof(*ip));
-			if (ip && ip->ihl >= 5) {
+		struct ethhdr *eth;
+		int vlans;
+		/* Tagged frames are judged by what they carry: a tag must not
+		 * carry traffic past the rules. Only the headers are judged, so
+		 * a datagram cut short after them is judged like a whole one. */
+		int eth_proto = parse_eth(&c, &eth, &vlans);
+		if (eth_proto == bpf_htons(ETH_P_IP)) {
+			struct iphdr *ip;
+			proto = parse_ip4(&c, &ip);
+			if (proto >= 0) {
 				family = 4;
-				proto = ip->protocol;
 				__builtin_memcpy(src, &ip->saddr, 4);
 				__builtin_memcpy(dst, &ip->daddr, 4);
-				if (ip->ihl > 5)
-					cursor_take(&c, (ip->ihl - 5) * 4);
 			}
-		} else if (eth && eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-			struct ipv6hdr *ip6 = cursor_take(&c, sizeof(*ip6));
-			if (ip6) {
+		} else if (eth_proto == bpf_htons(ETH_P_IPV6)) {
+			struct ipv6hdr *ip6;
+			proto = parse_ip6(&c, &ip6);
+			if (proto >= 0) {
 				family = 6;
-				proto = ip6->nexthdr;
 				__builtin_memcpy(src, &ip6->saddr, 16);
 				__builtin_memcpy(dst, &ip6->daddr, 16);
 			}
 		}
 		if (family) {
 			st->ip++;
-			if (proto == IPPROTO_UDP || proto == IPPROTO_TCP) {
-				__u16 *ports = cursor_take(&c, 4);
-				if (ports)
-					dport = ports[1];
-			}
+			struct l4_ports *ports = parse_ports(&c, proto);
+			if (ports)
+				dport = ports->dest;
 			if (acl(family, proto, dport, src, dst) == ACL_DROP) {
 				st->dropped++;
 				return XDP_DROP;

@@ -81,8 +81,11 @@ static __always_inline int check_reply(void *data, void *data_end)
 	};
 	void *frame = c.pos;
 
-	struct ethhdr *eth = cursor_take(&c, sizeof(*eth));
-	if (!eth)
+	struct ethhdr *eth;
+	int vlans;
+	/* The client's link is untagged: tagged frames are not our replies. */
+	int eth_proto = parse_eth(&c, &eth, &vlans);
+	if (eth_proto < 0 || vlans)
 		return XDP_PASS;
 	const __u32 plen = cfg.payload_len;
 	__u64 sum = 0; /* UDP checksum, memory-order ones' complement */
@@ -90,20 +93,20 @@ static __always_inline int check_reply(void *data, void *data_end)
 	int v4 = 0;
 	struct iphdr *ip = 0;
 
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		ip = cursor_take(&c, sizeof(*ip));
-		if (!ip || ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
-		    (ip->frag_off & bpf_htons(0x3fff)))
+	if (eth_proto == bpf_htons(ETH_P_IP)) {
+		/* A cut datagram is still parsed: from the server port it is a
+		 * reply, counted as truncated below. Options: not our server's. */
+		if (parse_ip4(&c, &ip) != IPPROTO_UDP || ip->ihl != 5 || ip4_is_fragment(ip))
 			return XDP_PASS;
 		v4 = 1;
 		sum += csum_word32(ip->saddr) + csum_word32(ip->daddr) + bpf_htons(IPPROTO_UDP) +
 		       udp_len_want;
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = cursor_take(&c, sizeof(*ip6));
-		if (!ip6 || ip6->version != 6 || ip6->nexthdr != IPPROTO_UDP)
+	} else if (eth_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6;
+		if (parse_ip6(&c, &ip6) != IPPROTO_UDP)
 			return XDP_PASS;
 		if (ip6->payload_len != udp_len_want) {
-			struct udphdr *u = cursor_take(&c, sizeof(*u));
+			struct udphdr *u = parse_udp(&c);
 			if (u && u->source == cfg.server_port) {
 				st->bad_length++;
 				return XDP_DROP;
@@ -119,7 +122,7 @@ static __always_inline int check_reply(void *data, void *data_end)
 		return XDP_PASS;
 	}
 
-	struct udphdr *udp = cursor_take(&c, sizeof(*udp));
+	struct udphdr *udp = parse_udp(&c);
 	if (!udp)
 		return XDP_PASS;
 	if (udp->source != cfg.server_port)
