@@ -33,7 +33,7 @@ pub fn report(a: ReportConfig) -> Result<()> {
             .unwrap_or_else(|| "result".into());
         written.extend(peregrine_lab::plot::plot(&r, &dir, &stem)?);
         if !a.json {
-            print!("{}", r.table());
+            print!("{}", peregrine_lab::compare::report(&r));
         }
     }
     if a.json {

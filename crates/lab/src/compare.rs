@@ -171,3 +171,8 @@ mod tests {
         assert_eq!(median(&[1.0, 4.0]), 2.5);
     }
 }
+
+/// A result file's table followed by its per-scenario comparison.
+pub fn report(file: &ResultFile) -> String {
+    file.table() + &table(&by_scenario(file))
+}

@@ -460,3 +460,31 @@ impl Drop for Lab {
         }
     }
 }
+
+/// A lab's hosts, for the data plane: host `h` runs in namespace
+/// `pg-<lab>-<h>`, veth peers are the topology's links.
+impl peregrine_dataplane::Hosts for Topology {
+    fn netns(&self, host: &str) -> peregrine_dataplane::Result<String> {
+        match self.host(host) {
+            Some(_) => Ok(ns_name(&self.name, host)),
+            None => Err(peregrine_dataplane::DataplaneError::Config(format!(
+                "lab {} has no host {host:?}",
+                self.name
+            ))),
+        }
+    }
+
+    fn veth_peer(
+        &self,
+        end: &peregrine_dataplane::HostIface,
+    ) -> Option<peregrine_dataplane::HostIface> {
+        let p = self.peer_of(&Endpoint {
+            host: end.host.clone(),
+            iface: end.iface.clone(),
+        })?;
+        Some(peregrine_dataplane::HostIface {
+            host: p.host,
+            iface: p.iface,
+        })
+    }
+}

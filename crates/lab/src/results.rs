@@ -404,7 +404,6 @@ impl ResultFile {
              (where the drops were counted); \
              busy %: 100 - idle per CPU over the trial\n",
         );
-        out.push_str(&crate::compare::table(&crate::compare::by_scenario(self)));
         out
     }
 }
