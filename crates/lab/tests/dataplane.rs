@@ -11,15 +11,16 @@ use peregrine_bpf::router::{action_name, FibMode, ACTIONS};
 use peregrine_bpf::testing::{privileged, wait_until};
 use peregrine_bpf::XdpMode;
 use peregrine_dataplane::{Dataplane, DataplaneConfig};
-use peregrine_host::nl::Netlink;
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::sinks::{Sink, SocketSink};
-use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
+use peregrine_lab::traffic::{Backend, Generator};
 use peregrine_lab::Lab;
-use peregrine_wire::UdpFrameSpec;
 
 mod common;
-use common::{chain_lab, delivered_after, drop_sink, endpoint, exec as run, offer, offer_counting};
+use common::{
+    addr, chain_lab, delivered_after, drop_sink, endpoint, exec as run, offer, offer_counting,
+    udp_traffic,
+};
 
 /// Whether a TCP socket listens on `port` in namespace `ns` (read from the
 /// namespace's own /proc/net, through the calling thread).
@@ -45,35 +46,27 @@ fn count(st: &peregrine_bpf::router::PortStats, name: &str) -> u64 {
     st.packets[(0..ACTIONS).find(|&a| action_name(a) == name).unwrap()]
 }
 
-/// UDP datagrams from gen's own address through the DUT to `dst`.
-fn udp_from_gen(lab: &Lab, backend: Backend, src: &str, dst: &str, port: u16) -> TrafficSpec {
-    let mut nl = Netlink::new().unwrap();
-    let frame = UdpFrameSpec {
-        src_mac: nl.mac_of(&lab.ns("gen"), "eth0").unwrap(),
-        dst_mac: nl.mac_of(&lab.ns("dut"), "in0").unwrap(),
-        src_ip: src.parse().unwrap(),
-        dst_ip: dst.parse().unwrap(),
-        src_port: 20000,
-        dst_port: port,
-        ttl: 64,
-        frame_len: 0,
+/// A generator of stamped UDP datagrams from gen through the DUT (its
+/// in0 receives live frames) to `dst`:`port`: from gen's own address over
+/// sockets, from .100 up as live frames.
+fn gen_through_dut(lab: &Lab, backend: Backend, dst: &str, port: u16) -> Generator {
+    let src = if backend == Backend::Socket {
+        "198.18.1.1"
+    } else {
+        "198.18.1.100"
     };
-    let mut spec = TrafficSpec::live(
-        lab.ns("gen"),
-        "eth0".into(),
-        frame,
-        FrameSizes::Fixed(128),
-        1,
-    );
+    let (from, to) = (endpoint("gen", "eth0"), endpoint("dut", "in0"));
+    let (src, dst) = (addr(src, 20000), addr(dst, port));
+    let mut spec = udp_traffic(lab, &from, &to, src, dst, FrameSizes::Fixed(128), 1);
     spec.stamp = true;
     spec.backend = backend;
-    spec
+    Generator::new(spec, Some((lab.ns("dut"), "in0".into()))).unwrap()
 }
 
-/// Sends `n` frames of `spec` at `pps` (within 10 s), live frames anchored
-/// at `peer`; frames offered.
-fn send(spec: TrafficSpec, peer: Option<(String, String)>, n: u64, pps: f64) -> u64 {
-    let gen = Generator::new(spec, peer).unwrap();
+/// Sends `n` datagrams at `pps` (within 10 s) through the DUT to the sink's
+/// 198.19.0.1:`port`; frames offered.
+fn send_to_sink(lab: &Lab, backend: Backend, port: u16, n: u64, pps: f64) -> u64 {
+    let gen = gen_through_dut(lab, backend, "198.19.0.1", port);
     offer(&gen, Rate::Pps(pps), n, Some(Duration::from_secs(10)))
 }
 
@@ -150,18 +143,8 @@ fn router_carries_ping_udp_and_tcp_intact() {
     // checksums, lengths), so every one arriving proves the rewrite intact.
     let sock = SocketSink::start(&lab.ns("sink"), "198.19.0.1:9".parse().unwrap()).unwrap();
     for backend in [Backend::Socket, Backend::Xdp] {
-        let src = if backend == Backend::Xdp {
-            "198.18.1.100"
-        } else {
-            "198.18.1.1"
-        };
         let before_sock = sock.delivered().unwrap().packets;
-        let sent = send(
-            udp_from_gen(&lab, backend, src, "198.19.0.1", 9),
-            Some((lab.ns("dut"), "in0".into())),
-            20_000,
-            100_000.0,
-        );
+        let sent = send_to_sink(&lab, backend, 9, 20_000, 100_000.0);
         assert_eq!(sent, 20_000, "{backend:?}");
         assert_eq!(
             delivered_after(&sock, before_sock, 20_000),
@@ -235,8 +218,7 @@ fn route_added_with_ip_route_takes_effect_while_traffic_runs() {
     let sink = drop_sink(&lab, &endpoint("sink", "eth0"));
     let dp = router_on_dut(&lab);
     // 198.18.99.0/24 is routed nowhere yet.
-    let spec = udp_from_gen(&lab, Backend::Xdp, "198.18.1.100", "198.18.99.1", 9);
-    let gen = Generator::new(spec, Some((lab.ns("dut"), "in0".into()))).unwrap();
+    let gen = gen_through_dut(&lab, Backend::Xdp, "198.18.99.1", 9);
     let progress = Arc::new(AtomicU64::new(0));
     let in0 = in0_of(&dp);
     std::thread::scope(|s| {
@@ -319,24 +301,14 @@ fn chain_passes_both_functions_and_filters() {
     );
     let sock = SocketSink::start(&lab.ns("sink"), "198.19.0.1:9".parse().unwrap()).unwrap();
     let dns = SocketSink::start(&lab.ns("sink"), "198.19.0.1:53".parse().unwrap()).unwrap();
-    let sent = send(
-        udp_from_gen(&lab, Backend::Socket, "198.18.1.1", "198.19.0.1", 9),
-        None,
-        10_000,
-        50_000.0,
-    );
+    let sent = send_to_sink(&lab, Backend::Socket, 9, 10_000, 50_000.0);
     assert_eq!(sent, 10_000);
     assert_eq!(
         delivered_after(&sock, 0, 10_000),
         10_000,
         "every datagram through c1 and c2, intact"
     );
-    let sent53 = send(
-        udp_from_gen(&lab, Backend::Socket, "198.18.1.1", "198.19.0.1", 53),
-        None,
-        1_000,
-        50_000.0,
-    );
+    let sent53 = send_to_sink(&lab, Backend::Socket, 53, 1_000, 50_000.0);
     assert_eq!(sent53, 1_000);
     let c2_dropped = || nf_stats(&dp, "c2").dropped;
     assert!(

@@ -122,13 +122,20 @@ fn invoker_with(lab: &Lab, functions: &str, cfg: InvokerConfig) -> Result<AfXdpI
     .map_err(|e| e.to_string())
 }
 
+/// `workers` workers per queue, all pinned to CPU 1, their sockets as
+/// `xsk` says (several on one queue share its UMEM).
+fn on_cpu1(workers: u32, xsk: peregrine_xsk::XskConfig) -> InvokerConfig {
+    InvokerConfig {
+        cpus: vec![1],
+        workers,
+        xsk,
+        ..Default::default()
+    }
+}
+
 /// The AF_XDP invoker on b:eth0, one worker pinned to CPU 1.
 fn invoker(lab: &Lab, functions: &str) -> AfXdpInvoker {
-    let cfg = InvokerConfig {
-        cpus: vec![1],
-        ..Default::default()
-    };
-    invoker_with(lab, functions, cfg).unwrap()
+    invoker_with(lab, functions, on_cpu1(1, Default::default())).unwrap()
 }
 
 /// The closed-loop load client in host a: `connections` clients sending
@@ -187,15 +194,13 @@ fn afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly() {
         return;
     }
     let lab = pair_lab("tfaasbp");
-    let cfg = InvokerConfig {
-        cpus: vec![1],
-        workers: 2,
-        xsk: peregrine_xsk::XskConfig {
-            busy_poll: Some(peregrine_xsk::BusyPoll::default()),
-            ..Default::default()
-        },
-        xdp_mode: peregrine_bpf::XdpMode::Generic,
+    let busy_poll = peregrine_xsk::XskConfig {
+        busy_poll: Some(peregrine_xsk::BusyPoll::default()),
         ..Default::default()
+    };
+    let cfg = InvokerConfig {
+        xdp_mode: peregrine_bpf::XdpMode::Generic,
+        ..on_cpu1(2, busy_poll)
     };
     let inv = invoker_with(&lab, FUNCTIONS, cfg).unwrap();
     assert_eq!(inv.mode, "skb");
@@ -254,8 +259,7 @@ fn afxdp_invoker_serves_two_queues() {
     assert!(err.contains("2 RX queues"), "{err}");
     let cfg = InvokerConfig {
         queues: 2,
-        cpus: vec![1],
-        ..Default::default()
+        ..on_cpu1(1, Default::default())
     };
     let inv = invoker_with(&lab, FUNCTIONS, cfg).unwrap();
     let before = redirects_per_queue(&lab.ns("b"), "eth0", 2);
@@ -427,18 +431,13 @@ fn workers_scale_under_sustained_load_without_losing_requests() {
     use std::sync::atomic::AtomicBool;
 
     let lab = pair_lab("tfaasscale");
-    let cfg = InvokerConfig {
-        cpus: vec![1],
-        workers: 2,
-        // Deep rings: two busy-polling workers share CPU 1 and take turns.
-        xsk: peregrine_xsk::XskConfig {
-            frames: 32768,
-            ring: 8192,
-            ..Default::default()
-        },
+    // Deep rings: two busy-polling workers share CPU 1 and take turns.
+    let deep = peregrine_xsk::XskConfig {
+        frames: 32768,
+        ring: 8192,
         ..Default::default()
     };
-    let inv = invoker_with(&lab, "1232=reverse,1233=echo", cfg).unwrap();
+    let inv = invoker_with(&lab, "1232=reverse,1233=echo", on_cpu1(2, deep)).unwrap();
     let mut open = OpenLoopConfig::for_lab(
         lab.topology(),
         &endpoint("a", "eth0"),

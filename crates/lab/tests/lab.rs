@@ -9,18 +9,17 @@ use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::testing::{privileged, wait_until};
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_host::netns;
-use peregrine_host::nl::Netlink;
 use peregrine_lab::lab::{self, ns_name};
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
 use peregrine_lab::trial::run_trial;
 use peregrine_lab::{Endpoint, Lab, LabError, Lifetime, Topology};
-use peregrine_wire::UdpFrameSpec;
 
 mod common;
 use common::{
-    delivered_after, drop_sink, endpoint, offer, offer_counting, pair, pair_lab, ping, up,
+    addr, delivered_after, drop_sink, endpoint, offer, offer_counting, pair, pair_lab, ping,
+    udp_traffic, up,
 };
 
 fn namespaces_of(lab: &str) -> Vec<String> {
@@ -235,37 +234,19 @@ fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) 
 
 /// As `traffic`, over IPv6 when `v6`.
 fn traffic_v(lab: &Lab, backend: Backend, stamp: bool, v6: bool) -> (TrafficSpec, Endpoint) {
-    let mut nl = Netlink::new().unwrap();
     let from = endpoint("a", "eth0");
     let peer = lab.peer_of(&from).unwrap();
-    let frame = UdpFrameSpec {
-        src_mac: nl.mac_of(&lab.ns(&from.host), &from.iface).unwrap(),
-        dst_mac: nl.mac_of(&lab.ns(&peer.host), &peer.iface).unwrap(),
-        // Live frames vary the source address per flow (.101 up), clear of
-        // the receiver's own .2; sockets must bind the host's own address.
-        src_ip: match (backend != Backend::Socket, v6) {
-            (true, false) => "198.18.0.101",
-            (false, false) => "198.18.0.1",
-            (true, true) => "2001:db8::101",
-            (false, true) => "2001:db8::1",
-        }
-        .parse()
-        .unwrap(),
-        dst_ip: if v6 { "2001:db8::2" } else { "198.18.0.2" }
-            .parse()
-            .unwrap(),
-        src_port: 1024,
-        dst_port: 9,
-        ttl: 64,
-        frame_len: 0,
+    // Live frames vary the source address per flow (.101 up), clear of
+    // the receiver's own .2; sockets must bind the host's own address.
+    let src = match (backend != Backend::Socket, v6) {
+        (true, false) => "198.18.0.101",
+        (false, false) => "198.18.0.1",
+        (true, true) => "2001:db8::101",
+        (false, true) => "2001:db8::1",
     };
-    let mut spec = TrafficSpec::live(
-        lab.ns(&from.host),
-        from.iface,
-        frame,
-        FrameSizes::Fixed(64),
-        4,
-    );
+    let dst = if v6 { "2001:db8::2" } else { "198.18.0.2" };
+    let sizes = FrameSizes::Fixed(64);
+    let mut spec = udp_traffic(lab, &from, &peer, addr(src, 1024), addr(dst, 9), sizes, 4);
     spec.stamp = stamp;
     spec.backend = backend;
     (spec, peer)

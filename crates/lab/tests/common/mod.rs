@@ -3,16 +3,20 @@
 //! counted runs of the generator and counting sinks.
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_host::nl::Netlink;
 use peregrine_lab::pacing::{Limit, Rate};
 use peregrine_lab::sinks::{Sink, XdpSink};
 use peregrine_lab::topology::builtin;
-use peregrine_lab::traffic::Generator;
+use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::{lab, Endpoint, Lab, Lifetime, Topology};
+use peregrine_wire::UdpFrameSpec;
 
 /// The built-in topology `text` (e.g. `builtin::PAIR`) renamed `name`.
 pub fn topology(text: &str, name: &str) -> Topology {
@@ -99,4 +103,34 @@ pub fn endpoint(host: &str, iface: &str) -> Endpoint {
         host: host.into(),
         iface: iface.into(),
     }
+}
+
+/// `ip:port` (an IPv4 or IPv6 address without brackets).
+pub fn addr(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.parse::<IpAddr>().unwrap(), port)
+}
+
+/// Live UDP traffic (`TrafficSpec::live`) leaving `from` for `to`, between
+/// the MAC addresses the lab gave them and from `src` to `dst`, TTL 64.
+pub fn udp_traffic(
+    lab: &Lab,
+    from: &Endpoint,
+    to: &Endpoint,
+    src: SocketAddr,
+    dst: SocketAddr,
+    sizes: FrameSizes,
+    flows: u32,
+) -> TrafficSpec {
+    let mut nl = Netlink::new().unwrap();
+    let frame = UdpFrameSpec {
+        src_mac: nl.mac_of(&lab.ns(&from.host), &from.iface).unwrap(),
+        dst_mac: nl.mac_of(&lab.ns(&to.host), &to.iface).unwrap(),
+        src_ip: src.ip(),
+        dst_ip: dst.ip(),
+        src_port: src.port(),
+        dst_port: dst.port(),
+        ttl: 64,
+        frame_len: 0,
+    };
+    TrafficSpec::live(lab.ns(&from.host), from.iface.clone(), frame, sizes, flows)
 }
