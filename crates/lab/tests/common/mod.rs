@@ -134,3 +134,11 @@ pub fn udp_traffic(
     };
     TrafficSpec::live(lab.ns(&from.host), from.iface.clone(), frame, sizes, flows)
 }
+
+/// Runs `gen` at `pps` until it has sent `count` frames (or `within` has
+/// passed, if given) and asserts that it offered every one (`what` names
+/// the run in the message).
+pub fn offer_all(gen: &Generator, pps: f64, count: u64, within: Option<Duration>, what: &str) {
+    let offered = offer(gen, Rate::Pps(pps), count, within);
+    assert_eq!(offered, count, "{what}: frames offered");
+}
