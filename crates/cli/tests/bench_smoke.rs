@@ -4,51 +4,13 @@
 //! passing trial, every trial says what limited it, no window shows more
 //! delivered than offered, unsent runs are marked), and a generator asked
 //! for more than it can offer says so.
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
 use peregrine_bpf::testing::privileged;
 use peregrine_lab::results::{Limiter, ResultFile};
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_peregrine"));
-    c.env_remove("RUST_BACKTRACE");
-    c
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("peregrine-smoke-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Brings up the built-in pair topology as lab `name`, from a file.
-fn pair_lab_up(name: &str) {
-    let topo = tmp(name).join("t.toml");
-    let text = peregrine_lab::topology::builtin::PAIR.replacen(
-        "name = \"pair\"",
-        &format!("name = \"{name}\""),
-        1,
-    );
-    assert!(text.contains(name), "the built-in pair names itself");
-    std::fs::write(&topo, text).unwrap();
-    let _ = bin().args(["lab", "down", name]).output();
-    ok(
-        &bin().args(["lab", "up"]).arg(&topo).output().unwrap(),
-        "lab up",
-    );
-}
-
-fn ok(out: &Output, what: &str) {
-    assert!(
-        out.status.success(),
-        "{what} failed ({:?}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+mod common;
+use common::{bin, ok, pair_lab_up, tmp};
 
 /// Reads a result file and checks what every result must hold.
 fn check_result(path: &Path) -> ResultFile {

@@ -1,6 +1,6 @@
 //! End-to-end tests of the `peregrine` binary as a user runs it: the main
 //! job, Ctrl-C and SIGKILL hygiene, and one-line errors for bad input.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -8,15 +8,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use peregrine_bpf::testing::privileged;
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_peregrine"));
-    c.env_remove("RUST_BACKTRACE");
-    c
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("peregrine runs")
-}
+mod common;
+use common::{ok, pair_lab_up, pair_topology, run, tmp, topology_file};
 
 fn namespaces(lab: &str) -> Vec<String> {
     let p = format!("pg-{lab}-");
@@ -34,6 +27,13 @@ fn pins(lab: &str) -> bool {
     Path::new("/sys/fs/bpf/peregrine").join(lab).exists()
 }
 
+/// `lab down name` succeeds and leaves no namespace and no pin of it.
+fn lab_down_leaves_nothing(name: &str) {
+    ok(&run(&["lab", "down", name]), "lab down");
+    assert!(namespaces(name).is_empty(), "namespaces of {name} left");
+    assert!(!pins(name), "pins of {name} left");
+}
+
 fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + timeout;
     while Instant::now() < end {
@@ -45,11 +45,15 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("peregrine-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// Starts `peregrine` with `args` in the background, stdout as given and
+/// stderr discarded.
+fn spawn(args: &[&str], stdout: Stdio) -> Child {
+    common::bin()
+        .args(args)
+        .stdout(stdout)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// Asserts a failure with exactly one line on stderr, naming `needle`.
@@ -69,38 +73,35 @@ fn gen_in_tbad(from: &str, to: &str, extra: &[&str]) -> Output {
     run(&args)
 }
 
-fn topology_file(dir: &Path, name: &str, text: &str) -> String {
-    let p = dir.join(format!("{name}.toml"));
-    std::fs::write(&p, text).unwrap();
-    p.to_string_lossy().into_owned()
+/// `args` with `extra` after them.
+fn with<'a>(args: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    [args, extra].concat()
 }
 
-/// Brings up the built-in pair topology as lab `name` (from a file, as a
-/// user would), after removing what a failed earlier run may have left.
-fn pair_lab_up(name: &str) {
-    let topo = peregrine_lab::topology::builtin::PAIR.replacen(
-        "name = \"pair\"",
-        &format!("name = \"{name}\""),
-        1,
-    );
-    assert!(topo.contains(name), "the built-in pair names its lab");
-    let file = topology_file(&tmp(name), name, &topo);
-    let _ = run(&["lab", "down", name]);
-    assert_code(&run(&["lab", "up", &file]), 0, "lab up");
+/// `faas load` from host a of `lab` to b (198.18.0.2) calling `functions`.
+fn faas_load_in<'a>(lab: &'a str, functions: &'a str) -> [&'a str; 10] {
+    [
+        "faas",
+        "load",
+        "--lab",
+        lab,
+        "--host",
+        "a",
+        "--to",
+        "198.18.0.2",
+        "--functions",
+        functions,
+    ]
 }
 
-const PAIR_TEMPLATE: &str = r#"
-name = "NAME"
-[[host]]
-name = "a"
-addr = { eth0 = ["198.18.0.1/24"] }
-[[host]]
-name = "b"
-addr = { eth0 = ["198.18.0.2/24"] }
-[[link]]
-a = "a:eth0"
-b = "b:eth0"
-"#;
+/// `lab exec lab host -- ping -c 2 -i 0.2 ip` (plus `extra` ping options)
+/// succeeded.
+fn ping_in(lab: &str, host: &str, ip: &str, extra: &[&str]) -> bool {
+    let ping = [
+        "lab", "exec", lab, host, "--", "ping", "-c", "2", "-i", "0.2",
+    ];
+    run(&[&ping[..], extra, &[ip]].concat()).status.success()
+}
 
 #[test]
 fn main_job_runs_and_leaves_nothing() {
@@ -108,16 +109,8 @@ fn main_job_runs_and_leaves_nothing() {
         return;
     }
     let dir = tmp("showcase");
-    let out = bin()
-        .args(["showcase", "--trial", "0.5", "--out"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run(&["showcase", "--trial", "0.5", "--out", dir.to_str().unwrap()]);
+    ok(&out, "showcase");
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("RFC 2544 throughput"), "{table}");
     let json = std::fs::read_to_string(dir.join("showcase.json")).unwrap();
@@ -138,16 +131,9 @@ fn main_job_runs_and_leaves_nothing() {
     assert!(namespaces("showcase").is_empty());
     assert!(!pins("showcase"));
     // `report` redraws the plots from the file.
-    let out = bin()
-        .args(["report", "--json"])
-        .arg(dir.join("showcase.json"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let json = dir.join("showcase.json");
+    let out = run(&["report", "--json", json.to_str().unwrap()]);
+    ok(&out, "report");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["plots"].as_array().unwrap().len(), 4);
 }
@@ -158,15 +144,8 @@ fn ctrl_c_removes_the_lab() {
         return;
     }
     let dir = tmp("ctrlc");
-    let f = topology_file(&dir, "tctrlc", &PAIR_TEMPLATE.replace("NAME", "tctrlc"));
-    let mut child = KillOnDrop(
-        bin()
-            .args(["lab", "up", "--foreground", &f])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let f = topology_file(&dir, "tctrlc", &pair_topology("tctrlc"));
+    let mut child = KillOnDrop(spawn(&["lab", "up", "--foreground", &f], Stdio::null()));
     wait_for("the lab", Duration::from_secs(20), || {
         namespaces("tctrlc").len() == 2
     });
@@ -210,15 +189,11 @@ fn sigkill_leaves_stale_state_that_the_next_run_removes() {
     }
     let dir = tmp("kill");
     // A benchmark mid-run: lab, XDP sinks, the generator anchored on lo, pins.
-    let mut child = KillOnDrop(
-        bin()
-            .args(["bench", "gen", "--duration", "3", "--out"])
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let bench = ["bench", "gen", "--duration", "3", "--out"];
+    let mut child = KillOnDrop(spawn(
+        &with(&bench, &[dir.to_str().unwrap()]),
+        Stdio::null(),
+    ));
     wait_for("the benchmark's pins", Duration::from_secs(30), || {
         pins("benchgen")
     });
@@ -237,19 +212,12 @@ fn sigkill_leaves_stale_state_that_the_next_run_removes() {
     );
 
     // The next run finds and removes it.
-    let f = topology_file(&dir, "tnext", &PAIR_TEMPLATE.replace("NAME", "tnext"));
-    let out = run(&["lab", "up", &f]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let f = topology_file(&dir, "tnext", &pair_topology("tnext"));
+    ok(&run(&["lab", "up", &f]), "lab up after SIGKILL");
     assert!(namespaces("benchgen").is_empty());
     assert!(!pins("benchgen"));
     assert!(!Path::new("/run/peregrine/labs/benchgen.json").exists());
-    let out = run(&["lab", "down", "tnext"]);
-    assert!(out.status.success());
-    assert!(namespaces("tnext").is_empty());
+    lab_down_leaves_nothing("tnext");
 }
 
 #[test]
@@ -274,7 +242,7 @@ fn bad_input_gets_one_line_errors_and_changes_nothing() {
     );
 
     // A lab for the rest; a second `lab up` of it clashes.
-    let good = topology_file(&dir, "tbad", &PAIR_TEMPLATE.replace("NAME", "tbad"));
+    let good = topology_file(&dir, "tbad", &pair_topology("tbad"));
     assert!(run(&["lab", "up", &good]).status.success());
     let before = namespaces("tbad");
     assert_one_line_error(&run(&["lab", "up", &good]), "lab \"tbad\" already exists");
@@ -331,39 +299,17 @@ fn bad_input_gets_one_line_errors_and_changes_nothing() {
         "198.18.0.2",
         &["--count", "1000", "--sink", "b:eth0", "--json"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out, "gen --json");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // gen --json prints a peregrine.result/1 file: one run, one trial.
     let t = &v["runs"][0]["trials"][0];
     assert_eq!(t["offered_packets"], 1000, "{v}");
     assert_eq!(t["delivered_packets"], 1000, "{v}");
-    assert!(run(&["lab", "down", "tbad"]).status.success());
-    assert!(namespaces("tbad").is_empty());
-    assert!(!pins("tbad"));
+    lab_down_leaves_nothing("tbad");
 }
 
 fn ping_sink_from_gen() -> bool {
-    run(&[
-        "lab",
-        "exec",
-        "chain",
-        "gen",
-        "--",
-        "ping",
-        "-c",
-        "2",
-        "-i",
-        "0.2",
-        "-W",
-        "2",
-        "198.19.0.1",
-    ])
-    .status
-    .success()
+    ping_in("chain", "gen", "198.19.0.1", &["-W", "2"])
 }
 
 /// Packets the router counted under `action` at port in0 (`router stats --json`).
@@ -392,41 +338,21 @@ fn router_and_chain_commands_work_and_leave_nothing() {
     let attach = [
         "router", "attach", "in0", "out0", "--lab", "chain", "--host", "dut",
     ];
-    let out = run(&attach);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&run(&attach), "router attach");
     assert_one_line_error(&run(&attach), "already attached");
     assert!(ping_sink_from_gen(), "ping through the data plane");
     assert!(in0_rx("forward") >= 2, "the router forwarded the ping");
-    assert!(
-        run(&["router", "detach", "--lab", "chain", "--host", "dut"])
-            .status
-            .success()
-    );
+    let detach = ["router", "detach", "--lab", "chain", "--host", "dut"];
+    ok(&run(&detach), "router detach");
     assert!(!Path::new("/sys/fs/bpf/peregrine/chain/dp-dut").exists());
-    assert_one_line_error(
-        &run(&["router", "detach", "--lab", "chain", "--host", "dut"]),
-        "no router attached",
-    );
+    assert_one_line_error(&run(&detach), "no router attached");
 
-    let out = run(&["chain", "apply", chain_file]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&run(&["chain", "apply", chain_file]), "chain apply");
     assert!(ping_sink_from_gen(), "ping through the data plane");
     assert!(in0_rx("steer") >= 2, "the ping entered the chain");
     // Per-function counters: c1 reflected the pings, c2 forwarded them.
     let out = run(&["chain", "stats", chain_file, "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out, "chain stats --json");
     let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let fns = st["functions"].as_array().unwrap();
     assert_eq!(fns.len(), 2, "{st}");
@@ -435,20 +361,14 @@ fn router_and_chain_commands_work_and_leave_nothing() {
         assert!(f["sent"].as_u64().unwrap() >= 2, "{st}");
     }
     let out = run(&["chain", "stats", chain_file, "-c", "2", "-i", "200ms"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&out, "chain stats -c 2");
     assert!(String::from_utf8_lossy(&out.stdout).contains("packets/s"));
     assert!(run(&["chain", "remove", chain_file]).status.success());
 
     let dir = tmp("chainbad");
     let bad = topology_file(&dir, "badchain", "lab = \"chain\"\nrouter = \"dut\"\nports = [\"in0\"]\n[[chain]]\nname = \"x\"\nmatch = { dst = \"198.19.0.0/16\" }\nhops = [\"c9\"]\n");
     assert_one_line_error(&run(&["chain", "apply", &bad]), "hop \"c9\" has no [[nf]]");
-    assert!(run(&["lab", "down", "chain"]).status.success());
-    assert!(namespaces("chain").is_empty());
-    assert!(!pins("chain"));
+    lab_down_leaves_nothing("chain");
 }
 
 /// Scrapes `addr` once over HTTP/1.0; empty on failure.
@@ -465,20 +385,7 @@ fn scrape(addr: &str) -> String {
 
 /// `faas load` from host a of lab "tfcli" to b's `functions`, plus `extra`.
 fn open_load_in_tfcli(functions: &str, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "faas",
-        "load",
-        "--lab",
-        "tfcli",
-        "--host",
-        "a",
-        "--to",
-        "198.18.0.2",
-        "--functions",
-        functions,
-    ];
-    args.extend_from_slice(extra);
-    run(&args)
+    run(&with(&faas_load_in("tfcli", functions), extra))
 }
 
 /// `faas serve` and the open-loop `faas load` as a user runs them: every
@@ -491,30 +398,23 @@ fn faas_serve_and_open_loop_load_from_the_cli() {
         return;
     }
     pair_lab_up("tfcli");
-    let server = bin()
-        .args([
-            "faas",
-            "serve",
-            "--lab",
-            "tfcli",
-            "--host",
-            "b",
-            "--functions",
-            "1232=reverse",
-            "--cpus",
-            "1",
-            "--duration",
-            "6",
-            "--frames",
-            "16384",
-            "--ring",
-            "4096",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let server = spawn(
+        &with(
+            &faas_serve_in("tfcli", "1232=reverse"),
+            &[
+                "--cpus",
+                "1",
+                "--duration",
+                "6",
+                "--frames",
+                "16384",
+                "--ring",
+                "4096",
+                "--json",
+            ],
+        ),
+        Stdio::piped(),
+    );
     std::thread::sleep(Duration::from_millis(1000));
     let scraper = std::thread::spawn(|| {
         std::thread::sleep(Duration::from_millis(1500));
@@ -532,11 +432,7 @@ fn faas_serve_and_open_loop_load_from_the_cli() {
             "--json",
         ],
     );
-    assert!(
-        load.status.success(),
-        "{}",
-        String::from_utf8_lossy(&load.stderr)
-    );
+    ok(&load, "faas load");
     // The load's JSON is a peregrine.result/1 file, as for every command
     // that measures: requests offered, correct replies delivered.
     let out: serde_json::Value = serde_json::from_slice(&load.stdout).unwrap();
@@ -563,8 +459,21 @@ fn faas_serve_and_open_loop_load_from_the_cli() {
     assert_eq!(s["tx_ring_full"], 0, "{s}");
     let refused = open_load_in_tfcli("1233=sha256", &["--rate", "1000", "--duration", "1"]);
     assert_one_line_error(&refused, "sha256 needs the closed loop");
-    assert!(run(&["lab", "down", "tfcli"]).status.success());
-    assert!(namespaces("tfcli").is_empty());
+    lab_down_leaves_nothing("tfcli");
+}
+
+/// `faas serve` on host b of `lab` serving `functions`.
+fn faas_serve_in<'a>(lab: &'a str, functions: &'a str) -> [&'a str; 8] {
+    [
+        "faas",
+        "serve",
+        "--lab",
+        lab,
+        "--host",
+        "b",
+        "--functions",
+        functions,
+    ]
 }
 
 /// Asserts exit status `code` (and prints stderr if not).
@@ -582,65 +491,38 @@ fn assert_code(out: &Output, code: i32, what: &str) {
 /// usage (exit 2); units are parsed as docs/CLI.md says.
 #[test]
 fn usage_errors_exit_2() {
+    /// `faas load` to 198.18.0.2 (no lab) calling `functions`, plus `extra`.
+    fn load(functions: &'static str, extra: &[&'static str]) -> Vec<&'static str> {
+        let args = [
+            "faas",
+            "load",
+            "--to",
+            "198.18.0.2",
+            "--functions",
+            functions,
+        ];
+        with(&args, extra)
+    }
+    /// `faas serve` of 1=echo (no lab), plus `extra`.
+    fn serve(extra: &[&'static str]) -> Vec<&'static str> {
+        with(&["faas", "serve", "--functions", "1=echo"], extra)
+    }
     let none = run(&[]);
     assert_code(&none, 2, "no subcommand");
     assert!(String::from_utf8_lossy(&none.stdout).contains("Usage: peregrine"));
     for (args, needle) in [
+        (load("1=echo", &["--rate", "fast"]), "--rate"),
+        (load("1=echo", &["--duration", "5 parsecs"]), "--duration"),
+        (load("1=echo", &["--max-loss", "2"]), "--max-loss"),
+        (serve(&["--backend", "dpdk"]), "--backend"),
+        (vec!["router", "stats", "-c", "0"], "--count"),
         (
-            &[
-                "faas",
-                "load",
-                "--to",
-                "198.18.0.2",
-                "--functions",
-                "1=echo",
-                "--rate",
-                "fast",
-            ][..],
-            "--rate",
+            vec!["router", "attach", "eth0", "--mode", "turbo"],
+            "--mode",
         ),
-        (
-            &[
-                "faas",
-                "load",
-                "--to",
-                "198.18.0.2",
-                "--functions",
-                "1=echo",
-                "--duration",
-                "5 parsecs",
-            ],
-            "--duration",
-        ),
-        (
-            &[
-                "faas",
-                "load",
-                "--to",
-                "198.18.0.2",
-                "--functions",
-                "1=echo",
-                "--max-loss",
-                "2",
-            ],
-            "--max-loss",
-        ),
-        (
-            &[
-                "faas",
-                "serve",
-                "--functions",
-                "1=echo",
-                "--backend",
-                "dpdk",
-            ],
-            "--backend",
-        ),
-        (&["router", "stats", "-c", "0"], "--count"),
-        (&["router", "attach", "eth0", "--mode", "turbo"], "--mode"),
-        (&["lab", "down"], "<NAME>"),
+        (vec!["lab", "down"], "<NAME>"),
     ] {
-        let out = run(args);
+        let out = run(&args);
         assert_code(&out, 2, &args.join(" "));
         assert!(
             String::from_utf8_lossy(&out.stderr).contains(needle),
@@ -650,63 +532,27 @@ fn usage_errors_exit_2() {
     // Our own validation: one line, exit 2.
     for (args, needle) in [
         (
-            &["faas", "load", "--to", "10.0.0.1", "--functions", "1=echo"][..],
+            vec!["faas", "load", "--to", "10.0.0.1", "--functions", "1=echo"],
             "outside 198.18.0.0/15",
         ),
-        (
-            &[
-                "faas",
-                "load",
-                "--to",
-                "198.18.0.2",
-                "--functions",
-                "1=nope",
-            ],
-            "unknown function \"nope\"",
-        ),
+        (load("1=nope", &[]), "unknown function \"nope\""),
         // 1M and 500ms parse; what is missing is the lab host.
         (
-            &[
-                "faas",
-                "load",
-                "--to",
-                "198.18.0.2",
-                "--functions",
-                "1=echo",
-                "--rate",
-                "1M",
-                "--duration",
-                "500ms",
-            ],
+            load("1=echo", &["--rate", "1M", "--duration", "500ms"]),
             "give --lab and --host",
         ),
+        (serve(&["--threads", "0"]), "--threads 0"),
+        (serve(&["--cpus", "999"]), "CPU 999 does not exist"),
         (
-            &["faas", "serve", "--functions", "1=echo", "--threads", "0"],
-            "--threads 0",
-        ),
-        (
-            &["faas", "serve", "--functions", "1=echo", "--cpus", "999"],
-            "CPU 999 does not exist",
-        ),
-        (
-            &[
-                "faas",
-                "serve",
-                "--functions",
-                "1=echo",
-                "--backend",
-                "socket",
-                "--threads",
-                "2",
-            ],
+            serve(&["--backend", "socket", "--threads", "2"]),
             "use --backend mmsg",
         ),
         (
-            &["router", "stats", "--lab", "no-such-lab", "--host", "a"],
+            vec!["router", "stats", "--lab", "no-such-lab", "--host", "a"],
             "no-such-lab",
         ),
     ] {
-        let out = run(args);
+        let out = run(&args);
         assert_code(&out, 2, &args.join(" "));
         assert_one_line_error(&out, needle);
     }
@@ -754,15 +600,17 @@ fn promtool_check(text: &str, what: &str) {
     );
 }
 
-/// The body of a scrape (headers cut off), checking the content type.
-fn scrape_body(addr: &str) -> String {
+/// Scrapes `addr` (`what` serves it) and asserts a Prometheus text body
+/// that names `metric` and passes `promtool check metrics`.
+fn assert_live_metrics(addr: &str, metric: &str, what: &str) {
     let r = scrape(addr);
     let (head, body) = r.split_once("\r\n\r\n").unwrap_or(("", ""));
     assert!(
         head.contains("Content-Type: text/plain; version=0.0.4"),
         "{head}"
     );
-    body.to_string()
+    assert!(body.contains(metric), "{what}: {body}");
+    promtool_check(body, what);
 }
 
 /// Exit status of `faas load` (no replies, loss above --max-loss) and of a
@@ -776,52 +624,32 @@ fn exit_status_and_live_metrics_pass_promtool() {
     }
     pair_lab_up("tcode");
     let load = |functions: &str, extra: &[&str]| {
-        let mut args = vec![
-            "faas",
-            "load",
-            "--lab",
-            "tcode",
-            "--host",
-            "a",
-            "--to",
-            "198.18.0.2",
-            "--functions",
-            functions,
-            "--duration",
-            "1s",
-            "--connections",
-            "4",
-        ];
-        args.extend_from_slice(extra);
-        run(&args)
+        let args = with(
+            &faas_load_in("tcode", functions),
+            &["--duration", "1s", "--connections", "4"],
+        );
+        run(&with(&args, extra))
     };
     // Nobody serves: no replies, exit 1.
     let out = load("1232=reverse", &["--json"]);
     assert_code(&out, 1, "load without a server");
     assert_one_line_error(&out, "no replies from 198.18.0.2");
 
-    let server = bin()
-        .args([
-            "faas",
-            "serve",
-            "--lab",
-            "tcode",
-            "--host",
-            "b",
-            "--functions",
-            "1232=reverse",
-            "--backend",
-            "mmsg",
-            "--duration",
-            "8s",
-            "--metrics",
-            "127.0.0.1:19470",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let server = spawn(
+        &with(
+            &faas_serve_in("tcode", "1232=reverse"),
+            &[
+                "--backend",
+                "mmsg",
+                "--duration",
+                "8s",
+                "--metrics",
+                "127.0.0.1:19470",
+                "--json",
+            ],
+        ),
+        Stdio::piped(),
+    );
     wait_for("the server's metrics", Duration::from_secs(5), || {
         !scrape("127.0.0.1:19470").is_empty()
     });
@@ -840,47 +668,29 @@ fn exit_status_and_live_metrics_pass_promtool() {
         table.contains("responses") && table.contains("p99"),
         "a table: {table}"
     );
-    let body = scrape_body("127.0.0.1:19470");
-    assert!(
-        body.contains("peregrine_faas_invoker_function_replies_total{backend=\"mmsg\",function=\"reverse\",port=\"1232\"}"),
-        "{body}"
+    assert_live_metrics(
+        "127.0.0.1:19470",
+        "peregrine_faas_invoker_function_replies_total{backend=\"mmsg\",function=\"reverse\",port=\"1232\"}",
+        "faas serve --metrics",
     );
-    promtool_check(&body, "faas serve --metrics");
     let out = server.wait_with_output().unwrap();
     let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(s["replies"].as_u64().unwrap() > 0, "{s}");
 
     // The load client's endpoint, scraped while it runs.
-    let client = bin()
-        .args([
-            "faas",
-            "load",
-            "--lab",
-            "tcode",
-            "--host",
-            "a",
-            "--to",
-            "198.18.0.2",
-            "--functions",
-            "1232=reverse",
-            "--duration",
-            "2s",
-            "--metrics",
-            "127.0.0.1:19473",
-            "--json",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
-    let body = scrape_body("127.0.0.1:19473");
-    assert!(
-        body.contains("peregrine_faas_load_requests_total"),
-        "{body}"
+    let mut client = spawn(
+        &with(
+            &faas_load_in("tcode", "1232=reverse"),
+            &["--duration", "2s", "--metrics", "127.0.0.1:19473", "--json"],
+        ),
+        Stdio::null(),
     );
-    promtool_check(&body, "faas load --metrics");
-    let mut client = client;
+    std::thread::sleep(Duration::from_millis(800));
+    assert_live_metrics(
+        "127.0.0.1:19473",
+        "peregrine_faas_load_requests_total",
+        "faas load --metrics",
+    );
     let _ = wait_child(&mut client, Duration::from_secs(10));
 
     // A router attach that cannot take (lo has no native XDP) fails and
@@ -903,8 +713,8 @@ fn exit_status_and_live_metrics_pass_promtool() {
     // Router counters: JSON lines while watching, and the live endpoint.
     let out = run(&["router", "attach", "eth0", "--lab", "tcode", "--host", "a"]);
     assert_code(&out, 0, "router attach");
-    let watcher = bin()
-        .args([
+    let watcher = spawn(
+        &[
             "router",
             "stats",
             "--lab",
@@ -918,31 +728,16 @@ fn exit_status_and_live_metrics_pass_promtool() {
             "--json",
             "--metrics",
             "127.0.0.1:19471",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _ = run(&[
-        "lab",
-        "exec",
-        "tcode",
-        "b",
-        "--",
-        "ping",
-        "-c",
-        "2",
-        "-i",
-        "0.2",
-        "198.18.0.1",
-    ]);
-    std::thread::sleep(Duration::from_millis(600));
-    let body = scrape_body("127.0.0.1:19471");
-    assert!(
-        body.contains("peregrine_router_packets_total{port=\"eth0\",counter=\"rx_"),
-        "{body}"
+        ],
+        Stdio::piped(),
     );
-    promtool_check(&body, "router stats --metrics");
+    let _ = ping_in("tcode", "b", "198.18.0.1", &[]);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_live_metrics(
+        "127.0.0.1:19471",
+        "peregrine_router_packets_total{port=\"eth0\",counter=\"rx_",
+        "router stats --metrics",
+    );
     let out = watcher.wait_with_output().unwrap();
     assert_code(&out, 0, "router stats --watch");
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
@@ -952,11 +747,11 @@ fn exit_status_and_live_metrics_pass_promtool() {
     assert_eq!(lines.len(), 4, "{lines:?}");
     assert!(lines[3]["time"].as_f64().unwrap() > lines[0]["time"].as_f64().unwrap());
     assert!(lines[0]["counters"][0]["pps"].is_number(), "{}", lines[0]);
-    assert!(run(&["router", "detach", "--lab", "tcode", "--host", "a"])
-        .status
-        .success());
-    assert!(run(&["lab", "down", "tcode"]).status.success());
-    assert!(namespaces("tcode").is_empty());
+    ok(
+        &run(&["router", "detach", "--lab", "tcode", "--host", "a"]),
+        "router detach",
+    );
+    lab_down_leaves_nothing("tcode");
 }
 
 /// `lab down --all` removes every lab: namespaces and pins.

@@ -9,36 +9,18 @@ use std::time::Duration;
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::{action_name, FibMode, ACTIONS};
 use peregrine_bpf::testing::{privileged, wait_until};
-use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_bpf::XdpMode;
 use peregrine_dataplane::{Dataplane, DataplaneConfig};
-use peregrine_host::nl::Netlink;
-use peregrine_lab::lab;
-use peregrine_lab::pacing::{Limit, Rate};
-use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
-use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
-use peregrine_lab::{Lab, Lifetime, Topology};
-use peregrine_wire::UdpFrameSpec;
+use peregrine_lab::pacing::Rate;
+use peregrine_lab::sinks::{Sink, SocketSink};
+use peregrine_lab::traffic::{Backend, Generator};
+use peregrine_lab::Lab;
 
-fn chain_lab(name: &str) -> Lab {
-    let mut t = Topology::from_toml(peregrine_lab::topology::builtin::CHAIN).unwrap();
-    t.name = name.into();
-    Lab::up(t, Lifetime::Ephemeral).unwrap()
-}
-
-fn run(lab: &str, host: &str, cmd: &[&str]) -> i32 {
-    lab::exec(
-        lab,
-        host,
-        &cmd.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-    )
-    .unwrap()
-}
-
-/// Waits (up to 5 s) until `sink` has counted `want` frames more than
-/// `before`; how many it counted.
-fn delivered_after(sink: &dyn Sink, before: u64, want: u64) -> u64 {
-    peregrine_lab::sinks::delivered_after(sink, before, want, Duration::from_secs(5)).unwrap()
-}
+mod common;
+use common::{
+    addr, chain_lab, delivered_after, drop_sink, endpoint, exec as run, offer, offer_counting,
+    udp_traffic,
+};
 
 /// Whether a TCP socket listens on `port` in namespace `ns` (read from the
 /// namespace's own /proc/net, through the calling thread).
@@ -64,46 +46,51 @@ fn count(st: &peregrine_bpf::router::PortStats, name: &str) -> u64 {
     st.packets[(0..ACTIONS).find(|&a| action_name(a) == name).unwrap()]
 }
 
-/// UDP datagrams from gen's own address through the DUT to `dst`.
-fn udp_from_gen(lab: &Lab, backend: Backend, src: &str, dst: &str, port: u16) -> TrafficSpec {
-    let mut nl = Netlink::new().unwrap();
-    TrafficSpec {
-        ns: lab.ns("gen"),
-        iface: "eth0".into(),
-        frame: UdpFrameSpec {
-            src_mac: nl.mac_of(&lab.ns("gen"), "eth0").unwrap(),
-            dst_mac: nl.mac_of(&lab.ns("dut"), "in0").unwrap(),
-            src_ip: src.parse().unwrap(),
-            dst_ip: dst.parse().unwrap(),
-            src_port: 20000,
-            dst_port: port,
-            ttl: 64,
-            frame_len: 0,
-        },
-        sizes: FrameSizes::Fixed(128),
-        flows: 1,
-        stamp: true,
-        latency_sample: 1,
-        cpus: vec![0],
-        backend,
-        dry_run: false,
-        vary: peregrine_bpf::gen::FlowVary::Source,
-    }
+/// A generator of stamped UDP datagrams from gen through the DUT (its
+/// in0 receives live frames) to `dst`:`port`: from gen's own address over
+/// sockets, from .100 up as live frames.
+fn gen_through_dut(lab: &Lab, backend: Backend, dst: &str, port: u16) -> Generator {
+    let src = if backend == Backend::Socket {
+        "198.18.1.1"
+    } else {
+        "198.18.1.100"
+    };
+    let (from, to) = (endpoint("gen", "eth0"), endpoint("dut", "in0"));
+    let (src, dst) = (addr(src, 20000), addr(dst, port));
+    let mut spec = udp_traffic(lab, &from, &to, src, dst, FrameSizes::Fixed(128), 1);
+    spec.stamp = true;
+    spec.backend = backend;
+    Generator::new(spec, Some((lab.ns("dut"), "in0".into()))).unwrap()
 }
 
-fn send(spec: TrafficSpec, peer: Option<(String, String)>, n: u64, pps: f64) -> u64 {
-    let gen = Generator::new(spec, peer).unwrap();
-    let off = gen
-        .run(
-            Rate::Pps(pps),
-            Limit {
-                count: Some(n),
-                duration: Some(Duration::from_secs(10)),
-            },
-            &Arc::new(AtomicU64::new(0)),
-        )
-        .unwrap();
-    off.packets
+/// Sends `n` datagrams at `pps` (within 10 s) through the DUT to the sink's
+/// 198.19.0.1:`port`; frames offered.
+fn send_to_sink(lab: &Lab, backend: Backend, port: u16, n: u64, pps: f64) -> u64 {
+    let gen = gen_through_dut(lab, backend, "198.19.0.1", port);
+    offer(&gen, Rate::Pps(pps), n, Some(Duration::from_secs(10)))
+}
+
+/// The XDP router on the DUT's in0 and out0, native XDP, full FIB lookups.
+fn router_on_dut(lab: &Lab) -> Dataplane {
+    Dataplane::router(
+        Some(&lab.ns("dut")),
+        &["in0".into(), "out0".into()],
+        XdpMode::Native,
+        FibMode::Full,
+        false,
+    )
+    .unwrap()
+}
+
+/// Statistics of the network function on `host` of a deployed chain.
+fn nf_stats(dp: &Dataplane, host: &str) -> peregrine_bpf::nf::NfStats {
+    dp.nfs
+        .iter()
+        .find(|n| n.host == host)
+        .unwrap()
+        .prog
+        .stats()
+        .unwrap()
 }
 
 #[test]
@@ -113,14 +100,7 @@ fn router_carries_ping_udp_and_tcp_intact() {
     }
     let lab = chain_lab("trt");
     let topo = lab.topo.clone();
-    let mut dp = Dataplane::router(
-        Some(&lab.ns("dut")),
-        &["in0".into(), "out0".into()],
-        XdpMode::Native,
-        FibMode::Full,
-        false,
-    )
-    .unwrap();
+    let mut dp = router_on_dut(&lab);
     dp.prepare_peers(&topo, "dut").unwrap();
     assert_eq!(
         run(
@@ -158,23 +138,13 @@ fn router_carries_ping_udp_and_tcp_intact() {
         0
     );
 
-    let before = dp.router.stats(dp.ports[0].1.ifindex).unwrap();
+    let before = dp.router.stats(in0_of(&dp)).unwrap();
     // UDP: a socket counts only datagrams its kernel accepted (IP and UDP
     // checksums, lengths), so every one arriving proves the rewrite intact.
     let sock = SocketSink::start(&lab.ns("sink"), "198.19.0.1:9".parse().unwrap()).unwrap();
     for backend in [Backend::Socket, Backend::Xdp] {
-        let src = if backend == Backend::Xdp {
-            "198.18.1.100"
-        } else {
-            "198.18.1.1"
-        };
         let before_sock = sock.delivered().unwrap().packets;
-        let sent = send(
-            udp_from_gen(&lab, backend, src, "198.19.0.1", 9),
-            Some((lab.ns("dut"), "in0".into())),
-            20_000,
-            100_000.0,
-        );
+        let sent = send_to_sink(&lab, backend, 9, 20_000, 100_000.0);
         assert_eq!(sent, 20_000, "{backend:?}");
         assert_eq!(
             delivered_after(&sock, before_sock, 20_000),
@@ -182,7 +152,7 @@ fn router_carries_ping_udp_and_tcp_intact() {
             "{backend:?}: all accepted by the receiver"
         );
     }
-    let after = dp.router.stats(dp.ports[0].1.ifindex).unwrap();
+    let after = dp.router.stats(in0_of(&dp)).unwrap();
     assert!(
         count(&after, "forward") - count(&before, "forward") >= 40_000,
         "the XDP router, not the kernel, forwarded them"
@@ -245,28 +215,19 @@ fn route_added_with_ip_route_takes_effect_while_traffic_runs() {
         return;
     }
     let lab = chain_lab("troute");
-    let sink = XdpSink::attach(&lab.ns("sink"), "eth0", XdpAction::Drop, XdpMode::Native).unwrap();
-    let dp = Dataplane::router(
-        Some(&lab.ns("dut")),
-        &["in0".into(), "out0".into()],
-        XdpMode::Native,
-        FibMode::Full,
-        false,
-    )
-    .unwrap();
+    let sink = drop_sink(&lab, &endpoint("sink", "eth0"));
+    let dp = router_on_dut(&lab);
     // 198.18.99.0/24 is routed nowhere yet.
-    let spec = udp_from_gen(&lab, Backend::Xdp, "198.18.1.100", "198.18.99.1", 9);
-    let gen = Generator::new(spec, Some((lab.ns("dut"), "in0".into()))).unwrap();
+    let gen = gen_through_dut(&lab, Backend::Xdp, "198.18.99.1", 9);
     let progress = Arc::new(AtomicU64::new(0));
-    let in0 = dp.ports[0].1.ifindex;
+    let in0 = in0_of(&dp);
     std::thread::scope(|s| {
         let h = s.spawn(|| {
-            gen.run(
+            offer_counting(
+                &gen,
                 Rate::Pps(100_000.0),
-                Limit {
-                    count: None,
-                    duration: Some(Duration::from_secs(3)),
-                },
+                None,
+                Some(Duration::from_secs(3)),
                 &progress,
             )
         });
@@ -301,12 +262,12 @@ fn route_added_with_ip_route_takes_effect_while_traffic_runs() {
             "the generator keeps sending"
         );
         let after = progress.load(std::sync::atomic::Ordering::Relaxed);
-        let off = h.join().unwrap().unwrap();
-        let delivered = delivered_after(&sink, 0, off.packets - after);
+        let offered = h.join().unwrap();
+        let delivered = delivered_after(&sink, 0, offered - after);
         assert!(
-            delivered >= off.packets - after && delivered <= off.packets - before,
+            delivered >= offered - after && delivered <= offered - before,
             "delivered {delivered}: all {} sent after the change, none of the {before} sent before",
-            off.packets - after
+            offered - after
         );
         assert!(delivered > 100_000, "{delivered}");
     });
@@ -340,35 +301,16 @@ fn chain_passes_both_functions_and_filters() {
     );
     let sock = SocketSink::start(&lab.ns("sink"), "198.19.0.1:9".parse().unwrap()).unwrap();
     let dns = SocketSink::start(&lab.ns("sink"), "198.19.0.1:53".parse().unwrap()).unwrap();
-    let sent = send(
-        udp_from_gen(&lab, Backend::Socket, "198.18.1.1", "198.19.0.1", 9),
-        None,
-        10_000,
-        50_000.0,
-    );
+    let sent = send_to_sink(&lab, Backend::Socket, 9, 10_000, 50_000.0);
     assert_eq!(sent, 10_000);
     assert_eq!(
         delivered_after(&sock, 0, 10_000),
         10_000,
         "every datagram through c1 and c2, intact"
     );
-    let sent53 = send(
-        udp_from_gen(&lab, Backend::Socket, "198.18.1.1", "198.19.0.1", 53),
-        None,
-        1_000,
-        50_000.0,
-    );
+    let sent53 = send_to_sink(&lab, Backend::Socket, 53, 1_000, 50_000.0);
     assert_eq!(sent53, 1_000);
-    let c2_dropped = || {
-        dp.nfs
-            .iter()
-            .find(|n| n.host == "c2")
-            .unwrap()
-            .prog
-            .stats()
-            .unwrap()
-            .dropped
-    };
+    let c2_dropped = || nf_stats(&dp, "c2").dropped;
     assert!(
         wait_until(Duration::from_secs(5), || c2_dropped() >= 1_000),
         "c2 dropped the 1000 datagrams to port 53: {}",
@@ -379,22 +321,8 @@ fn chain_passes_both_functions_and_filters() {
         0,
         "c2's ACL drops UDP port 53"
     );
-    let c1 = dp
-        .nfs
-        .iter()
-        .find(|n| n.host == "c1")
-        .unwrap()
-        .prog
-        .stats()
-        .unwrap();
-    let c2 = dp
-        .nfs
-        .iter()
-        .find(|n| n.host == "c2")
-        .unwrap()
-        .prog
-        .stats()
-        .unwrap();
+    let c1 = nf_stats(&dp, "c1");
+    let c2 = nf_stats(&dp, "c2");
     assert!(c1.sent >= 11_000, "{c1:?}");
     assert!(c2.dropped >= 1_000 && c2.dropped < 1_010, "{c2:?}");
     assert!(c2.sent >= 10_000, "{c2:?}");

@@ -12,7 +12,11 @@ use peregrine_faas::functions::builtin;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
 use peregrine_faas::Registry;
 use peregrine_host::netns;
-use peregrine_lab::{Lab, Lifetime, Topology};
+use peregrine_lab::load::{self, LoadConfig, LoadMetrics, LoadReport};
+use peregrine_lab::Lab;
+
+mod common;
+use common::{endpoint, pair, pair_lab, ping, up};
 
 fn expected(name: &str, req: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -50,17 +54,7 @@ fn exercise_from(lab: &Lab, sockets: usize) -> (u64, u32, u32) {
         ("198.18.0.1:0", "198.18.0.2"),
         ("[2001:db8::1]:0", "2001:db8::2"),
     ] {
-        let socks: Vec<UdpSocket> = (0..sockets)
-            .map(|_| {
-                let sock = netns::run_in(&lab.ns("a"), || {
-                    UdpSocket::bind(client.parse::<SocketAddr>().unwrap())
-                })
-                .unwrap()
-                .unwrap();
-                sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-                sock
-            })
-            .collect();
+        let socks: Vec<UdpSocket> = (0..sockets).map(|_| client_socket(lab, client)).collect();
         let mut buf = vec![0u8; 2048];
         for i in 0..1500u32 {
             let sock = &socks[i as usize % sockets];
@@ -106,25 +100,67 @@ fn check_counters(c: &peregrine_faas::invoker::Counters, sent: u64) {
     );
 }
 
-fn lab(name: &str) -> Lab {
-    let mut t = Topology::from_toml(peregrine_lab::topology::builtin::PAIR).unwrap();
-    t.name = name.into();
-    Lab::up(t, Lifetime::Ephemeral).unwrap()
+/// A UDP socket in host a bound to `addr`, waiting at most 1 s for a reply.
+fn client_socket(lab: &Lab, addr: &str) -> UdpSocket {
+    let sock = netns::run_in(&lab.ns("a"), || {
+        UdpSocket::bind(addr.parse::<SocketAddr>().unwrap())
+    })
+    .unwrap()
+    .unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    sock
 }
 
-/// The AF_XDP invoker on b:eth0, one worker pinned to CPU 1.
-fn invoker(lab: &Lab, functions: &str) -> AfXdpInvoker {
-    let cfg = InvokerConfig {
-        cpus: vec![1],
-        ..Default::default()
-    };
+/// The AF_XDP invoker on b:eth0 serving `functions`, as `cfg` says.
+fn invoker_with(lab: &Lab, functions: &str, cfg: InvokerConfig) -> Result<AfXdpInvoker, String> {
     AfXdpInvoker::start(
         Some(&lab.ns("b")),
         "eth0",
         Registry::parse(functions).unwrap(),
         cfg,
     )
-    .unwrap()
+    .map_err(|e| e.to_string())
+}
+
+/// `workers` workers per queue, all pinned to CPU 1, their sockets as
+/// `xsk` says (several on one queue share its UMEM).
+fn on_cpu1(workers: u32, xsk: peregrine_xsk::XskConfig) -> InvokerConfig {
+    InvokerConfig {
+        cpus: vec![1],
+        workers,
+        xsk,
+        ..Default::default()
+    }
+}
+
+/// The AF_XDP invoker on b:eth0, one worker pinned to CPU 1.
+fn invoker(lab: &Lab, functions: &str) -> AfXdpInvoker {
+    invoker_with(lab, functions, on_cpu1(1, Default::default())).unwrap()
+}
+
+/// The closed-loop load client in host a: `connections` clients sending
+/// `size`-byte requests to `functions` at `server` for `duration`, each
+/// waiting up to 1 s for a reply.
+fn closed_loop(
+    lab: &Lab,
+    functions: &str,
+    server: &str,
+    connections: usize,
+    duration: Duration,
+    size: usize,
+    metrics: &LoadMetrics,
+) -> LoadReport {
+    let cfg = LoadConfig {
+        server: server.parse().unwrap(),
+        connections,
+        duration,
+        size,
+        timeout: Duration::from_secs(1),
+    };
+    let reg = Registry::parse(functions).unwrap();
+    netns::run_in(&lab.ns("a"), || load::run(&reg, &cfg, metrics))
+        .unwrap()
+        .unwrap()
 }
 
 const FUNCTIONS: &str = "1232=reverse,1233=sha256,1234=upper";
@@ -134,7 +170,7 @@ fn afxdp_invoker_answers_every_request_correctly() {
     if !privileged("afxdp_invoker_answers_every_request_correctly") {
         return;
     }
-    let lab = lab("tfaas");
+    let lab = pair_lab("tfaas");
     let inv = invoker(&lab, FUNCTIONS);
     assert_eq!(inv.mode, "copy");
     assert!(
@@ -146,13 +182,7 @@ fn afxdp_invoker_answers_every_request_correctly() {
     assert_eq!((wrong, missing), (0, 0), "every reply right, none missing");
     check_counters(&inv.counters, sent);
     // ARP, ND and ping still reach the kernel behind the dispatcher.
-    let ping = peregrine_lab::lab::exec(
-        "tfaas",
-        "a",
-        &["ping", "-c", "1", "-w", "5", "198.18.0.2"].map(String::from),
-    )
-    .unwrap();
-    assert_eq!(ping, 0);
+    assert_eq!(ping("tfaas", "a", "198.18.0.2"), 0);
 }
 
 /// Busy polling (SO_PREFER_BUSY_POLL, SO_BUSY_POLL, SO_BUSY_POLL_BUDGET),
@@ -163,24 +193,16 @@ fn afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly() {
     if !privileged("afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly") {
         return;
     }
-    let lab = lab("tfaasbp");
-    let cfg = InvokerConfig {
-        cpus: vec![1],
-        workers: 2,
-        xsk: peregrine_xsk::XskConfig {
-            busy_poll: Some(peregrine_xsk::BusyPoll::default()),
-            ..Default::default()
-        },
-        xdp_mode: peregrine_bpf::XdpMode::Generic,
+    let lab = pair_lab("tfaasbp");
+    let busy_poll = peregrine_xsk::XskConfig {
+        busy_poll: Some(peregrine_xsk::BusyPoll::default()),
         ..Default::default()
     };
-    let inv = AfXdpInvoker::start(
-        Some(&lab.ns("b")),
-        "eth0",
-        Registry::parse(FUNCTIONS).unwrap(),
-        cfg,
-    )
-    .unwrap();
+    let cfg = InvokerConfig {
+        xdp_mode: peregrine_bpf::XdpMode::Generic,
+        ..on_cpu1(2, busy_poll)
+    };
+    let inv = invoker_with(&lab, FUNCTIONS, cfg).unwrap();
     assert_eq!(inv.mode, "skb");
     // One UMEM for the queue: the second socket adds only its two rings.
     assert!(
@@ -226,33 +248,20 @@ fn afxdp_invoker_serves_two_queues() {
     if !privileged("afxdp_invoker_serves_two_queues") {
         return;
     }
-    let mut t = Topology::from_toml(peregrine_lab::topology::builtin::PAIR).unwrap();
-    t.name = "tfaasmq".into();
+    let mut t = pair("tfaasmq");
     t.links[0].queues = 2;
-    let lab = Lab::up(t, Lifetime::Ephemeral).unwrap();
+    let lab = up(t);
     // One queue served of two is refused: the other queue's requests would
     // be lost.
-    let err = AfXdpInvoker::start(
-        Some(&lab.ns("b")),
-        "eth0",
-        Registry::parse(FUNCTIONS).unwrap(),
-        InvokerConfig::default(),
-    )
-    .err()
-    .expect("serving one of two queues must be refused");
-    assert!(err.to_string().contains("2 RX queues"), "{err}");
+    let err = invoker_with(&lab, FUNCTIONS, InvokerConfig::default())
+        .err()
+        .expect("serving one of two queues must be refused");
+    assert!(err.contains("2 RX queues"), "{err}");
     let cfg = InvokerConfig {
         queues: 2,
-        cpus: vec![1],
-        ..Default::default()
+        ..on_cpu1(1, Default::default())
     };
-    let inv = AfXdpInvoker::start(
-        Some(&lab.ns("b")),
-        "eth0",
-        Registry::parse(FUNCTIONS).unwrap(),
-        cfg,
-    )
-    .unwrap();
+    let inv = invoker_with(&lab, FUNCTIONS, cfg).unwrap();
     let before = redirects_per_queue(&lab.ns("b"), "eth0", 2);
     let (sent, wrong, missing) = exercise_from(&lab, 16);
     assert_eq!((wrong, missing), (0, 0), "every reply right, none missing");
@@ -283,7 +292,7 @@ fn socket_baselines_answer_every_request_correctly() {
     if !privileged("socket_baselines_answer_every_request_correctly") {
         return;
     }
-    let lab = lab("tfaasb");
+    let lab = pair_lab("tfaasb");
     for mmsg in [false, true] {
         let reg = Registry::parse(FUNCTIONS).unwrap();
         let server = netns::run_in(&lab.ns("b"), || {
@@ -307,14 +316,9 @@ fn functions_change_at_run_time_without_losing_others_requests() {
         return;
     }
     use peregrine_bpf::dispatch::Policy;
-    let lab = lab("tfaasrt");
+    let lab = pair_lab("tfaasrt");
     let inv = invoker(&lab, "1232=reverse,1233=echo");
-    let sock = netns::run_in(&lab.ns("a"), || {
-        UdpSocket::bind("198.18.0.1:0".parse::<SocketAddr>().unwrap())
-    })
-    .unwrap()
-    .unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let sock = client_socket(&lab, "198.18.0.1:0");
     let to_a: SocketAddr = "198.18.0.2:1232".parse().unwrap();
     let to_b: SocketAddr = "198.18.0.2:1233".parse().unwrap();
     let mut buf = vec![0u8; 2048];
@@ -372,26 +376,23 @@ fn load_client_checks_every_reply_and_serves_metrics() {
     if !privileged("load_client_checks_every_reply_and_serves_metrics") {
         return;
     }
-    use peregrine_lab::load::{self, LoadConfig, LoadMetrics};
     use std::io::{Read, Write};
-    let lab = lab("tfaasld");
+    let lab = pair_lab("tfaasld");
     let _inv = invoker(&lab, FUNCTIONS);
     let metrics = LoadMetrics::new();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let addr: SocketAddr = "127.0.0.1:19464".parse().unwrap();
     let srv = metrics.serve(addr, stop.clone()).unwrap();
     for server_ip in ["198.18.0.2", "2001:db8::2"] {
-        let cfg = LoadConfig {
-            server: server_ip.parse().unwrap(),
-            connections: 8,
-            duration: Duration::from_secs(1),
-            size: 200,
-            timeout: Duration::from_secs(1),
-        };
-        let reg = Registry::parse(FUNCTIONS).unwrap();
-        let r = netns::run_in(&lab.ns("a"), || load::run(&reg, &cfg, &metrics))
-            .unwrap()
-            .unwrap();
+        let r = closed_loop(
+            &lab,
+            FUNCTIONS,
+            server_ip,
+            8,
+            Duration::from_secs(1),
+            200,
+            &metrics,
+        );
         assert_eq!((r.wrong, r.missing), (0, 0), "{server_ip}: {r:?}");
         assert!(r.responses > 1000, "{server_ip}: {r:?}");
         assert_eq!(r.responses, r.requests);
@@ -425,38 +426,21 @@ fn workers_scale_under_sustained_load_without_losing_requests() {
         return;
     }
     use peregrine_bpf::dispatch::Policy;
-    use peregrine_lab::load::{self, LoadConfig, LoadMetrics};
     use peregrine_lab::openloop::{self, OpenLoopConfig, OpenLoopProgress};
     use peregrine_lab::pacing::Rate;
-    use peregrine_lab::Endpoint;
     use std::sync::atomic::AtomicBool;
 
-    let lab = lab("tfaasscale");
-    let cfg = InvokerConfig {
-        cpus: vec![1],
-        workers: 2,
-        // Deep rings: two busy-polling workers share CPU 1 and take turns.
-        xsk: peregrine_xsk::XskConfig {
-            frames: 32768,
-            ring: 8192,
-            ..Default::default()
-        },
+    let lab = pair_lab("tfaasscale");
+    // Deep rings: two busy-polling workers share CPU 1 and take turns.
+    let deep = peregrine_xsk::XskConfig {
+        frames: 32768,
+        ring: 8192,
         ..Default::default()
     };
-    let inv = AfXdpInvoker::start(
-        Some(&lab.ns("b")),
-        "eth0",
-        Registry::parse("1232=reverse,1233=echo").unwrap(),
-        cfg,
-    )
-    .unwrap();
-    let from = Endpoint {
-        host: "a".into(),
-        iface: "eth0".into(),
-    };
+    let inv = invoker_with(&lab, "1232=reverse,1233=echo", on_cpu1(2, deep)).unwrap();
     let mut open = OpenLoopConfig::for_lab(
         lab.topology(),
-        &from,
+        &endpoint("a", "eth0"),
         "198.18.0.2".parse().unwrap(),
         &Registry::parse("1232=reverse").unwrap(),
         200,
@@ -473,17 +457,15 @@ fn workers_scale_under_sustained_load_without_losing_requests() {
             r
         });
         let b = s.spawn(|| {
-            let cfg = LoadConfig {
-                server: "198.18.0.2".parse().unwrap(),
-                connections: 4,
-                duration: Duration::from_secs(3),
-                size: 300,
-                timeout: Duration::from_secs(1),
-            };
-            let reg = Registry::parse("1233=echo").unwrap();
-            netns::run_in(&lab.ns("a"), || load::run(&reg, &cfg, &LoadMetrics::new()))
-                .unwrap()
-                .unwrap()
+            closed_loop(
+                &lab,
+                "1233=echo",
+                "198.18.0.2",
+                4,
+                Duration::from_secs(3),
+                300,
+                &LoadMetrics::new(),
+            )
         });
         // Scale while both run: A 2 -> 1 -> 2 workers, B 2 -> 1 -> 2, in turn.
         let mut changes = 0;

@@ -9,20 +9,18 @@ use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::testing::{privileged, wait_until};
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_host::netns;
-use peregrine_host::nl::Netlink;
 use peregrine_lab::lab::{self, ns_name};
-use peregrine_lab::pacing::{Limit, Rate};
+use peregrine_lab::pacing::Rate;
 use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
 use peregrine_lab::trial::run_trial;
 use peregrine_lab::{Endpoint, Lab, LabError, Lifetime, Topology};
-use peregrine_wire::UdpFrameSpec;
 
-fn pair(name: &str) -> Topology {
-    let mut t = Topology::from_toml(peregrine_lab::topology::builtin::PAIR).unwrap();
-    t.name = name.into();
-    t
-}
+mod common;
+use common::{
+    addr, delivered_after, drop_sink, endpoint, offer_all, offer_counting, pair, pair_lab, ping,
+    udp_traffic, up,
+};
 
 fn namespaces_of(lab: &str) -> Vec<String> {
     let p = format!("pg-{lab}-");
@@ -48,19 +46,6 @@ fn assert_no_residue(lab: &str) {
         !Path::new(peregrine_bpf::bpffs::PIN_ROOT).join(lab).exists(),
         "pins left"
     );
-}
-
-/// Waits (up to 5 s) until `sink` has counted `want` frames more than
-/// `before`; how many it counted.
-fn delivered_after(sink: &dyn Sink, before: u64, want: u64) -> u64 {
-    peregrine_lab::sinks::delivered_after(sink, before, want, Duration::from_secs(5)).unwrap()
-}
-
-fn ping(lab: &str, host: &str, ip: &str) -> i32 {
-    // One reply within 5 s: a bridge port may still be coming up right after
-    // the lab is built, and the first ARP request can go unanswered.
-    let args = ["ping", "-c", "1", "-w", "5", ip];
-    lab::exec(lab, host, &args.map(String::from)).unwrap()
 }
 
 #[test]
@@ -94,7 +79,7 @@ fn ephemeral_lab_goes_on_drop() {
     if !privileged("ephemeral_lab_goes_on_drop") {
         return;
     }
-    let lab = Lab::up(pair("teph"), Lifetime::Ephemeral).unwrap();
+    let lab = pair_lab("teph");
     assert_eq!(namespaces_of("teph").len(), 2);
     drop(lab);
     assert_no_residue("teph");
@@ -169,7 +154,7 @@ remote = "198.18.30.1"
 "#,
     )
     .unwrap();
-    let _lab = Lab::up(t, Lifetime::Ephemeral).unwrap();
+    let _lab = up(t);
     assert_eq!(ping("tdev", "c1", "198.18.10.2"), 0, "through the bridge");
     assert_eq!(
         ping("tdev", "c1", "2001:db8:10::2"),
@@ -186,7 +171,7 @@ fn clashing_lab_is_refused_and_creates_nothing() {
     if !privileged("clashing_lab_is_refused_and_creates_nothing") {
         return;
     }
-    let _first = Lab::up(pair("tclash"), Lifetime::Ephemeral).unwrap();
+    let _first = pair_lab("tclash");
     let before = namespaces_of("tclash");
     let err = Lab::up(pair("tclash"), Lifetime::Ephemeral)
         .err()
@@ -249,47 +234,51 @@ fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) 
 
 /// As `traffic`, over IPv6 when `v6`.
 fn traffic_v(lab: &Lab, backend: Backend, stamp: bool, v6: bool) -> (TrafficSpec, Endpoint) {
-    let mut nl = Netlink::new().unwrap();
-    let from = Endpoint {
-        host: "a".into(),
-        iface: "eth0".into(),
-    };
+    let from = endpoint("a", "eth0");
     let peer = lab.peer_of(&from).unwrap();
-    let frame = UdpFrameSpec {
-        src_mac: nl.mac_of(&lab.ns("a"), "eth0").unwrap(),
-        dst_mac: nl.mac_of(&lab.ns("b"), "eth0").unwrap(),
-        // Live frames vary the source address per flow (.101 up), clear of
-        // the receiver's own .2; sockets must bind the host's own address.
-        src_ip: match (backend != Backend::Socket, v6) {
-            (true, false) => "198.18.0.101",
-            (false, false) => "198.18.0.1",
-            (true, true) => "2001:db8::101",
-            (false, true) => "2001:db8::1",
-        }
-        .parse()
-        .unwrap(),
-        dst_ip: if v6 { "2001:db8::2" } else { "198.18.0.2" }
-            .parse()
-            .unwrap(),
-        src_port: 1024,
-        dst_port: 9,
-        ttl: 64,
-        frame_len: 0,
+    // Live frames vary the source address per flow (.101 up), clear of
+    // the receiver's own .2; sockets must bind the host's own address.
+    let src = match (backend != Backend::Socket, v6) {
+        (true, false) => "198.18.0.101",
+        (false, false) => "198.18.0.1",
+        (true, true) => "2001:db8::101",
+        (false, true) => "2001:db8::1",
     };
-    let spec = TrafficSpec {
-        ns: lab.ns("a"),
-        iface: "eth0".into(),
-        frame,
-        sizes: FrameSizes::Fixed(64),
-        flows: 4,
-        stamp,
-        latency_sample: 1,
-        cpus: vec![0],
-        backend,
-        dry_run: false,
-        vary: peregrine_bpf::gen::FlowVary::Source,
-    };
+    let dst = if v6 { "2001:db8::2" } else { "198.18.0.2" };
+    let sizes = FrameSizes::Fixed(64);
+    let mut spec = udp_traffic(lab, &from, &peer, addr(src, 1024), addr(dst, 9), sizes, 4);
+    spec.stamp = stamp;
+    spec.backend = backend;
     (spec, peer)
+}
+
+/// A generator of `spec` that anchors its live frames at `peer`'s interface.
+fn generator_to(lab: &Lab, spec: TrafficSpec, peer: &Endpoint) -> Generator {
+    Generator::new(spec, Some((lab.ns(&peer.host), peer.iface.clone()))).unwrap()
+}
+
+/// Sends `count` frames of `spec` at 50k/s to a UDP socket on `addr` at
+/// `peer` and asserts every one offered and accepted by the receiving
+/// kernel (valid IP header and UDP checksums, right lengths); the socket,
+/// for the caller's checks of what it measured.
+fn every_frame_accepted_by_a_socket(
+    lab: &Lab,
+    spec: TrafficSpec,
+    peer: &Endpoint,
+    addr: &str,
+    count: u64,
+) -> SocketSink {
+    let backend = spec.backend;
+    let sock = SocketSink::start(&lab.ns(&peer.host), addr.parse().unwrap()).unwrap();
+    let gen = generator_to(lab, spec, peer);
+    let within = Some(Duration::from_secs(5));
+    offer_all(&gen, 50_000.0, count, within, &format!("{backend:?}"));
+    assert_eq!(
+        delivered_after(&sock, 0, count),
+        count,
+        "{backend:?}: every datagram to {addr} accepted by the kernel"
+    );
+    sock
 }
 
 #[test]
@@ -297,15 +286,9 @@ fn generator_holds_the_requested_rate() {
     if !privileged("generator_holds_the_requested_rate") {
         return;
     }
-    let lab = Lab::up(pair("trate"), Lifetime::Ephemeral).unwrap();
+    let lab = pair_lab("trate");
     let (spec, peer) = traffic(&lab, Backend::Xdp, false);
-    let sink = XdpSink::attach(
-        &lab.ns(&peer.host),
-        &peer.iface,
-        XdpAction::Drop,
-        XdpMode::Native,
-    )
-    .unwrap();
+    let sink = drop_sink(&lab, &peer);
     let gen = Generator::new(spec, None).unwrap();
     for rate in [1_000_000.0, 100_000.0] {
         let t = run_trial(
@@ -350,17 +333,7 @@ fn generator_holds_the_requested_rate() {
     }
     // A count is exact: every frame offered arrives, none extra.
     let before = sink.delivered().unwrap();
-    let off = gen
-        .run(
-            Rate::Pps(2_000_000.0),
-            Limit {
-                count: Some(1_234_567),
-                duration: None,
-            },
-            &Arc::new(AtomicU64::new(0)),
-        )
-        .unwrap();
-    assert_eq!(off.packets, 1_234_567);
+    offer_all(&gen, 2_000_000.0, 1_234_567, None, "a count");
     assert_eq!(delivered_after(&sink, before.packets, 1_234_567), 1_234_567);
     assert_eq!(
         gen.made().unwrap().1,
@@ -374,34 +347,13 @@ fn frames_arrive_intact_at_a_socket_with_latency() {
     if !privileged("frames_arrive_intact_at_a_socket_with_latency") {
         return;
     }
-    let lab = Lab::up(pair("tsock"), Lifetime::Ephemeral).unwrap();
+    let lab = pair_lab("tsock");
     for backend in [Backend::Xdp, Backend::Socket, Backend::Afxdp] {
         let (spec, peer) = traffic(&lab, backend, true);
-        // The socket counts only datagrams the kernel accepted: valid IP
-        // header and UDP checksums, right length.
-        let sock = SocketSink::start(&lab.ns(&peer.host), "198.18.0.2:9".parse().unwrap()).unwrap();
-        let gen = Generator::new(spec, Some((lab.ns(&peer.host), peer.iface.clone()))).unwrap();
-        let off = gen
-            .run(
-                Rate::Pps(50_000.0),
-                Limit {
-                    count: Some(50_000),
-                    duration: Some(Duration::from_secs(5)),
-                },
-                &Arc::new(AtomicU64::new(0)),
-            )
-            .unwrap();
-        assert_eq!(off.packets, 50_000, "{backend:?}");
-        assert_eq!(
-            delivered_after(&sock, 0, 50_000),
-            50_000,
-            "{backend:?}: every frame accepted by the kernel"
-        );
+        let sock = every_frame_accepted_by_a_socket(&lab, spec, &peer, "198.18.0.2:9", 50_000);
         let h = sock.take_latency().unwrap();
         assert_eq!(h.len(), 50_000, "{backend:?}: a latency sample per frame");
         assert!(h.value_at_quantile(0.5) > 0);
-        drop(gen);
-        drop(sock);
     }
 }
 
@@ -410,7 +362,7 @@ fn af_xdp_sink_receives_every_frame_intact() {
     if !privileged("af_xdp_sink_receives_every_frame_intact") {
         return;
     }
-    let lab = Lab::up(pair("txsk"), Lifetime::Ephemeral).unwrap();
+    let lab = pair_lab("txsk");
     let (mut spec, peer) = traffic(&lab, Backend::Xdp, true);
     spec.flows = 16;
     let sink =
@@ -421,20 +373,11 @@ fn af_xdp_sink_receives_every_frame_intact() {
         "bounded memory per socket: {}",
         sink.memory_bytes
     );
-    let gen = Generator::new(spec, Some((lab.ns(&peer.host), peer.iface.clone()))).unwrap();
+    let gen = generator_to(&lab, spec, &peer);
     // 250k/s: integrity and accounting are tested here, not capacity, and
     // the rings (4096) then ride out a 16 ms stall of the receiving vCPU.
-    let off = gen
-        .run(
-            Rate::Pps(250_000.0),
-            Limit {
-                count: Some(1_000_000),
-                duration: Some(Duration::from_secs(10)),
-            },
-            &Arc::new(AtomicU64::new(0)),
-        )
-        .unwrap();
-    assert_eq!(off.packets, 1_000_000);
+    let within = Some(Duration::from_secs(10));
+    offer_all(&gen, 250_000.0, 1_000_000, within, "to AF_XDP");
     // The receiver counts what it took and refreshes the kernel's drop
     // counters every 4096 polls: wait until every frame is one or the other.
     wait_until(Duration::from_secs(5), || {
@@ -482,17 +425,11 @@ fn two_generator_threads_deliver_an_exact_count() {
     }
     let mut t = pair("tthr");
     t.links[0].queues = 2;
-    let lab = Lab::up(t, Lifetime::Ephemeral).unwrap();
+    let lab = up(t);
     let (mut spec, peer) = traffic(&lab, Backend::Xdp, false);
     spec.cpus = vec![0, 1];
     spec.flows = 16;
-    let sink = XdpSink::attach(
-        &lab.ns(&peer.host),
-        &peer.iface,
-        XdpAction::Drop,
-        XdpMode::Native,
-    )
-    .unwrap();
+    let sink = drop_sink(&lab, &peer);
     let gen = Generator::new(spec, None).unwrap();
     for (rate, count) in [
         (Rate::Pps(1_000_000.0), 1_000_001u64),
@@ -500,17 +437,14 @@ fn two_generator_threads_deliver_an_exact_count() {
     ] {
         let before = sink.delivered().unwrap().packets;
         let progress = Arc::new(AtomicU64::new(0));
-        let off = gen
-            .run(
-                rate,
-                Limit {
-                    count: Some(count),
-                    duration: Some(Duration::from_secs(20)),
-                },
-                &progress,
-            )
-            .unwrap();
-        assert_eq!(off.packets, count, "{rate:?}: offered");
+        let offered = offer_counting(
+            &gen,
+            rate,
+            Some(count),
+            Some(Duration::from_secs(20)),
+            &progress,
+        );
+        assert_eq!(offered, count, "{rate:?}: offered");
         assert_eq!(
             progress.load(std::sync::atomic::Ordering::Relaxed),
             count,
@@ -538,58 +472,23 @@ fn ipv6_traffic_is_delivered_and_counted() {
     if !privileged("ipv6_traffic_is_delivered_and_counted") {
         return;
     }
-    let lab = Lab::up(pair("tv6"), Lifetime::Ephemeral).unwrap();
+    let lab = pair_lab("tv6");
     for backend in [Backend::Xdp, Backend::Socket, Backend::Afxdp] {
         let (mut spec, peer) = traffic_v(&lab, backend, true, true);
         spec.sizes = FrameSizes::Fixed(96);
-        let sock =
-            SocketSink::start(&lab.ns(&peer.host), "[2001:db8::2]:9".parse().unwrap()).unwrap();
-        let gen = Generator::new(spec, Some((lab.ns(&peer.host), peer.iface.clone()))).unwrap();
-        let off = gen
-            .run(
-                Rate::Pps(50_000.0),
-                Limit {
-                    count: Some(20_000),
-                    duration: Some(Duration::from_secs(5)),
-                },
-                &Arc::new(AtomicU64::new(0)),
-            )
-            .unwrap();
-        assert_eq!(off.packets, 20_000, "{backend:?}");
-        assert_eq!(
-            delivered_after(&sock, 0, 20_000),
-            20_000,
-            "{backend:?}: every IPv6 datagram accepted by the kernel"
-        );
+        let sock = every_frame_accepted_by_a_socket(&lab, spec, &peer, "[2001:db8::2]:9", 20_000);
         // 96-byte frames, 92 without the FCS: 92 - 14 - 40 - 8 = 30 payload
         // bytes each, the meta (and its send time) included.
         assert_eq!(sock.delivered().unwrap().bytes, 20_000 * 30, "{backend:?}");
         assert_eq!(sock.take_latency().unwrap().len(), 20_000, "{backend:?}");
-        drop(gen);
-        drop(sock);
     }
     // Live IPv6 frames counted by an XDP sink at the receiving driver.
     let (mut spec, peer) = traffic_v(&lab, Backend::Xdp, false, true);
     spec.sizes = FrameSizes::Fixed(96);
-    let sink = XdpSink::attach(
-        &lab.ns(&peer.host),
-        &peer.iface,
-        XdpAction::Drop,
-        XdpMode::Native,
-    )
-    .unwrap();
+    let sink = drop_sink(&lab, &peer);
     let gen = Generator::new(spec, None).unwrap();
-    let off = gen
-        .run(
-            Rate::Pps(1_000_000.0),
-            Limit {
-                count: Some(500_000),
-                duration: Some(Duration::from_secs(5)),
-            },
-            &Arc::new(AtomicU64::new(0)),
-        )
-        .unwrap();
-    assert_eq!(off.packets, 500_000);
+    let within = Some(Duration::from_secs(5));
+    offer_all(&gen, 1_000_000.0, 500_000, within, "IPv6 to XDP");
     assert_eq!(delivered_after(&sink, 0, 500_000), 500_000);
     assert_eq!(
         sink.delivered().unwrap().bytes,
@@ -607,7 +506,7 @@ fn tcx_links_attach_side_by_side_and_detach_on_drop() {
     }
     use peregrine_bpf::replycheck::{CheckedFunction, ReplyCheckProgram};
     use peregrine_bpf::tcx::{attached_count, TcxDirection};
-    let lab = Lab::up(pair("ttcx"), Lifetime::Ephemeral).unwrap();
+    let lab = pair_lab("ttcx");
     let count = || {
         netns::run_in(&lab.ns("a"), || {
             let ifindex = peregrine_bpf::xdp::ifindex("eth0").unwrap();
