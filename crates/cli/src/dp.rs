@@ -14,51 +14,11 @@ use peregrine_dataplane::{Dataplane, DataplaneConfig, NfConfig, PinScope};
 use peregrine_host::netns;
 use peregrine_lab::lab;
 
+use crate::scope::Scope;
 use crate::table::Table;
 use crate::usage;
 use crate::usage::UsageError;
 use crate::watch::{Counter, WatchArgs};
-
-#[derive(Args, Clone)]
-pub struct Scope {
-    /// Lab of the router host (with --host); default: this namespace.
-    #[arg(long, requires = "host")]
-    pub lab: Option<String>,
-    /// Host (namespace) of the lab that runs the router.
-    #[arg(long, requires = "lab")]
-    pub host: Option<String>,
-}
-
-impl Scope {
-    fn ns(&self) -> Result<Option<String>> {
-        match (&self.lab, &self.host) {
-            (Some(l), Some(h)) => {
-                let st = lab::state(l)?;
-                if st.topology.host(h).is_none() {
-                    let hosts: Vec<&str> =
-                        st.topology.hosts.iter().map(|h| h.name.as_str()).collect();
-                    usage!(
-                        "lab {l} has no host {h:?} (its hosts: {})",
-                        hosts.join(", ")
-                    );
-                }
-                Ok(Some(lab::ns_name(l, h)))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// Whose pins: the lab host's, or this namespace's.
-    fn pins(&self) -> PinScope {
-        match (&self.lab, &self.host) {
-            (Some(lab), Some(host)) => PinScope::LabHost {
-                lab: lab.clone(),
-                host: host.clone(),
-            },
-            _ => PinScope::Here,
-        }
-    }
-}
 
 #[derive(Subcommand)]
 pub enum RouterCmd {
