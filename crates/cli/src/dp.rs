@@ -298,33 +298,22 @@ fn nf_counters(nfs: &[(NfConfig, NfStats)]) -> Vec<Counter> {
     let mut out = Vec::new();
     for (n, s) in nfs {
         let f = format!("{}:{}", n.host, n.iface);
-        out.push(Counter::new(
-            &[
-                ("function", &f),
-                ("kind", n.kind.name()),
-                ("counter", "received"),
-            ],
-            s.packets,
-            Some(s.bytes),
-        ));
-        out.push(Counter::new(
-            &[
-                ("function", &f),
-                ("kind", n.kind.name()),
-                ("counter", "sent"),
-            ],
-            s.sent,
-            None,
-        ));
-        out.push(Counter::new(
-            &[
-                ("function", &f),
-                ("kind", n.kind.name()),
-                ("counter", "dropped"),
-            ],
-            s.dropped,
-            None,
-        ));
+        // Bytes are counted on receive only.
+        for (counter, value, bytes) in [
+            ("received", s.packets, Some(s.bytes)),
+            ("sent", s.sent, None),
+            ("dropped", s.dropped, None),
+        ] {
+            out.push(Counter::new(
+                &[
+                    ("function", &f),
+                    ("kind", n.kind.name()),
+                    ("counter", counter),
+                ],
+                value,
+                bytes,
+            ));
+        }
     }
     out
 }
