@@ -86,6 +86,39 @@ pub struct StatsOutput {
     json: bool,
 }
 
+impl StatsOutput {
+    /// Print the counters once (no --watch, no --metrics).
+    fn once(&self) -> bool {
+        !self.watch.on() && self.metrics.is_none()
+    }
+
+    /// Watches `sample`'s counters, serving them to Prometheus at --metrics
+    /// (named `prefix`_..., described by `what`) while watching.
+    fn watch(
+        &self,
+        prefix: &str,
+        what: &str,
+        sample: impl FnMut() -> Result<Vec<Counter>> + Clone + Send + 'static,
+    ) -> Result<()> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = match self.metrics {
+            Some(a) => {
+                let t =
+                    crate::metrics::serve_counters(a, stop.clone(), prefix, what, sample.clone())?;
+                eprintln!("metrics on http://{a}/metrics");
+                Some(t)
+            }
+            None => None,
+        };
+        let r = crate::watch::watch(&self.watch, self.json, sample);
+        stop.store(true, Ordering::Relaxed);
+        if let Some(t) = server {
+            let _ = t.join();
+        }
+        r
+    }
+}
+
 fn ensure_free(dir: &Path) -> Result<()> {
     if dir.exists() {
         bail!(
@@ -168,7 +201,7 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
             println!("router detached");
             Ok(())
         }
-        RouterCmd::Stats { scope, out } => stats(&scope, &out.watch, out.metrics, out.json),
+        RouterCmd::Stats { scope, out } => stats(&scope, &out),
     }
 }
 
@@ -214,37 +247,7 @@ fn router_counters(ports: &[(String, u32, PortStats)]) -> Vec<Counter> {
     out
 }
 
-/// Serves `sample`'s counters at `addr` (if given) while `run` runs.
-fn with_metrics(
-    addr: Option<std::net::SocketAddr>,
-    prefix: &str,
-    what: &str,
-    sample: impl FnMut() -> Result<Vec<Counter>> + Send + 'static,
-    run: impl FnOnce() -> Result<()>,
-) -> Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let server = match addr {
-        Some(a) => {
-            let t = crate::metrics::serve_counters(a, stop.clone(), prefix, what, sample)?;
-            eprintln!("metrics on http://{a}/metrics");
-            Some(t)
-        }
-        None => None,
-    };
-    let r = run();
-    stop.store(true, Ordering::Relaxed);
-    if let Some(t) = server {
-        let _ = t.join();
-    }
-    r
-}
-
-fn stats(
-    scope: &Scope,
-    watch: &WatchArgs,
-    metrics: Option<std::net::SocketAddr>,
-    json: bool,
-) -> Result<()> {
+fn stats(scope: &Scope, out: &StatsOutput) -> Result<()> {
     let dir = scope.pins().dir();
     let ns = scope.ns()?;
     if !dir.exists() {
@@ -255,8 +258,8 @@ fn stats(
         );
     }
     let now = read_all(&dir, ns.as_deref())?;
-    if !watch.on() && metrics.is_none() {
-        if json {
+    if out.once() {
+        if out.json {
             println!("{}", stats_json(&now));
         } else {
             let mut t = Table::new(&["port", "counter", "packets", "bytes"]);
@@ -280,17 +283,10 @@ fn stats(
         }
         return Ok(());
     }
-    let sample = {
-        let (dir, ns) = (dir.clone(), ns.clone());
-        move || Ok(router_counters(&read_all(&dir, ns.as_deref())?))
-    };
-    let server_sample = sample.clone();
-    with_metrics(
-        metrics,
+    out.watch(
         "peregrine_router",
         "seen by the XDP router, per port and counter (rx_<action>, tx)",
-        server_sample,
-        || crate::watch::watch(watch, json, sample),
+        move || Ok(router_counters(&read_all(&dir, ns.as_deref())?)),
     )
 }
 
@@ -318,17 +314,12 @@ fn nf_counters(nfs: &[(NfConfig, NfStats)]) -> Vec<Counter> {
     out
 }
 
-fn chain_stats(
-    file: &Path,
-    watch: &WatchArgs,
-    metrics: Option<std::net::SocketAddr>,
-    json: bool,
-) -> Result<()> {
+fn chain_stats(file: &Path, out: &StatsOutput) -> Result<()> {
     let cfg = DataplaneConfig::from_file(file)
         .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
     let now = pinned_nf_stats(&cfg)?;
-    if !watch.on() && metrics.is_none() {
-        if json {
+    if out.once() {
+        if out.json {
             let fs: Vec<_> = now
                 .iter()
                 .map(|(n, s)| {
@@ -356,19 +347,16 @@ fn chain_stats(
         }
         return Ok(());
     }
-    let sample = move || Ok(nf_counters(&pinned_nf_stats(&cfg)?));
-    with_metrics(
-        metrics,
+    out.watch(
         "peregrine_nf",
         "of the chain's network functions, per function and counter (received, sent, dropped)",
-        sample.clone(),
-        || crate::watch::watch(watch, json, sample),
+        move || Ok(nf_counters(&pinned_nf_stats(&cfg)?)),
     )
 }
 
 pub fn chain(cmd: ChainCmd) -> Result<()> {
     match cmd {
-        ChainCmd::Stats { file, out } => chain_stats(&file, &out.watch, out.metrics, out.json),
+        ChainCmd::Stats { file, out } => chain_stats(&file, &out),
         ChainCmd::Apply { file } => {
             let cfg = DataplaneConfig::from_file(&file)
                 .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
