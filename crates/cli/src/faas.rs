@@ -305,20 +305,11 @@ fn load(a: LoadArgs) -> Result<()> {
         send_error: r.send_error.clone(),
         from_lab: ns.is_some(),
     };
-    let result = load_result(
-        &o,
-        None,
-        r.seconds,
-        a.size.0 as usize,
-        lat,
-        a.max_loss,
-        format!(
-            "closed loop, {} connection(s), kernel UDP sockets",
-            a.connections
-        ),
+    let how = format!(
+        "closed loop, {} connection(s), kernel UDP sockets",
+        a.connections
     );
-    print_load(&out, &result, a.json)?;
-    judge_load(&o, a.max_loss, a.to)
+    report_load(&a, &out, &o, None, r.seconds, lat, how)
 }
 
 /// Prints the closed loop's requests and replies per second to stderr
@@ -478,23 +469,37 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
         send_error: None,
         from_lab: true,
     };
-    let result = load_result(
-        &o,
-        Some(pps),
-        r.seconds,
-        a.size.0 as usize,
-        lat,
-        a.max_loss,
-        format!(
-            "open loop, live-frame requests from {} thread(s), every reply checked at tcx ingress",
-            a.threads
-        ),
+    let how = format!(
+        "open loop, live-frame requests from {} thread(s), every reply checked at tcx ingress",
+        a.threads
     );
-    print_load(&out, &result, a.json)?;
-    judge_load(&o, a.max_loss, a.to)
+    report_load(a, &out, &o, Some(pps), r.seconds, lat, how)
 }
 
-/// Prints a load report: one JSON object, or a table for people.
+/// The end of every load run: its result file, printed (`out` is the
+/// table's source), then judged.
+fn report_load(
+    a: &LoadArgs,
+    out: &serde_json::Value,
+    o: &LoadOutcome,
+    requested: Option<f64>,
+    seconds: f64,
+    latency: Option<peregrine_lab::results::Latency>,
+    how: String,
+) -> Result<()> {
+    let result = load_result(
+        o,
+        requested,
+        seconds,
+        a.size.0 as usize,
+        latency,
+        a.max_loss,
+        how,
+    );
+    print_load(out, &result, a.json)?;
+    judge_load(o, a.max_loss, a.to)
+}
+
 /// A load run as a `peregrine.result/1` file, like every command that
 /// measures: requests are the offered packets, correct replies the
 /// delivered ones, unanswered requests the loss, wrong replies counted.
@@ -558,6 +563,7 @@ fn load_result(
     ResultFile::new("faas-load", peregrine_bench::command_line(), vec![run])
 }
 
+/// Prints a load report: one JSON object, or a table for people.
 fn print_load(
     out: &serde_json::Value,
     result: &peregrine_lab::results::ResultFile,
