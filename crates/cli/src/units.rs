@@ -91,17 +91,21 @@ fn split_number(s: &str) -> Option<(f64, String)> {
     Some((v, t[end..].to_string()))
 }
 
-/// A unit's name (as `split_number` leaves it: lower case) and how it turns
-/// the number into the base unit.
-type Unit = (&'static str, fn(f64) -> f64);
+/// A unit's names (as `split_number` leaves them: lower case) and the
+/// number's value in the base unit: `v * mul / div` (a divisor, so that
+/// `500ms` is exactly `500 / 1e3` s).
+type Unit = (&'static [&'static str], f64, f64);
 
 /// Parses `s` as a number with one of `units` and returns it in the base
 /// unit; errors name the value as `{what}{s:?}` and say what was `expected`
 /// or which units to `use` (the one parser for every scaled flag).
 fn scaled(s: &str, what: &str, expected: &str, units: &[Unit], use_: &str) -> Result<f64, String> {
     let (v, unit) = split_number(s).ok_or_else(|| format!("{what}{s:?}: expected {expected}"))?;
-    match units.iter().find(|(name, _)| *name == unit) {
-        Some((_, to_base)) => Ok(to_base(v)),
+    match units
+        .iter()
+        .find(|(names, _, _)| names.contains(&unit.as_str()))
+    {
+        Some((_, mul, div)) => Ok(v * mul / div),
         None => Err(format!("{what}{s:?}: unknown unit {unit:?} (use {use_})")),
     }
 }
@@ -159,16 +163,11 @@ impl FromStr for DurationArg {
             "duration ",
             "a number with an optional unit: 10, 10s, 500ms",
             &[
-                ("", |v| v),
-                ("s", |v| v),
-                ("sec", |v| v),
-                ("secs", |v| v),
-                ("ms", |v| v / 1e3),
-                ("us", |v| v / 1e6),
-                ("µs", |v| v / 1e6),
-                ("m", |v| v * 60.0),
-                ("min", |v| v * 60.0),
-                ("h", |v| v * 3600.0),
+                (&["", "s", "sec", "secs"], 1.0, 1.0),
+                (&["ms"], 1.0, 1e3),
+                (&["us", "µs"], 1.0, 1e6),
+                (&["m", "min"], 60.0, 1.0),
+                (&["h"], 3600.0, 1.0),
             ],
             "s, ms, us, m or h",
         )?;
@@ -207,17 +206,13 @@ impl FromStr for ByteSize {
             "size ",
             "bytes with an optional unit: 200, 1500B, 1KiB, 64k",
             &[
-                ("", |v| v),
-                ("b", |v| v),
-                ("k", |v| v * 1e3),
-                ("kb", |v| v * 1e3),
-                ("kib", |v| v * 1024.0),
-                ("m", |v| v * 1e6),
-                ("mb", |v| v * 1e6),
-                ("mib", |v| v * (1024.0 * 1024.0)),
-                ("g", |v| v * 1e9),
-                ("gb", |v| v * 1e9),
-                ("gib", |v| v * (1024.0 * 1024.0 * 1024.0)),
+                (&["", "b"], 1.0, 1.0),
+                (&["k", "kb"], 1e3, 1.0),
+                (&["kib"], 1024.0, 1.0),
+                (&["m", "mb"], 1e6, 1.0),
+                (&["mib"], 1024.0 * 1024.0, 1.0),
+                (&["g", "gb"], 1e9, 1.0),
+                (&["gib"], 1024.0 * 1024.0 * 1024.0, 1.0),
             ],
             "B, k, KiB, M, MiB, G, GiB",
         )?;
@@ -242,11 +237,9 @@ pub fn micros(s: &str) -> Result<u32, String> {
         "",
         "microseconds: 50, 50us, 0.1ms",
         &[
-            ("", |v| v),
-            ("us", |v| v),
-            ("µs", |v| v),
-            ("ms", |v| v * 1e3),
-            ("s", |v| v * 1e6),
+            (&["", "us", "µs"], 1.0, 1.0),
+            (&["ms"], 1e3, 1.0),
+            (&["s"], 1e6, 1.0),
         ],
         "us, ms or s",
     )?;
