@@ -14,51 +14,11 @@ use peregrine_dataplane::{Dataplane, DataplaneConfig, NfConfig, PinScope};
 use peregrine_host::netns;
 use peregrine_lab::lab;
 
+use crate::scope::Scope;
 use crate::table::Table;
 use crate::usage;
 use crate::usage::UsageError;
 use crate::watch::{Counter, WatchArgs};
-
-#[derive(Args, Clone)]
-pub struct Scope {
-    /// Lab of the router host (with --host); default: this namespace.
-    #[arg(long, requires = "host")]
-    pub lab: Option<String>,
-    /// Host (namespace) of the lab that runs the router.
-    #[arg(long, requires = "lab")]
-    pub host: Option<String>,
-}
-
-impl Scope {
-    fn ns(&self) -> Result<Option<String>> {
-        match (&self.lab, &self.host) {
-            (Some(l), Some(h)) => {
-                let st = lab::state(l)?;
-                if st.topology.host(h).is_none() {
-                    let hosts: Vec<&str> =
-                        st.topology.hosts.iter().map(|h| h.name.as_str()).collect();
-                    usage!(
-                        "lab {l} has no host {h:?} (its hosts: {})",
-                        hosts.join(", ")
-                    );
-                }
-                Ok(Some(lab::ns_name(l, h)))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// Whose pins: the lab host's, or this namespace's.
-    fn pins(&self) -> PinScope {
-        match (&self.lab, &self.host) {
-            (Some(lab), Some(host)) => PinScope::LabHost {
-                lab: lab.clone(),
-                host: host.clone(),
-            },
-            _ => PinScope::Here,
-        }
-    }
-}
 
 #[derive(Subcommand)]
 pub enum RouterCmd {
@@ -124,6 +84,39 @@ pub struct StatsOutput {
     /// JSON: one object, or with --watch one object per sample (JSON lines).
     #[arg(long)]
     json: bool,
+}
+
+impl StatsOutput {
+    /// Print the counters once (no --watch, no --metrics).
+    fn once(&self) -> bool {
+        !self.watch.on() && self.metrics.is_none()
+    }
+
+    /// Watches `sample`'s counters, serving them to Prometheus at --metrics
+    /// (named `prefix`_..., described by `what`) while watching.
+    fn watch(
+        &self,
+        prefix: &str,
+        what: &str,
+        sample: impl FnMut() -> Result<Vec<Counter>> + Clone + Send + 'static,
+    ) -> Result<()> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = match self.metrics {
+            Some(a) => {
+                let t =
+                    crate::metrics::serve_counters(a, stop.clone(), prefix, what, sample.clone())?;
+                eprintln!("metrics on http://{a}/metrics");
+                Some(t)
+            }
+            None => None,
+        };
+        let r = crate::watch::watch(&self.watch, self.json, sample);
+        stop.store(true, Ordering::Relaxed);
+        if let Some(t) = server {
+            let _ = t.join();
+        }
+        r
+    }
 }
 
 fn ensure_free(dir: &Path) -> Result<()> {
@@ -208,7 +201,7 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
             println!("router detached");
             Ok(())
         }
-        RouterCmd::Stats { scope, out } => stats(&scope, &out.watch, out.metrics, out.json),
+        RouterCmd::Stats { scope, out } => stats(&scope, &out),
     }
 }
 
@@ -254,37 +247,7 @@ fn router_counters(ports: &[(String, u32, PortStats)]) -> Vec<Counter> {
     out
 }
 
-/// Serves `sample`'s counters at `addr` (if given) while `run` runs.
-fn with_metrics(
-    addr: Option<std::net::SocketAddr>,
-    prefix: &str,
-    what: &str,
-    sample: impl FnMut() -> Result<Vec<Counter>> + Send + 'static,
-    run: impl FnOnce() -> Result<()>,
-) -> Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let server = match addr {
-        Some(a) => {
-            let t = crate::metrics::serve_counters(a, stop.clone(), prefix, what, sample)?;
-            eprintln!("metrics on http://{a}/metrics");
-            Some(t)
-        }
-        None => None,
-    };
-    let r = run();
-    stop.store(true, Ordering::Relaxed);
-    if let Some(t) = server {
-        let _ = t.join();
-    }
-    r
-}
-
-fn stats(
-    scope: &Scope,
-    watch: &WatchArgs,
-    metrics: Option<std::net::SocketAddr>,
-    json: bool,
-) -> Result<()> {
+fn stats(scope: &Scope, out: &StatsOutput) -> Result<()> {
     let dir = scope.pins().dir();
     let ns = scope.ns()?;
     if !dir.exists() {
@@ -295,8 +258,8 @@ fn stats(
         );
     }
     let now = read_all(&dir, ns.as_deref())?;
-    if !watch.on() && metrics.is_none() {
-        if json {
+    if out.once() {
+        if out.json {
             println!("{}", stats_json(&now));
         } else {
             let mut t = Table::new(&["port", "counter", "packets", "bytes"]);
@@ -320,17 +283,10 @@ fn stats(
         }
         return Ok(());
     }
-    let sample = {
-        let (dir, ns) = (dir.clone(), ns.clone());
-        move || Ok(router_counters(&read_all(&dir, ns.as_deref())?))
-    };
-    let server_sample = sample.clone();
-    with_metrics(
-        metrics,
+    out.watch(
         "peregrine_router",
         "seen by the XDP router, per port and counter (rx_<action>, tx)",
-        server_sample,
-        || crate::watch::watch(watch, json, sample),
+        move || Ok(router_counters(&read_all(&dir, ns.as_deref())?)),
     )
 }
 
@@ -338,48 +294,32 @@ fn nf_counters(nfs: &[(NfConfig, NfStats)]) -> Vec<Counter> {
     let mut out = Vec::new();
     for (n, s) in nfs {
         let f = format!("{}:{}", n.host, n.iface);
-        out.push(Counter::new(
-            &[
-                ("function", &f),
-                ("kind", n.kind.name()),
-                ("counter", "received"),
-            ],
-            s.packets,
-            Some(s.bytes),
-        ));
-        out.push(Counter::new(
-            &[
-                ("function", &f),
-                ("kind", n.kind.name()),
-                ("counter", "sent"),
-            ],
-            s.sent,
-            None,
-        ));
-        out.push(Counter::new(
-            &[
-                ("function", &f),
-                ("kind", n.kind.name()),
-                ("counter", "dropped"),
-            ],
-            s.dropped,
-            None,
-        ));
+        // Bytes are counted on receive only.
+        for (counter, value, bytes) in [
+            ("received", s.packets, Some(s.bytes)),
+            ("sent", s.sent, None),
+            ("dropped", s.dropped, None),
+        ] {
+            out.push(Counter::new(
+                &[
+                    ("function", &f),
+                    ("kind", n.kind.name()),
+                    ("counter", counter),
+                ],
+                value,
+                bytes,
+            ));
+        }
     }
     out
 }
 
-fn chain_stats(
-    file: &Path,
-    watch: &WatchArgs,
-    metrics: Option<std::net::SocketAddr>,
-    json: bool,
-) -> Result<()> {
+fn chain_stats(file: &Path, out: &StatsOutput) -> Result<()> {
     let cfg = DataplaneConfig::from_file(file)
         .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
     let now = pinned_nf_stats(&cfg)?;
-    if !watch.on() && metrics.is_none() {
-        if json {
+    if out.once() {
+        if out.json {
             let fs: Vec<_> = now
                 .iter()
                 .map(|(n, s)| {
@@ -407,19 +347,16 @@ fn chain_stats(
         }
         return Ok(());
     }
-    let sample = move || Ok(nf_counters(&pinned_nf_stats(&cfg)?));
-    with_metrics(
-        metrics,
+    out.watch(
         "peregrine_nf",
         "of the chain's network functions, per function and counter (received, sent, dropped)",
-        sample.clone(),
-        || crate::watch::watch(watch, json, sample),
+        move || Ok(nf_counters(&pinned_nf_stats(&cfg)?)),
     )
 }
 
 pub fn chain(cmd: ChainCmd) -> Result<()> {
     match cmd {
-        ChainCmd::Stats { file, out } => chain_stats(&file, &out.watch, out.metrics, out.json),
+        ChainCmd::Stats { file, out } => chain_stats(&file, &out),
         ChainCmd::Apply { file } => {
             let cfg = DataplaneConfig::from_file(&file)
                 .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;

@@ -11,6 +11,7 @@ use peregrine_host::{netns, signals};
 use peregrine_lab::lab;
 use peregrine_lab::openloop::{request_frame_size, OpenLoopConfig, OpenLoopProgress};
 
+use crate::scope::Scope;
 use crate::table::{ns as fmt_ns, si, Table};
 use crate::units::{ByteSize, DurationArg, RateArg};
 use crate::usage;
@@ -84,12 +85,9 @@ pub struct LoadArgs {
     /// Request payload bytes, e.g. 200, 1KiB.
     #[arg(long, value_name = "BYTES", default_value = "200")]
     pub size: ByteSize,
-    /// Lab to send from (with --host; default: this namespace).
-    #[arg(long, requires = "host")]
-    pub lab: Option<String>,
-    /// Host of the lab to send from (with --lab).
-    #[arg(long, requires = "lab")]
-    pub host: Option<String>,
+    // The lab host to send from.
+    #[command(flatten)]
+    pub scope: Scope,
     /// Open loop: send requests at this rate (e.g. 500k, 1M, 200000,
     /// 1Mpps, 100Mbps) from the live-frame generator, whatever the server
     /// answers; replies are checked in the kernel on --iface (functions
@@ -138,12 +136,9 @@ pub struct ServeArgs {
     /// How requests reach the functions.
     #[arg(long, value_enum, default_value_t = Backend::Afxdp)]
     pub backend: Backend,
-    /// Lab to serve in (with --host; default: this namespace).
-    #[arg(long, requires = "host")]
-    pub lab: Option<String>,
-    /// Host of the lab to serve in (with --lab).
-    #[arg(long, requires = "lab")]
-    pub host: Option<String>,
+    // The lab host to serve in.
+    #[command(flatten)]
+    pub scope: Scope,
     /// Stop after this long, e.g. 10, 10s, 2m (default: until Ctrl-C).
     #[arg(long, value_name = "DURATION")]
     pub duration: Option<DurationArg>,
@@ -209,23 +204,6 @@ pub fn run(cmd: FaasCmd) -> Result<()> {
     }
 }
 
-fn lab_ns(lab: &Option<String>, host: &Option<String>) -> Result<Option<String>> {
-    match (lab, host) {
-        (Some(l), Some(h)) => {
-            let st = lab::state(l)?;
-            if st.topology.host(h).is_none() {
-                let hosts: Vec<&str> = st.topology.hosts.iter().map(|h| h.name.as_str()).collect();
-                usage!(
-                    "lab {l} has no host {h:?} (its hosts: {})",
-                    hosts.join(", ")
-                );
-            }
-            Ok(Some(lab::ns_name(l, h)))
-        }
-        _ => Ok(None),
-    }
-}
-
 /// The functions a command was given, or a usage error naming the problem.
 fn functions(spec: &str) -> Result<Registry> {
     match Registry::parse(spec) {
@@ -271,7 +249,7 @@ fn load(a: LoadArgs) -> Result<()> {
     if a.rate.is_some() {
         return open_load(&a, &registry);
     }
-    let ns = lab_ns(&a.lab, &a.host)?;
+    let ns = a.scope.ns()?;
     let metrics = LoadMetrics::new();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let server = a
@@ -327,20 +305,11 @@ fn load(a: LoadArgs) -> Result<()> {
         send_error: r.send_error.clone(),
         from_lab: ns.is_some(),
     };
-    let result = load_result(
-        &o,
-        None,
-        r.seconds,
-        a.size.0 as usize,
-        lat,
-        a.max_loss,
-        format!(
-            "closed loop, {} connection(s), kernel UDP sockets",
-            a.connections
-        ),
+    let how = format!(
+        "closed loop, {} connection(s), kernel UDP sockets",
+        a.connections
     );
-    print_load(&out, &result, a.json)?;
-    judge_load(&o, a.max_loss, a.to)
+    report_load(&a, &out, &o, None, r.seconds, lat, how)
 }
 
 /// Prints the closed loop's requests and replies per second to stderr
@@ -370,7 +339,7 @@ fn closed_progress(m: &peregrine_lab::load::LoadMetrics, stop: &std::sync::atomi
 }
 
 fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
-    let (Some(lab), Some(host)) = (&a.lab, &a.host) else {
+    let (Some(lab), Some(host)) = (&a.scope.lab, &a.scope.host) else {
         usage!("open-loop load (--rate) sends from a lab host: give --lab and --host");
     };
     let ncpu = std::thread::available_parallelism()
@@ -385,7 +354,7 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
     if a.flows == 0 {
         usage!("--flows 0: expected at least 1 source port");
     }
-    lab_ns(&a.lab, &a.host)?;
+    a.scope.ns()?;
     let from = peregrine_lab::Endpoint {
         host: host.clone(),
         iface: a.iface.clone(),
@@ -500,23 +469,37 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
         send_error: None,
         from_lab: true,
     };
-    let result = load_result(
-        &o,
-        Some(pps),
-        r.seconds,
-        a.size.0 as usize,
-        lat,
-        a.max_loss,
-        format!(
-            "open loop, live-frame requests from {} thread(s), every reply checked at tcx ingress",
-            a.threads
-        ),
+    let how = format!(
+        "open loop, live-frame requests from {} thread(s), every reply checked at tcx ingress",
+        a.threads
     );
-    print_load(&out, &result, a.json)?;
-    judge_load(&o, a.max_loss, a.to)
+    report_load(a, &out, &o, Some(pps), r.seconds, lat, how)
 }
 
-/// Prints a load report: one JSON object, or a table for people.
+/// The end of every load run: its result file, printed (`out` is the
+/// table's source), then judged.
+fn report_load(
+    a: &LoadArgs,
+    out: &serde_json::Value,
+    o: &LoadOutcome,
+    requested: Option<f64>,
+    seconds: f64,
+    latency: Option<peregrine_lab::results::Latency>,
+    how: String,
+) -> Result<()> {
+    let result = load_result(
+        o,
+        requested,
+        seconds,
+        a.size.0 as usize,
+        latency,
+        a.max_loss,
+        how,
+    );
+    print_load(out, &result, a.json)?;
+    judge_load(o, a.max_loss, a.to)
+}
+
 /// A load run as a `peregrine.result/1` file, like every command that
 /// measures: requests are the offered packets, correct replies the
 /// delivered ones, unanswered requests the loss, wrong replies counted.
@@ -580,6 +563,7 @@ fn load_result(
     ResultFile::new("faas-load", peregrine_bench::command_line(), vec![run])
 }
 
+/// Prints a load report: one JSON object, or a table for people.
 fn print_load(
     out: &serde_json::Value,
     result: &peregrine_lab::results::ResultFile,
@@ -723,7 +707,7 @@ fn invoker_metrics(
 
 fn serve(a: ServeArgs) -> Result<()> {
     let registry = functions(&a.functions)?;
-    let ns = lab_ns(&a.lab, &a.host)?;
+    let ns = a.scope.ns()?;
     if a.threads == 0 {
         usage!("--threads 0: expected at least 1 worker thread");
     }

@@ -12,6 +12,7 @@ mod docs;
 mod dp;
 mod faas;
 mod metrics;
+mod scope;
 mod table;
 mod units;
 mod usage;

@@ -56,32 +56,24 @@ impl Table {
     }
 }
 
+/// `v` in the largest of three units (10^9, 10^6, 10^3; named `units`)
+/// it reaches, or None below 10^3: the one scaling for rates and times.
+fn scaled(v: f64, units: [&str; 3]) -> Option<String> {
+    let [g, m, k] = units;
+    [(1e9, 2, g), (1e6, 2, m), (1e3, 1, k)]
+        .into_iter()
+        .find(|(scale, _, _)| v.abs() >= *scale)
+        .map(|(scale, prec, unit)| format!("{:.prec$}{unit}", v / scale))
+}
+
 /// A rate for people: 1.23M, 45.6k, 789.
 pub fn si(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e9 {
-        format!("{:.2}G", v / 1e9)
-    } else if a >= 1e6 {
-        format!("{:.2}M", v / 1e6)
-    } else if a >= 1e3 {
-        format!("{:.1}k", v / 1e3)
-    } else {
-        format!("{v:.0}")
-    }
+    scaled(v, ["G", "M", "k"]).unwrap_or_else(|| format!("{v:.0}"))
 }
 
 /// Nanoseconds for people: 850ns, 12.3us, 4.56ms, 1.20s.
 pub fn ns(v: u64) -> String {
-    let f = v as f64;
-    if f >= 1e9 {
-        format!("{:.2}s", f / 1e9)
-    } else if f >= 1e6 {
-        format!("{:.2}ms", f / 1e6)
-    } else if f >= 1e3 {
-        format!("{:.1}us", f / 1e3)
-    } else {
-        format!("{v}ns")
-    }
+    scaled(v as f64, ["s", "ms", "us"]).unwrap_or_else(|| format!("{v}ns"))
 }
 
 #[cfg(test)]

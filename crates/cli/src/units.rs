@@ -91,6 +91,25 @@ fn split_number(s: &str) -> Option<(f64, String)> {
     Some((v, t[end..].to_string()))
 }
 
+/// A unit's names (as `split_number` leaves them: lower case) and the
+/// number's value in the base unit: `v * mul / div` (a divisor, so that
+/// `500ms` is exactly `500 / 1e3` s).
+type Unit = (&'static [&'static str], f64, f64);
+
+/// Parses `s` as a number with one of `units` and returns it in the base
+/// unit; errors name the value as `{what}{s:?}` and say what was `expected`
+/// or which units to `use` (the one parser for every scaled flag).
+fn scaled(s: &str, what: &str, expected: &str, units: &[Unit], use_: &str) -> Result<f64, String> {
+    let (v, unit) = split_number(s).ok_or_else(|| format!("{what}{s:?}: expected {expected}"))?;
+    match units
+        .iter()
+        .find(|(names, _, _)| names.contains(&unit.as_str()))
+    {
+        Some((_, mul, div)) => Ok(v * mul / div),
+        None => Err(format!("{what}{s:?}: unknown unit {unit:?} (use {use_})")),
+    }
+}
+
 impl FromStr for RateArg {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -139,21 +158,19 @@ const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 impl FromStr for DurationArg {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (v, unit) = split_number(s).ok_or_else(|| {
-            format!("duration {s:?}: expected a number with an optional unit: 10, 10s, 500ms")
-        })?;
-        let secs = match unit.as_str() {
-            "" | "s" | "sec" | "secs" => v,
-            "ms" => v / 1e3,
-            "us" | "µs" => v / 1e6,
-            "m" | "min" => v * 60.0,
-            "h" => v * 3600.0,
-            _ => {
-                return Err(format!(
-                    "duration {s:?}: unknown unit {unit:?} (use s, ms, us, m or h)"
-                ))
-            }
-        };
+        let secs = scaled(
+            s,
+            "duration ",
+            "a number with an optional unit: 10, 10s, 500ms",
+            &[
+                (&["", "s", "sec", "secs"], 1.0, 1.0),
+                (&["ms"], 1.0, 1e3),
+                (&["us", "µs"], 1.0, 1e6),
+                (&["m", "min"], 60.0, 1.0),
+                (&["h"], 3600.0, 1.0),
+            ],
+            "s, ms, us, m or h",
+        )?;
         if !(secs.is_finite() && secs > 0.0) {
             return Err(format!("duration {s:?}: must be above 0"));
         }
@@ -184,24 +201,21 @@ pub struct ByteSize(pub u64);
 impl FromStr for ByteSize {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (v, unit) = split_number(s).ok_or_else(|| {
-            format!("size {s:?}: expected bytes with an optional unit: 200, 1500B, 1KiB, 64k")
-        })?;
-        let mult = match unit.as_str() {
-            "" | "b" => 1.0,
-            "k" | "kb" => 1e3,
-            "kib" => 1024.0,
-            "m" | "mb" => 1e6,
-            "mib" => 1024.0 * 1024.0,
-            "g" | "gb" => 1e9,
-            "gib" => 1024.0 * 1024.0 * 1024.0,
-            _ => {
-                return Err(format!(
-                    "size {s:?}: unknown unit {unit:?} (use B, k, KiB, M, MiB, G, GiB)"
-                ))
-            }
-        };
-        let b = v * mult;
+        let b = scaled(
+            s,
+            "size ",
+            "bytes with an optional unit: 200, 1500B, 1KiB, 64k",
+            &[
+                (&["", "b"], 1.0, 1.0),
+                (&["k", "kb"], 1e3, 1.0),
+                (&["kib"], 1024.0, 1.0),
+                (&["m", "mb"], 1e6, 1.0),
+                (&["mib"], 1024.0 * 1024.0, 1.0),
+                (&["g", "gb"], 1e9, 1.0),
+                (&["gib"], 1024.0 * 1024.0 * 1024.0, 1.0),
+            ],
+            "B, k, KiB, M, MiB, G, GiB",
+        )?;
         if !(b.is_finite() && b >= 0.0) || b.fract() != 0.0 || b > u64::MAX as f64 {
             return Err(format!("size {s:?}: expected a whole number of bytes"));
         }
@@ -218,14 +232,17 @@ impl fmt::Display for ByteSize {
 /// Clap value parser for microseconds: a bare number is microseconds, or a
 /// duration with a unit (`50us`, `0.1ms`).
 pub fn micros(s: &str) -> Result<u32, String> {
-    let (v, unit) =
-        split_number(s).ok_or_else(|| format!("{s:?}: expected microseconds: 50, 50us, 0.1ms"))?;
-    let us = match unit.as_str() {
-        "" | "us" | "µs" => v,
-        "ms" => v * 1e3,
-        "s" => v * 1e6,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use us, ms or s)")),
-    };
+    let us = scaled(
+        s,
+        "",
+        "microseconds: 50, 50us, 0.1ms",
+        &[
+            (&["", "us", "µs"], 1.0, 1.0),
+            (&["ms"], 1e3, 1.0),
+            (&["s"], 1e6, 1.0),
+        ],
+        "us, ms or s",
+    )?;
     if !(us.is_finite() && us >= 0.0 && us <= u32::MAX as f64) {
         return Err(format!("{s:?}: expected 0..={} microseconds", u32::MAX));
     }

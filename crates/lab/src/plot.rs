@@ -430,6 +430,20 @@ where
     root.present().map_err(perr)
 }
 
+/// The largest coordinate `of` any point in `series`, at least `floor` (an
+/// empty or all-zero chart still gets an axis).
+fn series_max(
+    series: &[(String, Vec<(f64, f64)>)],
+    of: impl Fn(&(f64, f64)) -> f64,
+    floor: f64,
+) -> f64 {
+    series
+        .iter()
+        .flat_map(|s| s.1.iter())
+        .map(of)
+        .fold(floor, f64::max)
+}
+
 /// A line chart of `series` (name, points), axes from zero.
 fn draw_lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
@@ -440,17 +454,8 @@ fn draw_lines<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let xmax = series
-        .iter()
-        .flat_map(|s| s.1.iter())
-        .map(|p| p.0)
-        .fold(1.0f64, f64::max)
-        * 1.05;
-    let ymax = series
-        .iter()
-        .flat_map(|s| s.1.iter())
-        .map(|p| p.1)
-        .fold(0.001f64, f64::max);
+    let xmax = series_max(series, |p| p.0, 1.0) * 1.05;
+    let ymax = series_max(series, |p| p.1, 0.001);
     // Head room above the lines for the legend, one row per name.
     let mut names: Vec<&str> = series.iter().map(|s| s.0.as_str()).collect();
     names.dedup();
@@ -538,12 +543,7 @@ fn draw_percentiles<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let ymax = series
-        .iter()
-        .flat_map(|s| s.1.iter())
-        .map(|p| p.1)
-        .fold(10.0f64, f64::max)
-        * 2.0;
+    let ymax = series_max(series, |p| p.1, 10.0) * 2.0;
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 20))
         .margin(15)

@@ -347,25 +347,11 @@ impl Generator {
             Some(prog) => live_loop(prog, cpu, rate, limit, progress),
             None if self.spec.backend == Backend::Afxdp => {
                 let mut s = XskSender::new(&self.spec, index)?;
-                let start = Instant::now();
-                let sent = pace(rate, limit, 256, |k| {
-                    let n = s.send(k)?;
-                    progress.fetch_add(n, Ordering::Relaxed);
-                    Ok(n)
-                })
-                .map_err(|e| LabError::Other(format!("AF_XDP generator: {e}")))?;
-                Ok((sent, start.elapsed()))
+                paced(rate, limit, 256, progress, "AF_XDP", |k| s.send(k))
             }
             None => {
                 let mut s = SocketSender::new(&self.spec, index)?;
-                let start = Instant::now();
-                let sent = pace(rate, limit, 1024, |k| {
-                    let n = s.send(k)?;
-                    progress.fetch_add(n, Ordering::Relaxed);
-                    Ok(n)
-                })
-                .map_err(|e| LabError::Other(format!("socket generator: {e}")))?;
-                Ok((sent, start.elapsed()))
+                paced(rate, limit, 1024, progress, "socket", |k| s.send(k))
             }
         }
     }
@@ -375,6 +361,27 @@ impl Generator {
         let p = self.prog.as_ref()?;
         p.state().ok().map(|s| (s.seq, s.errors))
     }
+}
+
+/// One sender's paced run: sends batches of up to `batch` frames, adds each
+/// to `progress` as it goes, and returns the frames sent and the time from
+/// the first send; errors name the `backend`.
+fn paced(
+    rate: Rate,
+    limit: Limit,
+    batch: u64,
+    progress: &AtomicU64,
+    backend: &str,
+    mut send: impl FnMut(u64) -> std::io::Result<u64>,
+) -> Result<(u64, Duration)> {
+    let start = Instant::now();
+    let sent = pace(rate, limit, batch, |k| {
+        let n = send(k)?;
+        progress.fetch_add(n, Ordering::Relaxed);
+        Ok(n)
+    })
+    .map_err(|e| LabError::Other(format!("{backend} generator: {e}")))?;
+    Ok((sent, start.elapsed()))
 }
 
 /// One thread's UDP sockets for the socket backend. Each flow is a socket
