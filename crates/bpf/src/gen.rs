@@ -373,10 +373,11 @@ mod fixtures {
     use std::net::IpAddr;
 
     use super::*;
+    use crate::fixture::frames::spec;
     use crate::fixture::{check, run_once, truncations, Expect, Fixture};
     use crate::testing::privileged;
     use crate::XdpAction;
-    use peregrine_wire::{parse_udp_frame, MacAddr};
+    use peregrine_wire::parse_udp_frame;
 
     /// ifindex of `lo`, which BPF_PROG_RUN reports as ingress without a ctx.
     const LO: u32 = 1;
@@ -388,16 +389,7 @@ mod fixtures {
             ("198.18.0.1", "198.19.0.1")
         };
         GenSetup {
-            spec: UdpFrameSpec {
-                src_mac: MacAddr::local(1),
-                dst_mac: MacAddr::local(2),
-                src_ip: s.parse().unwrap(),
-                dst_ip: d.parse().unwrap(),
-                src_port: 1024,
-                dst_port: 9,
-                ttl: 64,
-                frame_len: 0,
-            },
+            spec: spec(s, d),
             sizes,
             flows,
             stamp,

@@ -2,8 +2,8 @@
 //! reply to the live-frame generator's function requests, in XDP on the
 //! client's interface.
 use crate::error::{BpfError, Result};
-use crate::link::{Hook, Link, XdpProgram};
-use crate::loader::{open_and_load, rodata, Loaded};
+use crate::link::{xdp_program, Hook, Link};
+use crate::loader::{open_and_load, rodata};
 use crate::maps;
 use crate::skel::replycheck::types::{replycheck_function, replycheck_limits};
 use crate::skel::replycheck::{ReplycheckSkel, ReplycheckSkelBuilder};
@@ -62,15 +62,7 @@ impl ReplyStats {
     }
 }
 
-pub struct ReplyCheckProgram {
-    skel: Loaded<ReplycheckSkel<'static>>,
-}
-
-impl XdpProgram for ReplyCheckProgram {
-    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.replycheck
-    }
-}
+xdp_program!(ReplyCheckProgram, ReplycheckSkel, replycheck);
 
 impl ReplyCheckProgram {
     /// Checks replies from UDP `server_port` to requests of `payload_len`
@@ -131,6 +123,7 @@ mod fixtures {
     use crate::skel::uapi::types::peregrine_tc_act;
     use crate::testing::privileged;
     use crate::XdpAction;
+    use crate::XdpProgram;
     use peregrine_wire::{ipproto, MacAddr, UdpFrameSpec};
 
     const SERVER_PORT: u16 = 1232;
