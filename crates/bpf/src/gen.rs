@@ -374,7 +374,7 @@ mod fixtures {
 
     use super::*;
     use crate::fixture::frames::spec;
-    use crate::fixture::{check, run_once, truncations, Expect, Fixture};
+    use crate::fixture::{assert_passed, check, check_all, run_once, truncations, Expect, Fixture};
     use crate::testing::privileged;
     use crate::XdpAction;
     use peregrine_wire::parse_udp_frame;
@@ -398,6 +398,22 @@ mod fixtures {
             dry_run: false,
             vary: FlowVary::Source,
         }
+    }
+
+    /// Smallest frame with FCS: 64 bytes, 78 for IPv6's longer header.
+    fn min_size(v6: bool) -> usize {
+        if v6 {
+            78
+        } else {
+            64
+        }
+    }
+
+    /// A generator of one unstamped flow of `min_size` frames, and its setup.
+    fn load_one_flow(v6: bool) -> (GenSetup, GenProgram) {
+        let s = setup(v6, FrameSizes::Fixed(min_size(v6)), 1, false);
+        let g = GenProgram::load(&s).unwrap();
+        (s, g)
     }
 
     /// Flow `k`'s frame built from scratch: source port + k, and source (or
@@ -430,9 +446,7 @@ mod fixtures {
             return;
         }
         for v6 in [false, true] {
-            let size = if v6 { 78 } else { 64 };
-            let s = setup(v6, FrameSizes::Fixed(size), 1, false);
-            let g = GenProgram::load(&s).unwrap();
+            let (s, g) = load_one_flow(v6);
             let tmpl = g.template().to_vec();
             let mut dirty = tmpl.clone();
             // What a receiver may leave in a recycled page: every header byte wrong.
@@ -453,14 +467,10 @@ mod fixtures {
                     Expect::Frame(tmpl.clone()),
                 ),
             ];
-            let bad: Vec<String> = crate::fixture::check_all(g.prog(), &fx)
-                .iter()
-                .map(|m| m.to_string())
-                .collect();
-            assert!(bad.is_empty(), "v6={v6}: {bad:?}");
+            assert_passed(&format!("v6={v6}"), &check_all(g.prog(), &fx));
             assert_eq!(
                 parse_udp_frame(&tmpl).unwrap().payload.len(),
-                size - 4 - s.spec.header_len()
+                min_size(v6) - 4 - s.spec.header_len()
             );
         }
     }
@@ -477,7 +487,7 @@ mod fixtures {
             FlowVary::SourcePort,
         ];
         for (v6, vary) in varies.iter().flat_map(|&v| [(false, v), (true, v)]) {
-            let size = if v6 { 78 } else { 64 };
+            let size = min_size(v6);
             let mut s = setup(v6, FrameSizes::Fixed(size), 5, false);
             s.vary = vary;
             let g = GenProgram::load(&s).unwrap();
@@ -576,9 +586,7 @@ mod fixtures {
             return;
         }
         for v6 in [false, true] {
-            let size = if v6 { 78 } else { 64 };
-            let s = setup(v6, FrameSizes::Fixed(size), 1, false);
-            let g = GenProgram::load(&s).unwrap();
+            let (s, g) = load_one_flow(v6);
             let tmpl = g.template().to_vec();
             let words = if v6 { 64 } else { 48 };
             let before = g.state().unwrap().errors;
@@ -592,11 +600,7 @@ mod fixtures {
                     )
                 })
                 .collect();
-            let bad: Vec<String> = crate::fixture::check_all(g.prog(), &fx)
-                .iter()
-                .map(|m| m.to_string())
-                .collect();
-            assert!(bad.is_empty(), "{bad:?}");
+            assert_passed(&format!("v6={v6}"), &check_all(g.prog(), &fx));
             assert_eq!(
                 g.state().unwrap().errors - before,
                 fx.len() as u64,
