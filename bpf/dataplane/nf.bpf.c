@@ -5,17 +5,13 @@
  * interface of the container ("forward"). Configured in rodata at load time.
  */
 #include <linux/bpf.h>
+#include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/nf_kern_user.h"
 
 const volatile struct nf_config cfg = {};
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct nf_stats);
-} nf_stats_map SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct nf_stats) nf_stats_map SEC(".maps");
 
 struct nf_stats nf_stats_anchor;
 enum acl_verdict acl_verdict_anchor;

@@ -9,18 +9,14 @@
  * frame is passed, so ARP, ND and management traffic keep working.
  */
 #include <linux/bpf.h>
+#include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/gen_kern_user.h"
 #include "peregrine/sink_kern_user.h"
 
 const volatile __u32 sink_verdict = XDP_DROP;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct sink_stats);
-} sink_stats_map SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct sink_stats) sink_stats_map SEC(".maps");
 
 struct sink_stats sink_stats_type_anchor;
 

@@ -6,45 +6,23 @@
  * workers change at run time through the maps, without reloading.
  */
 #include <linux/bpf.h>
+#include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/dispatch_kern_user.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_XSKMAP);
-	__uint(max_entries, DISPATCH_MAX_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} xsks SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_XSKMAP, DISPATCH_MAX_SLOTS, __u32, __u32) xsks SEC(".maps");
 
 /* UDP destination port (network order) -> function id. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u16);
-	__type(value, __u32);
-} ports SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_HASH, 4096, __u16, __u32) ports SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, DISPATCH_MAX_FUNCS);
-	__type(key, __u32);
-	__type(value, struct dispatch_func);
-} funcs SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, DISPATCH_MAX_FUNCS, __u32, struct dispatch_func)
+	funcs SEC(".maps");
 
 /* Round-robin position per CPU and function. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DISPATCH_MAX_FUNCS);
-	__type(key, __u32);
-	__type(value, __u32);
-} rr SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, DISPATCH_MAX_FUNCS, __u32, __u32) rr SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DISPATCH_MAX_FUNCS);
-	__type(key, __u32);
-	__type(value, struct dispatch_stats);
-} dispatch_stats_map SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, DISPATCH_MAX_FUNCS, __u32, struct dispatch_stats)
+	dispatch_stats_map SEC(".maps");
 
 struct dispatch_func dispatch_func_anchor;
 struct dispatch_stats dispatch_stats_anchor;
