@@ -57,10 +57,7 @@ int nf(struct xdp_md *ctx)
 	struct nf_stats *st = bpf_map_lookup_elem(&nf_stats_map, &zero);
 	if (!st)
 		return XDP_ABORTED;
-	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
-	};
+	struct cursor c = xdp_cursor(ctx);
 	st->packets++;
 	st->bytes += c.end - c.pos;
 
@@ -70,27 +67,21 @@ int nf(struct xdp_md *ctx)
 		int proto = -1;
 		__u16 dport = 0;
 		struct ethhdr *eth;
+		struct ip_hdr l3;
 		int vlans;
 		/* Tagged frames are judged by what they carry: a tag must not
 		 * carry traffic past the rules. Only the headers are judged, so
 		 * a datagram cut short after them is judged like a whole one. */
 		int eth_proto = parse_eth(&c, &eth, &vlans);
-		if (eth_proto == bpf_htons(ETH_P_IP)) {
-			struct iphdr *ip;
-			proto = parse_ip4(&c, &ip);
-			if (proto >= 0) {
-				family = 4;
-				__builtin_memcpy(src, &ip->saddr, 4);
-				__builtin_memcpy(dst, &ip->daddr, 4);
-			}
-		} else if (eth_proto == bpf_htons(ETH_P_IPV6)) {
-			struct ipv6hdr *ip6;
-			proto = parse_ip6(&c, &ip6);
-			if (proto >= 0) {
-				family = 6;
-				__builtin_memcpy(src, &ip6->saddr, 16);
-				__builtin_memcpy(dst, &ip6->daddr, 16);
-			}
+		proto = parse_ip(&c, eth_proto, &l3);
+		if (proto >= 0 && l3.family == 4) {
+			family = 4;
+			__builtin_memcpy(src, &l3.v4->saddr, 4);
+			__builtin_memcpy(dst, &l3.v4->daddr, 4);
+		} else if (proto >= 0) {
+			family = 6;
+			__builtin_memcpy(src, &l3.v6->saddr, 16);
+			__builtin_memcpy(dst, &l3.v6->daddr, 16);
 		}
 		if (family) {
 			st->ip++;

@@ -136,10 +136,7 @@ static __always_inline struct steer_target *classify(struct ethhdr *eth, __u8 pr
 SEC("xdp")
 int router(struct xdp_md *ctx)
 {
-	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
-	};
+	struct cursor c = xdp_cursor(ctx);
 	__u64 len = c.end - c.pos;
 	__u32 in = ctx->ingress_ifindex;
 	__u32 slot = slot_of(in);

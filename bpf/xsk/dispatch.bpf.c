@@ -32,12 +32,10 @@ enum dispatch_policy dispatch_policy_anchor;
 SEC("xdp")
 int dispatch(struct xdp_md *ctx)
 {
-	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
-	};
+	struct cursor c = xdp_cursor(ctx);
 	__u64 len = c.end - c.pos;
 	struct ethhdr *eth;
+	struct ip_hdr l3;
 	int vlans;
 	__u32 flow;
 	int proto;
@@ -46,23 +44,17 @@ int dispatch(struct xdp_md *ctx)
 	int eth_proto = parse_eth(&c, &eth, &vlans);
 	if (eth_proto < 0 || vlans)
 		return XDP_PASS;
-	if (eth_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip;
-		proto = parse_ip4(&c, &ip);
-		if (proto < 0 || ip4_cut_short(ip, &c))
-			return XDP_PASS;
-		if (ip4_is_fragment(ip))
-			return XDP_PASS; /* fragments: the kernel reassembles */
-		flow = ip->saddr;
-	} else if (eth_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6;
-		proto = parse_ip6(&c, &ip6);
-		if (proto < 0 || ip6_cut_short(ip6, &c))
-			return XDP_PASS;
-		flow = ip6->saddr.in6_u.u6_addr32[0] ^ ip6->saddr.in6_u.u6_addr32[1] ^
-		       ip6->saddr.in6_u.u6_addr32[2] ^ ip6->saddr.in6_u.u6_addr32[3];
-	} else {
+	proto = parse_ip(&c, eth_proto, &l3);
+	if (proto < 0 || ip_cut_short(&l3, &c))
 		return XDP_PASS;
+	if (ip_is_fragment(&l3))
+		return XDP_PASS; /* fragments: the kernel reassembles */
+	if (l3.family == 4) {
+		flow = l3.v4->saddr;
+	} else {
+		struct in6_addr *a = &l3.v6->saddr;
+		flow = a->in6_u.u6_addr32[0] ^ a->in6_u.u6_addr32[1] ^ a->in6_u.u6_addr32[2] ^
+		       a->in6_u.u6_addr32[3];
 	}
 	if (proto != IPPROTO_UDP)
 		return XDP_PASS;
