@@ -1,6 +1,16 @@
 //! Plain-old-data views of the generated kernel/user structs, for map values
 //! and BPF_PROG_RUN contexts.
 
+use crate::skel::dispatch::types::{dispatch_func, dispatch_stats};
+use crate::skel::gen::types::{gen_meta, gen_pace, gen_state, xdp_md};
+use crate::skel::nf::types::nf_stats;
+use crate::skel::replycheck::types::replycheck_stats;
+use crate::skel::router::types::{
+    router_port, router_port_stats, steer_l4_key, steer_mac_key, steer_target, steer_v4_key,
+    steer_v6_key,
+};
+use crate::skel::sink::types::sink_stats;
+
 /// Implemented for generated `#[repr(C)]` types that hold only integers and
 /// arrays of integers, so any byte pattern of the right size is a valid value.
 ///
@@ -56,25 +66,10 @@ macro_rules! plain_data {
 }
 
 plain_data! {
-    pod:
-        crate::skel::gen::types::gen_pace,
-        crate::skel::gen::types::gen_meta,
-        crate::skel::gen::types::xdp_md,
-        crate::skel::router::types::router_port,
-        crate::skel::router::types::steer_v4_key,
-        crate::skel::router::types::steer_v6_key,
-        crate::skel::router::types::steer_l4_key,
-        crate::skel::router::types::steer_mac_key,
-        crate::skel::router::types::steer_target,
-        crate::skel::dispatch::types::dispatch_func;
-    counters:
-        crate::skel::sink::types::sink_stats,
-        crate::skel::gen::types::gen_state,
-        crate::skel::router::types::router_port_stats,
-        crate::skel::nf::types::nf_stats,
-        crate::skel::dispatch::types::dispatch_stats,
-        crate::skel::replycheck::types::replycheck_stats,
-        u64,
+    pod: gen_pace, gen_meta, xdp_md, router_port, steer_v4_key, steer_v6_key, steer_l4_key,
+        steer_mac_key, steer_target, dispatch_func;
+    counters: sink_stats, gen_state, router_port_stats, nf_stats, dispatch_stats,
+        replycheck_stats, u64,
 }
 
 /// The sum over CPUs of a per-CPU map's values (as `lookup_percpu` returns
