@@ -125,7 +125,7 @@ impl DispatchProgram {
 mod fixtures {
     use super::*;
     use crate::fixture::frames::{
-        arp_request, garbage, ip4_fragment, ip4_options, udp, vlan, with_protocol,
+        arp_request, garbage, ip4_fragment, ip4_options, spec, udp, vlan, with_protocol,
     };
     use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::testing::privileged;
@@ -135,17 +135,12 @@ mod fixtures {
 
     fn udp_frame(dst: &str, port: u16) -> Vec<u8> {
         let v6 = dst.contains(':');
+        let src = if v6 { "2001:db8::1" } else { "198.18.0.1" };
         let spec = UdpFrameSpec {
-            src_mac: MacAddr::local(1),
-            dst_mac: MacAddr::local(2),
-            src_ip: if v6 { "2001:db8::1" } else { "198.18.0.1" }
-                .parse()
-                .unwrap(),
-            dst_ip: dst.parse().unwrap(),
             src_port: 3333,
             dst_port: port,
-            ttl: 64,
             frame_len: 200,
+            ..spec(src, dst)
         };
         udp(&spec, b"request")
     }

@@ -409,11 +409,13 @@ mod fixtures {
         }
     }
 
-    /// A generator of one unstamped flow of `min_size` frames, and its setup.
-    fn load_one_flow(v6: bool) -> (GenSetup, GenProgram) {
+    /// A generator of one unstamped flow of `min_size` frames, its setup
+    /// and a copy of its template (the frame every run must leave behind).
+    fn load_one_flow(v6: bool) -> (GenSetup, GenProgram, Vec<u8>) {
         let s = setup(v6, FrameSizes::Fixed(min_size(v6)), 1, false);
         let g = GenProgram::load(&s).unwrap();
-        (s, g)
+        let tmpl = g.template().to_vec();
+        (s, g, tmpl)
     }
 
     /// Flow `k`'s frame built from scratch: source port + k, and source (or
@@ -446,8 +448,7 @@ mod fixtures {
             return;
         }
         for v6 in [false, true] {
-            let (s, g) = load_one_flow(v6);
-            let tmpl = g.template().to_vec();
+            let (s, g, tmpl) = load_one_flow(v6);
             let mut dirty = tmpl.clone();
             // What a receiver may leave in a recycled page: every header byte wrong.
             for b in dirty.iter_mut().take(s.spec.header_len() + 4) {
@@ -586,8 +587,7 @@ mod fixtures {
             return;
         }
         for v6 in [false, true] {
-            let (s, g) = load_one_flow(v6);
-            let tmpl = g.template().to_vec();
+            let (s, g, tmpl) = load_one_flow(v6);
             let words = if v6 { 64 } else { 48 };
             let before = g.state().unwrap().errors;
             let fx: Vec<Fixture> = truncations(&tmpl, words)

@@ -114,7 +114,8 @@ impl ReplyCheckProgram {
 mod fixtures {
     use super::*;
     use crate::fixture::frames::{
-        arp_request, bad_ip4_checksum, bad_udp_checksum, garbage, ip4_fragment, udp, with_protocol,
+        arp_request, bad_ip4_checksum, bad_udp_checksum, garbage, ip4_fragment, spec, udp,
+        with_protocol,
     };
     use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::gen::PEREGRINE_MAGIC;
@@ -143,19 +144,18 @@ mod fixtures {
     }
 
     fn reply(v6: bool, src_port: u16, payload: &[u8]) -> Vec<u8> {
+        // From the server back to the client the generator's requests came from.
+        let (server, client) = if v6 {
+            ("2001:db8::2", "2001:db8::1")
+        } else {
+            ("198.18.0.2", "198.18.0.1")
+        };
         let spec = UdpFrameSpec {
             src_mac: MacAddr::local(2),
             dst_mac: MacAddr::local(1),
-            src_ip: if v6 { "2001:db8::2" } else { "198.18.0.2" }
-                .parse()
-                .unwrap(),
-            dst_ip: if v6 { "2001:db8::1" } else { "198.18.0.1" }
-                .parse()
-                .unwrap(),
             src_port,
             dst_port: 40000,
-            ttl: 64,
-            frame_len: 0,
+            ..spec(server, client)
         };
         let spec = UdpFrameSpec {
             frame_len: spec.min_frame_len() + payload.len(),
