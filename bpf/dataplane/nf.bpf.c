@@ -53,8 +53,7 @@ static __always_inline int acl(__u8 family, __u8 proto, __u16 dport, const __u8 
 SEC("xdp")
 int nf(struct xdp_md *ctx)
 {
-	__u32 zero = 0;
-	struct nf_stats *st = bpf_map_lookup_elem(&nf_stats_map, &zero);
+	struct nf_stats *st = map_first(&nf_stats_map);
 	if (!st)
 		return XDP_ABORTED;
 	struct cursor c = xdp_cursor(ctx);

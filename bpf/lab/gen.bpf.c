@@ -49,9 +49,8 @@ int gen(struct xdp_md *ctx)
 	if (ctx->ingress_ifindex != cfg.ifindex)
 		return XDP_PASS;
 
-	__u32 zero = 0;
 	__u32 cpu = bpf_get_smp_processor_id();
-	struct gen_state *st = bpf_map_lookup_elem(&gen_state_map, &zero);
+	struct gen_state *st = map_first(&gen_state_map);
 	struct gen_pace *pace = bpf_map_lookup_elem(&gen_pace_map, &cpu);
 	if (!st || !pace)
 		return XDP_ABORTED;

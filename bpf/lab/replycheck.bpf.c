@@ -64,8 +64,7 @@ static __always_inline __u16 swap16(__u16 x)
 /* XDP_PASS: not a reply, leave it to the kernel; XDP_DROP: a reply, counted. */
 static __always_inline int check_reply(void *data, void *data_end)
 {
-	__u32 zero = 0;
-	struct replycheck_stats *st = bpf_map_lookup_elem(&replycheck_stats_map, &zero);
+	struct replycheck_stats *st = map_first(&replycheck_stats_map);
 	if (!st)
 		return XDP_PASS;
 	struct cursor c = {

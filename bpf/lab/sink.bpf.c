@@ -53,8 +53,7 @@ static __always_inline int classify(struct cursor *c)
 SEC("xdp")
 int sink(struct xdp_md *ctx)
 {
-	__u32 zero = 0;
-	struct sink_stats *st = bpf_map_lookup_elem(&sink_stats_map, &zero);
+	struct sink_stats *st = map_first(&sink_stats_map);
 	if (!st)
 		return XDP_ABORTED;
 

@@ -5,6 +5,7 @@
 #ifndef PEREGRINE_MAPS_H
 #define PEREGRINE_MAPS_H
 
+#include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
 #define PEREGRINE_MAP(map_type, entries, key_type, value_type)                 \
@@ -24,5 +25,14 @@
 		__type(key, key_type);                                         \
 		__type(value, value_type);                                     \
 	}
+
+/* Entry 0 of `map`: a program's counters live in a one-entry per-CPU array.
+ * NULL only if the map is not what the program declared. */
+static __always_inline void *map_first(void *map)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(map, &zero);
+}
 
 #endif
