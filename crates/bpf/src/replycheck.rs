@@ -145,17 +145,16 @@ mod fixtures {
 
     fn reply(v6: bool, src_port: u16, payload: &[u8]) -> Vec<u8> {
         // From the server back to the client the generator's requests came from.
-        let (server, client) = if v6 {
-            ("2001:db8::2", "2001:db8::1")
-        } else {
-            ("198.18.0.2", "198.18.0.1")
+        let server_to_client = match v6 {
+            true => spec("2001:db8::2", "2001:db8::1"),
+            false => spec("198.18.0.2", "198.18.0.1"),
         };
         let spec = UdpFrameSpec {
             src_mac: MacAddr::local(2),
             dst_mac: MacAddr::local(1),
             src_port,
             dst_port: 40000,
-            ..spec(server, client)
+            ..server_to_client
         };
         let spec = UdpFrameSpec {
             frame_len: spec.min_frame_len() + payload.len(),
