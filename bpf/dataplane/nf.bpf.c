@@ -5,17 +5,13 @@
  * interface of the container ("forward"). Configured in rodata at load time.
  */
 #include <linux/bpf.h>
+#include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/nf_kern_user.h"
 
 const volatile struct nf_config cfg = {};
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct nf_stats);
-} nf_stats_map SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct nf_stats) nf_stats_map SEC(".maps");
 
 struct nf_stats nf_stats_anchor;
 enum acl_verdict acl_verdict_anchor;
@@ -57,14 +53,10 @@ static __always_inline int acl(__u8 family, __u8 proto, __u16 dport, const __u8 
 SEC("xdp")
 int nf(struct xdp_md *ctx)
 {
-	__u32 zero = 0;
-	struct nf_stats *st = bpf_map_lookup_elem(&nf_stats_map, &zero);
+	struct nf_stats *st = map_first(&nf_stats_map);
 	if (!st)
 		return XDP_ABORTED;
-	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
-	};
+	struct cursor c = xdp_cursor(ctx);
 	st->packets++;
 	st->bytes += c.end - c.pos;
 
@@ -74,27 +66,21 @@ int nf(struct xdp_md *ctx)
 		int proto = -1;
 		__u16 dport = 0;
 		struct ethhdr *eth;
+		struct ip_hdr l3;
 		int vlans;
 		/* Tagged frames are judged by what they carry: a tag must not
 		 * carry traffic past the rules. Only the headers are judged, so
 		 * a datagram cut short after them is judged like a whole one. */
 		int eth_proto = parse_eth(&c, &eth, &vlans);
-		if (eth_proto == bpf_htons(ETH_P_IP)) {
-			struct iphdr *ip;
-			proto = parse_ip4(&c, &ip);
-			if (proto >= 0) {
-				family = 4;
-				__builtin_memcpy(src, &ip->saddr, 4);
-				__builtin_memcpy(dst, &ip->daddr, 4);
-			}
-		} else if (eth_proto == bpf_htons(ETH_P_IPV6)) {
-			struct ipv6hdr *ip6;
-			proto = parse_ip6(&c, &ip6);
-			if (proto >= 0) {
-				family = 6;
-				__builtin_memcpy(src, &ip6->saddr, 16);
-				__builtin_memcpy(dst, &ip6->daddr, 16);
-			}
+		proto = parse_ip(&c, eth_proto, &l3);
+		if (proto >= 0 && l3.family == 4) {
+			family = 4;
+			__builtin_memcpy(src, &l3.v4->saddr, 4);
+			__builtin_memcpy(dst, &l3.v4->daddr, 4);
+		} else if (proto >= 0) {
+			family = 6;
+			__builtin_memcpy(src, &l3.v6->saddr, 16);
+			__builtin_memcpy(dst, &l3.v6->daddr, 16);
 		}
 		if (family) {
 			st->ip++;

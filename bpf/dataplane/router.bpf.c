@@ -15,6 +15,7 @@
  * container's port continue to that port's `next_ifindex`, or are routed.
  */
 #include <linux/bpf.h>
+#include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/router_kern_user.h"
 
@@ -27,56 +28,24 @@ const volatile __u32 fib_flags = 0;
 
 /* Egress ports, indexed by ifindex: an array devmap is a direct index, the
  * cheapest lookup on the hot path. */
-struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP);
-	__uint(max_entries, ROUTER_MAX_IFINDEX);
-	__type(key, __u32);
-	__type(value, __u32);
-} tx_ports SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_DEVMAP, ROUTER_MAX_IFINDEX, __u32, __u32) tx_ports SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, ROUTER_MAX_IFINDEX);
-	__type(key, __u32);
-	__type(value, struct router_port_stats);
-} port_stats SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, ROUTER_MAX_IFINDEX, __u32, struct router_port_stats)
+	port_stats SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, ROUTER_MAX_IFINDEX);
-	__type(key, __u32);
-	__type(value, struct router_port);
-} ports SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, ROUTER_MAX_IFINDEX, __u32, struct router_port) ports SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, ROUTER_MAX_STEER);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct steer_v4_key);
-	__type(value, struct steer_target);
-} steer_v4 SEC(".maps");
+PEREGRINE_MAP_FLAGS(BPF_MAP_TYPE_LPM_TRIE, ROUTER_MAX_STEER, BPF_F_NO_PREALLOC,
+		    struct steer_v4_key, struct steer_target) steer_v4 SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, ROUTER_MAX_STEER);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct steer_v6_key);
-	__type(value, struct steer_target);
-} steer_v6 SEC(".maps");
+PEREGRINE_MAP_FLAGS(BPF_MAP_TYPE_LPM_TRIE, ROUTER_MAX_STEER, BPF_F_NO_PREALLOC,
+		    struct steer_v6_key, struct steer_target) steer_v6 SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, ROUTER_MAX_STEER);
-	__type(key, struct steer_l4_key);
-	__type(value, struct steer_target);
-} steer_l4 SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_HASH, ROUTER_MAX_STEER, struct steer_l4_key, struct steer_target)
+	steer_l4 SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, ROUTER_MAX_STEER);
-	__type(key, struct steer_mac_key);
-	__type(value, struct steer_target);
-} steer_mac SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_HASH, ROUTER_MAX_STEER, struct steer_mac_key, struct steer_target)
+	steer_mac SEC(".maps");
 
 /* Type anchors: make the skeleton carry these for user space. */
 struct router_port_stats router_port_stats_anchor;
@@ -167,10 +136,7 @@ static __always_inline struct steer_target *classify(struct ethhdr *eth, __u8 pr
 SEC("xdp")
 int router(struct xdp_md *ctx)
 {
-	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
-	};
+	struct cursor c = xdp_cursor(ctx);
 	__u64 len = c.end - c.pos;
 	__u32 in = ctx->ingress_ifindex;
 	__u32 slot = slot_of(in);

@@ -9,26 +9,18 @@
  * sequence/timestamp and patched incrementally (RFC 1624) for the rest.
  */
 #include <linux/bpf.h>
+#include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/gen_kern_user.h"
 
 const volatile struct gen_config cfg = {};
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gen_state);
-} gen_state_map SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct gen_state) gen_state_map SEC(".maps");
 
 /* Key: CPU number. An array, not per-CPU, so each sending thread can set its
- * own CPU's entry without touching the others. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1); /* set to the number of possible CPUs at load */
-	__type(key, __u32);
-	__type(value, struct gen_pace);
-} gen_pace_map SEC(".maps");
+ * own CPU's entry without touching the others. One entry here; resized to
+ * the number of possible CPUs at load. */
+PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, 1, __u32, struct gen_pace) gen_pace_map SEC(".maps");
 
 /* Type anchors: make the skeleton carry these for user space (gen_meta
  * and the enums are used by user space only). */
@@ -57,9 +49,8 @@ int gen(struct xdp_md *ctx)
 	if (ctx->ingress_ifindex != cfg.ifindex)
 		return XDP_PASS;
 
-	__u32 zero = 0;
 	__u32 cpu = bpf_get_smp_processor_id();
-	struct gen_state *st = bpf_map_lookup_elem(&gen_state_map, &zero);
+	struct gen_state *st = map_first(&gen_state_map);
 	struct gen_pace *pace = bpf_map_lookup_elem(&gen_pace_map, &cpu);
 	if (!st || !pace)
 		return XDP_ABORTED;

@@ -14,25 +14,18 @@
  */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
+#include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/gen_kern_user.h"
 #include "peregrine/replycheck_kern_user.h"
 
 const volatile struct replycheck_config cfg = {};
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct replycheck_stats);
-} replycheck_stats_map SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct replycheck_stats)
+	replycheck_stats_map SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, REPLYCHECK_BUCKETS);
-	__type(key, __u32);
-	__type(value, __u64);
-} replycheck_latency SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, REPLYCHECK_BUCKETS, __u32, __u64)
+	replycheck_latency SEC(".maps");
 
 struct replycheck_stats replycheck_stats_anchor;
 struct replycheck_config replycheck_config_anchor;
@@ -71,8 +64,7 @@ static __always_inline __u16 swap16(__u16 x)
 /* XDP_PASS: not a reply, leave it to the kernel; XDP_DROP: a reply, counted. */
 static __always_inline int check_reply(void *data, void *data_end)
 {
-	__u32 zero = 0;
-	struct replycheck_stats *st = bpf_map_lookup_elem(&replycheck_stats_map, &zero);
+	struct replycheck_stats *st = map_first(&replycheck_stats_map);
 	if (!st)
 		return XDP_PASS;
 	struct cursor c = {

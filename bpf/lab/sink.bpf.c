@@ -9,18 +9,14 @@
  * frame is passed, so ARP, ND and management traffic keep working.
  */
 #include <linux/bpf.h>
+#include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/gen_kern_user.h"
 #include "peregrine/sink_kern_user.h"
 
 const volatile __u32 sink_verdict = XDP_DROP;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct sink_stats);
-} sink_stats_map SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct sink_stats) sink_stats_map SEC(".maps");
 
 struct sink_stats sink_stats_type_anchor;
 
@@ -28,36 +24,21 @@ struct sink_stats sink_stats_type_anchor;
 static __always_inline int classify(struct cursor *c)
 {
 	struct ethhdr *eth;
-	int vlans, proto;
+	struct ip_hdr l3;
+	int vlans;
 
 	int eth_proto = parse_eth(c, &eth, &vlans);
 	if (eth_proto < 0)
 		return -1;
-	if (eth_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip;
-		proto = parse_ip4(c, &ip);
-		if (proto == PARSE_CUT)
-			return -1;
-		if (proto < 0)
-			return 0;
-		/* The datagram the header announces must be all there. */
-		if (ip4_cut_short(ip, c))
-			return -1;
-		if (ip4_is_fragment(ip))
-			return 0;
-	} else if (eth_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6;
-		proto = parse_ip6(c, &ip6);
-		if (proto == PARSE_CUT)
-			return -1;
-		if (proto < 0)
-			return 0;
-		if (ip6_cut_short(ip6, c))
-			return -1;
-	} else {
-		return 0;
-	}
-	if (proto != IPPROTO_UDP)
+	int proto = parse_ip(c, eth_proto, &l3);
+	if (proto == PARSE_CUT)
+		return -1;
+	if (proto < 0)
+		return 0; /* not IP, or not valid IP */
+	/* The datagram the header announces must be all there. */
+	if (ip_cut_short(&l3, c))
+		return -1;
+	if (ip_is_fragment(&l3) || proto != IPPROTO_UDP)
 		return 0;
 
 	struct udphdr *udp = parse_udp(c);
@@ -72,15 +53,11 @@ static __always_inline int classify(struct cursor *c)
 SEC("xdp")
 int sink(struct xdp_md *ctx)
 {
-	__u32 zero = 0;
-	struct sink_stats *st = bpf_map_lookup_elem(&sink_stats_map, &zero);
+	struct sink_stats *st = map_first(&sink_stats_map);
 	if (!st)
 		return XDP_ABORTED;
 
-	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
-	};
+	struct cursor c = xdp_cursor(ctx);
 	__u64 len = c.end - c.pos;
 	st->packets++;
 	st->bytes += len;

@@ -6,45 +6,23 @@
  * workers change at run time through the maps, without reloading.
  */
 #include <linux/bpf.h>
+#include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/dispatch_kern_user.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_XSKMAP);
-	__uint(max_entries, DISPATCH_MAX_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} xsks SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_XSKMAP, DISPATCH_MAX_SLOTS, __u32, __u32) xsks SEC(".maps");
 
 /* UDP destination port (network order) -> function id. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u16);
-	__type(value, __u32);
-} ports SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_HASH, 4096, __u16, __u32) ports SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, DISPATCH_MAX_FUNCS);
-	__type(key, __u32);
-	__type(value, struct dispatch_func);
-} funcs SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, DISPATCH_MAX_FUNCS, __u32, struct dispatch_func)
+	funcs SEC(".maps");
 
 /* Round-robin position per CPU and function. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DISPATCH_MAX_FUNCS);
-	__type(key, __u32);
-	__type(value, __u32);
-} rr SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, DISPATCH_MAX_FUNCS, __u32, __u32) rr SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DISPATCH_MAX_FUNCS);
-	__type(key, __u32);
-	__type(value, struct dispatch_stats);
-} dispatch_stats_map SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, DISPATCH_MAX_FUNCS, __u32, struct dispatch_stats)
+	dispatch_stats_map SEC(".maps");
 
 struct dispatch_func dispatch_func_anchor;
 struct dispatch_stats dispatch_stats_anchor;
@@ -54,12 +32,10 @@ enum dispatch_policy dispatch_policy_anchor;
 SEC("xdp")
 int dispatch(struct xdp_md *ctx)
 {
-	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
-	};
+	struct cursor c = xdp_cursor(ctx);
 	__u64 len = c.end - c.pos;
 	struct ethhdr *eth;
+	struct ip_hdr l3;
 	int vlans;
 	__u32 flow;
 	int proto;
@@ -68,23 +44,17 @@ int dispatch(struct xdp_md *ctx)
 	int eth_proto = parse_eth(&c, &eth, &vlans);
 	if (eth_proto < 0 || vlans)
 		return XDP_PASS;
-	if (eth_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip;
-		proto = parse_ip4(&c, &ip);
-		if (proto < 0 || ip4_cut_short(ip, &c))
-			return XDP_PASS;
-		if (ip4_is_fragment(ip))
-			return XDP_PASS; /* fragments: the kernel reassembles */
-		flow = ip->saddr;
-	} else if (eth_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6;
-		proto = parse_ip6(&c, &ip6);
-		if (proto < 0 || ip6_cut_short(ip6, &c))
-			return XDP_PASS;
-		flow = ip6->saddr.in6_u.u6_addr32[0] ^ ip6->saddr.in6_u.u6_addr32[1] ^
-		       ip6->saddr.in6_u.u6_addr32[2] ^ ip6->saddr.in6_u.u6_addr32[3];
-	} else {
+	proto = parse_ip(&c, eth_proto, &l3);
+	if (proto < 0 || ip_cut_short(&l3, &c))
 		return XDP_PASS;
+	if (ip_is_fragment(&l3))
+		return XDP_PASS; /* fragments: the kernel reassembles */
+	if (l3.family == 4) {
+		flow = l3.v4->saddr;
+	} else {
+		struct in6_addr *a = &l3.v6->saddr;
+		flow = a->in6_u.u6_addr32[0] ^ a->in6_u.u6_addr32[1] ^ a->in6_u.u6_addr32[2] ^
+		       a->in6_u.u6_addr32[3];
 	}
 	if (proto != IPPROTO_UDP)
 		return XDP_PASS;

@@ -7,6 +7,7 @@
 #define PEREGRINE_PARSE_H
 
 #include <linux/types.h>
+#include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
@@ -19,6 +20,16 @@ struct cursor {
 	void *pos;
 	void *end;
 };
+
+/* A cursor over the whole frame an XDP program was given. */
+static __always_inline struct cursor xdp_cursor(const struct xdp_md *ctx)
+{
+	struct cursor c = {
+		.pos = (void *)(long)ctx->data,
+		.end = (void *)(long)ctx->data_end,
+	};
+	return c;
+}
 
 static __always_inline void *cursor_take(struct cursor *c, __u32 len)
 {
@@ -34,6 +45,7 @@ static __always_inline void *cursor_take(struct cursor *c, __u32 len)
 enum parse_error {
 	PARSE_CUT = -1, /* the frame ends inside the header */
 	PARSE_BAD = -2, /* the header is whole but inconsistent */
+	PARSE_NOT_IP = -3, /* parse_ip: the EtherType is neither IPv4 nor IPv6 */
 };
 
 #ifndef IP_MF
@@ -127,6 +139,46 @@ static __always_inline int parse_ip6(struct cursor *c, struct ipv6hdr **ip6)
 static __always_inline int ip6_cut_short(const struct ipv6hdr *ip6, const struct cursor *c)
 {
 	return (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len) > c->end;
+}
+
+/* An IP header of either family, as parse_ip found it: `family` (4 or 6)
+ * says which pointer is set. */
+struct ip_hdr {
+	int family;
+	union {
+		struct iphdr *v4;
+		struct ipv6hdr *v6;
+	};
+};
+
+/* parse_ip4 or parse_ip6, as the EtherType `eth_proto` (parse_eth's return)
+ * says, for programs that treat both families alike up to L4. Returns the
+ * L4 protocol, PARSE_CUT, PARSE_BAD, or PARSE_NOT_IP (family 0). */
+static __always_inline int parse_ip(struct cursor *c, int eth_proto, struct ip_hdr *l3)
+{
+	if (eth_proto == bpf_htons(ETH_P_IP)) {
+		l3->family = 4;
+		return parse_ip4(c, &l3->v4);
+	}
+	if (eth_proto == bpf_htons(ETH_P_IPV6)) {
+		l3->family = 6;
+		return parse_ip6(c, &l3->v6);
+	}
+	l3->family = 0;
+	return PARSE_NOT_IP;
+}
+
+/* ip4_cut_short or ip6_cut_short of what parse_ip parsed. */
+static __always_inline int ip_cut_short(const struct ip_hdr *l3, const struct cursor *c)
+{
+	return l3->family == 4 ? ip4_cut_short(l3->v4, c) : ip6_cut_short(l3->v6, c);
+}
+
+/* An IPv4 fragment (ip4_is_fragment). IPv6 extension headers are not walked,
+ * so an IPv6 fragment shows as next header IPPROTO_FRAGMENT instead. */
+static __always_inline int ip_is_fragment(const struct ip_hdr *l3)
+{
+	return l3->family == 4 && ip4_is_fragment(l3->v4);
 }
 
 /* The UDP header, or NULL when cut short. */

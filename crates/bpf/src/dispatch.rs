@@ -5,8 +5,8 @@ use std::os::fd::RawFd;
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::error::{BpfError, Result};
-use crate::link::XdpProgram;
-use crate::loader::{open_and_load, Loaded};
+use crate::link::xdp_program;
+use crate::loader::open_and_load;
 use crate::maps;
 use crate::pod::Pod;
 use crate::skel::dispatch::types::{dispatch_func, dispatch_limits, dispatch_policy};
@@ -38,15 +38,7 @@ pub fn slot(id: u32, queue: u32, worker: u32) -> u32 {
     (id * MAX_QUEUES + queue) * MAX_SOCKS + worker
 }
 
-pub struct DispatchProgram {
-    skel: Loaded<DispatchSkel<'static>>,
-}
-
-impl XdpProgram for DispatchProgram {
-    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.dispatch
-    }
-}
+xdp_program!(DispatchProgram, DispatchSkel, dispatch);
 
 impl DispatchProgram {
     pub fn load() -> Result<DispatchProgram> {
@@ -133,26 +125,22 @@ impl DispatchProgram {
 mod fixtures {
     use super::*;
     use crate::fixture::frames::{
-        arp_request, garbage, ip4_fragment, ip4_options, udp, vlan, with_protocol,
+        arp_request, garbage, ip4_fragment, ip4_options, spec, udp, vlan, with_protocol,
     };
     use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::testing::privileged;
     use crate::XdpAction;
+    use crate::XdpProgram;
     use peregrine_wire::{ethertype, ipproto, MacAddr, UdpFrameSpec};
 
     fn udp_frame(dst: &str, port: u16) -> Vec<u8> {
         let v6 = dst.contains(':');
+        let src = if v6 { "2001:db8::1" } else { "198.18.0.1" };
         let spec = UdpFrameSpec {
-            src_mac: MacAddr::local(1),
-            dst_mac: MacAddr::local(2),
-            src_ip: if v6 { "2001:db8::1" } else { "198.18.0.1" }
-                .parse()
-                .unwrap(),
-            dst_ip: dst.parse().unwrap(),
             src_port: 3333,
             dst_port: port,
-            ttl: 64,
             frame_len: 200,
+            ..spec(src, dst)
         };
         udp(&spec, b"request")
     }

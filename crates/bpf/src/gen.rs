@@ -373,10 +373,11 @@ mod fixtures {
     use std::net::IpAddr;
 
     use super::*;
-    use crate::fixture::{check, run_once, truncations, Expect, Fixture};
+    use crate::fixture::frames::spec;
+    use crate::fixture::{assert_passed, check, check_all, run_once, truncations, Expect, Fixture};
     use crate::testing::privileged;
     use crate::XdpAction;
-    use peregrine_wire::{parse_udp_frame, MacAddr};
+    use peregrine_wire::parse_udp_frame;
 
     /// ifindex of `lo`, which BPF_PROG_RUN reports as ingress without a ctx.
     const LO: u32 = 1;
@@ -388,16 +389,7 @@ mod fixtures {
             ("198.18.0.1", "198.19.0.1")
         };
         GenSetup {
-            spec: UdpFrameSpec {
-                src_mac: MacAddr::local(1),
-                dst_mac: MacAddr::local(2),
-                src_ip: s.parse().unwrap(),
-                dst_ip: d.parse().unwrap(),
-                src_port: 1024,
-                dst_port: 9,
-                ttl: 64,
-                frame_len: 0,
-            },
+            spec: spec(s, d),
             sizes,
             flows,
             stamp,
@@ -406,6 +398,24 @@ mod fixtures {
             dry_run: false,
             vary: FlowVary::Source,
         }
+    }
+
+    /// Smallest frame with FCS: 64 bytes, 78 for IPv6's longer header.
+    fn min_size(v6: bool) -> usize {
+        if v6 {
+            78
+        } else {
+            64
+        }
+    }
+
+    /// A generator of one unstamped flow of `min_size` frames, its setup
+    /// and a copy of its template (the frame every run must leave behind).
+    fn load_one_flow(v6: bool) -> (GenSetup, GenProgram, Vec<u8>) {
+        let s = setup(v6, FrameSizes::Fixed(min_size(v6)), 1, false);
+        let g = GenProgram::load(&s).unwrap();
+        let tmpl = g.template().to_vec();
+        (s, g, tmpl)
     }
 
     /// Flow `k`'s frame built from scratch: source port + k, and source (or
@@ -438,10 +448,7 @@ mod fixtures {
             return;
         }
         for v6 in [false, true] {
-            let size = if v6 { 78 } else { 64 };
-            let s = setup(v6, FrameSizes::Fixed(size), 1, false);
-            let g = GenProgram::load(&s).unwrap();
-            let tmpl = g.template().to_vec();
+            let (s, g, tmpl) = load_one_flow(v6);
             let mut dirty = tmpl.clone();
             // What a receiver may leave in a recycled page: every header byte wrong.
             for b in dirty.iter_mut().take(s.spec.header_len() + 4) {
@@ -461,14 +468,10 @@ mod fixtures {
                     Expect::Frame(tmpl.clone()),
                 ),
             ];
-            let bad: Vec<String> = crate::fixture::check_all(g.prog(), &fx)
-                .iter()
-                .map(|m| m.to_string())
-                .collect();
-            assert!(bad.is_empty(), "v6={v6}: {bad:?}");
+            assert_passed(&format!("v6={v6}"), &check_all(g.prog(), &fx));
             assert_eq!(
                 parse_udp_frame(&tmpl).unwrap().payload.len(),
-                size - 4 - s.spec.header_len()
+                min_size(v6) - 4 - s.spec.header_len()
             );
         }
     }
@@ -485,7 +488,7 @@ mod fixtures {
             FlowVary::SourcePort,
         ];
         for (v6, vary) in varies.iter().flat_map(|&v| [(false, v), (true, v)]) {
-            let size = if v6 { 78 } else { 64 };
+            let size = min_size(v6);
             let mut s = setup(v6, FrameSizes::Fixed(size), 5, false);
             s.vary = vary;
             let g = GenProgram::load(&s).unwrap();
@@ -584,10 +587,7 @@ mod fixtures {
             return;
         }
         for v6 in [false, true] {
-            let size = if v6 { 78 } else { 64 };
-            let s = setup(v6, FrameSizes::Fixed(size), 1, false);
-            let g = GenProgram::load(&s).unwrap();
-            let tmpl = g.template().to_vec();
+            let (s, g, tmpl) = load_one_flow(v6);
             let words = if v6 { 64 } else { 48 };
             let before = g.state().unwrap().errors;
             let fx: Vec<Fixture> = truncations(&tmpl, words)
@@ -600,11 +600,7 @@ mod fixtures {
                     )
                 })
                 .collect();
-            let bad: Vec<String> = crate::fixture::check_all(g.prog(), &fx)
-                .iter()
-                .map(|m| m.to_string())
-                .collect();
-            assert!(bad.is_empty(), "{bad:?}");
+            assert_passed(&format!("v6={v6}"), &check_all(g.prog(), &fx));
             assert_eq!(
                 g.state().unwrap().errors - before,
                 fx.len() as u64,

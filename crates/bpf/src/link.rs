@@ -262,6 +262,24 @@ pub trait XdpProgram {
     }
 }
 
+/// Declares the wrapper of a program that is only ever attached as XDP: a
+/// struct owning its loaded skeleton, and `XdpProgram` for the skeleton's
+/// program `$prog`. The wrappers differ only in config and map accessors.
+macro_rules! xdp_program {
+    ($name:ident, $skel:ident, $prog:ident) => {
+        pub struct $name {
+            skel: $crate::loader::Loaded<$skel<'static>>,
+        }
+
+        impl $crate::link::XdpProgram for $name {
+            fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
+                &self.skel.progs.$prog
+            }
+        }
+    };
+}
+pub(crate) use xdp_program;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,8 +3,8 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use crate::error::{BpfError, Result};
-use crate::link::XdpProgram;
-use crate::loader::{open_and_load, rodata, Loaded};
+use crate::link::xdp_program;
+use crate::loader::{open_and_load, rodata};
 use crate::maps;
 use crate::skel::nf::types::{acl_rule, acl_verdict, nf_config, nf_limits};
 use crate::skel::nf::{NfSkel, NfSkelBuilder};
@@ -70,15 +70,7 @@ pub struct NfSetup {
     pub rules: Vec<Acl>,
 }
 
-pub struct NfProgram {
-    skel: Loaded<NfSkel<'static>>,
-}
-
-impl XdpProgram for NfProgram {
-    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.nf
-    }
-}
+xdp_program!(NfProgram, NfSkel, nf);
 
 impl NfProgram {
     pub fn load(setup: &NfSetup) -> Result<NfProgram> {
@@ -126,22 +118,19 @@ pub fn read_pinned_stats(path: &Path) -> Result<NfStats> {
 #[cfg(test)]
 mod fixtures {
     use super::*;
-    use crate::fixture::frames::{garbage, ip4_options, ip_first_byte, udp, vlan};
+    use crate::fixture::frames::{garbage, ip4_options, ip_first_byte, spec, udp, vlan};
     use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::testing::privileged;
     use crate::XdpAction;
-    use peregrine_wire::{ethertype, MacAddr, UdpFrameSpec};
+    use crate::XdpProgram;
+    use peregrine_wire::{ethertype, UdpFrameSpec};
 
     fn frame(src: &str, dst: &str, dport: u16) -> Vec<u8> {
         let spec = UdpFrameSpec {
-            src_mac: MacAddr::local(1),
-            dst_mac: MacAddr::local(2),
-            src_ip: src.parse().unwrap(),
-            dst_ip: dst.parse().unwrap(),
             src_port: 1000,
             dst_port: dport,
-            ttl: 64,
             frame_len: 90,
+            ..spec(src, dst)
         };
         udp(&spec, b"payload")
     }

@@ -2,8 +2,8 @@
 //! reply to the live-frame generator's function requests, in XDP on the
 //! client's interface.
 use crate::error::{BpfError, Result};
-use crate::link::{Hook, Link, XdpProgram};
-use crate::loader::{open_and_load, rodata, Loaded};
+use crate::link::{xdp_program, Hook, Link};
+use crate::loader::{open_and_load, rodata};
 use crate::maps;
 use crate::skel::replycheck::types::{replycheck_function, replycheck_limits};
 use crate::skel::replycheck::{ReplycheckSkel, ReplycheckSkelBuilder};
@@ -62,15 +62,7 @@ impl ReplyStats {
     }
 }
 
-pub struct ReplyCheckProgram {
-    skel: Loaded<ReplycheckSkel<'static>>,
-}
-
-impl XdpProgram for ReplyCheckProgram {
-    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.replycheck
-    }
-}
+xdp_program!(ReplyCheckProgram, ReplycheckSkel, replycheck);
 
 impl ReplyCheckProgram {
     /// Checks replies from UDP `server_port` to requests of `payload_len`
@@ -122,7 +114,8 @@ impl ReplyCheckProgram {
 mod fixtures {
     use super::*;
     use crate::fixture::frames::{
-        arp_request, bad_ip4_checksum, bad_udp_checksum, garbage, ip4_fragment, udp, with_protocol,
+        arp_request, bad_ip4_checksum, bad_udp_checksum, garbage, ip4_fragment, spec, udp,
+        with_protocol,
     };
     use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::gen::PEREGRINE_MAGIC;
@@ -131,6 +124,7 @@ mod fixtures {
     use crate::skel::uapi::types::peregrine_tc_act;
     use crate::testing::privileged;
     use crate::XdpAction;
+    use crate::XdpProgram;
     use peregrine_wire::{ipproto, MacAddr, UdpFrameSpec};
 
     const SERVER_PORT: u16 = 1232;
@@ -150,19 +144,17 @@ mod fixtures {
     }
 
     fn reply(v6: bool, src_port: u16, payload: &[u8]) -> Vec<u8> {
+        // From the server back to the client the generator's requests came from.
+        let server_to_client = match v6 {
+            true => spec("2001:db8::2", "2001:db8::1"),
+            false => spec("198.18.0.2", "198.18.0.1"),
+        };
         let spec = UdpFrameSpec {
             src_mac: MacAddr::local(2),
             dst_mac: MacAddr::local(1),
-            src_ip: if v6 { "2001:db8::2" } else { "198.18.0.2" }
-                .parse()
-                .unwrap(),
-            dst_ip: if v6 { "2001:db8::1" } else { "198.18.0.1" }
-                .parse()
-                .unwrap(),
             src_port,
             dst_port: 40000,
-            ttl: 64,
-            frame_len: 0,
+            ..server_to_client
         };
         let spec = UdpFrameSpec {
             frame_len: spec.min_frame_len() + payload.len(),

@@ -6,22 +6,14 @@ pub use libbpf_rs::MapHandle;
 
 use crate::error::{BpfError, Result};
 use crate::fixture::XdpAction;
-use crate::link::XdpProgram;
-use crate::loader::{open_and_load, rodata, Loaded};
+use crate::link::xdp_program;
+use crate::loader::{open_and_load, rodata};
 use crate::maps;
 use crate::skel::sink::{SinkSkel, SinkSkelBuilder};
 
 pub use crate::skel::sink::types::sink_stats as SinkStats;
 
-pub struct SinkProgram {
-    skel: Loaded<SinkSkel<'static>>,
-}
-
-impl XdpProgram for SinkProgram {
-    fn prog(&self) -> &libbpf_rs::ProgramMut<'static> {
-        &self.skel.progs.sink
-    }
-}
+xdp_program!(SinkProgram, SinkSkel, sink);
 
 impl SinkProgram {
     /// Loads the sink; `verdict` is Drop for a drop sink, Pass when a socket
@@ -129,6 +121,7 @@ mod fixtures {
     use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::gen::{FrameSizes, GenSetup};
     use crate::testing::privileged;
+    use crate::XdpProgram;
     use peregrine_wire::{ethertype, ipproto, MacAddr, UdpFrameSpec};
 
     /// What one frame adds to the counters.
@@ -146,14 +139,8 @@ mod fixtures {
             ("198.18.0.1", "198.18.0.2")
         };
         UdpFrameSpec {
-            src_mac: MacAddr::local(1),
-            dst_mac: MacAddr::local(2),
-            src_ip: s.parse().unwrap(),
-            dst_ip: d.parse().unwrap(),
-            src_port: 1024,
-            dst_port: 9,
-            ttl: 64,
             frame_len: len,
+            ..crate::fixture::frames::spec(s, d)
         }
     }
 
@@ -296,7 +283,13 @@ mod fixtures {
     /// Counter deltas: packets, bytes, gen_packets, gen_bytes, malformed.
     type Deltas = (u64, u64, u64, u64, u64);
 
-    fn check_with_counters(prog: &SinkProgram, verdict: XdpAction) {
+    /// Loads a sink with `verdict` and runs the table on it (the drop and
+    /// pass sinks differ only in the verdict for generator frames).
+    fn check_with_counters(test: &str, verdict: XdpAction) {
+        if !privileged(test) {
+            return;
+        }
+        let prog = &SinkProgram::load(verdict).unwrap();
         let cases: Vec<Case<Deltas>> = table()
             .into_iter()
             .map(|(name, input, counted)| {
@@ -328,24 +321,12 @@ mod fixtures {
 
     #[test]
     fn drop_sink_fixtures() {
-        if !privileged("drop_sink_fixtures") {
-            return;
-        }
-        check_with_counters(
-            &SinkProgram::load(XdpAction::Drop).unwrap(),
-            XdpAction::Drop,
-        );
+        check_with_counters("drop_sink_fixtures", XdpAction::Drop);
     }
 
     #[test]
     fn pass_sink_fixtures() {
-        if !privileged("pass_sink_fixtures") {
-            return;
-        }
-        check_with_counters(
-            &SinkProgram::load(XdpAction::Pass).unwrap(),
-            XdpAction::Pass,
-        );
+        check_with_counters("pass_sink_fixtures", XdpAction::Pass);
     }
 
     #[test]
