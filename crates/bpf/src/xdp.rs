@@ -3,8 +3,7 @@
 use std::fmt;
 
 use crate::error::{BpfError, Result};
-// Kept here too: callers looked interfaces up as `xdp::ifindex` before `link`.
-pub use crate::link::ifindex;
+// Kept here too: callers looked interfaces up as `link::ifindex` before `link`.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum XdpMode {

@@ -145,7 +145,7 @@ fn pin_or_undo(mut dp: Dataplane, scope: &Scope) -> Result<()> {
 fn verify_attached(ns: Option<&str>, ifaces: &[String], dir: &Path) -> Result<()> {
     for i in ifaces {
         let id = netns::run_in_opt(ns, || {
-            peregrine_bpf::xdp::ifindex(i).and_then(peregrine_bpf::xdp::attached_prog_id)
+            peregrine_bpf::link::ifindex(i).and_then(peregrine_bpf::xdp::attached_prog_id)
         })??;
         if id.is_none() {
             let _ = std::fs::remove_dir_all(dir);
@@ -171,7 +171,7 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
                 if !seen.insert(i) {
                     usage!("interface {i} is given twice");
                 }
-                if netns::run_in_opt(ns.as_deref(), || peregrine_bpf::xdp::ifindex(i))?.is_err() {
+                if netns::run_in_opt(ns.as_deref(), || peregrine_bpf::link::ifindex(i))?.is_err() {
                     usage!("no interface {i:?} in {}", scope.pins().describe());
                 }
             }

@@ -750,7 +750,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         }
     }
     if a.backend == Backend::Afxdp
-        && netns::run_in_opt(ns.as_deref(), || peregrine_bpf::xdp::ifindex(&a.iface))?.is_err()
+        && netns::run_in_opt(ns.as_deref(), || peregrine_bpf::link::ifindex(&a.iface))?.is_err()
     {
         usage!(
             "--iface {}: no such interface in {}",

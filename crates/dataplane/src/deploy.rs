@@ -70,7 +70,7 @@ impl Dataplane {
             !cfg.chains.is_empty(),
         )?;
         let ifindex_in = |ns: &str, iface: &str| -> Result<u32> {
-            Ok(netns::run_in(ns, || peregrine_bpf::xdp::ifindex(iface))??)
+            Ok(netns::run_in(ns, || peregrine_bpf::link::ifindex(iface))??)
         };
         let router_side = |host: &str, iface: &str| -> Result<String> {
             let end = HostIface {

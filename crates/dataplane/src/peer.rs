@@ -19,7 +19,7 @@ pub struct PassThrough {
 /// if no XDP program runs there (None if one already does).
 pub fn ensure_xdp_receiver(ns: &str, iface: &str) -> Result<Option<PassThrough>> {
     netns::run_in(ns, || -> Result<Option<PassThrough>> {
-        let idx = peregrine_bpf::xdp::ifindex(iface)?;
+        let idx = peregrine_bpf::link::ifindex(iface)?;
         if peregrine_bpf::xdp::attached_prog_id(idx)?.is_some() {
             return Ok(None);
         }

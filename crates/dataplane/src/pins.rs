@@ -76,7 +76,7 @@ pub fn pinned_ports(dir: &Path, router_ns: Option<&str>) -> Result<Vec<(String, 
     for e in rd.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
         if let Some(port) = n.strip_prefix(PORT_LINK) {
-            let idx = netns::run_in_opt(router_ns, || peregrine_bpf::xdp::ifindex(port))??;
+            let idx = netns::run_in_opt(router_ns, || peregrine_bpf::link::ifindex(port))??;
             out.push((port.to_string(), idx));
         }
     }

@@ -115,7 +115,7 @@ impl XdpSink {
         mode: XdpMode,
     ) -> Result<XdpSink> {
         let existing = netns::run_in(ns, || -> Result<Option<peregrine_bpf::sink::MapHandle>> {
-            let idx = peregrine_bpf::xdp::ifindex(iface)?;
+            let idx = peregrine_bpf::link::ifindex(iface)?;
             Ok(peregrine_bpf::sink::attached_sink_stats(idx)?)
         })??;
         match existing {

@@ -218,7 +218,7 @@ impl Generator {
         let prog = match spec.backend {
             Backend::Xdp => {
                 let ifindex =
-                    netns::run_in(&spec.ns, || peregrine_bpf::xdp::ifindex(&spec.iface))??;
+                    netns::run_in(&spec.ns, || peregrine_bpf::link::ifindex(&spec.iface))??;
                 let setup = GenSetup {
                     spec: spec.frame.clone(),
                     sizes: spec.sizes.clone(),

@@ -509,7 +509,7 @@ fn tcx_links_attach_side_by_side_and_detach_on_drop() {
     let lab = pair_lab("ttcx");
     let count = || {
         netns::run_in(&lab.ns("a"), || {
-            let ifindex = peregrine_bpf::xdp::ifindex("eth0").unwrap();
+            let ifindex = peregrine_bpf::link::ifindex("eth0").unwrap();
             attached_count(ifindex, TcxDirection::Ingress).unwrap()
         })
         .unwrap()
