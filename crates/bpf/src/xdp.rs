@@ -3,7 +3,6 @@
 use std::fmt;
 
 use crate::error::{BpfError, Result};
-// Kept here too: callers looked interfaces up as `link::ifindex` before `link`.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum XdpMode {
