@@ -330,7 +330,7 @@ pub(crate) fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: b
     if json {
         println!("{}", result.to_json());
     } else {
-        print!("{}", peregrine_lab::compare::report(&result));
+        print!("{}", peregrine_lab::compare::report(result));
         println!("wrote {}", path.display());
         for p in plots {
             println!("wrote {}", p.display());

@@ -145,6 +145,11 @@ pub fn table(scenarios: &[ScenarioFigures]) -> String {
     out
 }
 
+/// A result file's table followed by its per-scenario comparison.
+pub fn report(file: &ResultFile) -> String {
+    file.table() + &table(&by_scenario(file))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,9 +175,4 @@ mod tests {
         assert_eq!((c.median(), c.min(), c.max()), (2.0, 1.0, 3.0));
         assert_eq!(median(&[1.0, 4.0]), 2.5);
     }
-}
-
-/// A result file's table followed by its per-scenario comparison.
-pub fn report(file: &ResultFile) -> String {
-    file.table() + &table(&by_scenario(file))
 }
