@@ -74,8 +74,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// CHECKSUM_PARTIAL frame from a local sender; or zero ("none") on IPv4.
     pub fn verify_checksum(&self, src: IpAddr, dst: IpAddr) -> bool {
         let stored = self.checksum();
-        if src.is_ipv4() && stored == 0 {
-            return true;
+        if stored == 0 {
+            // Zero means "no checksum" on IPv4; on IPv6 it is never valid
+            // (RFC 8200 8.1), even when the data happens to sum to zero.
+            return src.is_ipv4();
         }
         let len = usize::from(self.len());
         let acc = checksum::pseudo_header_sum(src, dst, ipproto::UDP, len);
