@@ -167,17 +167,19 @@ pub fn parse_cidr(s: &str) -> Result<(IpAddr, u8)> {
 /// Addresses labs may use: 198.18.0.0/15 and 2001:db8::/32 (benchmarking and
 /// documentation ranges), so lab traffic can never reach a real network.
 pub fn allowed_address(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v) => {
-            let o = v.octets();
-            o[0] == 198 && (o[1] & 0xfe) == 18
-        }
-        IpAddr::V6(v) => {
-            let s = v.segments();
-            s[0] == 0x2001 && s[1] == 0x0db8
-        }
-    }
+    LAB_PREFIXES.iter().any(|p| p.contains(ip))
 }
+
+const LAB_PREFIXES: [peregrine_wire::Prefix; 2] = [
+    peregrine_wire::Prefix {
+        addr: IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, 0)),
+        len: 15,
+    },
+    peregrine_wire::Prefix {
+        addr: IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0)),
+        len: 32,
+    },
+];
 
 fn check_name(kind: &str, n: &str, max: usize, allow_dash: bool) -> Result<()> {
     let ok = !n.is_empty()
