@@ -111,8 +111,14 @@ pub fn command_line() -> String {
 
 pub(crate) fn progress_line(label: &str) -> impl FnMut(&Window) + '_ {
     move |w| {
+        // Contention worth naming: a short window is then the host's.
+        let wait = if w.cpu_wait_s > 0.005 {
+            format!(", {:.0} ms waiting for a CPU", w.cpu_wait_s * 1e3)
+        } else {
+            String::new()
+        };
         eprintln!(
-            "  {label}: t={:>4.1}s offered {:>8.3} Mpps, delivered {:>8.3} Mpps",
+            "  {label}: t={:>4.1}s offered {:>8.3} Mpps, delivered {:>8.3} Mpps{wait}",
             w.t_s,
             w.offered_pps / 1e6,
             w.delivered_pps / 1e6

@@ -275,20 +275,12 @@ pub mod frames {
     const IP6_NEXTHDR: usize = L3 + 6;
     const ETHERTYPE: usize = 2 * 6;
 
-    /// A UDP frame spec from `src` to `dst` (addresses of one family):
-    /// MACs `MacAddr::local(1)` to `local(2)`, ports 1024 to 9, TTL 64,
+    /// A UDP frame spec from `src` to `dst` (addresses of one family),
+    /// ports 1024 to 9, otherwise `UdpFrameSpec::between`'s with the
     /// smallest frame; cases change what they need with `..spec(..)`.
     pub fn spec(src: &str, dst: &str) -> UdpFrameSpec {
-        UdpFrameSpec {
-            src_mac: MacAddr::local(1),
-            dst_mac: MacAddr::local(2),
-            src_ip: src.parse().unwrap(),
-            dst_ip: dst.parse().unwrap(),
-            src_port: 1024,
-            dst_port: 9,
-            ttl: 64,
-            frame_len: 0,
-        }
+        let ip = |a: &str| a.parse::<std::net::IpAddr>().unwrap();
+        UdpFrameSpec::between((ip(src), 1024).into(), (ip(dst), 9).into(), 0)
     }
 
     /// `spec`'s frame with `payload` at the start of the UDP payload.

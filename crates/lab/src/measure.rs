@@ -58,6 +58,55 @@ impl CpuSnapshot {
     }
 }
 
+/// Time lost to CPU contention, as two counters that only grow: the
+/// run-queue wait of every thread of this process (`schedstat`'s run_delay:
+/// runnable, not running) and the hypervisor's steal of each CPU. On a
+/// shared VM a generator thread can lose tens of milliseconds at once; a
+/// window that lost that much cannot carry its full rate, and says so.
+#[derive(Debug, Clone)]
+pub struct CpuWait {
+    run_delay_ns: u64,
+    steal_ticks: Vec<u64>,
+}
+
+impl CpuWait {
+    pub fn take() -> CpuWait {
+        let mut run_delay_ns = 0;
+        if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+            for t in tasks.flatten() {
+                let text = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+                run_delay_ns += text
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|f| f.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        let steal_ticks = CpuSnapshot::take().0.iter().map(|c| c[7]).collect();
+        CpuWait {
+            run_delay_ns,
+            steal_ticks,
+        }
+    }
+
+    /// Seconds lost since `earlier`: the run-queue wait of this process's
+    /// threads (a thread that ended in between takes its share with it, so
+    /// this can be short, never long) plus the largest steal of any CPU.
+    pub fn since(&self, earlier: &CpuWait) -> f64 {
+        // Safety: sysconf only reads a constant of the running kernel.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let steal = self
+            .steal_ticks
+            .iter()
+            .zip(&earlier.steal_ticks)
+            .map(|(b, a)| b.saturating_sub(*a))
+            .max()
+            .unwrap_or(0) as f64
+            / hz;
+        self.run_delay_ns.saturating_sub(earlier.run_delay_ns) as f64 * 1e-9 + steal
+    }
+}
+
 pub fn summarize(h: &Histogram<u64>) -> Option<Latency> {
     if h.is_empty() {
         return None;

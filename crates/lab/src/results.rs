@@ -243,6 +243,11 @@ pub struct Window {
     pub seconds: f64,
     pub offered_pps: f64,
     pub delivered_pps: f64,
+    /// Seconds of the window peregrine's threads waited for a CPU (run
+    /// queue, plus the largest hypervisor steal of any CPU): a window short
+    /// of its rate by about this share lost it to contention, not pacing.
+    #[serde(default)]
+    pub cpu_wait_s: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -577,6 +582,7 @@ mod tests {
                 seconds: 1.0,
                 offered_pps: 10.0,
                 delivered_pps: 9.0,
+                cpu_wait_s: 0.002,
             }],
             limited_by: Some(Limiter::Sink),
             drops: vec![DropCount {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
-use crate::measure::{summarize, CpuSnapshot};
+use crate::measure::{summarize, CpuSnapshot, CpuWait};
 use crate::pacing::{Limit, Rate};
 use crate::results::{DropCount, Limiter, Rfc2544, Trial, Window};
 use crate::sinks::Sink;
@@ -174,6 +174,7 @@ pub fn measure_trial(
     let before = sink.delivered()?;
     let _ = sink.take_latency();
     let cpu0 = CpuSnapshot::take();
+    let mut wait0 = CpuWait::take();
     let start = Instant::now();
     let mut windows = Vec::new();
     let offered = std::thread::scope(|s| -> Result<_> {
@@ -201,13 +202,16 @@ pub fn measure_trial(
                 // delivered than offered.
                 let del = sink.delivered()?.packets;
                 let off = gen.offered_so_far(&progress);
+                let wait = CpuWait::take();
                 let secs = t - last_t;
                 let w = Window {
                     t_s: t,
                     seconds: secs,
                     offered_pps: off.saturating_sub(last_off) as f64 / secs,
                     delivered_pps: del.saturating_sub(last_del) as f64 / secs,
+                    cpu_wait_s: wait.since(&wait0),
                 };
+                wait0 = wait;
                 on_window(&w);
                 windows.push(w);
                 (last_t, last_off, last_del) = (t, off, del);

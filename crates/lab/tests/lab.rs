@@ -306,6 +306,7 @@ fn generator_holds_the_requested_rate() {
         // races the generator's end): each is checked, none filtered out.
         assert!(t.windows.len() >= 2, "{t:?}");
         let mut checked = 0;
+        let mut prev_wait = 0.0;
         for w in &t.windows {
             assert!(
                 (0.95..1.25).contains(&w.seconds),
@@ -314,21 +315,34 @@ fn generator_holds_the_requested_rate() {
                 w.seconds
             );
             checked += 1;
-            let err = (w.delivered_pps - rate).abs() / rate;
+            // Pacing holds within 1%. A window may fall short by the time
+            // its threads were kept off a CPU (run queue or hypervisor
+            // steal: 40 ms was seen on a 2-vCPU VM), and the absolute
+            // schedule repays that in the next one, so each side is excused
+            // by the wait of the window and the one before.
+            let err = (w.delivered_pps - rate) / rate;
+            let excused = (w.cpu_wait_s + prev_wait) / w.seconds;
+            prev_wait = w.cpu_wait_s;
             assert!(
-                err < 0.01,
-                "window at {:.2}s: {:.0} pps delivered for {rate} requested ({:.2}%)",
+                err.abs() < 0.01 + excused,
+                "window at {:.2}s: {:.0} pps delivered for {rate} requested ({:.2}%, {:.1} ms waiting for a CPU)",
                 w.t_s,
                 w.delivered_pps,
-                err * 100.0
+                err * 100.0,
+                w.cpu_wait_s * 1e3
             );
         }
         assert!(checked >= 2, "{checked} windows checked: {t:?}");
-        let err = (t.delivered_pps - rate).abs() / rate;
+        // The whole trial likewise, short by at most what all its windows
+        // waited for a CPU.
+        let err = (t.delivered_pps - rate) / rate;
+        let waited: f64 = t.windows.iter().map(|w| w.cpu_wait_s).sum();
         assert!(
-            err < 0.01,
-            "whole trial {:.0} pps for {rate}",
-            t.delivered_pps
+            err.abs() < 0.01 + waited / t.duration_s,
+            "whole trial {:.0} pps for {rate} ({:.0} ms waiting for a CPU): {:?}",
+            t.delivered_pps,
+            waited * 1e3,
+            t.windows
         );
     }
     // A count is exact: every frame offered arrives, none extra.

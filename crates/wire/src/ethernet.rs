@@ -2,33 +2,17 @@
 //! sequence is never in our buffers (see `FCS_LEN`).
 use crate::bytes::{get_u16, set_u16};
 use crate::error::{Layer, Result};
-use crate::view::header_view;
+use crate::view::{ethertype_and_payload, header_view};
 use crate::MacAddr;
-
-/// Byte ranges of the header fields.
-pub mod field {
-    use crate::bytes::Field;
-    pub const DESTINATION: Field = 0..6;
-    pub const SOURCE: Field = 6..12;
-    pub const ETHERTYPE: Field = 12..14;
-    /// Where the payload (or an 802.1Q tag) starts.
-    pub const PAYLOAD: usize = 14;
-}
-
-/// Header length: `crate::ETH_HLEN`.
-pub const HEADER_LEN: usize = field::PAYLOAD;
 
 header_view! {
     /// A view of an Ethernet frame in `buffer`.
-    Frame, Layer::Ethernet
+    Frame, Layer::Ethernet, kernel = ethernet, header_len = PAYLOAD
 }
 
-impl<T: AsRef<[u8]>> Frame<T> {
-    /// The buffer holds the header.
-    pub fn check_len(&self) -> Result<()> {
-        self.buffer_len_checked().map(|_| ())
-    }
+ethertype_and_payload!(Frame);
 
+impl<T: AsRef<[u8]>> Frame<T> {
     pub fn dst_addr(&self) -> MacAddr {
         MacAddr(
             self.buffer.as_ref()[field::DESTINATION]
@@ -44,16 +28,6 @@ impl<T: AsRef<[u8]>> Frame<T> {
                 .expect("6 bytes"),
         )
     }
-
-    /// The type field: an IP version, or a VLAN tag protocol when tagged.
-    pub fn ethertype(&self) -> u16 {
-        get_u16(self.buffer.as_ref(), field::ETHERTYPE)
-    }
-
-    /// Everything after the header (an 802.1Q tag first when tagged).
-    pub fn payload(&self) -> &[u8] {
-        &self.buffer.as_ref()[field::PAYLOAD..]
-    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
@@ -63,14 +37,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
 
     pub fn set_src_addr(&mut self, a: MacAddr) {
         self.buffer.as_mut()[field::SOURCE].copy_from_slice(&a.0);
-    }
-
-    pub fn set_ethertype(&mut self, t: u16) {
-        set_u16(self.buffer.as_mut(), field::ETHERTYPE, t);
-    }
-
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buffer.as_mut()[field::PAYLOAD..]
     }
 }
 

@@ -1,9 +1,9 @@
 //! Whole Ethernet/IP/UDP frames: a builder for the frames peregrine sends and a
 //! checked parser for the frames it receives, both on the per-layer views.
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 pub use crate::error::{FrameError, Layer};
-use crate::{ethernet, ethertype, ipproto, ipv4, ipv6, udp, vlan, MacAddr, ETH_HLEN, VLAN_HLEN};
+use crate::{ethernet, ip, ipproto, udp, vlan, MacAddr, ETH_HLEN, VLAN_HLEN};
 
 /// What a UDP frame should contain. `frame_len` excludes the FCS, so a
 /// "64-byte frame" in benchmark terms is `frame_len = 60`.
@@ -23,9 +23,36 @@ pub struct UdpFrameSpec {
 const MAX_FRAME_LEN: usize = 9216;
 
 impl UdpFrameSpec {
+    /// A frame from `src` to `dst` (one family) between the locally
+    /// administered MACs `MacAddr::local(1)` and `local(2)`, TTL 64, sized
+    /// for `payload_len` bytes of payload: where test and fixture frames
+    /// start, changed with struct update syntax.
+    pub fn between(src: SocketAddr, dst: SocketAddr, payload_len: usize) -> UdpFrameSpec {
+        UdpFrameSpec {
+            src_mac: MacAddr::local(1),
+            dst_mac: MacAddr::local(2),
+            src_ip: src.ip(),
+            dst_ip: dst.ip(),
+            src_port: src.port(),
+            dst_port: dst.port(),
+            ttl: 64,
+            frame_len: 0,
+        }
+        .sized_for(payload_len)
+    }
+
+    /// This spec with a frame that holds exactly `payload_len` bytes of
+    /// UDP payload.
+    pub fn sized_for(self, payload_len: usize) -> UdpFrameSpec {
+        UdpFrameSpec {
+            frame_len: self.header_len() + payload_len,
+            ..self
+        }
+    }
+
     /// Header bytes in front of the UDP payload.
     pub fn header_len(&self) -> usize {
-        ETH_HLEN + ip_header_len(self.src_ip) + udp::HEADER_LEN
+        ETH_HLEN + ip::header_len_for(self.src_ip) + udp::HEADER_LEN
     }
 
     /// The smallest `frame_len` that still holds the headers.
@@ -53,9 +80,19 @@ impl UdpFrameSpec {
                 max,
             });
         }
-        if self.src_ip.is_ipv4() != self.dst_ip.is_ipv4() {
-            return Err(FrameError::MixedFamilies);
-        }
+        let udp = udp::Repr {
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            payload_len: self.frame_len - hl,
+        };
+        // Families checked here, before `f` (maybe a request) is touched.
+        let ip = ip::Repr::new(
+            self.src_ip,
+            self.dst_ip,
+            ipproto::UDP,
+            udp.buffer_len(),
+            self.ttl,
+        )?;
         if f.len() < self.frame_len {
             return Err(FrameError::BadSize {
                 size: self.frame_len,
@@ -65,38 +102,10 @@ impl UdpFrameSpec {
         }
         let f = &mut f[..self.frame_len];
         f.fill(0);
-        let udp = udp::Repr {
-            src_port: self.src_port,
-            dst_port: self.dst_port,
-            payload_len: self.frame_len - hl,
-        };
         let mut eth = ethernet::Frame::new_unchecked(&mut *f);
-        let ip = eth.payload_mut();
-        let (ethertype, l4) = match (self.src_ip, self.dst_ip) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                let r = ipv4::Repr {
-                    src_addr: s,
-                    dst_addr: d,
-                    protocol: ipproto::UDP,
-                    payload_len: udp.buffer_len(),
-                    ttl: self.ttl,
-                };
-                r.emit(&mut ipv4::Packet::new_unchecked(&mut *ip));
-                (ethertype::IPV4, &mut ip[r.header_len()..])
-            }
-            (IpAddr::V6(s), IpAddr::V6(d)) => {
-                let r = ipv6::Repr {
-                    src_addr: s,
-                    dst_addr: d,
-                    next_header: ipproto::UDP,
-                    payload_len: udp.buffer_len(),
-                    hop_limit: self.ttl,
-                };
-                r.emit(&mut ipv6::Packet::new_unchecked(&mut *ip));
-                (ethertype::IPV6, &mut ip[r.header_len()..])
-            }
-            _ => unreachable!("families checked above"),
-        };
+        let l3 = eth.payload_mut();
+        ip.emit(l3);
+        let l4 = &mut l3[ip.header_len()..];
         udp.emit(
             &mut udp::Packet::new_unchecked(l4),
             self.src_ip,
@@ -106,18 +115,10 @@ impl UdpFrameSpec {
         ethernet::Repr {
             src_addr: self.src_mac,
             dst_addr: self.dst_mac,
-            ethertype,
+            ethertype: ip.ethertype(),
         }
         .emit(&mut eth);
         Ok(())
-    }
-}
-
-fn ip_header_len(a: IpAddr) -> usize {
-    if a.is_ipv4() {
-        ipv4::HEADER_LEN
-    } else {
-        ipv6::HEADER_LEN
     }
 }
 
@@ -153,38 +154,13 @@ pub fn parse_udp_frame(f: &[u8]) -> Result<UdpFrame<'_>, FrameError> {
     } else {
         (eth.ethertype(), None, ETH_HLEN)
     };
-    let (src_ip, dst_ip, ttl, l4, l4_len) = match et {
-        ethertype::IPV4 => {
-            let ip = ipv4::Packet::new_unchecked(&f[l3..]);
-            let r = ipv4::Repr::parse(&ip)?;
-            if r.protocol != ipproto::UDP {
-                return Err(FrameError::NotUdp(r.protocol));
-            }
-            let l4 = l3 + ip.header_len();
-            (
-                r.src_addr.into(),
-                r.dst_addr.into(),
-                r.ttl,
-                l4,
-                r.payload_len,
-            )
-        }
-        ethertype::IPV6 => {
-            let r = ipv6::Repr::parse(&ipv6::Packet::new_unchecked(&f[l3..]))?;
-            if r.next_header != ipproto::UDP {
-                return Err(FrameError::NotUdp(r.next_header));
-            }
-            let l4 = l3 + ipv6::HEADER_LEN;
-            (
-                r.src_addr.into(),
-                r.dst_addr.into(),
-                r.hop_limit,
-                l4,
-                r.payload_len,
-            )
-        }
-        other => return Err(FrameError::NotIp(other)),
-    };
+    let (ip, ip_hlen) = ip::Repr::parse(et, &f[l3..])?;
+    if ip.protocol() != ipproto::UDP {
+        return Err(FrameError::NotUdp(ip.protocol()));
+    }
+    let (src_ip, dst_ip, ttl) = (ip.src_addr(), ip.dst_addr(), ip.ttl());
+    let l4 = l3 + ip_hlen;
+    let l4_len = ip.payload_len();
     let datagram = &f[l4..l4 + l4_len];
     let r = udp::Repr::parse(&udp::Packet::new_unchecked(datagram), src_ip, dst_ip)?;
     Ok(UdpFrame {
@@ -205,28 +181,19 @@ pub fn parse_udp_frame(f: &[u8]) -> Result<UdpFrame<'_>, FrameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{checksum, UDP_HLEN};
+    use crate::{checksum, ethertype, UDP_HLEN};
     use proptest::prelude::*;
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn spec(v6: bool, len: usize) -> UdpFrameSpec {
-        let (s, d): (IpAddr, IpAddr) = if v6 {
-            (
-                "2001:db8::1".parse().unwrap(),
-                "2001:db8::2".parse().unwrap(),
-            )
+        let (s, d) = if v6 {
+            ("[2001:db8::1]:1000", "[2001:db8::2]:9")
         } else {
-            ("198.18.0.1".parse().unwrap(), "198.19.0.1".parse().unwrap())
+            ("198.18.0.1:1000", "198.19.0.1:9")
         };
         UdpFrameSpec {
-            src_mac: MacAddr::local(1),
-            dst_mac: MacAddr::local(2),
-            src_ip: s,
-            dst_ip: d,
-            src_port: 1000,
-            dst_port: 9,
-            ttl: 64,
             frame_len: len,
+            ..UdpFrameSpec::between(s.parse().unwrap(), d.parse().unwrap(), 0)
         }
     }
 
@@ -245,22 +212,13 @@ mod tests {
 
     #[test]
     fn partial_pseudo_header_checksum_is_accepted_v4_and_v6() {
-        for (src, dst) in [("198.18.0.1", "198.18.0.2"), ("2001:db8::1", "2001:db8::2")] {
-            let s = UdpFrameSpec {
-                src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
-                dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
-                src_ip: src.parse().unwrap(),
-                dst_ip: dst.parse().unwrap(),
-                src_port: 40000,
-                dst_port: 1232,
-                ttl: 64,
-                frame_len: 0,
-            };
+        for (src, dst) in [
+            ("198.18.0.1:40000", "198.18.0.2:1232"),
+            ("[2001:db8::1]:40000", "[2001:db8::2]:1232"),
+        ] {
             let payload = b"partial checksum from a local sender";
-            let s = UdpFrameSpec {
-                frame_len: s.header_len() + payload.len(),
-                ..s
-            };
+            let s =
+                UdpFrameSpec::between(src.parse().unwrap(), dst.parse().unwrap(), payload.len());
             let mut f = s.build(payload).unwrap();
             let l4 = f.len() - payload.len() - 8;
             let ulen = payload.len() + 8;
@@ -332,7 +290,7 @@ mod tests {
             0usize..64,
         )
             .prop_map(|((s, d), sm, dm, (sp, dp, ttl), payload, pad)| {
-                let mut spec = UdpFrameSpec {
+                let spec = UdpFrameSpec {
                     src_mac: MacAddr(sm),
                     dst_mac: MacAddr(dm),
                     src_ip: s,
@@ -342,8 +300,7 @@ mod tests {
                     ttl,
                     frame_len: 0,
                 };
-                spec.frame_len = spec.header_len() + payload.len() + pad;
-                (spec, payload)
+                (spec.sized_for(payload.len() + pad), payload)
             })
     }
 
@@ -373,7 +330,7 @@ mod tests {
             prop_assert_eq!(spec_of(&p, f.len()), s.clone());
             prop_assert_eq!(p.vlan, None);
             prop_assert_eq!(p.l3_offset, ETH_HLEN);
-            prop_assert_eq!(p.l4_offset, ETH_HLEN + ip_header_len(s.src_ip));
+            prop_assert_eq!(p.l4_offset, ETH_HLEN + ip::header_len_for(s.src_ip));
             prop_assert_eq!(p.payload.len(), s.frame_len - s.header_len());
             prop_assert_eq!(&p.payload[..payload.len()], &payload[..]);
             prop_assert!(p.payload[payload.len()..].iter().all(|&b| b == 0));
@@ -431,7 +388,7 @@ mod tests {
             let i = at.index(f.len());
             f[i] ^= 1 << bit;
             let r = parse_udp_frame(&f);
-            let l4 = ETH_HLEN + ip_header_len(s.src_ip);
+            let l4 = ETH_HLEN + ip::header_len_for(s.src_ip);
             if i < 12 {
                 let p = r.unwrap();
                 prop_assert_eq!(&f[0..6], &p.dst_mac.0[..]);
@@ -455,7 +412,7 @@ mod tests {
         #[test]
         fn zero_udp_checksum_is_accepted_on_v4_only((s, payload) in any_spec()) {
             let mut f = s.build(&payload).unwrap();
-            let l4 = ETH_HLEN + ip_header_len(s.src_ip);
+            let l4 = ETH_HLEN + ip::header_len_for(s.src_ip);
             f[l4 + 6..l4 + 8].copy_from_slice(&[0, 0]);
             let r = parse_udp_frame(&f);
             if s.src_ip.is_ipv4() {
@@ -535,7 +492,7 @@ impl UdpFrame<'_> {
                 "802.1Q-tagged requests are not answered",
             ));
         }
-        let mut spec = UdpFrameSpec {
+        let spec = UdpFrameSpec {
             src_mac: self.dst_mac,
             dst_mac: self.src_mac,
             src_ip: self.dst_ip,
@@ -545,8 +502,7 @@ impl UdpFrame<'_> {
             ttl: 64,
             frame_len: 0,
         };
-        spec.frame_len = spec.header_len() + payload_len;
-        Ok(spec)
+        Ok(spec.sized_for(payload_len))
     }
 }
 
@@ -557,22 +513,14 @@ mod reply_tests {
 
     fn request(v6: bool, payload: &[u8]) -> Vec<u8> {
         let (s, d) = if v6 {
-            ("2001:db8::1", "2001:db8::2")
+            ("[2001:db8::1]:40000", "[2001:db8::2]:1232")
         } else {
-            ("198.18.0.1", "198.18.0.2")
+            ("198.18.0.1:40000", "198.18.0.2:1232")
         };
         let spec = UdpFrameSpec {
-            src_mac: MacAddr::local(1),
-            dst_mac: MacAddr::local(2),
-            src_ip: s.parse().unwrap(),
-            dst_ip: d.parse().unwrap(),
-            src_port: 40000,
-            dst_port: 1232,
             ttl: 61,
-            frame_len: 0,
+            ..UdpFrameSpec::between(s.parse().unwrap(), d.parse().unwrap(), payload.len())
         };
-        let mut spec = spec;
-        spec.frame_len = spec.header_len() + payload.len();
         spec.build(payload).unwrap()
     }
 

@@ -9,29 +9,7 @@ use crate::checksum;
 use crate::error::{FrameError, Layer, Result};
 use crate::view::header_view;
 
-/// Byte ranges of the header fields.
-pub mod field {
-    use crate::bytes::Field;
-    /// Version (high nibble) and header length in 32-bit words (low).
-    pub const VER_IHL: usize = 0;
-    pub const DSCP_ECN: usize = 1;
-    pub const LENGTH: Field = 2..4;
-    pub const IDENT: Field = 4..6;
-    /// Flags (3 high bits: reserved, don't fragment, more fragments) and
-    /// fragment offset in 8-byte units (13 bits).
-    pub const FLG_OFF: Field = 6..8;
-    pub const TTL: usize = 8;
-    pub const PROTOCOL: usize = 9;
-    pub const CHECKSUM: Field = 10..12;
-    pub const SRC_ADDR: Field = 12..16;
-    pub const DST_ADDR: Field = 16..20;
-    /// Options run from here to the header length.
-    pub const OPTIONS: usize = 20;
-}
-
-/// Length of a header without options: `crate::IPV4_HLEN`.
-pub const HEADER_LEN: usize = field::OPTIONS;
-
+/// Flag and offset bits of the 16-bit flags/fragment offset field (RFC 791).
 const FLAG_DONT_FRAG: u16 = 0x4000;
 const FLAG_MORE_FRAGS: u16 = 0x2000;
 const FRAG_OFFSET_MASK: u16 = 0x1fff;
@@ -39,7 +17,7 @@ const FRAG_OFFSET_MASK: u16 = 0x1fff;
 header_view! {
     /// A view of an IPv4 packet at the start of `buffer` (which may run on past
     /// the packet: Ethernet padding).
-    Packet, Layer::Ipv4
+    Packet, Layer::Ipv4, kernel = ipv4, header_len = OPTIONS
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
@@ -70,6 +48,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
+    /// The first byte's high nibble (its low one is the header length in
+    /// 32-bit words).
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[field::VER_IHL] >> 4
     }
@@ -92,6 +72,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
         get_u16(self.buffer.as_ref(), field::IDENT)
     }
 
+    /// Flags (3 high bits: reserved, don't fragment, more fragments) and
+    /// fragment offset in 8-byte units (13 bits).
     fn flg_off(&self) -> u16 {
         get_u16(self.buffer.as_ref(), field::FLG_OFF)
     }
@@ -294,47 +276,8 @@ impl Repr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
-    fn any_repr() -> impl Strategy<Value = Repr> {
-        (
-            any::<[u8; 4]>(),
-            any::<[u8; 4]>(),
-            any::<u8>(),
-            0usize..200,
-            any::<u8>(),
-        )
-            .prop_map(|(s, d, protocol, payload_len, ttl)| Repr {
-                src_addr: s.into(),
-                dst_addr: d.into(),
-                protocol,
-                payload_len,
-                ttl,
-            })
-    }
-
-    proptest! {
-        #[test]
-        fn emit_then_parse_round_trips(r in any_repr(), pad in 0usize..8) {
-            let mut buf = vec![0u8; r.buffer_len() + pad];
-            r.emit(&mut Packet::new_unchecked(&mut buf[..]));
-            let p = Packet::new_checked(&buf[..]).unwrap();
-            prop_assert_eq!(Repr::parse(&p).unwrap(), r);
-            prop_assert_eq!(p.payload().len(), r.payload_len);
-            prop_assert!(p.dont_frag() && !p.is_fragment());
-        }
-
-        /// Cut anywhere short of its total length: refused as a truncated
-        /// IPv4 packet.
-        #[test]
-        fn every_truncation_is_refused_as_ipv4(r in any_repr()) {
-            let mut buf = vec![0u8; r.buffer_len()];
-            r.emit(&mut Packet::new_unchecked(&mut buf[..]));
-            for cut in 0..buf.len() {
-                prop_assert_eq!(Packet::new_checked(&buf[..cut]).unwrap_err(), FrameError::Truncated(Layer::Ipv4));
-            }
-        }
-    }
+    // Round trips and truncations of both versions: crate::ip's tests.
 
     #[test]
     fn options_fragments_and_bad_lengths() {

@@ -8,23 +8,9 @@ use crate::error::{FrameError, Layer, Result};
 use crate::ipproto;
 use crate::view::header_view;
 
-/// Byte ranges of the header fields.
-pub mod field {
-    use crate::bytes::Field;
-    pub const SRC_PORT: Field = 0..2;
-    pub const DST_PORT: Field = 2..4;
-    /// Header and payload, in bytes.
-    pub const LENGTH: Field = 4..6;
-    pub const CHECKSUM: Field = 6..8;
-    pub const PAYLOAD: usize = 8;
-}
-
-/// Header length: `crate::UDP_HLEN`.
-pub const HEADER_LEN: usize = field::PAYLOAD;
-
 header_view! {
     /// A view of a UDP datagram at the start of `buffer` (the IP payload).
-    Packet, Layer::Udp
+    Packet, Layer::Udp, kernel = udp, header_len = PAYLOAD
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {

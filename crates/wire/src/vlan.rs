@@ -4,7 +4,7 @@
 use crate::bytes::{get_u16, set_u16};
 use crate::error::{Layer, Result};
 use crate::ethertype;
-use crate::view::header_view;
+use crate::view::{ethertype_and_payload, header_view};
 
 /// Byte ranges of the tag's fields, from the end of the tag protocol
 /// identifier (which sits in the Ethernet ethertype field).
@@ -17,9 +17,6 @@ pub mod field {
     pub const PAYLOAD: usize = 4;
 }
 
-/// Tag length: `crate::VLAN_HLEN`.
-pub const HEADER_LEN: usize = field::PAYLOAD;
-
 /// Whether an Ethernet type field announces a tag.
 pub fn is_tag_protocol(ethertype: u16) -> bool {
     ethertype == ethertype::VLAN || ethertype == ethertype::QINQ
@@ -27,15 +24,12 @@ pub fn is_tag_protocol(ethertype: u16) -> bool {
 
 header_view! {
     /// A view of a tag (TCI and inner ethertype) in `buffer`.
-    Tag, Layer::Vlan
+    Tag, Layer::Vlan, header_len = PAYLOAD
 }
 
-impl<T: AsRef<[u8]>> Tag<T> {
-    /// The buffer holds the tag.
-    pub fn check_len(&self) -> Result<()> {
-        self.buffer_len_checked().map(|_| ())
-    }
+ethertype_and_payload!(Tag);
 
+impl<T: AsRef<[u8]>> Tag<T> {
     pub fn tci(&self) -> u16 {
         get_u16(self.buffer.as_ref(), field::TCI)
     }
@@ -44,27 +38,11 @@ impl<T: AsRef<[u8]>> Tag<T> {
     pub fn vlan_id(&self) -> u16 {
         self.tci() & 0x0fff
     }
-
-    pub fn ethertype(&self) -> u16 {
-        get_u16(self.buffer.as_ref(), field::ETHERTYPE)
-    }
-
-    pub fn payload(&self) -> &[u8] {
-        &self.buffer.as_ref()[field::PAYLOAD..]
-    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Tag<T> {
     pub fn set_tci(&mut self, tci: u16) {
         set_u16(self.buffer.as_mut(), field::TCI, tci);
-    }
-
-    pub fn set_ethertype(&mut self, t: u16) {
-        set_u16(self.buffer.as_mut(), field::ETHERTYPE, t);
-    }
-
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buffer.as_mut()[field::PAYLOAD..]
     }
 }
 

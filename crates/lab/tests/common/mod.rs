@@ -125,12 +125,7 @@ pub fn udp_traffic(
     let frame = UdpFrameSpec {
         src_mac: nl.mac_of(&lab.ns(&from.host), &from.iface).unwrap(),
         dst_mac: nl.mac_of(&lab.ns(&to.host), &to.iface).unwrap(),
-        src_ip: src.ip(),
-        dst_ip: dst.ip(),
-        src_port: src.port(),
-        dst_port: dst.port(),
-        ttl: 64,
-        frame_len: 0,
+        ..UdpFrameSpec::between(src, dst, 0)
     };
     TrafficSpec::live(lab.ns(&from.host), from.iface.clone(), frame, sizes, flows)
 }
