@@ -20,7 +20,10 @@
 #endif
 
 enum peregrine_ethtool_cmd {
+	PG_ETHTOOL_GTXCSUM = ETHTOOL_GTXCSUM, /* TX checksum offload: read */
 	PG_ETHTOOL_STXCSUM = ETHTOOL_STXCSUM, /* TX checksum offload on/off */
+	PG_ETHTOOL_GGSO = ETHTOOL_GGSO,       /* generic segmentation offload: read */
+	PG_ETHTOOL_SGSO = ETHTOOL_SGSO,       /* generic segmentation offload on/off */
 	PG_SIOCETHTOOL = SIOCETHTOOL,
 };
 

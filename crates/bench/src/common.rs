@@ -199,10 +199,7 @@ pub(crate) fn place(
             "DUT and sink receive on the sender's CPU (veth default): the figure includes the generator's work".into(),
         ),
     }
-    p.notes.push(
-        "lab veths with TX checksum offload off (the lab sets it: frames carry full checksums)"
-            .into(),
-    );
+    p.notes.push(lab.topo.offloads_note());
     Ok(p)
 }
 

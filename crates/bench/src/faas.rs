@@ -317,7 +317,7 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
                 sink_cpus: client_cpus.clone(),
                 notes: vec![
                     "the server's workers are pinned; veth runs the server's kernel receive on the client's sending CPU and the client's reply checks on the server's sending CPU".into(),
-                    "lab veths with TX checksum offload off (the lab sets it)".into(),
+                    lab.topo.offloads_note(),
                 ],
             };
             run_of.push((contender, size, runs.len()));

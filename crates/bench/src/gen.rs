@@ -121,7 +121,7 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
         sink_cpus: cpus.to_vec(),
         notes: vec![
             "no DUT; the sink's receive runs on each sending CPU (veth default), so its cost is in the generator's figure".into(),
-            "lab veths with TX checksum offload off (the lab sets it: frames carry full checksums)".into(),
+            lab.topo.offloads_note(),
         ],
     }
     };

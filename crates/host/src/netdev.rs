@@ -8,23 +8,75 @@ use peregrine_bpf::skel::uapi::types::{ethtool_value, peregrine_ethtool_cmd};
 use crate::error::{HostError, Result};
 use crate::netns;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Offload {
     /// TX checksum offload. On veth it leaves TCP/UDP checksums to be filled
-    /// in later, which an XDP redirect never does: the receiver then drops
-    /// the datagram. Labs turn it off so frames carry full checksums.
+    /// in later (CHECKSUM_PARTIAL), which an XDP redirect never does: the
+    /// receiver then drops the datagram.
     TxChecksum,
+    /// Generic segmentation offload: the sender hands the device TCP
+    /// super-packets that an XDP program sees as one oversized frame.
+    Gso,
+}
+
+impl Offload {
+    /// The ethtool (get, set) commands.
+    fn commands(self) -> (peregrine_ethtool_cmd, peregrine_ethtool_cmd) {
+        match self {
+            Offload::TxChecksum => (
+                peregrine_ethtool_cmd::PG_ETHTOOL_GTXCSUM,
+                peregrine_ethtool_cmd::PG_ETHTOOL_STXCSUM,
+            ),
+            Offload::Gso => (
+                peregrine_ethtool_cmd::PG_ETHTOOL_GGSO,
+                peregrine_ethtool_cmd::PG_ETHTOOL_SGSO,
+            ),
+        }
+    }
+
+    /// The name `ethtool -k` shows.
+    pub fn ethtool_name(self) -> &'static str {
+        match self {
+            Offload::TxChecksum => "tx-checksumming",
+            Offload::Gso => "generic-segmentation-offload",
+        }
+    }
 }
 
 /// Turns an offload of `ns:iface` on or off.
 pub fn set_offload(ns: &str, iface: &str, offload: Offload, on: bool) -> Result<()> {
-    let cmd = match offload {
-        Offload::TxChecksum => peregrine_ethtool_cmd::PG_ETHTOOL_STXCSUM,
-    };
-    let mut val = ethtool_value {
-        cmd: cmd.0,
-        data: u32::from(on),
-    };
+    ethtool_value_ioctl(ns, iface, offload.commands().1, u32::from(on))
+        .map(|_| ())
+        .map_err(|e| {
+            HostError::Other(format!(
+                "setting {} {} on {ns}:{iface}: {e}",
+                offload.ethtool_name(),
+                if on { "on" } else { "off" }
+            ))
+        })
+}
+
+/// Whether an offload of `ns:iface` is on.
+pub fn offload(ns: &str, iface: &str, offload: Offload) -> Result<bool> {
+    ethtool_value_ioctl(ns, iface, offload.commands().0, 0)
+        .map(|v| v != 0)
+        .map_err(|e| {
+            HostError::Other(format!(
+                "reading {} of {ns}:{iface}: {e}",
+                offload.ethtool_name()
+            ))
+        })
+}
+
+/// One ethtool command that carries a `struct ethtool_value`, run in `ns`;
+/// returns the value the kernel left in it.
+fn ethtool_value_ioctl(
+    ns: &str,
+    iface: &str,
+    cmd: peregrine_ethtool_cmd,
+    data: u32,
+) -> Result<u32> {
+    let mut val = ethtool_value { cmd: cmd.0, data };
     let res = netns::run_in(ns, || -> std::io::Result<()> {
         // Safety: plain socket(2); the fd is owned right after.
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -57,12 +109,8 @@ pub fn set_offload(ns: &str, iface: &str, offload: Offload, on: bool) -> Result<
         }
         Ok(())
     })?;
-    res.map_err(|e| {
-        HostError::Other(format!(
-            "setting {offload:?} {} on {ns}:{iface}: {e}",
-            if on { "on" } else { "off" }
-        ))
-    })
+    res.map_err(|e| HostError::Other(e.to_string()))?;
+    Ok(val.data)
 }
 
 /// Receive Packet Steering on every RX queue of `ns:iface`: packets the

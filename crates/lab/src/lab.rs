@@ -378,17 +378,17 @@ impl Lab {
         for ep in t.interfaces()? {
             nl.set_up(&self.ns(&ep.host), &ep.iface)?;
         }
-        // veth ends compute their checksums in software: with TX checksum
-        // offload a frame that an XDP program redirects keeps a partial
-        // checksum and the receiver drops it.
+        // Offloads stay at the kernel's defaults unless a link sets them.
         for l in &t.links {
             for ep in [&l.a, &l.b] {
-                peregrine_host::netdev::set_offload(
-                    &self.ns(&ep.host),
-                    &ep.iface,
-                    peregrine_host::netdev::Offload::TxChecksum,
-                    false,
-                )?;
+                for (offload, on) in l.offloads.settings() {
+                    peregrine_host::netdev::set_offload(
+                        &self.ns(&ep.host),
+                        &ep.iface,
+                        offload,
+                        on,
+                    )?;
+                }
             }
         }
         for h in &t.hosts {

@@ -55,6 +55,68 @@ pub struct Link {
     pub queues: u32,
     #[serde(default = "default_mtu")]
     pub mtu: u32,
+    /// Offloads of both ends; what is not set stays at the kernel's default
+    /// (on, for veth), as on an ordinary host.
+    #[serde(default, skip_serializing_if = "Offloads::kernel_default")]
+    pub offloads: Offloads,
+}
+
+/// Offloads a link sets on both ends (`offloads = { tx = false, gso =
+/// false }`). A lab whose XDP program redirects frames a kernel socket sent
+/// turns `tx` off: a redirected frame keeps the partial checksum TX offload
+/// left in it, and the receiver drops it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Offloads {
+    /// TX checksum offload (`ethtool -K tx`).
+    pub tx: Option<bool>,
+    /// Generic segmentation offload (`ethtool -K gso`).
+    pub gso: Option<bool>,
+}
+
+impl Topology {
+    /// The links' offloads in words, for result files' notes: what a
+    /// benchmark tunes is said where its figures are.
+    pub fn offloads_note(&self) -> String {
+        let set: Vec<String> = self
+            .links
+            .iter()
+            .filter(|l| !l.offloads.kernel_default())
+            .map(|l| {
+                let what: Vec<String> = l
+                    .offloads
+                    .settings()
+                    .map(|(o, on)| {
+                        format!("{} {}", o.ethtool_name(), if on { "on" } else { "off" })
+                    })
+                    .collect();
+                format!("{}~{}: {}", l.a, l.b, what.join(", "))
+            })
+            .collect();
+        if set.is_empty() {
+            "lab veths at the kernel's default offloads (TX checksum and GSO on)".into()
+        } else {
+            format!(
+                "lab veth offloads set by the topology ({}); others at the kernel's defaults",
+                set.join("; ")
+            )
+        }
+    }
+}
+
+impl Offloads {
+    /// Nothing set: the kernel's defaults.
+    pub fn kernel_default(&self) -> bool {
+        self.tx.is_none() && self.gso.is_none()
+    }
+
+    /// What is set, as offload and on/off.
+    pub fn settings(&self) -> impl Iterator<Item = (peregrine_host::netdev::Offload, bool)> {
+        use peregrine_host::netdev::Offload;
+        [(Offload::TxChecksum, self.tx), (Offload::Gso, self.gso)]
+            .into_iter()
+            .filter_map(|(o, on)| on.map(|on| (o, on)))
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -18,8 +18,8 @@ use peregrine_lab::Lab;
 
 mod common;
 use common::{
-    addr, chain_lab, delivered_after, drop_sink, endpoint, exec as run, offer, offer_counting,
-    udp_traffic,
+    addr, chain_lab, chain_lab_for_xdp, delivered_after, drop_sink, endpoint, exec as run, offer,
+    offer_counting, udp_traffic,
 };
 
 /// Whether a TCP socket listens on `port` in namespace `ns` (read from the
@@ -98,7 +98,7 @@ fn router_carries_ping_udp_and_tcp_intact() {
     if !privileged("router_carries_ping_udp_and_tcp_intact") {
         return;
     }
-    let lab = chain_lab("trt");
+    let lab = chain_lab_for_xdp("trt");
     let topo = lab.topo.clone();
     let mut dp = router_on_dut(&lab);
     dp.prepare_peers(&topo, "dut").unwrap();
@@ -279,7 +279,7 @@ fn chain_passes_both_functions_and_filters() {
     if !privileged("chain_passes_both_functions_and_filters") {
         return;
     }
-    let lab = chain_lab("tchain");
+    let lab = chain_lab_for_xdp("tchain");
     let cfg = DataplaneConfig::from_toml(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),

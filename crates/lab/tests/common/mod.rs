@@ -40,9 +40,22 @@ pub fn pair_lab(name: &str) -> Lab {
     up(pair(name))
 }
 
-/// An ephemeral chain lab (gen -> dut with c1, c2 -> sink) named `name`.
+/// An ephemeral chain lab (gen -> dut with c1, c2 -> sink) named `name`,
+/// at the kernel's default offloads.
 pub fn chain_lab(name: &str) -> Lab {
     up(topology(builtin::CHAIN, name))
+}
+
+/// `chain_lab` with TX checksum offload off on every link, as the XDP hook
+/// needs for what kernel sockets send (ping, sockets, iperf3): a frame it
+/// redirects keeps the partial checksum TX offload left, and the receiver
+/// drops it. The tc hook needs no such setting.
+pub fn chain_lab_for_xdp(name: &str) -> Lab {
+    let mut t = topology(builtin::CHAIN, name);
+    for l in &mut t.links {
+        l.offloads.tx = Some(false);
+    }
+    up(t)
 }
 
 /// Runs `cmd` in `host` of lab `lab`; its exit code.
