@@ -32,5 +32,6 @@ pub mod gen;
 pub mod report;
 pub mod router;
 pub mod showcase;
+pub mod tcp;
 
 pub use common::{command_line, PlacementConfig, RateSetting, DEFAULT_OUT};

@@ -139,6 +139,20 @@ pub fn enter_for_exec(ns: &File) -> std::io::Result<()> {
     Ok(enter_with_sysfs(ns)?)
 }
 
+/// A command that runs `prog` in namespace `ns` (with that namespace's
+/// /sys, as `ip netns exec` does).
+pub fn command(ns: &str, prog: &str) -> Result<std::process::Command> {
+    use std::os::unix::process::CommandExt;
+    let target = open(ns)?;
+    let mut c = std::process::Command::new(prog);
+    // Safety: the closure runs in the forked child before exec and only
+    // makes syscalls (setns, unshare, mount); it allocates nothing.
+    unsafe {
+        c.pre_exec(move || enter_for_exec(&target));
+    }
+    Ok(c)
+}
+
 /// Writes a sysctl in the calling thread's namespace
 /// (`net.ipv4.ip_forward` -> /proc/sys/net/ipv4/ip_forward).
 pub fn write_sysctl(key: &str, value: &str) -> Result<()> {

@@ -4,9 +4,7 @@
 //! next `lab up` or `lab down --all`.
 use std::fs::File;
 use std::net::IpAddr;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
@@ -209,15 +207,8 @@ pub fn exec(name: &str, host: &str, cmd: &[String]) -> Result<i32> {
     let (prog, args) = cmd
         .split_first()
         .ok_or_else(|| LabError::Other("no command given after --".into()))?;
-    let ns = netns::open(&ns_name(name, host))?;
-    let mut c = Command::new(prog);
-    c.args(args);
-    // Safety: the closure runs in the forked child before exec and only makes
-    // syscalls (setns, unshare, mount); it allocates nothing.
-    unsafe {
-        c.pre_exec(move || netns::enter_for_exec(&ns));
-    }
-    let st = c
+    let st = netns::command(&ns_name(name, host), prog)?
+        .args(args)
         .status()
         .map_err(|e| LabError::Other(format!("running {prog}: {e}")))?;
     Ok(st

@@ -212,6 +212,27 @@ pub struct Trial {
     pub wrong: Option<u64>,
 }
 
+/// A TCP transfer through the device under test (iperf3): how benchmarks
+/// of forwarding paths measure real TCP, with GSO and checksum offload as
+/// kernel senders use them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TcpFigure {
+    /// Parallel streams (`iperf3 -P`).
+    pub streams: u32,
+    pub seconds: f64,
+    /// Received by the server, all streams together.
+    pub gbit_s: f64,
+    /// Segments the client retransmitted.
+    pub retransmits: u64,
+    /// Busy CPU over the transfer, in cores, all cores together: client,
+    /// server and the path between them share the machine's CPUs.
+    pub cpu_cores: f64,
+    /// `cpu_cores / gbit_s`: CPU for each Gbit/s carried.
+    pub cpu_cores_per_gbit_s: f64,
+    pub cpu: Vec<CoreCpu>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CoreCpu {
