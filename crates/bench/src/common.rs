@@ -278,6 +278,7 @@ pub(crate) fn one_trial_run(
         trials: vec![t],
         rfc2544: None,
         placement,
+        tcp: None,
     })
 }
 

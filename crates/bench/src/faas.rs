@@ -327,6 +327,7 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
                 trials,
                 rfc2544: Some(summary),
                 placement: Some(placement),
+                tcp: None,
             });
             drop(lab);
         }

@@ -559,6 +559,7 @@ fn load_result(
         trials: vec![trial],
         rfc2544: None,
         placement: None,
+        tcp: None,
     };
     ResultFile::new("faas-load", peregrine_bench::command_line(), vec![run])
 }

@@ -1,15 +1,58 @@
 //! Contenders compared per scenario: the runs of a result file grouped by
-//! their [`RunKey`], one figure per run (its RFC 2544 throughput), summed up
-//! as median, min and max over the rounds and as a ratio to the baseline
-//! (the scenario's first contender). Tables and plots both read this.
+//! their [`RunKey`], one figure per run (its RFC 2544 throughput, or a TCP
+//! transfer's Gbit/s), summed up as median, min and max over the rounds and
+//! as a ratio to the baseline (the scenario's first contender). Tables and
+//! plots both read this.
 use crate::results::{ResultFile, Run, RunKey};
+
+/// What a scenario's figures measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// RFC 2544 throughput, packets (requests) per second.
+    Rfc2544,
+    /// A TCP transfer, Gbit/s.
+    Tcp,
+}
+
+impl Metric {
+    /// The figure of `run` in this metric, and whether it is a lower bound
+    /// (generator-limited).
+    fn of(run: &Run) -> Option<(Metric, f64, bool)> {
+        match (&run.rfc2544, &run.tcp) {
+            (Some(s), _) => Some((Metric::Rfc2544, s.throughput_pps, s.generator_limited)),
+            (None, Some(t)) => Some((Metric::Tcp, t.gbit_s, false)),
+            _ => None,
+        }
+    }
+
+    /// Divisor and unit for tables and plots (`kreq/s` where the file is a
+    /// faas benchmark's).
+    pub fn unit(self, kind: &str) -> (f64, &'static str) {
+        match self {
+            Metric::Tcp => (1.0, "Gbit/s"),
+            Metric::Rfc2544 if kind == "bench-faas" => (1e3, "kreq/s"),
+            Metric::Rfc2544 => (1e6, "Mpps"),
+        }
+    }
+
+    /// What the figure is, in words.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Rfc2544 => "RFC 2544 throughput",
+            Metric::Tcp => "TCP (iperf3)",
+        }
+    }
+}
 
 /// One contender's figures in one scenario, over its rounds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContenderFigures {
     pub contender: String,
-    /// RFC 2544 throughput of each round, packets (requests) per second.
+    /// The figure of each round, in the scenario's metric's base unit
+    /// (packets or requests per second; Gbit/s).
     pub rounds: Vec<f64>,
+    /// CPU cores per Gbit/s of each round (TCP scenarios only).
+    pub cpu_per_gbit_s: Vec<f64>,
     /// Any round stopped by the generator: the figures are lower bounds.
     pub generator_limited: bool,
 }
@@ -45,22 +88,31 @@ pub fn median(v: &[f64]) -> f64 {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScenarioFigures {
     pub scenario: String,
+    pub metric: Metric,
     pub contenders: Vec<ContenderFigures>,
 }
 
 impl ScenarioFigures {
     /// Median of `c` over the baseline's median.
     pub fn ratio_to_baseline(&self, c: &ContenderFigures) -> f64 {
-        c.median() / self.contenders[0].median().max(1.0)
+        let base = self.contenders[0].median();
+        if base > 0.0 {
+            c.median() / base
+        } else {
+            0.0
+        }
     }
 }
 
-/// The result file's runs that carry a [`RunKey`] and an RFC 2544 figure,
-/// per scenario in the order they ran; empty for files of other benchmarks.
+/// The result file's runs that carry a [`RunKey`] and a figure (RFC 2544
+/// or TCP), per scenario in the order they ran; empty for files of other
+/// benchmarks.
 pub fn by_scenario(r: &ResultFile) -> Vec<ScenarioFigures> {
     let mut out: Vec<ScenarioFigures> = Vec::new();
     for run in &r.runs {
-        let (Some(key), Some(s)) = (RunKey::parse(&run.label), &run.rfc2544) else {
+        let (Some(key), Some((metric, figure, lower))) =
+            (RunKey::parse(&run.label), Metric::of(run))
+        else {
             continue;
         };
         let si = match out.iter().position(|x| x.scenario == key.scenario) {
@@ -68,22 +120,30 @@ pub fn by_scenario(r: &ResultFile) -> Vec<ScenarioFigures> {
             None => {
                 out.push(ScenarioFigures {
                     scenario: key.scenario.clone(),
+                    metric,
                     contenders: Vec::new(),
                 });
                 out.len() - 1
             }
         };
         let cs = &mut out[si].contenders;
-        match cs.iter_mut().find(|c| c.contender == key.contender) {
-            Some(c) => {
-                c.rounds.push(s.throughput_pps);
-                c.generator_limited |= s.generator_limited;
+        let i = match cs.iter().position(|c| c.contender == key.contender) {
+            Some(i) => i,
+            None => {
+                cs.push(ContenderFigures {
+                    contender: key.contender,
+                    rounds: Vec::new(),
+                    cpu_per_gbit_s: Vec::new(),
+                    generator_limited: false,
+                });
+                cs.len() - 1
             }
-            None => cs.push(ContenderFigures {
-                contender: key.contender,
-                rounds: vec![s.throughput_pps],
-                generator_limited: s.generator_limited,
-            }),
+        };
+        let c = &mut cs[i];
+        c.rounds.push(figure);
+        c.generator_limited |= lower;
+        if let Some(t) = &run.tcp {
+            c.cpu_per_gbit_s.push(t.cpu_cores_per_gbit_s);
         }
     }
     out
@@ -109,8 +169,9 @@ pub fn contender_of(run: &Run) -> String {
 }
 
 /// Lines for the table: per scenario and contender, the median, min and
-/// max over rounds and the ratio to the scenario's baseline.
-pub fn table(scenarios: &[ScenarioFigures]) -> String {
+/// max over rounds and the ratio to the scenario's baseline (and, for TCP,
+/// CPU cores per Gbit/s); `kind` is the result file's.
+pub fn table(scenarios: &[ScenarioFigures], kind: &str) -> String {
     if scenarios.is_empty() {
         return String::new();
     }
@@ -120,19 +181,37 @@ pub fn table(scenarios: &[ScenarioFigures]) -> String {
         .max()
         .unwrap_or(9)
         .max(9);
-    let mut out = format!(
-        "RFC 2544 throughput per scenario, median over rounds (min..max), ratio to the first contender:\n  {:<cw$}  {:>12} {:>21} {:>8}\n",
-        "contender", "median Mpps", "min..max Mpps", "ratio"
+    let mut out = String::from(
+        "Per scenario, median over rounds (min..max), ratio to the first contender:\n",
     );
     for s in scenarios {
-        out.push_str(&format!("{}:\n", s.scenario));
+        let (scale, unit) = s.metric.unit(kind);
+        out.push_str(&format!(
+            "{} [{}]:\n  {:<cw$}  {:>12} {:>21} {:>8}{}\n",
+            s.scenario,
+            s.metric.name(),
+            "contender",
+            format!("median {unit}"),
+            format!("min..max {unit}"),
+            "ratio",
+            if s.metric == Metric::Tcp {
+                "  CPU cores per Gbit/s"
+            } else {
+                ""
+            }
+        ));
         for c in &s.contenders {
             let lower = if c.generator_limited { ">= " } else { "" };
+            let cpu = if c.cpu_per_gbit_s.is_empty() {
+                String::new()
+            } else {
+                format!("  {:.3}", median(&c.cpu_per_gbit_s))
+            };
             out.push_str(&format!(
-                "  {:<cw$}  {:>12} {:>21} {:>7.2}x{}\n",
+                "  {:<cw$}  {:>12} {:>21} {:>7.2}x{cpu}{}\n",
                 c.contender,
-                format!("{lower}{:.3}", c.median() / 1e6),
-                format!("{:.3}..{:.3}", c.min() / 1e6, c.max() / 1e6),
+                format!("{lower}{:.3}", c.median() / scale),
+                format!("{:.3}..{:.3}", c.min() / scale, c.max() / scale),
                 s.ratio_to_baseline(c),
                 if c.generator_limited {
                     " (generator-limited: a lower bound)"
@@ -147,7 +226,7 @@ pub fn table(scenarios: &[ScenarioFigures]) -> String {
 
 /// A result file's table followed by its per-scenario comparison.
 pub fn report(file: &ResultFile) -> String {
-    file.table() + &table(&by_scenario(file))
+    file.table() + &table(&by_scenario(file), &file.kind)
 }
 
 #[cfg(test)]
@@ -170,6 +249,7 @@ mod tests {
         let c = ContenderFigures {
             contender: "x".into(),
             rounds: vec![3.0, 1.0, 2.0],
+            cpu_per_gbit_s: vec![],
             generator_limited: false,
         };
         assert_eq!((c.median(), c.min(), c.max()), (2.0, 1.0, 3.0));

@@ -260,17 +260,10 @@ where
 }
 
 /// Packets (requests) per second shown in the unit of `kind`'s plots.
-fn rate_unit(kind: &str) -> (f64, &'static str) {
-    if kind == "bench-faas" {
-        (1e3, "kreq/s")
-    } else {
-        (1e6, "Mpps")
-    }
-}
-
-/// RFC 2544 throughput per scenario and contender: median over rounds,
-/// min-max whiskers, ratio to the scenario's first contender above each
-/// other bar ("2.45x", ">=" when generator-limited).
+/// Scenarios of one metric (RFC 2544 throughput, or TCP Gbit/s) per
+/// contender: median over rounds, min-max whiskers, ratio to the scenario's
+/// first contender above each other bar ("2.45x", ">=" when
+/// generator-limited).
 fn draw_comparison<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     r: &ResultFile,
@@ -280,7 +273,10 @@ where
     DB::ErrorType: 'static,
 {
     let names = compare::contenders(scenarios);
-    let (scale, unit) = rate_unit(&r.kind);
+    let metric = scenarios
+        .first()
+        .map_or(compare::Metric::Rfc2544, |s| s.metric);
+    let (scale, unit) = metric.unit(&r.kind);
     let rounds = scenarios
         .iter()
         .flat_map(|s| s.contenders.iter())
@@ -321,14 +317,33 @@ where
     draw_bars(
         area,
         &format!(
-            "{}: RFC 2544 throughput{whiskers}; ratio to {}",
+            "{}: {}{whiskers}; ratio to {}",
             r.kind,
+            metric.name(),
             names.first().map(String::as_str).unwrap_or("-")
         ),
-        &format!("RFC 2544 throughput ({unit})"),
+        &format!("{} ({unit})", metric.name()),
         &names,
         &groups,
     )
+}
+
+/// The file's scenarios compared in `metric`.
+fn scenarios_of(r: &ResultFile, metric: compare::Metric) -> Vec<compare::ScenarioFigures> {
+    compare::by_scenario(r)
+        .into_iter()
+        .filter(|s| s.metric == metric)
+        .collect()
+}
+
+/// TCP transfers per scenario and contender, as grouped bars.
+fn draw_tcp<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFile) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let area = with_caption(root, r)?;
+    draw_comparison(&area, r, &scenarios_of(r, compare::Metric::Tcp))?;
+    root.present().map_err(perr)
 }
 
 /// Offered vs delivered rate for every trial of every run, or, for
@@ -338,7 +353,7 @@ where
     DB::ErrorType: 'static,
 {
     let area = with_caption(root, r)?;
-    let scenarios = compare::by_scenario(r);
+    let scenarios = scenarios_of(r, compare::Metric::Rfc2544);
     if !scenarios.is_empty() {
         draw_comparison(&area, r, &scenarios)?;
         return root.present().map_err(perr);
@@ -719,7 +734,8 @@ where
 }
 
 /// Writes `<stem>-rates.{png,svg}` and `<stem>-timeline.{png,svg}` into
-/// `outdir` (and bench faas's own figures); returns the paths written.
+/// `outdir` (and bench faas's own figures, and `<stem>-tcp` where runs
+/// carried TCP); returns the paths written.
 pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
     register_font()?;
     std::fs::create_dir_all(outdir)
@@ -728,6 +744,9 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
     let mut figures: Vec<(&str, Option<Figure>)> = vec![("rates", None), ("timeline", None)];
     if r.kind == "bench-faas" {
         figures.extend(faas_figures(r).into_iter().map(|f| (f.0, Some(f))));
+    }
+    if !scenarios_of(r, compare::Metric::Tcp).is_empty() {
+        figures.push(("tcp", None));
     }
     for (kind, figure) in &figures {
         let png = outdir.join(format!("{stem}-{kind}.png"));
@@ -740,6 +759,10 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
             ("rates", None) => {
                 draw_rates(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
                 draw_rates(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
+            }
+            ("tcp", None) => {
+                draw_tcp(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
+                draw_tcp(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
             }
             _ => {
                 draw_timeline(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;

@@ -50,6 +50,10 @@ pub struct Run {
     /// CPU placement of generator, device under test and sink.
     #[serde(default)]
     pub placement: Option<Placement>,
+    /// A TCP transfer's figures, for runs that carried real TCP instead of
+    /// generated frames (then `trials` is empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpFigure>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -648,6 +652,7 @@ mod tests {
                 sink_cpus: vec![1],
                 notes: vec!["threaded NAPI".into()],
             }),
+            tcp: None,
         };
         ResultFile::new(
             "test",
@@ -657,6 +662,15 @@ mod tests {
                 Run {
                     rfc2544: None,
                     placement: None,
+                    tcp: Some(TcpFigure {
+                        streams: 8,
+                        seconds: 2.0,
+                        gbit_s: 9.5,
+                        retransmits: 3,
+                        cpu_cores: 1.9,
+                        cpu_cores_per_gbit_s: 0.2,
+                        cpu: run.trials[0].cpu.clone(),
+                    }),
                     ..run
                 },
             ],
