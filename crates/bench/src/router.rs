@@ -1,5 +1,6 @@
 //! `peregrine bench router`: the XDP router against Linux IP forwarding on the
-//! same lab in the same run, per configuration, plus a 2-NF service chain.
+//! same lab in the same run, per configuration, plus a 2-NF service chain,
+//! and real TCP (iperf3) through each forwarding path.
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -10,11 +11,12 @@ use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::FibMode;
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_dataplane::{ChainConfig, ChainMatch, Dataplane, DataplaneConfig, NfConfig, NfKind};
+use peregrine_host::netdev::{self, Offload};
 use peregrine_host::nl::Netlink;
 use peregrine_host::signals;
 use peregrine_lab::compare::median;
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{ResultFile, Rfc2544, Run, RunKey};
+use peregrine_lab::results::{Placement, ResultFile, Rfc2544, Run, RunKey, RunParams};
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::rfc2544_search;
 use peregrine_lab::{Endpoint, Lab, Lifetime};
@@ -23,6 +25,7 @@ use crate::common::{
     builtin_topology, command_line, dut_search, frame_for, lab_sink, params, path_drops, place,
     progress_line, shown_trial, trial_setup, write_outputs, PlacementConfig, RateSetting,
 };
+use crate::tcp::{self, TcpTransfer};
 
 /// `peregrine bench router`.
 #[derive(Clone, Debug)]
@@ -35,8 +38,11 @@ pub struct RouterBenchConfig {
     pub resolution: RateSetting,
     /// Routes added for the large-table scenarios.
     pub routes: u32,
-    /// Only IPv4, one flow, direct and chain (a quick look).
+    /// Only IPv4, one flow, direct and chain, and one TCP stream (a quick
+    /// look).
     pub quick: bool,
+    /// Length of each iperf3 TCP transfer.
+    pub tcp_time: Duration,
     /// Rounds per scenario; contenders alternate within each round so slow
     /// drifts of a noisy machine hit them alike. Ratios use medians.
     pub rounds: u32,
@@ -273,6 +279,15 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     }
     drop(drops);
     drop(sink);
+    let tcp_scenarios = tcp_scenarios(a.quick);
+    for round in 1..=a.rounds.max(1) {
+        for cfg in &tcp_scenarios {
+            for &c in &cfg.contenders {
+                signals::check()?;
+                runs.push(tcp_run(&lab, c, cfg, round, a.tcp_time)?);
+            }
+        }
+    }
     drop(nl);
     drop(lab);
     let result = ResultFile::new("bench-router", command_line(), runs);
@@ -280,6 +295,165 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
         print_ratios(&scenarios, &figures);
     }
     write_outputs(&result, &a.out, &a.name, a.json)
+}
+
+/// A TCP transfer through the DUT, gen to sink, compared across contenders.
+struct TcpScenario {
+    name: String,
+    v6: bool,
+    streams: u32,
+    contenders: Vec<Contender>,
+}
+
+/// iperf3 with 1 and 8 streams, IPv4 and IPv6 (IPv4 with 1 stream when
+/// quick).
+fn tcp_scenarios(quick: bool) -> Vec<TcpScenario> {
+    let mut out = Vec::new();
+    for v6 in [false, true] {
+        for streams in [1, 8] {
+            if quick && (v6 || streams > 1) {
+                continue;
+            }
+            out.push(TcpScenario {
+                name: format!(
+                    "tcp {}, {streams} stream{}",
+                    if v6 { "ipv6" } else { "ipv4" },
+                    if streams > 1 { "s" } else { "" }
+                ),
+                v6,
+                streams,
+                contenders: vec![Contender::Linux, Contender::Xdp],
+            });
+        }
+    }
+    out
+}
+
+/// The lab's four veth ends on the gen -> dut -> sink path.
+fn path_ends() -> [(&'static str, &'static str); 4] {
+    [
+        ("gen", "eth0"),
+        ("dut", "in0"),
+        ("dut", "out0"),
+        ("sink", "eth0"),
+    ]
+}
+
+/// One transfer of scenario `cfg` through contender `c`. The XDP hook
+/// cannot carry the partial checksums TX checksum offload leaves (a
+/// redirected frame keeps them and the receiver drops it), so its runs turn
+/// that offload off on the path for their duration, and say so; the others
+/// run at the kernel's defaults.
+fn tcp_run(lab: &Lab, c: Contender, cfg: &TcpScenario, round: u32, time: Duration) -> Result<Run> {
+    let dut = lab.ns("dut");
+    let _dp = match c {
+        Contender::Linux => None,
+        Contender::Xdp => Some(Dataplane::router(
+            Some(&dut),
+            &["in0".into(), "out0".into()],
+            XdpMode::Native,
+            FibMode::Full,
+            false,
+        )?),
+        Contender::XdpChain => anyhow::bail!("the chain is not a TCP contender"),
+    };
+    let mut notes = vec![
+        "iperf3 client in gen, server in sink, through the dut; processes and receive work unpinned".to_string(),
+    ];
+    let _offloads = if c == Contender::Xdp {
+        let ends: Vec<(String, String)> = path_ends()
+            .iter()
+            .map(|(h, i)| (lab.ns(h), i.to_string()))
+            .collect();
+        notes.push(
+            "TX checksum offload off on gen:eth0, dut:in0, dut:out0, sink:eth0 for this run: the XDP hook cannot forward partial checksums".into(),
+        );
+        Some(OffloadsSet::apply(ends, Offload::TxChecksum, false)?)
+    } else {
+        notes.push(lab.topo.offloads_note());
+        None
+    };
+    let server: IpAddr = if cfg.v6 {
+        "2001:db8:2::2".parse()?
+    } else {
+        "198.19.0.1".parse()?
+    };
+    let label = RunKey {
+        contender: c.label().into(),
+        scenario: cfg.name.clone(),
+        round: Some(round),
+    }
+    .label();
+    eprintln!("{label}");
+    let fig = tcp::iperf3(&TcpTransfer {
+        client_ns: lab.ns("gen"),
+        server_ns: lab.ns("sink"),
+        server,
+        streams: cfg.streams,
+        duration: time,
+    })?;
+    eprintln!(
+        "  {:.2} Gbit/s, {} retransmits, {:.2} CPU cores ({:.3} per Gbit/s)",
+        fig.gbit_s, fig.retransmits, fig.cpu_cores, fig.cpu_cores_per_gbit_s
+    );
+    Ok(Run {
+        label,
+        params: RunParams {
+            backend: "iperf3".into(),
+            ip: if cfg.v6 { "ipv6" } else { "ipv4" }.into(),
+            frame_size: "tcp".into(),
+            mean_frame_bytes: 0.0,
+            flows: cfg.streams,
+            threads: cfg.streams as usize,
+            sink: format!("iperf3 server {server} in sink"),
+            sent: true,
+        },
+        trials: Vec::new(),
+        rfc2544: None,
+        placement: Some(Placement {
+            generator_cpus: Vec::new(),
+            dut_cpus: Vec::new(),
+            sink_cpus: Vec::new(),
+            notes,
+        }),
+        tcp: Some(fig),
+    })
+}
+
+/// An offload set on some interfaces, each put back as it was when
+/// dropped (on error and Ctrl-C too).
+struct OffloadsSet {
+    offload: Offload,
+    /// (namespace, interface, value before).
+    before: Vec<(String, String, bool)>,
+}
+
+impl OffloadsSet {
+    fn apply(ends: Vec<(String, String)>, offload: Offload, on: bool) -> Result<OffloadsSet> {
+        let mut set = OffloadsSet {
+            offload,
+            before: Vec::new(),
+        };
+        for (ns, iface) in ends {
+            let was = netdev::offload(&ns, &iface, offload)?;
+            netdev::set_offload(&ns, &iface, offload, on)?;
+            set.before.push((ns, iface, was));
+        }
+        Ok(set)
+    }
+}
+
+impl Drop for OffloadsSet {
+    fn drop(&mut self) {
+        for (ns, iface, was) in &self.before {
+            if let Err(e) = netdev::set_offload(ns, iface, self.offload, *was) {
+                eprintln!(
+                    "peregrine: restoring {} on {ns}:{iface}: {e}",
+                    self.offload.ethtool_name()
+                );
+            }
+        }
+    }
 }
 
 /// One round's RFC 2544 figure of a contender in a scenario (an index into

@@ -150,9 +150,13 @@ pub struct BenchRouterArgs {
     /// Routes added for the large-table configurations.
     #[arg(long, default_value_t = 10_000)]
     pub routes: u32,
-    /// Only IPv4, one flow, direct and chain (a quick look).
+    /// Only IPv4, one flow, direct and chain, and one TCP stream (a quick
+    /// look).
     #[arg(long)]
     pub quick: bool,
+    /// Length of each iperf3 TCP transfer (3, 3s).
+    #[arg(long, default_value = "3s")]
+    pub tcp_time: DurationArg,
     /// Rounds per configuration; contenders alternate within each round so
     /// slow drifts of this noisy machine hit them alike. Ratios use medians.
     #[arg(long, default_value_t = 3)]
@@ -256,6 +260,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             resolution: a.resolution.into(),
             routes: a.routes,
             quick: a.quick,
+            tcp_time: a.tcp_time.into(),
             rounds: a.rounds,
             placement: (&a.placement).into(),
             out: a.out,
