@@ -64,6 +64,12 @@ PEREGRINE_MAP(BPF_MAP_TYPE_HASH, ROUTER_MAX_STEER, struct steer_l4_key, struct s
 PEREGRINE_MAP(BPF_MAP_TYPE_HASH, ROUTER_MAX_STEER, struct steer_mac_key, struct steer_target)
 	steer_mac SEC(".maps");
 
+/* The MAC of every router port (key: steer_mac_key, value: ifindex). A
+ * frame a chain's last container hands back is still addressed to the
+ * router port it first came in by, not to the port it comes back on: it is
+ * for this router, not for another host. */
+PEREGRINE_MAP(BPF_MAP_TYPE_HASH, ROUTER_MAX_IFINDEX, struct steer_mac_key, __u32) port_macs SEC(".maps");
+
 /* Type anchors: make the skeleton carry these for user space. */
 struct router_port_stats router_port_stats_anchor;
 struct router_port router_port_anchor;
@@ -136,17 +142,25 @@ static __always_inline __u32 hook_ingress(void *ctx, const int tc)
 
 /* A unicast frame for another host's MAC, which the kernel would drop as
  * PACKET_OTHERHOST. tc has the kernel's own answer; XDP compares with the
- * port's MAC when user space stored it. */
+ * port's MAC when user space stored it. Either way a frame addressed to
+ * another port of this router (coming back from a chain) is not foreign. */
 static __always_inline int hook_otherhost(void *ctx, const int tc, const struct ethhdr *eth,
 					  const struct router_port *port)
 {
-	if (tc)
-		return ((struct __sk_buff *)ctx)->pkt_type == PACKET_OTHERHOST;
-	if (!port || !(port->flags & ROUTER_PORT_MAC) || eth_is_group(eth->h_dest))
-		return 0;
-	/* Two loads a side (clang emits no inline memcmp for BPF). */
-	const __u8 *d = eth->h_dest, *m = port->mac;
-	return (*(__u32 *)d ^ *(__u32 *)m) | (*(__u16 *)(d + 4) ^ *(__u16 *)(m + 4));
+	if (tc) {
+		if (((struct __sk_buff *)ctx)->pkt_type != PACKET_OTHERHOST)
+			return 0;
+	} else {
+		if (!port || !(port->flags & ROUTER_PORT_MAC) || eth_is_group(eth->h_dest))
+			return 0;
+		/* Two loads a side (clang emits no inline memcmp for BPF). */
+		const __u8 *d = eth->h_dest, *m = port->mac;
+		if (!((*(__u32 *)d ^ *(__u32 *)m) | (*(__u16 *)(d + 4) ^ *(__u16 *)(m + 4))))
+			return 0;
+	}
+	struct steer_mac_key k = {};
+	__builtin_memcpy(k.mac, eth->h_dest, ETH_ALEN);
+	return !bpf_map_lookup_elem(&port_macs, &k);
 }
 
 /* Cuts the frame to `new_len` bytes (trailing bytes after the IP datagram,
@@ -242,11 +256,18 @@ static __always_inline struct steer_target *classify(struct ethhdr *eth, __u8 pr
  * rule before the main table took (local addresses and broadcasts in the
  * local table) and for no route at all (-ENETUNREACH). A second lookup,
  * straight in the main table without the neighbour, tells them apart: a
- * local address has its connected route there. (A local /32 with neither a
- * prefix nor a default route there counts as no route; the kernel still
- * delivers it.) */
+ * local address has its connected route there, an unroutable one nothing.
+ * IPv4 asks about the other address of the destination's /31 instead:
+ * without custom rules the kernel keeps main and local in one trie, and a
+ * main-table lookup of a local address finds its local /32 again (NOT_FWDED
+ * once more), while its neighbour falls under the connected prefix.
+ * Counted as no route although the kernel delivers them: a local address
+ * with neither a prefix nor a default route in main, and an IPv4 one whose
+ * /31 neighbour is local too. */
 static __always_inline enum router_action not_forwarded(void *ctx, struct bpf_fib_lookup *fib)
 {
+	if (fib->family == AF_INET)
+		fib->ipv4_dst ^= bpf_htonl(1);
 	fib->tbid = RT_TABLE_MAIN;
 	int rc = bpf_fib_lookup(ctx, fib, sizeof(*fib),
 				BPF_FIB_LOOKUP_DIRECT | BPF_FIB_LOOKUP_TBID | BPF_FIB_LOOKUP_SKIP_NEIGH);

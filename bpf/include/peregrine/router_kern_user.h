@@ -29,7 +29,7 @@ enum router_action {
 	ROUTER_PASS_NO_PORT,      /* egress is not a router port */
 	ROUTER_PASS_L2_GROUP,     /* broadcast/multicast MAC: the host's, never forwarded */
 	ROUTER_PASS_LINK_LOCAL,   /* IPv6 link-local source or destination: not routed */
-	ROUTER_DROP_OTHERHOST,    /* unicast MAC of another host (PACKET_OTHERHOST) */
+	ROUTER_DROP_OTHERHOST,    /* unicast MAC of another host, not a router port (PACKET_OTHERHOST) */
 	ROUTER_DROP_BAD_CSUM,     /* IPv4 header checksum wrong */
 	ROUTER_DROP_MARTIAN,      /* martian source: loopback, 0/8, multicast, broadcast, :: */
 	ROUTER_ACTIONS,
@@ -54,8 +54,9 @@ enum router_port_flags {
 	/* A router port: routed and steered frames may leave through it
 	 * (XDP: also its tx_ports DEVMAP entry). */
 	ROUTER_PORT_TX = 1 << 0,
-	/* router_port.mac holds the port's MAC. XDP has no pkt_type: it drops
-	 * unicast frames for another MAC by this (tc reads skb->pkt_type). */
+	/* router_port.mac holds the port's MAC (also a key of port_macs). XDP
+	 * has no pkt_type: it drops unicast frames for another MAC by this
+	 * (tc reads skb->pkt_type). */
 	ROUTER_PORT_MAC = 1 << 1,
 	/* tc: the port is a veth whose peer is in another network namespace (a
 	 * container): routed frames are delivered straight into the peer's

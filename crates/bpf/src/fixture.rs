@@ -69,7 +69,7 @@ impl TcAction {
             TcAction::Shot => peregrine_tc_act::PG_TC_ACT_SHOT,
             TcAction::Redirect => peregrine_tc_act::PG_TC_ACT_REDIRECT,
         };
-        v.0 as u32
+        v.0
     }
 }
 

@@ -112,11 +112,8 @@ const PINNED_MAPS: &[&str] = &[
     "steer_v6",
     "steer_l4",
     "steer_mac",
+    "port_macs",
 ];
-
-fn flag(f: router_port_flags) -> u32 {
-    f.0 as u32
-}
 
 /// The MAC address of `iface` in the calling thread's network namespace.
 fn mac_of(iface: &str) -> Result<MacAddr> {
@@ -199,9 +196,7 @@ impl RouterProgram {
             &ifindex.to_ne_bytes(),
             &format!("adding ifindex {ifindex} to the router's ports"),
         )?;
-        self.update_port(ifindex, |p| {
-            p.flags |= flag(router_port_flags::ROUTER_PORT_TX)
-        })
+        self.update_port(ifindex, |p| p.flags |= router_port_flags::ROUTER_PORT_TX.0)
     }
 
     /// Frames arriving on `ifindex` go on to `next_ifindex` (a service chain
@@ -215,12 +210,22 @@ impl RouterProgram {
     }
 
     /// Stores the MAC of port `ifindex`: the XDP program drops unicast
-    /// frames to any other MAC arriving there, as the kernel drops
-    /// PACKET_OTHERHOST frames (`attach` does this).
+    /// frames arriving there for a MAC that is neither this one nor another
+    /// router port's (chains hand frames back addressed to the port they
+    /// came in by), as the kernel drops PACKET_OTHERHOST frames; tc drops
+    /// those the kernel marked so, with the same exception (`attach` does
+    /// this).
     pub fn set_port_mac(&self, ifindex: u32, mac: MacAddr) -> Result<()> {
+        let k = steer_mac_key { mac: mac.0, pad: 0 };
+        maps::update(
+            &self.skel.maps.port_macs,
+            k.as_bytes(),
+            &ifindex.to_ne_bytes(),
+            &format!("recording the MAC of router port {ifindex}"),
+        )?;
         self.update_port(ifindex, |p| {
             p.mac = mac.0;
-            p.flags |= flag(router_port_flags::ROUTER_PORT_MAC);
+            p.flags |= router_port_flags::ROUTER_PORT_MAC.0;
         })
     }
 
@@ -234,7 +239,7 @@ impl RouterProgram {
     /// hook. The XDP program ignores it. If the peer is in this namespace
     /// after all, the kernel drops the frames.
     pub fn set_peer_delivery(&self, ifindex: u32, peer: bool) -> Result<()> {
-        let f = flag(router_port_flags::ROUTER_PORT_PEER);
+        let f = router_port_flags::ROUTER_PORT_PEER.0;
         self.update_port(ifindex, |p| {
             if peer {
                 p.flags |= f;
@@ -319,7 +324,7 @@ impl RouterProgram {
     /// changed after this process exits (with its links pinned too).
     pub fn pin_maps(&mut self, dir: &Path) -> Result<()> {
         let m = &mut self.skel.maps;
-        let maps: [(&str, &mut libbpf_rs::MapMut<'static>); 7] = [
+        let maps: [(&str, &mut libbpf_rs::MapMut<'static>); 8] = [
             ("port_stats", &mut m.port_stats),
             ("ports", &mut m.ports),
             ("tx_ports", &mut m.tx_ports),
@@ -327,6 +332,7 @@ impl RouterProgram {
             ("steer_v6", &mut m.steer_v6),
             ("steer_l4", &mut m.steer_l4),
             ("steer_mac", &mut m.steer_mac),
+            ("port_macs", &mut m.port_macs),
         ];
         debug_assert_eq!(maps.len(), PINNED_MAPS.len());
         for (name, map) in maps {
