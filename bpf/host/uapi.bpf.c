@@ -12,3 +12,4 @@ enum peregrine_ethtool_cmd ethtool_cmd_anchor;
 enum xdp_action xdp_action_anchor;
 enum peregrine_tc_act tc_act_anchor;
 struct xdp_md xdp_md_anchor;
+struct __sk_buff sk_buff_anchor; /* BPF_PROG_RUN context of tc programs */

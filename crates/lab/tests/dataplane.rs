@@ -234,7 +234,7 @@ fn route_added_with_ip_route_takes_effect_while_traffic_runs() {
         assert!(
             wait_until(Duration::from_secs(2), || count(
                 &dp.router.stats(in0).unwrap(),
-                "pass_local"
+                "pass_no_route"
             ) > 10_000),
             "unroutable frames go to the kernel"
         );

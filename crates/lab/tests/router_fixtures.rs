@@ -1,15 +1,19 @@
-//! BPF_PROG_RUN fixtures for router.bpf.c. The router's FIB lookups need a
-//! real namespace with routes and neighbours, so the fixtures run inside a
-//! small lab: a - r - b (routed), r - c (out1, not a router port).
-//! The cases that need no FIB (TTL, fragments, options, tags, malformed and
-//! cut frames) are in crates/bpf/src/router.rs.
-use peregrine_bpf::fixture::frames::{spec, with_protocol};
-use peregrine_bpf::fixture::{
-    assert_passed, check, check_table, router_actions_moved, Case, Expect, Fixture,
+//! BPF_PROG_RUN fixtures for router.bpf.c, both programs (XDP and tcx
+//! ingress). The router's FIB lookups need a real namespace with routes and
+//! neighbours, so the fixtures run inside a small lab: a - r - b (routed),
+//! r - c (out1, not a router port). The cases that need no FIB (TTL,
+//! fragments, options, tags, malformed and cut frames, martians, checksums,
+//! MACs) are in crates/bpf/src/router.rs.
+use peregrine_bpf::fixture::frames::{
+    bad_ip4_checksum, ip6_ext_header, spec, with_protocol, with_trailer, IPV6_DSTOPTS,
 };
-use peregrine_bpf::router::{action_name, FibMode, ACTIONS};
+use peregrine_bpf::fixture::{
+    assert_passed, check, check_table, router_actions_moved, Case, Expect, Fixture, TcAction,
+    Verdict,
+};
+use peregrine_bpf::router::{action_name, FibMode, RouterProgram, ACTIONS};
 use peregrine_bpf::testing::privileged;
-use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_bpf::{Hook, TcxDirection, XdpAction, XdpMode};
 use peregrine_dataplane::Dataplane;
 use peregrine_host::netns::NetnsGuard;
 use peregrine_lab::{Lab, Lifetime, Topology};
@@ -81,7 +85,8 @@ fn from_a(dst: &str, ttl: u8) -> UdpFrameSpec {
     }
 }
 
-/// The same frame as the router must send it on to b.
+/// The same frame as the router must send it on to b: XDP (and tc into a
+/// peer) rewrites the MACs itself.
 fn routed(mut s: UdpFrameSpec) -> Vec<u8> {
     s.src_mac = mac("02:50:00:00:02:01");
     s.dst_mac = mac("02:50:00:00:0b:01");
@@ -89,8 +94,316 @@ fn routed(mut s: UdpFrameSpec) -> Vec<u8> {
     build(&s)
 }
 
+/// The frame as tc hands it to bpf_redirect_neigh: TTL decremented, MACs
+/// as they came (the neighbour output writes them after the program).
+fn routed_neigh(mut s: UdpFrameSpec) -> Vec<u8> {
+    s.ttl -= 1;
+    build(&s)
+}
+
 fn build(s: &UdpFrameSpec) -> Vec<u8> {
     peregrine_bpf::fixture::frames::udp(s, b"hello")
+}
+
+/// Which program a table runs through, and how its routed frames leave.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Via {
+    Xdp,
+    /// tc, bpf_redirect_neigh.
+    TcNeigh,
+    /// tc, out0 flagged for bpf_redirect_peer.
+    TcPeer,
+}
+
+/// What a case expects, whichever hook runs it.
+enum Outcome {
+    /// Routed to b: the frame is (possibly with a trailer) this spec's.
+    Forward(UdpFrameSpec),
+    /// As Forward, the input and output frames changed alike by `edit`.
+    ForwardEdited(UdpFrameSpec, fn(&[u8]) -> Vec<u8>),
+    Pass,
+    Drop,
+}
+
+/// One row: the fixture for `via`, and the action it counts under.
+fn fixture(via: Via, in0: u32, name: &str, input: Vec<u8>, out: &Outcome) -> Fixture {
+    let tc = via != Via::Xdp;
+    let name = format!("{via:?}: {name}");
+    let routed_for = |s: &UdpFrameSpec| match via {
+        Via::TcNeigh => routed_neigh(s.clone()),
+        _ => routed(s.clone()),
+    };
+    let (verdict, output): (Verdict, Expect) = match out {
+        Outcome::Forward(s) => (
+            if tc {
+                TcAction::Redirect.into()
+            } else {
+                XdpAction::Redirect.into()
+            },
+            Expect::Frame(routed_for(s)),
+        ),
+        Outcome::ForwardEdited(s, edit) => (
+            if tc {
+                TcAction::Redirect.into()
+            } else {
+                XdpAction::Redirect.into()
+            },
+            Expect::Frame(edit(&routed_for(s))),
+        ),
+        Outcome::Pass => (
+            if tc {
+                TcAction::Ok.into()
+            } else {
+                XdpAction::Pass.into()
+            },
+            Expect::Unchanged,
+        ),
+        Outcome::Drop => (
+            if tc {
+                TcAction::Shot.into()
+            } else {
+                XdpAction::Drop.into()
+            },
+            Expect::Unchanged,
+        ),
+    };
+    Fixture::new(name, input, verdict, output).on(in0)
+}
+
+fn dstopts(f: &[u8]) -> Vec<u8> {
+    ip6_ext_header(f, IPV6_DSTOPTS)
+}
+
+/// The FIB table: (name, input, outcome, action), the same for every hook.
+fn fib_table() -> Vec<(&'static str, Vec<u8>, Outcome, &'static str)> {
+    use Outcome::{Drop, Forward, ForwardEdited, Pass};
+    // Neighbour solicitation (ICMPv6 to the solicited-node multicast group).
+    let ns_frame = with_protocol(&build(&from_a("ff02::1:ff00:2", 255)), ipproto::ICMPV6);
+    let mut foreign = from_a("198.19.0.5", 64);
+    foreign.dst_mac = mac("02:50:00:00:01:99");
+    // As a chain's container hands a frame back: addressed to the router
+    // port it first came in by, arriving on another. Routed, not foreign.
+    let mut other_port = from_a("198.19.0.5", 64);
+    other_port.dst_mac = mac("02:50:00:00:02:01");
+    let mut bcast = from_a("198.19.0.5", 64);
+    bcast.dst_mac = MacAddr::BROADCAST;
+    let mut martian = from_a("198.19.0.5", 64);
+    martian.src_ip = "127.0.0.1".parse().unwrap();
+    vec![
+        (
+            "ipv4 forward",
+            build(&from_a("198.19.0.5", 64)),
+            Forward(from_a("198.19.0.5", 64)),
+            "forward",
+        ),
+        (
+            "ipv6 forward",
+            build(&from_a("2001:db8:99::5", 64)),
+            Forward(from_a("2001:db8:99::5", 64)),
+            "forward",
+        ),
+        (
+            "ipv4 ttl 2 forward",
+            build(&from_a("198.19.0.5", 2)),
+            Forward(from_a("198.19.0.5", 2)),
+            "forward",
+        ),
+        (
+            "ipv4 trailing bytes trimmed",
+            with_trailer(&build(&from_a("198.19.0.5", 64)), 10),
+            Forward(from_a("198.19.0.5", 64)),
+            "forward",
+        ),
+        (
+            "ipv6 trailing bytes trimmed",
+            with_trailer(&build(&from_a("2001:db8:99::5", 64)), 7),
+            Forward(from_a("2001:db8:99::5", 64)),
+            "forward",
+        ),
+        (
+            "ipv6 destination options before udp",
+            dstopts(&build(&from_a("2001:db8:99::5", 64))),
+            ForwardEdited(from_a("2001:db8:99::5", 64), dstopts),
+            "forward",
+        ),
+        (
+            "addressed to another router port's mac",
+            build(&other_port),
+            Forward(other_port.clone()),
+            "forward",
+        ),
+        (
+            "unresolved neighbour",
+            build(&from_a("198.19.99.5", 64)),
+            Pass,
+            "pass_no_neigh",
+        ),
+        (
+            "ipv4 ttl 1",
+            build(&from_a("198.19.0.5", 1)),
+            Pass,
+            "pass_ttl",
+        ),
+        (
+            "ipv6 hop limit 1",
+            build(&from_a("2001:db8:99::5", 1)),
+            Pass,
+            "pass_ttl",
+        ),
+        (
+            "local destination",
+            build(&from_a("198.18.1.2", 64)),
+            Pass,
+            "pass_local",
+        ),
+        (
+            "ipv6 local destination",
+            build(&from_a("2001:db8:1::2", 64)),
+            Pass,
+            "pass_local",
+        ),
+        // bpf_fib_lookup says NOT_FWDED for this as for local traffic; the
+        // router's second lookup in the main table tells them apart.
+        (
+            "no route",
+            build(&from_a("198.18.200.1", 64)),
+            Pass,
+            "pass_no_route",
+        ),
+        (
+            "ipv6 no route",
+            build(&from_a("2001:db8:77::1", 64)),
+            Pass,
+            "pass_no_route",
+        ),
+        (
+            "egress not a router port",
+            build(&from_a("198.19.77.5", 64)),
+            Pass,
+            "pass_no_port",
+        ),
+        ("ipv6 neighbour solicitation", ns_frame, Pass, "pass_local"),
+        (
+            "foreign destination mac",
+            build(&foreign),
+            Drop,
+            "drop_otherhost",
+        ),
+        (
+            "broadcast mac, unicast ip",
+            build(&bcast),
+            Pass,
+            "pass_l2_group",
+        ),
+        (
+            "bad ipv4 header checksum",
+            bad_ip4_checksum(&build(&from_a("198.19.0.5", 64))),
+            Drop,
+            "drop_bad_csum",
+        ),
+        (
+            "martian source 127.0.0.1",
+            build(&martian),
+            Drop,
+            "drop_martian",
+        ),
+    ]
+}
+
+/// Runs the FIB table through `router` at `via`, then steering and chain
+/// continuation; checks verdicts, frames and counters.
+fn run_tables(router: &RouterProgram, via: Via, in0: u32, out0: u32) {
+    let prog = if via == Via::Xdp {
+        router.prog()
+    } else {
+        router.tc_prog()
+    };
+    let table = fib_table();
+    let forwards = table.iter().filter(|r| r.3 == "forward").count() as u64;
+    let cases: Vec<Case<Vec<&str>>> = table
+        .into_iter()
+        .map(|(name, input, out, action)| {
+            Case::new(fixture(via, in0, name, input, &out), vec![action])
+        })
+        .collect();
+    let tx_before = router.stats(out0).unwrap().tx_packets;
+    let bad = check_table(
+        prog,
+        &cases,
+        || router.stats(in0).unwrap(),
+        router_actions_moved,
+    );
+    assert_passed(&format!("router {via:?}"), &bad);
+    assert_eq!(
+        router.stats(out0).unwrap().tx_packets - tx_before,
+        forwards,
+        "{via:?}"
+    );
+
+    // Steering: matched frames go to the chain's port unchanged (no TTL or
+    // MAC rewrite: a container is a bump in the wire, not a router hop).
+    router.set_port(in0, 0, true).unwrap();
+    router
+        .steer_prefix("198.19.5.0".parse().unwrap(), 24, out0, 1)
+        .unwrap();
+    router.steer_l4(17, 6000, out0, 2).unwrap();
+    router.steer_mac(mac("02:50:00:00:0a:77"), out0, 3).unwrap();
+    let mut by_port = from_a("198.19.0.5", 64);
+    by_port.dst_port = 6000;
+    let mut by_mac = from_a("198.19.0.5", 64);
+    by_mac.src_mac = mac("02:50:00:00:0a:77");
+    let redirect: Verdict = if via == Via::Xdp {
+        XdpAction::Redirect.into()
+    } else {
+        TcAction::Redirect.into()
+    };
+    let steer = |name: &str, f: Vec<u8>| {
+        Fixture::new(format!("{via:?}: {name}"), f, redirect, Expect::Unchanged).on(in0)
+    };
+    let steered = [
+        steer(
+            "steer by destination prefix",
+            build(&from_a("198.19.5.9", 64)),
+        ),
+        steer("steer by udp port", build(&by_port)),
+        steer("steer by source mac", build(&by_mac)),
+        fixture(
+            via,
+            in0,
+            "unmatched is routed",
+            build(&from_a("198.19.0.5", 64)),
+            &Outcome::Forward(from_a("198.19.0.5", 64)),
+        ),
+    ];
+    // Chain continuation: frames coming back on out0 go on to in0 unchanged
+    // (addressed to in0's MAC, not out0's: no "other host" drop there).
+    router.set_port(out0, in0, false).unwrap();
+    let back = Fixture::new(
+        format!("{via:?}: chain continues"),
+        build(&from_a("198.19.0.5", 64)),
+        redirect,
+        Expect::Unchanged,
+    )
+    .on(out0);
+    let steer_before = count_in(&router.stats(in0).unwrap(), "steer");
+    let back_before = count_in(&router.stats(out0).unwrap(), "steer");
+    let failures: Vec<String> = steered
+        .iter()
+        .chain([&back])
+        .filter_map(|f| check(prog, f).err())
+        .map(|m| m.to_string())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(
+        count_in(&router.stats(in0).unwrap(), "steer") - steer_before,
+        3
+    );
+    assert_eq!(
+        count_in(&router.stats(out0).unwrap(), "steer") - back_before,
+        1
+    );
+    router.set_port(in0, 0, false).unwrap();
+    router.set_port(out0, 0, false).unwrap();
 }
 
 #[test]
@@ -110,120 +423,11 @@ fn router_fixtures() {
     .unwrap();
     let in0 = dp.ports[0].1.ifindex;
     let out0 = dp.ports[1].1.ifindex;
-    let _in_r = NetnsGuard::enter(&ns).unwrap();
-
-    let pass =
-        |name: &str, f: Vec<u8>| Fixture::new(name, f, XdpAction::Pass, Expect::Unchanged).on(in0);
-    let forward = |name: &str, s: UdpFrameSpec| {
-        Fixture::new(
-            name,
-            build(&s),
-            XdpAction::Redirect,
-            Expect::Frame(routed(s)),
-        )
-        .on(in0)
-    };
-    // Neighbour solicitation (ICMPv6 to the solicited-node multicast group).
-    let ns_frame = with_protocol(&build(&from_a("ff02::1:ff00:2", 255)), ipproto::ICMPV6);
-    let table: Vec<(Fixture, &str)> = vec![
-        (forward("ipv4 forward", from_a("198.19.0.5", 64)), "forward"),
-        (
-            forward("ipv6 forward", from_a("2001:db8:99::5", 64)),
-            "forward",
-        ),
-        (
-            forward("ipv4 ttl 2 forward", from_a("198.19.0.5", 2)),
-            "forward",
-        ),
-        (
-            pass("unresolved neighbour", build(&from_a("198.19.99.5", 64))),
-            "pass_no_neigh",
-        ),
-        (
-            pass("local destination", build(&from_a("198.18.1.2", 64))),
-            "pass_local",
-        ),
-        (
-            pass("no route", build(&from_a("198.18.200.1", 64))),
-            // No table entry at all: bpf_fib_lookup says NOT_FWDED, which
-            // the router counts with local traffic (the kernel answers).
-            "pass_local",
-        ),
-        (
-            pass(
-                "egress not a router port",
-                build(&from_a("198.19.77.5", 64)),
-            ),
-            "pass_no_port",
-        ),
-        (pass("ipv6 neighbour solicitation", ns_frame), "pass_local"),
-    ];
-    let cases: Vec<Case<Vec<&str>>> = table
-        .into_iter()
-        .map(|(fx, action)| Case::new(fx, vec![action]))
-        .collect();
-    let bad = check_table(
-        dp.router.prog(),
-        &cases,
-        || dp.router.stats(in0).unwrap(),
-        router_actions_moved,
-    );
-    assert_passed("router", &bad);
-    assert_eq!(dp.router.stats(out0).unwrap().tx_packets, 3);
-
-    // Steering: matched frames go to the chain's port unchanged (no TTL or
-    // MAC rewrite: a container is a bump in the wire, not a router hop).
-    dp.router.set_port(in0, 0, true).unwrap();
-    dp.router
-        .steer_prefix("198.19.5.0".parse().unwrap(), 24, out0, 1)
-        .unwrap();
-    dp.router.steer_l4(17, 6000, out0, 2).unwrap();
-    dp.router
-        .steer_mac(mac("02:50:00:00:0a:77"), out0, 3)
-        .unwrap();
-    let mut by_port = from_a("198.19.0.5", 64);
-    by_port.dst_port = 6000;
-    let mut by_mac = from_a("198.19.0.5", 64);
-    by_mac.src_mac = mac("02:50:00:00:0a:77");
-    let steer = |name: &str, f: Vec<u8>| {
-        Fixture::new(name, f, XdpAction::Redirect, Expect::Unchanged).on(in0)
-    };
-    let steered = [
-        steer(
-            "steer by destination prefix",
-            build(&from_a("198.19.5.9", 64)),
-        ),
-        steer("steer by udp port", build(&by_port)),
-        steer("steer by source mac", build(&by_mac)),
-        Fixture::new(
-            "unmatched is routed",
-            build(&from_a("198.19.0.5", 64)),
-            XdpAction::Redirect,
-            Expect::Frame(routed(from_a("198.19.0.5", 64))),
-        )
-        .on(in0),
-    ];
-    // Chain continuation: frames coming back on out0 go on to in0 unchanged.
-    dp.router.set_port(out0, in0, false).unwrap();
-    let back = Fixture::new(
-        "chain continues",
-        build(&from_a("198.19.0.5", 64)),
-        XdpAction::Redirect,
-        Expect::Unchanged,
-    )
-    .on(out0);
-    let failures: Vec<String> = steered
-        .iter()
-        .chain([&back])
-        .filter_map(|f| check(dp.router.prog(), f).err())
-        .map(|m| m.to_string())
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    let st = dp.router.stats(in0).unwrap();
-    assert_eq!(count_in(&st, "steer"), 3);
+    let in_r = NetnsGuard::enter(&ns).unwrap();
+    run_tables(&dp.router, Via::Xdp, in0, out0);
 
     // Direct FIB mode (BPF_FIB_LOOKUP_DIRECT) routes the same way here.
-    drop(_in_r);
+    drop(in_r);
     drop(dp);
     let direct = Dataplane::router(
         Some(&ns),
@@ -233,25 +437,28 @@ fn router_fixtures() {
         false,
     )
     .unwrap();
-    let _in_r = NetnsGuard::enter(&ns).unwrap();
+    let in_r = NetnsGuard::enter(&ns).unwrap();
     let fx = [
-        Fixture::new(
+        fixture(
+            Via::Xdp,
+            in0,
             "direct: ipv4 forward",
             build(&from_a("198.19.0.5", 64)),
-            XdpAction::Redirect,
-            Expect::Frame(routed(from_a("198.19.0.5", 64))),
-        )
-        .on(in0),
-        Fixture::new(
+            &Outcome::Forward(from_a("198.19.0.5", 64)),
+        ),
+        fixture(
+            Via::Xdp,
+            in0,
             "direct: ipv6 forward",
             build(&from_a("2001:db8:99::5", 64)),
-            XdpAction::Redirect,
-            Expect::Frame(routed(from_a("2001:db8:99::5", 64))),
-        )
-        .on(in0),
-        pass(
+            &Outcome::Forward(from_a("2001:db8:99::5", 64)),
+        ),
+        fixture(
+            Via::Xdp,
+            in0,
             "direct: unresolved neighbour",
             build(&from_a("198.19.99.5", 64)),
+            &Outcome::Pass,
         ),
     ];
     let failures: Vec<String> = fx
@@ -260,6 +467,28 @@ fn router_fixtures() {
         .map(|m| m.to_string())
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    drop(in_r);
+    drop(direct);
+
+    // The tc program, attached at tcx ingress of the same ports: the same
+    // table, forwarding through bpf_redirect_neigh; then with out0 flagged
+    // for bpf_redirect_peer (b's eth0 is in another namespace).
+    let _in_r = NetnsGuard::enter(&ns).unwrap();
+    let tc = RouterProgram::load(FibMode::Full).unwrap();
+    let hook = Hook::Tcx(TcxDirection::Ingress);
+    let links = [
+        tc.attach("in0", hook, false).unwrap(),
+        tc.attach("out0", hook, false).unwrap(),
+    ];
+    assert_eq!((links[0].ifindex, links[1].ifindex), (in0, out0));
+    run_tables(&tc, Via::TcNeigh, in0, out0);
+    tc.set_peer_delivery(out0, true).unwrap();
+    run_tables(&tc, Via::TcPeer, in0, out0);
+    assert!(
+        tc.attach("in0", Hook::Tcx(TcxDirection::Egress), false)
+            .is_err(),
+        "no router at tcx egress"
+    );
 }
 
 fn count_in(st: &peregrine_bpf::router::PortStats, name: &str) -> u64 {
