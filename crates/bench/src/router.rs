@@ -2,18 +2,18 @@
 //! same lab in the same run, per configuration, plus a 2-NF service chain,
 //! and real TCP (iperf3) through each forwarding path.
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::FibMode;
-use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_bpf::{Hook, TcxDirection, XdpAction, XdpMode};
 use peregrine_dataplane::{ChainConfig, ChainMatch, Dataplane, DataplaneConfig, NfConfig, NfKind};
 use peregrine_host::netdev::{self, Offload};
 use peregrine_host::nl::Netlink;
-use peregrine_host::signals;
+use peregrine_host::{netns, signals};
 use peregrine_lab::compare::median;
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{Placement, ResultFile, Rfc2544, Run, RunKey, RunParams};
@@ -43,6 +43,9 @@ pub struct RouterBenchConfig {
     pub quick: bool,
     /// Length of each iperf3 TCP transfer.
     pub tcp_time: Duration,
+    /// A local build of xdp-tools' xdp-forward, compared beside the XDP
+    /// router in the 1-flow scenarios when given.
+    pub xdp_forward: Option<PathBuf>,
     /// Rounds per scenario; contenders alternate within each round so slow
     /// drifts of a noisy machine hit them alike. Ratios use medians.
     pub rounds: u32,
@@ -59,8 +62,13 @@ pub struct RouterBenchConfig {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Contender {
     Linux,
+    /// peregrine's router at the XDP hook.
     Xdp,
+    /// peregrine's router at the tc (tcx ingress) hook.
+    Tc,
     XdpChain,
+    /// xdp-forward from xdp-tools (a local build, `--xdp-forward`).
+    XdpForward,
 }
 
 impl Contender {
@@ -69,9 +77,78 @@ impl Contender {
         match self {
             Contender::Linux => "linux forwarding",
             Contender::Xdp => "xdp router",
+            Contender::Tc => "tc router",
             Contender::XdpChain => "xdp router + 2-NF chain",
+            Contender::XdpForward => "xdp-forward (xdp-tools)",
         }
     }
+}
+
+/// A contender attached on the DUT, held only to be detached when dropped
+/// (a `Dataplane` or an `XdpForward`; nothing for Linux forwarding).
+type Attached = Option<Box<dyn std::any::Any>>;
+
+/// xdp-forward loaded on the DUT's in0 and out0, unloaded when dropped.
+struct XdpForward {
+    path: PathBuf,
+    ns: String,
+}
+
+impl XdpForward {
+    const PORTS: [&'static str; 2] = ["in0", "out0"];
+
+    fn run(&self, cmd: &str) -> Result<()> {
+        let out = netns::command(&self.ns, &self.path.to_string_lossy())?
+            .arg(cmd)
+            .args(Self::PORTS)
+            .output()
+            .with_context(|| format!("running {}", self.path.display()))?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "xdp-forward {cmd}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    fn load(path: &Path, ns: &str) -> Result<XdpForward> {
+        let x = XdpForward {
+            path: path.to_path_buf(),
+            ns: ns.into(),
+        };
+        // Full FIB lookups in native mode, as peregrine's router here.
+        x.run("load")?;
+        Ok(x)
+    }
+}
+
+impl Drop for XdpForward {
+    fn drop(&mut self) {
+        if let Err(e) = self.run("unload") {
+            eprintln!("peregrine: {e}");
+        }
+    }
+}
+
+/// Attaches `c` on the lab's DUT.
+fn attach(lab: &Lab, c: Contender, xdp_forward: Option<&Path>) -> Result<Attached> {
+    let dut = lab.ns("dut");
+    let ports = ["in0".to_string(), "out0".to_string()];
+    let router = |hook: Hook| Dataplane::router(Some(&dut), &ports, hook, FibMode::Full, false);
+    Ok(match c {
+        Contender::Linux => None,
+        Contender::Xdp => Some(Box::new(router(Hook::Xdp(XdpMode::Native))?)),
+        Contender::Tc => Some(Box::new(router(Hook::Tcx(TcxDirection::Ingress))?)),
+        Contender::XdpChain => Some(Box::new(Dataplane::deploy(
+            &lab.topo,
+            &chain_config(lab.name()),
+        )?)),
+        Contender::XdpForward => match xdp_forward {
+            Some(p) => Some(Box::new(XdpForward::load(p, &dut)?)),
+            None => anyhow::bail!("xdp-forward is compared only with --xdp-forward PATH"),
+        },
+    })
 }
 
 /// One traffic and routing-table set-up the contenders are compared in.
@@ -138,13 +215,20 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     let mut figures: Vec<Figure> = Vec::new();
 
     let both = vec![Contender::Linux, Contender::Xdp];
+    // The hooks and peers side by side where they are compared: 1 flow.
+    let mut hooks = vec![Contender::Linux, Contender::Tc, Contender::Xdp];
+    if a.xdp_forward.is_some() {
+        hooks.push(Contender::XdpForward);
+    } else {
+        eprintln!("xdp-forward not compared: give --xdp-forward PATH (a local build of xdp-tools)");
+    }
     let mut scenarios = vec![Scenario {
         name: "ipv4, 1 flow".into(),
         v6: false,
         flows: 1,
         vary_dst: false,
         big_table: false,
-        contenders: vec![Contender::Linux, Contender::Xdp, Contender::XdpChain],
+        contenders: [hooks.as_slice(), &[Contender::XdpChain]].concat(),
     }];
     if !a.quick {
         scenarios.extend([
@@ -154,7 +238,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
                 flows: 1,
                 vary_dst: false,
                 big_table: false,
-                contenders: both.clone(),
+                contenders: hooks.clone(),
             },
             Scenario {
                 name: "ipv4, 100 flows".into(),
@@ -227,19 +311,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
             for &c in &cfg.contenders {
                 signals::check()?;
                 // The data plane under test; dropped (detached) after the contender.
-                let _dp = match c {
-                    Contender::Linux => None,
-                    Contender::Xdp => Some(Dataplane::router(
-                        Some(&dut),
-                        &["in0".into(), "out0".into()],
-                        XdpMode::Native,
-                        FibMode::Full,
-                        false,
-                    )?),
-                    Contender::XdpChain => {
-                        Some(Dataplane::deploy(&lab.topo, &chain_config(lab.name()))?)
-                    }
-                };
+                let _dp = attach(&lab, c, a.xdp_forward.as_deref())?;
                 let gen =
                     Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
                 // After the data plane and the generator's pass-through are
@@ -284,7 +356,14 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
         for cfg in &tcp_scenarios {
             for &c in &cfg.contenders {
                 signals::check()?;
-                runs.push(tcp_run(&lab, c, cfg, round, a.tcp_time)?);
+                runs.push(tcp_run(
+                    &lab,
+                    c,
+                    cfg,
+                    round,
+                    a.tcp_time,
+                    a.xdp_forward.as_deref(),
+                )?);
             }
         }
     }
@@ -322,7 +401,7 @@ fn tcp_scenarios(quick: bool) -> Vec<TcpScenario> {
                 ),
                 v6,
                 streams,
-                contenders: vec![Contender::Linux, Contender::Xdp],
+                contenders: vec![Contender::Linux, Contender::Tc, Contender::Xdp],
             });
         }
     }
@@ -344,19 +423,15 @@ fn path_ends() -> [(&'static str, &'static str); 4] {
 /// redirected frame keeps them and the receiver drops it), so its runs turn
 /// that offload off on the path for their duration, and say so; the others
 /// run at the kernel's defaults.
-fn tcp_run(lab: &Lab, c: Contender, cfg: &TcpScenario, round: u32, time: Duration) -> Result<Run> {
-    let dut = lab.ns("dut");
-    let _dp = match c {
-        Contender::Linux => None,
-        Contender::Xdp => Some(Dataplane::router(
-            Some(&dut),
-            &["in0".into(), "out0".into()],
-            XdpMode::Native,
-            FibMode::Full,
-            false,
-        )?),
-        Contender::XdpChain => anyhow::bail!("the chain is not a TCP contender"),
-    };
+fn tcp_run(
+    lab: &Lab,
+    c: Contender,
+    cfg: &TcpScenario,
+    round: u32,
+    time: Duration,
+    xdp_forward: Option<&Path>,
+) -> Result<Run> {
+    let _dp = attach(lab, c, xdp_forward)?;
     let mut notes = vec![
         "iperf3 client in gen, server in sink, through the dut; processes and receive work unpinned".to_string(),
     ];
@@ -488,31 +563,33 @@ fn median_throughput(
 /// bound, and so is a ratio over it ("or more").
 fn print_ratios(scenarios: &[Scenario], figures: &[Figure]) {
     let show = |(v, gl): (f64, bool)| format!("{}{:.3} Mpps", if gl { ">= " } else { "" }, v / 1e6);
+    let pairs = [
+        (Contender::Xdp, Contender::Linux),
+        (Contender::Tc, Contender::Linux),
+        (Contender::Xdp, Contender::XdpForward),
+        (Contender::XdpChain, Contender::Xdp),
+    ];
     for (si, cfg) in scenarios.iter().enumerate() {
-        let x = median_throughput(figures, si, Contender::Xdp);
-        let l = median_throughput(figures, si, Contender::Linux);
-        let ch = median_throughput(figures, si, Contender::XdpChain);
-        if let (Some(x), Some(l)) = (x, l) {
+        for (top, bottom) in pairs {
+            let (Some(t), Some(b)) = (
+                median_throughput(figures, si, top),
+                median_throughput(figures, si, bottom),
+            ) else {
+                continue;
+            };
             println!(
-                "ratio  {}: xdp {} / linux {} = {:.2}x{} (medians)",
+                "ratio  {}: {} {} / {} {} = {:.2}x{} (medians)",
                 cfg.name,
-                show(x),
-                show(l),
-                x.0 / l.0.max(1.0),
-                if x.1 {
-                    " or more (xdp generator-limited)"
+                top.label(),
+                show(t),
+                bottom.label(),
+                show(b),
+                t.0 / b.0.max(1.0),
+                if t.1 {
+                    " or more (generator-limited)"
                 } else {
                     ""
                 }
-            );
-        }
-        if let (Some(ch), Some(x)) = (ch, x) {
-            println!(
-                "ratio  {}: 2-NF chain {} / direct {} = {:.2} (medians)",
-                cfg.name,
-                show(ch),
-                show(x),
-                ch.0 / x.0.max(1.0)
             );
         }
     }

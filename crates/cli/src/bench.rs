@@ -157,6 +157,10 @@ pub struct BenchRouterArgs {
     /// Length of each iperf3 TCP transfer (3, 3s).
     #[arg(long, default_value = "3s")]
     pub tcp_time: DurationArg,
+    /// A local build of xdp-tools' xdp-forward to compare beside the XDP
+    /// router in the 1-flow scenarios (never shipped with peregrine).
+    #[arg(long, value_name = "PATH")]
+    pub xdp_forward: Option<PathBuf>,
     /// Rounds per configuration; contenders alternate within each round so
     /// slow drifts of this noisy machine hit them alike. Ratios use medians.
     #[arg(long, default_value_t = 3)]
@@ -261,6 +265,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             routes: a.routes,
             quick: a.quick,
             tcp_time: a.tcp_time.into(),
+            xdp_forward: a.xdp_forward,
             rounds: a.rounds,
             placement: (&a.placement).into(),
             out: a.out,

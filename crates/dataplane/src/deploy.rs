@@ -6,7 +6,7 @@ use std::path::Path;
 
 use peregrine_bpf::nf::{NfProgram, NfSetup};
 use peregrine_bpf::router::{FibMode, PortStats, RouterProgram};
-use peregrine_bpf::{Link, XdpMode, XdpProgram};
+use peregrine_bpf::{Hook, Link, XdpProgram};
 use peregrine_host::netns;
 
 use crate::config::{ChainMatch, DataplaneConfig, NfKind};
@@ -36,18 +36,20 @@ pub struct Dataplane {
 }
 
 impl Dataplane {
-    /// Attaches the router to `ports` of namespace `ns` (None: the caller's).
+    /// Attaches the router to `ports` of namespace `ns` (None: the caller's)
+    /// at `hook` (an `XdpMode` for XDP).
     pub fn router(
         ns: Option<&str>,
         ports: &[String],
-        mode: XdpMode,
+        hook: impl Into<Hook>,
         fib: FibMode,
         classify: bool,
     ) -> Result<Dataplane> {
+        let hook = hook.into();
         let router = RouterProgram::load(fib)?;
         let mut links = Vec::new();
         for p in ports {
-            let l = netns::run_in_opt(ns, || router.attach(p, mode, classify))??;
+            let l = netns::run_in_opt(ns, || router.attach(p, hook, classify))??;
             links.push((p.clone(), l));
         }
         Ok(Dataplane {
