@@ -92,6 +92,9 @@ fn chain_config(lab: &str) -> DataplaneConfig {
         router: "dut".into(),
         ports: vec!["in0".into(), "out0".into()],
         mode: XdpMode::Native,
+        // The benchmark measures the XDP router (the lab's veths have TX
+        // checksum offload off, so XDP is right there).
+        hook: peregrine_dataplane::HookChoice::Xdp,
         fib: FibMode::Full,
         nfs: vec![reflect("c1"), reflect("c2")],
         chains: vec![ChainConfig {

@@ -11,8 +11,9 @@ use peregrine_host::netns;
 
 use crate::config::{ChainMatch, DataplaneConfig, NfKind};
 use crate::error::{DataplaneError, Result};
+use crate::hook::{pick, RouterHook};
 use crate::hosts::{HostIface, Hosts};
-use crate::peer::{ensure_xdp_receiver, PassThrough};
+use crate::peer::{ensure_peer_receives, ensure_xdp_receiver, PassThrough};
 use crate::pins;
 
 /// A network function running in a container.
@@ -28,6 +29,8 @@ pub struct Dataplane {
     pub router: RouterProgram,
     /// None: the namespace of the process that attached it.
     pub router_ns: Option<String>,
+    /// Where the router runs on every port.
+    pub hook: RouterHook,
     /// (port name, link)
     pub ports: Vec<(String, Link)>,
     pub nfs: Vec<RunningNf>,
@@ -36,7 +39,8 @@ pub struct Dataplane {
 }
 
 impl Dataplane {
-    /// Attaches the router to `ports` of namespace `ns` (None: the caller's).
+    /// Attaches the router to `ports` of namespace `ns` (None: the caller's)
+    /// at the XDP hook.
     pub fn router(
         ns: Option<&str>,
         ports: &[String],
@@ -44,15 +48,32 @@ impl Dataplane {
         fib: FibMode,
         classify: bool,
     ) -> Result<Dataplane> {
+        Dataplane::router_at(ns, ports, RouterHook::Xdp(mode), fib, classify)
+    }
+
+    /// Attaches the router to `ports` of namespace `ns` (None: the caller's)
+    /// at `hook`. On error nothing stays attached: the links made so far
+    /// close when they drop.
+    pub fn router_at(
+        ns: Option<&str>,
+        ports: &[String],
+        hook: RouterHook,
+        fib: FibMode,
+        classify: bool,
+    ) -> Result<Dataplane> {
+        if hook == RouterHook::Tc {
+            check_tc()?;
+        }
         let router = RouterProgram::load(fib)?;
         let mut links = Vec::new();
         for p in ports {
-            let l = netns::run_in_opt(ns, || router.attach(p, mode, classify))??;
+            let l = netns::run_in_opt(ns, || attach_port(&router, p, hook, classify))??;
             links.push((p.clone(), l));
         }
         Ok(Dataplane {
             router,
             router_ns: ns.map(str::to_string),
+            hook,
             ports: links,
             nfs: Vec::new(),
             peers: Vec::new(),
@@ -62,10 +83,14 @@ impl Dataplane {
     /// Deploys `cfg` on `hosts`.
     pub fn deploy(hosts: &impl Hosts, cfg: &DataplaneConfig) -> Result<Dataplane> {
         let rns = hosts.netns(&cfg.router)?;
-        let mut dp = Dataplane::router(
+        let hook = match netns::run_in(&rns, || pick(cfg.hook, None, &cfg.ports))??.hook {
+            RouterHook::Xdp(_) => RouterHook::Xdp(cfg.mode),
+            RouterHook::Tc => RouterHook::Tc,
+        };
+        let mut dp = Dataplane::router_at(
             Some(&rns),
             &cfg.ports,
-            cfg.mode,
+            hook,
             cfg.fib,
             !cfg.chains.is_empty(),
         )?;
@@ -98,7 +123,7 @@ impl Dataplane {
             let out_port = router_side(&n.host, n.out_iface())?;
             for p in [&in_port, &out_port] {
                 if !dp.ports.iter().any(|(name, _)| name == p) {
-                    let l = netns::run_in(&rns, || dp.router.attach(p, cfg.mode, false))??;
+                    let l = netns::run_in(&rns, || attach_port(&dp.router, p, hook, false))??;
                     dp.ports.push((p.clone(), l));
                 }
             }
@@ -143,6 +168,9 @@ impl Dataplane {
     /// Makes every port's veth peer accept the frames the router redirects
     /// to it (veth drops them unless the receiving end runs XDP).
     pub fn prepare_peers(&mut self, hosts: &impl Hosts, router_host: &str) -> Result<()> {
+        if self.hook == RouterHook::Tc {
+            return Ok(());
+        }
         for (port, _) in &self.ports {
             let end = HostIface {
                 host: router_host.to_string(),
@@ -152,6 +180,22 @@ impl Dataplane {
                 if let Some(p) = ensure_xdp_receiver(&hosts.netns(&peer.host)?, &peer.iface)? {
                     self.peers.push(p);
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Outside labs: makes every port's veth peer (found from the port,
+    /// in whatever namespace it is) accept what the XDP router redirects to
+    /// it. The tc router needs nothing there.
+    pub fn prepare_peers_here(&mut self) -> Result<()> {
+        if self.hook == RouterHook::Tc {
+            return Ok(());
+        }
+        let ns = self.router_ns.clone();
+        for (port, _) in &self.ports {
+            if let Some(p) = netns::run_in_opt(ns.as_deref(), || ensure_peer_receives(port))?? {
+                self.peers.push(p);
             }
         }
         Ok(())
@@ -181,5 +225,39 @@ impl Dataplane {
             .iter()
             .map(|(n, l)| Ok((n.clone(), l.ifindex, self.router.stats(l.ifindex)?)))
             .collect()
+    }
+}
+
+/// Whether this build has the tc router (the tc program is being written
+/// on branch i-tcbpf; until it is merged, the tc hook is refused up front).
+pub const TC_ROUTER: bool = false;
+
+/// Refuses the tc hook in a build without the tc router, before anything
+/// is loaded or attached.
+pub fn check_tc() -> Result<()> {
+    if TC_ROUTER {
+        return Ok(());
+    }
+    Err(DataplaneError::Config(
+        "the tc router is not in this build yet; use --hook xdp (and turn tx-checksumming and gso off on the ports' veth peers: ethtool -K <peer> tx off gso off)".into(),
+    ))
+}
+
+/// Attaches the router to `iface` (in the calling thread's namespace) at
+/// `hook` and makes it a port.
+fn attach_port(
+    router: &RouterProgram,
+    iface: &str,
+    hook: RouterHook,
+    classify: bool,
+) -> Result<Link> {
+    match hook {
+        RouterHook::Xdp(mode) => Ok(router.attach(iface, mode, classify)?),
+        RouterHook::Tc => {
+            check_tc()?;
+            Err(DataplaneError::Config(format!(
+                "cannot attach the tc router to {iface}: not in this build"
+            )))
+        }
     }
 }
