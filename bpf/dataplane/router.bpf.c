@@ -1,12 +1,25 @@
 // SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
-/* XDP router with service-chain steering.
+/* Router with service-chain steering, at two hooks: XDP (`router`) and tcx
+ * ingress (`router_tc`). Both run route() below and share every map, so
+ * ports, steering rules and counters are the same whichever hook a port
+ * uses; the per-hook differences (context, verdict values, the way out) are
+ * the small hook_* functions, each taking a constant `tc` so the compiler
+ * keeps one side per program.
  *
  * IPv4/IPv6 frames are routed with bpf_fib_lookup() (full or direct mode, set
- * at load time): TTL/hop limit decremented (IPv4 checksum patched), MACs
- * rewritten, then redirected through a DEVMAP (bulked) to the egress port.
- * Whatever the router does not handle goes to the kernel (XDP_PASS) so ARP,
- * ND, ICMP errors and local traffic keep working: non-IP, VLAN tags, IPv4
- * options and fragments, TTL <= 1, unresolved neighbours, local or
+ * at load time), TTL/hop limit decremented (IPv4 checksum patched). XDP
+ * rewrites the MACs and redirects through a DEVMAP (bulked). tc hands the
+ * frame to bpf_redirect_neigh(), which keeps the skb's GSO and
+ * CHECKSUM_PARTIAL state (TCP from a local sender at default veth offloads
+ * works), or, on ports flagged ROUTER_PORT_PEER (a container's veth),
+ * rewrites the MACs and delivers it into the peer's namespace with
+ * bpf_redirect_peer().
+ *
+ * What Linux's forwarding path drops is dropped (bad IPv4 header checksum,
+ * martian sources, frames for another host's MAC). Whatever the router does
+ * not handle goes to the kernel (pass) so ARP, ND, ICMP errors and local
+ * traffic keep working: non-IP, VLAN tags, IP options and fragments,
+ * broadcast/multicast MACs, TTL <= 1, unresolved neighbours, local or
  * unroutable destinations, egress ports not under the router.
  *
  * Steering: on ports marked `classify`, frames matching a rule (destination
@@ -15,6 +28,9 @@
  * container's port continue to that port's `next_ifindex`, or are routed.
  */
 #include <linux/bpf.h>
+#include <linux/if_packet.h>
+#include <linux/pkt_cls.h>
+#include <linux/rtnetlink.h>
 #include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/router_kern_user.h"
@@ -26,8 +42,9 @@
  * of the ingress device (main unless an l3mdev says otherwise). */
 const volatile __u32 fib_flags = 0;
 
-/* Egress ports, indexed by ifindex: an array devmap is a direct index, the
- * cheapest lookup on the hot path. */
+/* XDP's egress ports, indexed by ifindex: an array devmap is a direct
+ * index, the cheapest lookup on the hot path (tc checks ROUTER_PORT_TX in
+ * `ports`; user space keeps the two in step). */
 PEREGRINE_MAP(BPF_MAP_TYPE_DEVMAP, ROUTER_MAX_IFINDEX, __u32, __u32) tx_ports SEC(".maps");
 
 PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, ROUTER_MAX_IFINDEX, __u32, struct router_port_stats)
@@ -56,12 +73,8 @@ struct steer_l4_key steer_l4_key_anchor;
 struct steer_mac_key steer_mac_key_anchor;
 struct steer_target steer_target_anchor;
 enum router_action router_action_anchor;
+enum router_port_flags router_port_flags_anchor;
 enum router_limits router_limits_anchor;
-
-static __always_inline __u32 slot_of(__u32 ifindex)
-{
-	return ifindex < ROUTER_MAX_IFINDEX ? ifindex : 0;
-}
 
 static __always_inline int done(struct router_port_stats *st, enum router_action a, __u64 len, int verdict)
 {
@@ -72,16 +85,104 @@ static __always_inline int done(struct router_port_stats *st, enum router_action
 	return verdict;
 }
 
-/* Picks `egress` as the redirect target if it is a router port. Only the
- * target is recorded here (the kernel redirects after the program returns),
- * so the frame can still be rewritten after a yes, and goes to the kernel as
- * it arrived after a no. */
-static __always_inline int pick(__u32 egress)
+/* Per-hook pieces. `tc` is a constant at every call site (route() is
+ * inlined into each program), so each program keeps only its own side and
+ * the verifier never sees the other hook's helpers. */
+
+static __always_inline int hook_pass(const int tc)
 {
-	return bpf_redirect_map(&tx_ports, egress, XDP_PASS) == XDP_REDIRECT;
+	return tc ? TC_ACT_OK : XDP_PASS;
 }
 
-static __always_inline int sent(struct router_port_stats *st, __u32 egress, enum router_action a, __u64 len)
+static __always_inline int hook_drop(const int tc)
+{
+	return tc ? TC_ACT_SHOT : XDP_DROP;
+}
+
+/* Length of the whole frame: at tc the skb may hold more than its linear
+ * part, so the cursor's end is not the frame's. */
+static __always_inline __u64 hook_len(void *ctx, const int tc)
+{
+	if (tc)
+		return ((struct __sk_buff *)ctx)->len;
+	struct xdp_md *x = ctx;
+	return x->data_end - x->data;
+}
+
+/* Headers the router reads: Ethernet, two tags, an IPv4 header with the
+ * longest options (or IPv6), the L4 ports. */
+#define ROUTER_HEADERS (14 + 8 + 60 + 4)
+
+/* A cursor over the frame's headers. tc pulls them into the linear part
+ * first when a sender left them paged (rare on veth; costs a copy of the
+ * headers only, never of the payload). */
+static __always_inline struct cursor hook_cursor(void *ctx, const int tc)
+{
+	if (!tc)
+		return xdp_cursor(ctx);
+	struct __sk_buff *skb = ctx;
+	__u32 want = skb->len < ROUTER_HEADERS ? skb->len : ROUTER_HEADERS;
+	if ((long)skb->data_end - (long)skb->data < want)
+		bpf_skb_pull_data(skb, want);
+	return skb_cursor(skb);
+}
+
+static __always_inline __u32 hook_ingress(void *ctx, const int tc)
+{
+	if (tc)
+		return ((struct __sk_buff *)ctx)->ifindex;
+	return ((struct xdp_md *)ctx)->ingress_ifindex;
+}
+
+/* A unicast frame for another host's MAC, which the kernel would drop as
+ * PACKET_OTHERHOST. tc has the kernel's own answer; XDP compares with the
+ * port's MAC when user space stored it. */
+static __always_inline int hook_otherhost(void *ctx, const int tc, const struct ethhdr *eth,
+					  const struct router_port *port)
+{
+	if (tc)
+		return ((struct __sk_buff *)ctx)->pkt_type == PACKET_OTHERHOST;
+	if (!port || !(port->flags & ROUTER_PORT_MAC) || eth_is_group(eth->h_dest))
+		return 0;
+	/* Two loads a side (clang emits no inline memcmp for BPF). */
+	const __u8 *d = eth->h_dest, *m = port->mac;
+	return (*(__u32 *)d ^ *(__u32 *)m) | (*(__u16 *)(d + 4) ^ *(__u16 *)(m + 4));
+}
+
+/* Cuts the frame to `new_len` bytes (trailing bytes after the IP datagram,
+ * which ip_rcv would trim too). Packet pointers are invalid afterwards. */
+static __always_inline int hook_trim(void *ctx, const int tc, __u64 len, __u32 new_len)
+{
+	if (tc)
+		return bpf_skb_change_tail(ctx, new_len, 0);
+	return bpf_xdp_adjust_tail(ctx, (int)new_len - (int)len);
+}
+
+static __always_inline __u32 slot_of(__u32 ifindex)
+{
+	return ifindex < ROUTER_MAX_IFINDEX ? ifindex : 0;
+}
+
+static __always_inline struct router_port *port_of(__u32 ifindex)
+{
+	__u32 slot = slot_of(ifindex);
+	return bpf_map_lookup_elem(&ports, &slot);
+}
+
+/* Whether `egress` is a router port frames may leave by. XDP also records
+ * it as the redirect target (the kernel redirects after the program
+ * returns), so the frame can still be rewritten after a yes, and goes to
+ * the kernel as it arrived after a no. */
+static __always_inline int hook_pick(const int tc, __u32 egress)
+{
+	if (!tc)
+		return bpf_redirect_map(&tx_ports, egress, XDP_PASS) == XDP_REDIRECT;
+	struct router_port *p = port_of(egress);
+	return p && (p->flags & ROUTER_PORT_TX);
+}
+
+static __always_inline int sent(struct router_port_stats *st, __u32 egress, enum router_action a, __u64 len,
+				int verdict)
 {
 	__u32 eslot = slot_of(egress);
 	struct router_port_stats *tx = bpf_map_lookup_elem(&port_stats, &eslot);
@@ -89,15 +190,19 @@ static __always_inline int sent(struct router_port_stats *st, __u32 egress, enum
 		tx->tx_packets++;
 		tx->tx_bytes += len;
 	}
-	return done(st, a, len, XDP_REDIRECT);
+	return done(st, a, len, verdict);
 }
 
-/* Sends the frame unchanged to `egress`, or passes it if that is no port. */
-static __always_inline int send(struct router_port_stats *st, __u32 egress, enum router_action a, __u64 len)
+/* Sends the frame unchanged out of `egress` (a chain hop), or passes it if
+ * that is no port. tc uses a plain egress redirect, never the peer one:
+ * the container's network function may be an XDP program, which only a
+ * frame sent through the veth reaches. */
+static __always_inline int send(const int tc, struct router_port_stats *st, __u32 egress, enum router_action a,
+				__u64 len)
 {
-	if (!pick(egress))
-		return done(st, ROUTER_PASS_NO_PORT, len, XDP_PASS);
-	return sent(st, egress, a, len);
+	if (!hook_pick(tc, egress))
+		return done(st, ROUTER_PASS_NO_PORT, len, hook_pass(tc));
+	return sent(st, egress, a, len, tc ? bpf_redirect(egress, 0) : XDP_REDIRECT);
 }
 
 static __always_inline void ipv4_decrease_ttl(struct iphdr *ip)
@@ -133,114 +238,228 @@ static __always_inline struct steer_target *classify(struct ethhdr *eth, __u8 pr
 	return bpf_map_lookup_elem(&steer_mac, &km);
 }
 
-SEC("xdp")
-int router(struct xdp_md *ctx)
+/* Why bpf_fib_lookup() said NOT_FWDED: it says so both for destinations a
+ * rule before the main table took (local addresses and broadcasts in the
+ * local table) and for no route at all (-ENETUNREACH). A second lookup,
+ * straight in the main table without the neighbour, tells them apart: a
+ * local address has its connected route there. (A local /32 with neither a
+ * prefix nor a default route there counts as no route; the kernel still
+ * delivers it.) */
+static __always_inline enum router_action not_forwarded(void *ctx, struct bpf_fib_lookup *fib)
 {
-	struct cursor c = xdp_cursor(ctx);
-	__u64 len = c.end - c.pos;
-	__u32 in = ctx->ingress_ifindex;
+	fib->tbid = RT_TABLE_MAIN;
+	int rc = bpf_fib_lookup(ctx, fib, sizeof(*fib),
+				BPF_FIB_LOOKUP_DIRECT | BPF_FIB_LOOKUP_TBID | BPF_FIB_LOOKUP_SKIP_NEIGH);
+	return rc == BPF_FIB_LKUP_RET_NOT_FWDED ? ROUTER_PASS_NO_ROUTE : ROUTER_PASS_LOCAL;
+}
+
+/* Sends a routed frame out of fib->ifindex: trims what follows the IP
+ * datagram (`dgram` bytes after the Ethernet header), decrements TTL/hop
+ * limit, then XDP rewrites the MACs and redirects; tc lets the neighbour
+ * subsystem fill in the MACs (bpf_redirect_neigh, next hop from the
+ * lookup), or rewrites them and enters the container (bpf_redirect_peer). */
+static __always_inline int forward(void *ctx, const int tc, struct router_port_stats *st,
+				   struct bpf_fib_lookup *fib, int v6, __u32 dgram, __u64 len)
+{
+	__u32 want = sizeof(struct ethhdr) + dgram;
+
+	if (want < len && hook_trim(ctx, tc, len, want))
+		return done(st, ROUTER_PASS_MALFORMED, len, hook_pass(tc));
+
+	/* Pointers from before a trim are gone: take the headers again
+	 * (untagged, so the IP header is right after Ethernet). */
+	struct cursor c = tc ? skb_cursor(ctx) : xdp_cursor(ctx);
+	struct ethhdr *eth = cursor_take(&c, sizeof(*eth));
+	if (!eth)
+		return done(st, ROUTER_PASS_MALFORMED, len, hook_pass(tc));
+	if (v6) {
+		struct ipv6hdr *ip6 = cursor_take(&c, sizeof(*ip6));
+		if (!ip6)
+			return done(st, ROUTER_PASS_MALFORMED, len, hook_pass(tc));
+		/* An skb with CHECKSUM_COMPLETE carries the sum over the
+		 * header; the kernel's ip6_forward drops that state, here it
+		 * is kept true (a no-op for any other skb). */
+		__u16 *hop_word = (__u16 *)((void *)ip6 + 6);
+		__u16 old = *hop_word;
+		ip6->hop_limit--;
+		if (tc)
+			bpf_csum_update(ctx, (__u32)(__u16)~old + *hop_word);
+	} else {
+		struct iphdr *ip = cursor_take(&c, sizeof(*ip));
+		if (!ip)
+			return done(st, ROUTER_PASS_MALFORMED, len, hook_pass(tc));
+		ipv4_decrease_ttl(ip);
+	}
+
+	if (tc) {
+		struct router_port *out = port_of(fib->ifindex);
+		if (out && (out->flags & ROUTER_PORT_PEER)) {
+			__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
+			__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+			return sent(st, fib->ifindex, ROUTER_FORWARD, len, bpf_redirect_peer(fib->ifindex, 0));
+		}
+		struct bpf_redir_neigh nh = {};
+		if (v6) {
+			nh.nh_family = AF_INET6;
+			__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, 16);
+		} else {
+			nh.nh_family = AF_INET;
+			nh.ipv4_nh = fib->ipv4_dst;
+		}
+		return sent(st, fib->ifindex, ROUTER_FORWARD, len,
+			    bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0));
+	}
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+	return sent(st, fib->ifindex, ROUTER_FORWARD, len, XDP_REDIRECT);
+}
+
+/* The router, for either hook. Checks run in the order Linux's input path
+ * makes them where it matters (ip_rcv_core: other host, header checksum,
+ * trailing bytes; route input: martians, multicast; ip_forward: TTL). */
+static __always_inline int route(void *ctx, const int tc)
+{
+	struct cursor c = hook_cursor(ctx, tc);
+	__u64 len = hook_len(ctx, tc);
+	__u32 in = hook_ingress(ctx, tc);
 	__u32 slot = slot_of(in);
 	struct router_port_stats *st = bpf_map_lookup_elem(&port_stats, &slot);
 	struct router_port *port = bpf_map_lookup_elem(&ports, &slot);
 	struct bpf_fib_lookup fib = {};
 	struct ethhdr *eth;
+	__u32 dgram;
 	int vlans, l4proto;
-	int rc;
+	int rc, v6;
 
 	int proto = parse_eth(&c, &eth, &vlans);
 	if (proto < 0)
-		return done(st, ROUTER_PASS_MALFORMED, len, XDP_PASS);
+		return done(st, ROUTER_PASS_MALFORMED, len, hook_pass(tc));
 	if (vlans)
-		return done(st, ROUTER_PASS_VLAN, len, XDP_PASS);
+		return done(st, ROUTER_PASS_VLAN, len, hook_pass(tc));
 
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip;
+		v6 = 0;
 		l4proto = parse_ip4(&c, &ip);
-		if (l4proto < 0 || ip4_cut_short(ip, &c))
-			return done(st, ROUTER_PASS_MALFORMED, len, XDP_PASS);
+		if (l4proto < 0)
+			return done(st, ROUTER_PASS_MALFORMED, len, hook_pass(tc));
+		dgram = bpf_ntohs(ip->tot_len);
+		if (sizeof(*eth) + dgram > len)
+			return done(st, ROUTER_PASS_MALFORMED, len, hook_pass(tc));
 		if (ip->ihl != 5)
-			return done(st, ROUTER_PASS_OPTIONS, len, XDP_PASS);
-		__u16 tot = bpf_ntohs(ip->tot_len);
+			return done(st, ROUTER_PASS_IP_OPTIONS, len, hook_pass(tc));
 		if (ip4_is_fragment(ip))
-			return done(st, ROUTER_PASS_FRAGMENT, len, XDP_PASS);
+			return done(st, ROUTER_PASS_FRAGMENT, len, hook_pass(tc));
 
 		if (port && port->next_ifindex)
-			return send(st, port->next_ifindex, ROUTER_STEER, len);
+			return send(tc, st, port->next_ifindex, ROUTER_STEER, len);
+		if (hook_otherhost(ctx, tc, eth, port))
+			return done(st, ROUTER_DROP_OTHERHOST, len, hook_drop(tc));
+		if (eth_is_group(eth->h_dest))
+			return done(st, ROUTER_PASS_L2_GROUP, len, hook_pass(tc));
+		if (!ip4_csum_ok(ip))
+			return done(st, ROUTER_DROP_BAD_CSUM, len, hook_drop(tc));
+		if (ip4_martian_src(ip->saddr))
+			return done(st, ROUTER_DROP_MARTIAN, len, hook_drop(tc));
+		if (ip4_group_dst(ip->daddr))
+			return done(st, ROUTER_PASS_LOCAL, len, hook_pass(tc));
 		if (port && port->classify) {
 			struct steer_v4_key k4 = { .prefixlen = 32, .addr = ip->daddr };
 			struct steer_target *t = classify(eth, l4proto, &c, &k4, NULL);
 			if (t)
-				return send(st, t->ifindex, ROUTER_STEER, len);
+				return send(tc, st, t->ifindex, ROUTER_STEER, len);
 		}
 		if (ip->ttl <= 1)
-			return done(st, ROUTER_PASS_TTL, len, XDP_PASS);
+			return done(st, ROUTER_PASS_TTL, len, hook_pass(tc));
 
 		fib.family = AF_INET;
 		fib.tos = ip->tos;
 		fib.l4_protocol = ip->protocol;
-		fib.tot_len = tot;
+		fib.tot_len = dgram;
 		fib.ipv4_src = ip->saddr;
 		fib.ipv4_dst = ip->daddr;
-		fib.ifindex = in;
-		rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), fib_flags);
-		if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
-			if (!pick(fib.ifindex))
-				return done(st, ROUTER_PASS_NO_PORT, len, XDP_PASS);
-			ipv4_decrease_ttl(ip);
-		}
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6;
+		v6 = 1;
 		l4proto = parse_ip6(&c, &ip6);
-		if (l4proto < 0 || ip6_cut_short(ip6, &c))
-			return done(st, ROUTER_PASS_MALFORMED, len, XDP_PASS);
-		__u16 plen = bpf_ntohs(ip6->payload_len);
+		if (l4proto < 0)
+			return done(st, ROUTER_PASS_MALFORMED, len, hook_pass(tc));
+		dgram = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+		if (sizeof(*eth) + dgram > len)
+			return done(st, ROUTER_PASS_MALFORMED, len, hook_pass(tc));
+		/* Hop-by-hop options are for every router on the path (router
+		 * alert, jumbograms): the kernel's to read. */
+		if (l4proto == IPPROTO_HOPOPTS)
+			return done(st, ROUTER_PASS_IP_OPTIONS, len, hook_pass(tc));
 
 		if (port && port->next_ifindex)
-			return send(st, port->next_ifindex, ROUTER_STEER, len);
+			return send(tc, st, port->next_ifindex, ROUTER_STEER, len);
+		if (hook_otherhost(ctx, tc, eth, port))
+			return done(st, ROUTER_DROP_OTHERHOST, len, hook_drop(tc));
+		if (eth_is_group(eth->h_dest))
+			return done(st, ROUTER_PASS_L2_GROUP, len, hook_pass(tc));
+		if (ip6_martian_src(&ip6->saddr))
+			return done(st, ROUTER_DROP_MARTIAN, len, hook_drop(tc));
+		if (ip6_is_multicast(&ip6->daddr))
+			return done(st, ROUTER_PASS_LOCAL, len, hook_pass(tc));
+		/* ip6_forward answers a link-local source with "beyond scope";
+		 * a link-local destination is the ingress link's own. */
+		if (ip6_is_link_local(&ip6->saddr) || ip6_is_link_local(&ip6->daddr))
+			return done(st, ROUTER_PASS_LINK_LOCAL, len, hook_pass(tc));
 		if (port && port->classify) {
 			struct steer_v6_key k6 = { .prefixlen = 128 };
 			__builtin_memcpy(k6.addr, &ip6->daddr, 16);
 			struct steer_target *t = classify(eth, l4proto, &c, NULL, &k6);
 			if (t)
-				return send(st, t->ifindex, ROUTER_STEER, len);
+				return send(tc, st, t->ifindex, ROUTER_STEER, len);
 		}
 		if (ip6->hop_limit <= 1)
-			return done(st, ROUTER_PASS_TTL, len, XDP_PASS);
+			return done(st, ROUTER_PASS_TTL, len, hook_pass(tc));
 
 		struct in6_addr *src = (struct in6_addr *)fib.ipv6_src;
 		struct in6_addr *dst = (struct in6_addr *)fib.ipv6_dst;
 		fib.family = AF_INET6;
 		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
 		fib.l4_protocol = ip6->nexthdr;
-		fib.tot_len = sizeof(*ip6) + plen;
+		fib.tot_len = dgram;
 		*src = ip6->saddr;
 		*dst = ip6->daddr;
-		fib.ifindex = in;
-		rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), fib_flags);
-		if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
-			if (!pick(fib.ifindex))
-				return done(st, ROUTER_PASS_NO_PORT, len, XDP_PASS);
-			ip6->hop_limit--;
-		}
 	} else {
-		return done(st, ROUTER_PASS_NOT_IP, len, XDP_PASS);
+		return done(st, ROUTER_PASS_NOT_IP, len, hook_pass(tc));
 	}
 
+	fib.ifindex = in;
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), fib_flags);
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
-		__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-		__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-		return sent(st, fib.ifindex, ROUTER_FORWARD, len);
+		if (!hook_pick(tc, fib.ifindex))
+			return done(st, ROUTER_PASS_NO_PORT, len, hook_pass(tc));
+		return forward(ctx, tc, st, &fib, v6, dgram, len);
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
-		return done(st, ROUTER_PASS_NO_NEIGH, len, XDP_PASS);
+		return done(st, ROUTER_PASS_NO_NEIGH, len, hook_pass(tc));
 	case BPF_FIB_LKUP_RET_NOT_FWDED:
+		return done(st, not_forwarded(ctx, &fib), len, hook_pass(tc));
 	case BPF_FIB_LKUP_RET_FWD_DISABLED:
-		return done(st, ROUTER_PASS_LOCAL, len, XDP_PASS);
+		return done(st, ROUTER_PASS_LOCAL, len, hook_pass(tc));
 	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
-		return done(st, ROUTER_PASS_FRAG_NEEDED, len, XDP_PASS);
+		return done(st, ROUTER_PASS_FRAG_NEEDED, len, hook_pass(tc));
 	default: /* blackhole, unreachable, prohibit, unsupported encap */
-		return done(st, ROUTER_PASS_NO_ROUTE, len, XDP_PASS);
+		return done(st, ROUTER_PASS_NO_ROUTE, len, hook_pass(tc));
 	}
+}
+
+SEC("xdp")
+int router(struct xdp_md *ctx)
+{
+	return route(ctx, 0);
+}
+
+/* The same router at tcx ingress (attach with BPF_TCX_INGRESS only:
+ * bpf_redirect_peer works from ingress alone). */
+SEC("tc")
+int router_tc(struct __sk_buff *skb)
+{
+	return route(skb, 1);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

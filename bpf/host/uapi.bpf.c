@@ -38,3 +38,4 @@ enum peregrine_sock_opt sock_opt_anchor;
 enum xdp_action xdp_action_anchor;
 enum peregrine_tc_act tc_act_anchor;
 struct xdp_md xdp_md_anchor;
+struct __sk_buff sk_buff_anchor; /* BPF_PROG_RUN context of tc programs */

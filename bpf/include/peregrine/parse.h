@@ -31,6 +31,18 @@ static __always_inline struct cursor xdp_cursor(const struct xdp_md *ctx)
 	return c;
 }
 
+/* A cursor over the linear part of a tc program's skb: at tcx ingress it
+ * starts at the Ethernet header, and may end before skb->len (paged data;
+ * bpf_skb_pull_data() brings headers in). */
+static __always_inline struct cursor skb_cursor(const struct __sk_buff *skb)
+{
+	struct cursor c = {
+		.pos = (void *)(long)skb->data,
+		.end = (void *)(long)skb->data_end,
+	};
+	return c;
+}
+
 static __always_inline void *cursor_take(struct cursor *c, __u32 len)
 {
 	void *p = c->pos;
@@ -222,6 +234,65 @@ static __always_inline __u64 csum_word32(__u32 w)
 static __always_inline __u64 csum_unword32(__u32 w)
 {
 	return ((~w) & 0xffff) + ((~w) >> 16);
+}
+
+/* A broadcast or multicast (group) MAC address. */
+static __always_inline int eth_is_group(const __u8 *mac)
+{
+	return mac[0] & 1;
+}
+
+/* The header checksum of an option-less (20-byte) IPv4 header holds: the
+ * ones'-complement sum of its ten words is all ones. */
+static __always_inline int ip4_csum_ok(const struct iphdr *ip)
+{
+	const __u16 *w = (const __u16 *)ip;
+	__u64 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		sum += w[i];
+	return csum_fold(sum) == 0xffff;
+}
+
+/* Source addresses Linux never accepts for forwarding (martians, as
+ * ip_route_input_slow calls them): loopback 127/8, "this network" 0/8,
+ * multicast 224/4 and the limited broadcast 255.255.255.255. */
+static __always_inline int ip4_martian_src(__be32 saddr)
+{
+	__u32 a = bpf_ntohl(saddr);
+
+	return (a >> 24) == 127 || (a >> 24) == 0 || (a >> 28) == 0xe || a == 0xffffffff;
+}
+
+/* A destination no unicast route may take: multicast 224/4 or the limited
+ * broadcast (the kernel's multicast and broadcast input paths own them). */
+static __always_inline int ip4_group_dst(__be32 daddr)
+{
+	__u32 a = bpf_ntohl(daddr);
+
+	return (a >> 28) == 0xe || a == 0xffffffff;
+}
+
+static __always_inline int ip6_is_multicast(const struct in6_addr *a)
+{
+	return a->in6_u.u6_addr8[0] == 0xff;
+}
+
+static __always_inline int ip6_is_link_local(const struct in6_addr *a)
+{
+	return a->in6_u.u6_addr8[0] == 0xfe && (a->in6_u.u6_addr8[1] & 0xc0) == 0x80;
+}
+
+/* IPv6 source addresses ip6_rcv_core and ip6_forward refuse: loopback ::1,
+ * multicast ff00::/8 and the unspecified address ::. */
+static __always_inline int ip6_martian_src(const struct in6_addr *a)
+{
+	const __u32 *w = a->in6_u.u6_addr32;
+
+	if (ip6_is_multicast(a))
+		return 1;
+	return !(w[0] | w[1] | w[2]) && (w[3] == 0 || w[3] == bpf_htonl(1));
 }
 
 #endif

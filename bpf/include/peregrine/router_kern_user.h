@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
-/* XDP router and service-chain steering: definitions shared by router.bpf.c
+/* Router and service-chain steering (XDP and tc): definitions shared by router.bpf.c
  * and user space (through the generated skeleton types). */
 #ifndef PEREGRINE_ROUTER_KERN_USER_H
 #define PEREGRINE_ROUTER_KERN_USER_H
@@ -7,22 +7,31 @@
 #include <linux/types.h>
 
 /* What the router did with a frame. Every frame is counted under exactly one
- * action at its ingress port. The PASS actions hand the frame to the kernel,
- * which then answers (ICMP, ARP, ND) or drops it with its own counters. */
+ * action at its ingress port, on either hook (XDP or tcx ingress). The PASS
+ * actions hand the frame to the kernel, which then answers (ICMP, ARP, ND)
+ * or drops it with its own counters; the DROP actions drop what the
+ * kernel's forwarding path would drop too. User space names each action
+ * after its enumerator (ROUTER_PASS_TTL: "pass_ttl"), read from this list
+ * by crates/bpf/build.rs: one enumerator a line, comment on the same line. */
 enum router_action {
-	ROUTER_FORWARD = 0,       /* routed by the FIB and redirected out */
+	ROUTER_FORWARD = 0,       /* routed by the FIB and sent out */
 	ROUTER_STEER,             /* sent into a service chain (or on along it) */
 	ROUTER_PASS_NOT_IP,       /* ARP and other non-IP */
 	ROUTER_PASS_VLAN,         /* 802.1Q/802.1ad tagged: not handled */
 	ROUTER_PASS_MALFORMED,    /* cut short or inconsistent headers */
-	ROUTER_PASS_OPTIONS,      /* IPv4 options */
+	ROUTER_PASS_IP_OPTIONS,   /* IPv4 options, IPv6 hop-by-hop options */
 	ROUTER_PASS_FRAGMENT,     /* IPv4 fragment */
 	ROUTER_PASS_TTL,          /* TTL / hop limit <= 1: kernel sends time exceeded */
-	ROUTER_PASS_LOCAL,        /* for this host, or not forwarded (multicast, ...) */
+	ROUTER_PASS_LOCAL,        /* for this host, or multicast/broadcast destination */
 	ROUTER_PASS_NO_NEIGH,     /* next hop's MAC unknown: kernel resolves it */
-	ROUTER_PASS_NO_ROUTE,     /* unreachable, blackhole, prohibit: kernel answers */
+	ROUTER_PASS_NO_ROUTE,     /* no route, unreachable, blackhole, prohibit: kernel answers */
 	ROUTER_PASS_FRAG_NEEDED,  /* larger than the egress MTU */
 	ROUTER_PASS_NO_PORT,      /* egress is not a router port */
+	ROUTER_PASS_L2_GROUP,     /* broadcast/multicast MAC: the host's, never forwarded */
+	ROUTER_PASS_LINK_LOCAL,   /* IPv6 link-local source or destination: not routed */
+	ROUTER_DROP_OTHERHOST,    /* unicast MAC of another host (PACKET_OTHERHOST) */
+	ROUTER_DROP_BAD_CSUM,     /* IPv4 header checksum wrong */
+	ROUTER_DROP_MARTIAN,      /* martian source: loopback, 0/8, multicast, broadcast, :: */
 	ROUTER_ACTIONS,
 };
 
@@ -40,6 +49,23 @@ struct router_port_stats {
 	__u64 tx_bytes;
 };
 
+/* What user space says about a port (router_port.flags). */
+enum router_port_flags {
+	/* A router port: routed and steered frames may leave through it
+	 * (XDP: also its tx_ports DEVMAP entry). */
+	ROUTER_PORT_TX = 1 << 0,
+	/* router_port.mac holds the port's MAC. XDP has no pkt_type: it drops
+	 * unicast frames for another MAC by this (tc reads skb->pkt_type). */
+	ROUTER_PORT_MAC = 1 << 1,
+	/* tc: the port is a veth whose peer is in another network namespace (a
+	 * container): routed frames are delivered straight into the peer's
+	 * ingress with bpf_redirect_peer, MACs rewritten here. The helper takes
+	 * this port's own ifindex and finds the peer itself, so no peer ifindex
+	 * is stored. Not for ports whose peer runs an XDP program: the peer's
+	 * XDP hook is skipped (its tc ingress runs). */
+	ROUTER_PORT_PEER = 1 << 2,
+};
+
 /* How the router treats frames arriving on a port (index: ifindex). */
 struct router_port {
 	/* Frames arriving here go to this ifindex (the next hop of a service
@@ -47,6 +73,9 @@ struct router_port {
 	__u32 next_ifindex;
 	/* 1: apply steering rules to frames arriving here. */
 	__u32 classify;
+	__u32 flags;   /* enum router_port_flags */
+	__u8 mac[6];   /* the port's MAC, with ROUTER_PORT_MAC */
+	__u16 pad;
 };
 
 /* Steering rule keys. A match sends the frame to target.ifindex, the first

@@ -8,7 +8,7 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd};
 
 use crate::error::{BpfError, Result};
-use crate::skel::uapi::types::{xdp_action, xdp_md};
+use crate::skel::uapi::types::{__sk_buff, peregrine_tc_act, xdp_action, xdp_md};
 
 /// Smallest frame BPF_PROG_RUN accepts for XDP (an Ethernet header).
 pub const MIN_TEST_FRAME: usize = 14;
@@ -47,6 +47,70 @@ impl XdpAction {
     }
 }
 
+/// A tc program's verdict (<linux/pkt_cls.h>, through prog_uapi.h and BTF).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcAction {
+    Ok,
+    Shot,
+    Redirect,
+}
+
+impl TcAction {
+    const ALL: [TcAction; 3] = [TcAction::Ok, TcAction::Shot, TcAction::Redirect];
+
+    pub fn from_raw(v: u32) -> Option<TcAction> {
+        Self::ALL.into_iter().find(|a| a.raw() == v)
+    }
+
+    /// The kernel's value (TC_ACT_*).
+    pub fn raw(self) -> u32 {
+        let v = match self {
+            TcAction::Ok => peregrine_tc_act::PG_TC_ACT_OK,
+            TcAction::Shot => peregrine_tc_act::PG_TC_ACT_SHOT,
+            TcAction::Redirect => peregrine_tc_act::PG_TC_ACT_REDIRECT,
+        };
+        v.0 as u32
+    }
+}
+
+/// The verdict a fixture expects, which also says how the program is run:
+/// an XDP verdict runs it on an `xdp_md` (XDP), a tc verdict on an
+/// `__sk_buff` (tc: the frame is an skb, as at tcx ingress).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Xdp(XdpAction),
+    Tc(TcAction),
+}
+
+impl From<XdpAction> for Verdict {
+    fn from(a: XdpAction) -> Self {
+        Verdict::Xdp(a)
+    }
+}
+
+impl From<TcAction> for Verdict {
+    fn from(a: TcAction) -> Self {
+        Verdict::Tc(a)
+    }
+}
+
+impl PartialEq<XdpAction> for Verdict {
+    fn eq(&self, other: &XdpAction) -> bool {
+        *self == Verdict::Xdp(*other)
+    }
+}
+
+impl Verdict {
+    /// The verdict the program returned as a raw value, read in this
+    /// verdict's hook (None: no verdict of that hook has this value).
+    fn same_hook(self, raw: u32) -> Option<Verdict> {
+        match self {
+            Verdict::Xdp(_) => XdpAction::from_raw(raw).map(Verdict::Xdp),
+            Verdict::Tc(_) => TcAction::from_raw(raw).map(Verdict::Tc),
+        }
+    }
+}
+
 /// What the program must leave in the frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expect {
@@ -60,7 +124,8 @@ pub enum Expect {
 pub struct Fixture {
     pub name: String,
     pub input: Vec<u8>,
-    pub verdict: XdpAction,
+    /// The expected verdict, of the hook the fixture runs at.
+    pub verdict: Verdict,
     pub output: Expect,
     /// Interface the frame arrives on (in the calling thread's namespace);
     /// None: BPF_PROG_RUN's default, the loopback device.
@@ -71,13 +136,13 @@ impl Fixture {
     pub fn new(
         name: impl Into<String>,
         input: Vec<u8>,
-        verdict: XdpAction,
+        verdict: impl Into<Verdict>,
         output: Expect,
     ) -> Self {
         Fixture {
             name: name.into(),
             input,
-            verdict,
+            verdict: verdict.into(),
             output,
             ingress: None,
         }
@@ -133,6 +198,70 @@ pub fn run_once_on(prog: &impl AsFd, input: &[u8], ingress: Option<u32>) -> Resu
     Ok((opts.retval, out))
 }
 
+/// One BPF_PROG_RUN of the tc program `prog` on `input` as an skb: the raw
+/// verdict and the frame after (from the Ethernet header, as tc sees it).
+/// `ingress`: the device the skb arrives on (its `ifindex` and
+/// `ingress_ifindex`, and the device whose MAC sets `pkt_type`); None:
+/// the loopback device.
+pub fn run_once_skb(
+    prog: &impl AsFd,
+    input: &[u8],
+    ingress: Option<u32>,
+) -> Result<(u32, Vec<u8>)> {
+    if input.len() < MIN_TEST_FRAME {
+        return Err(BpfError::Invalid(format!(
+            "fixture frame of {} bytes: BPF_PROG_RUN needs at least {MIN_TEST_FRAME}",
+            input.len()
+        )));
+    }
+    let mut out = vec![0u8; input.len() + 512];
+    // Safety: zeroed is the valid empty options struct; `sz` is set below.
+    let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of_val(&opts) as _;
+    opts.data_in = input.as_ptr().cast();
+    opts.data_size_in = input.len() as u32;
+    opts.data_out = out.as_mut_ptr().cast();
+    opts.data_size_out = out.len() as u32;
+    opts.repeat = 1;
+    // The kernel refuses a ctx with any byte set outside the few fields it
+    // takes, padding included: start from zeroed memory, not a struct
+    // literal (whose padding bytes Rust leaves undefined).
+    // Safety: __sk_buff is plain integers and nullable pointers in unions;
+    // all-zero bytes are a valid value.
+    let mut ctx: __sk_buff = unsafe { std::mem::zeroed() };
+    ctx.ifindex = ingress.unwrap_or(0);
+    if ingress.is_some() {
+        opts.ctx_in = (&mut ctx as *mut __sk_buff).cast();
+        opts.ctx_size_in = std::mem::size_of_val(&ctx) as u32;
+    }
+    // Safety: buffers are valid for the sizes given and outlive the call.
+    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_fd().as_raw_fd(), &mut opts) };
+    if rc < 0 {
+        return Err(BpfError::Io {
+            what: "BPF_PROG_RUN (skb)".into(),
+            source: std::io::Error::from_raw_os_error(-rc),
+        });
+    }
+    out.truncate(opts.data_size_out as usize);
+    Ok((opts.retval, out))
+}
+
+/// Whether BPF_PROG_RUN takes `frame` as an skb: it refuses (EINVAL) one
+/// whose EtherType says IPv4 or IPv6 but which ends before the fixed IP
+/// header does (14 + 20, 14 + 40 bytes), so tc fixtures cannot cut there;
+/// XDP runs take every frame from `MIN_TEST_FRAME` bytes.
+pub fn skb_runnable(frame: &[u8]) -> bool {
+    use peregrine_wire::{ethertype, ETH_HLEN, IPV4_HLEN, IPV6_HLEN};
+    let Some(t) = frame.get(12..14) else {
+        return false;
+    };
+    match u16::from_be_bytes([t[0], t[1]]) {
+        ethertype::IPV4 => frame.len() >= ETH_HLEN + IPV4_HLEN,
+        ethertype::IPV6 => frame.len() >= ETH_HLEN + IPV6_HLEN,
+        _ => frame.len() >= MIN_TEST_FRAME,
+    }
+}
+
 /// A fixture that did not hold.
 #[derive(Debug)]
 pub struct Mismatch {
@@ -146,14 +275,18 @@ impl fmt::Display for Mismatch {
     }
 }
 
-/// Runs `fx` and compares verdict and output frame.
+/// Runs `fx` at its verdict's hook and compares verdict and output frame.
 pub fn check(prog: &impl AsFd, fx: &Fixture) -> std::result::Result<(), Mismatch> {
     let fail = |detail: String| Mismatch {
         name: fx.name.clone(),
         detail,
     };
-    let (ret, out) = run_once_on(prog, &fx.input, fx.ingress).map_err(|e| fail(e.to_string()))?;
-    let got = XdpAction::from_raw(ret);
+    let run = match fx.verdict {
+        Verdict::Xdp(_) => run_once_on(prog, &fx.input, fx.ingress),
+        Verdict::Tc(_) => run_once_skb(prog, &fx.input, fx.ingress),
+    };
+    let (ret, out) = run.map_err(|e| fail(e.to_string()))?;
+    let got = fx.verdict.same_hook(ret);
     if got != Some(fx.verdict) {
         return Err(fail(format!(
             "verdict {got:?} (raw {ret}), expected {:?}",
@@ -264,7 +397,9 @@ pub mod frames {
     use std::net::Ipv4Addr;
 
     use peregrine_wire::checksum::checksum;
-    use peregrine_wire::{ethertype, MacAddr, UdpFrameSpec, ETH_HLEN, IPV4_HLEN, VLAN_HLEN};
+    use peregrine_wire::{
+        ethertype, MacAddr, UdpFrameSpec, ETH_HLEN, IPV4_HLEN, IPV6_HLEN, VLAN_HLEN,
+    };
 
     /// Where the IPv4/IPv6 header and its fields are in an untagged frame.
     const L3: usize = ETH_HLEN;
@@ -272,6 +407,7 @@ pub mod frames {
     const IP4_FRAG: usize = L3 + 6;
     const IP4_PROTO: usize = L3 + 9;
     const IP4_CHECK: usize = L3 + 10;
+    const IP6_PLEN: usize = L3 + 4;
     const IP6_NEXTHDR: usize = L3 + 6;
     const ETHERTYPE: usize = 2 * 6;
 
@@ -380,6 +516,35 @@ pub mod frames {
         let mut f = frame.to_vec();
         let hlen = usize::from(f[L3] & 0xf) * 4;
         f[L3 + hlen + 6] ^= 0x10;
+        f
+    }
+
+    /// IPv6 extension header types (IANA protocol numbers) `ip6_ext_header`
+    /// inserts.
+    pub const IPV6_HOPOPTS: u8 = 0;
+    pub const IPV6_DSTOPTS: u8 = 60;
+
+    /// An IPv6 `frame` with an 8-byte extension header of type `kind`
+    /// (`IPV6_HOPOPTS`, `IPV6_DSTOPTS`: PadN only) between
+    /// the IPv6 header and the L4 header; payload length and next headers
+    /// follow (the UDP checksum does not cover them).
+    pub fn ip6_ext_header(frame: &[u8], kind: u8) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        let at = L3 + IPV6_HLEN;
+        // Next header, length 0 (8 bytes), PadN of 4 bytes of data.
+        let ext = [f[IP6_NEXTHDR], 0, 1, 4, 0, 0, 0, 0];
+        f.splice(at..at, ext);
+        f[IP6_NEXTHDR] = kind;
+        let plen = u16::from_be_bytes([f[IP6_PLEN], f[IP6_PLEN + 1]]) + 8;
+        f[IP6_PLEN..IP6_PLEN + 2].copy_from_slice(&plen.to_be_bytes());
+        f
+    }
+
+    /// `frame` with `n` bytes after the IP datagram that its header does
+    /// not count (padding, or a sender's trailer): Linux trims them.
+    pub fn with_trailer(frame: &[u8], n: usize) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        f.extend(std::iter::repeat_n(0xee, n));
         f
     }
 

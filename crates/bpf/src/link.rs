@@ -66,6 +66,14 @@ impl Hook {
     }
 }
 
+/// An XDP mode names the XDP hook in that mode, so APIs taking
+/// `impl Into<Hook>` still take a bare `XdpMode`.
+impl From<XdpMode> for Hook {
+    fn from(mode: XdpMode) -> Self {
+        Hook::Xdp(mode)
+    }
+}
+
 impl fmt::Display for Hook {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
