@@ -141,7 +141,7 @@ fn ensure_free(dir: &Path) -> Result<()> {
     if dir.exists() {
         bail!(
             "a data plane is already attached here ({}); detach or remove it first",
-            peregrine_bpf::bpffs::display(&dir)
+            peregrine_bpf::bpffs::display(dir)
         );
     }
     Ok(())
@@ -158,7 +158,7 @@ fn ensure_free_router(dir: &Path, scope: &Scope) -> Result<()> {
         pins::remove(dir)?;
         eprintln!(
             "removed a stale router attachment ({})",
-            peregrine_bpf::bpffs::display(&dir)
+            peregrine_bpf::bpffs::display(dir)
         );
         return Ok(());
     }
@@ -175,11 +175,8 @@ fn ensure_free_router(dir: &Path, scope: &Scope) -> Result<()> {
 fn pin_or_undo(mut dp: Dataplane, dir: &Path) -> Result<()> {
     peregrine_bpf::bpffs::ensure_mounted()?;
     let made = std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating {}", peregrine_bpf::bpffs::display(&dir)));
-    if let Err(e) = made
-        .map_err(anyhow::Error::from)
-        .and_then(|()| Ok(dp.pin(dir)?))
-    {
+        .with_context(|| format!("creating {}", peregrine_bpf::bpffs::display(dir)));
+    if let Err(e) = made.and_then(|()| Ok(dp.pin(dir)?)) {
         let _ = pins::remove(dir);
         return Err(e);
     }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use peregrine_bpf::nf::{NfProgram, NfSetup};
 use peregrine_bpf::router::{FibMode, PortStats, RouterProgram};
-use peregrine_bpf::{Link, XdpMode, XdpProgram};
+use peregrine_bpf::{Hook, Link, TcxDirection, XdpMode, XdpProgram};
 use peregrine_host::netns;
 
 use crate::config::{ChainMatch, DataplaneConfig, NfKind};
@@ -61,9 +61,6 @@ impl Dataplane {
         fib: FibMode,
         classify: bool,
     ) -> Result<Dataplane> {
-        if hook == RouterHook::Tc {
-            check_tc()?;
-        }
         let router = RouterProgram::load(fib)?;
         let mut links = Vec::new();
         for p in ports {
@@ -228,21 +225,6 @@ impl Dataplane {
     }
 }
 
-/// Whether this build has the tc router (the tc program is being written
-/// on branch i-tcbpf; until it is merged, the tc hook is refused up front).
-pub const TC_ROUTER: bool = false;
-
-/// Refuses the tc hook in a build without the tc router, before anything
-/// is loaded or attached.
-pub fn check_tc() -> Result<()> {
-    if TC_ROUTER {
-        return Ok(());
-    }
-    Err(DataplaneError::Config(
-        "the tc router is not in this build yet; use --hook xdp (and turn tx-checksumming and gso off on the ports' veth peers: ethtool -K <peer> tx off gso off)".into(),
-    ))
-}
-
 /// Attaches the router to `iface` (in the calling thread's namespace) at
 /// `hook` and makes it a port.
 fn attach_port(
@@ -251,13 +233,9 @@ fn attach_port(
     hook: RouterHook,
     classify: bool,
 ) -> Result<Link> {
-    match hook {
-        RouterHook::Xdp(mode) => Ok(router.attach(iface, mode, classify)?),
-        RouterHook::Tc => {
-            check_tc()?;
-            Err(DataplaneError::Config(format!(
-                "cannot attach the tc router to {iface}: not in this build"
-            )))
-        }
-    }
+    let at = match hook {
+        RouterHook::Xdp(mode) => Hook::Xdp(mode),
+        RouterHook::Tc => Hook::Tcx(TcxDirection::Ingress),
+    };
+    Ok(router.attach(iface, at, classify)?)
 }

@@ -221,7 +221,7 @@ pub fn pinned_ports(dir: &Path) -> Result<Vec<(String, u32)>> {
     if !dir.exists() {
         return Err(DataplaneError::Other(format!(
             "no data plane pinned at {}",
-            peregrine_bpf::bpffs::display(&dir)
+            peregrine_bpf::bpffs::display(dir)
         )));
     }
     attachment(dir)
