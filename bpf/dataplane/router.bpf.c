@@ -183,6 +183,16 @@ static __always_inline struct router_port *port_of(__u32 ifindex)
 	return bpf_map_lookup_elem(&ports, &slot);
 }
 
+/* The length the FIB lookup checks against the egress MTU. tc passes 0:
+ * the kernel then checks the skb itself (is_skb_forwardable), which knows a
+ * GSO super-packet is cut to size on the way out; its IP length would
+ * otherwise read as far above the MTU and every TCP burst would go to the
+ * kernel as frag_needed. */
+static __always_inline __u16 hook_fib_len(const int tc, __u16 dgram)
+{
+	return tc ? 0 : dgram;
+}
+
 /* Whether `egress` is a router port frames may leave by. XDP also records
  * it as the redirect target (the kernel redirects after the program
  * returns), so the frame can still be rewritten after a yes, and goes to
@@ -396,7 +406,7 @@ static __always_inline int route(void *ctx, const int tc)
 		fib.family = AF_INET;
 		fib.tos = ip->tos;
 		fib.l4_protocol = ip->protocol;
-		fib.tot_len = dgram;
+		fib.tot_len = hook_fib_len(tc, dgram);
 		fib.ipv4_src = ip->saddr;
 		fib.ipv4_dst = ip->daddr;
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
@@ -442,7 +452,7 @@ static __always_inline int route(void *ctx, const int tc)
 		fib.family = AF_INET6;
 		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
 		fib.l4_protocol = ip6->nexthdr;
-		fib.tot_len = dgram;
+		fib.tot_len = hook_fib_len(tc, dgram);
 		*src = ip6->saddr;
 		*dst = ip6->daddr;
 	} else {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::FibMode;
-use peregrine_bpf::{Hook, TcxDirection, XdpAction, XdpMode};
-use peregrine_dataplane::{ChainConfig, ChainMatch, Dataplane, DataplaneConfig, NfConfig, NfKind};
+use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_dataplane::{RouterHook, ChainConfig, ChainMatch, Dataplane, DataplaneConfig, NfConfig, NfKind};
 use peregrine_host::netdev::{self, Offload};
 use peregrine_host::nl::Netlink;
 use peregrine_host::{netns, signals};
@@ -135,11 +135,12 @@ impl Drop for XdpForward {
 fn attach(lab: &Lab, c: Contender, xdp_forward: Option<&Path>) -> Result<Attached> {
     let dut = lab.ns("dut");
     let ports = ["in0".to_string(), "out0".to_string()];
-    let router = |hook: Hook| Dataplane::router(Some(&dut), &ports, hook, FibMode::Full, false);
+    let router =
+        |hook: RouterHook| Dataplane::router_at(Some(&dut), &ports, hook, FibMode::Full, false);
     Ok(match c {
         Contender::Linux => None,
-        Contender::Xdp => Some(Box::new(router(Hook::Xdp(XdpMode::Native))?)),
-        Contender::Tc => Some(Box::new(router(Hook::Tcx(TcxDirection::Ingress))?)),
+        Contender::Xdp => Some(Box::new(router(RouterHook::Xdp(XdpMode::Native))?)),
+        Contender::Tc => Some(Box::new(router(RouterHook::Tc)?)),
         Contender::XdpChain => Some(Box::new(Dataplane::deploy(
             &lab.topo,
             &chain_config(lab.name()),
@@ -175,6 +176,9 @@ fn chain_config(lab: &str) -> DataplaneConfig {
         router: "dut".into(),
         ports: vec!["in0".into(), "out0".into()],
         mode: XdpMode::Native,
+        // The benchmark measures the XDP router (the lab's veths have TX
+        // checksum offload off, so XDP is right there).
+        hook: peregrine_dataplane::HookChoice::Xdp,
         fib: FibMode::Full,
         nfs: vec![reflect("c1"), reflect("c2")],
         chains: vec![ChainConfig {

@@ -237,6 +237,92 @@ impl AsFd for Link {
     }
 }
 
+/// What a pinned link is attached to, read without entering its network
+/// namespace (the kernel answers for any namespace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PinnedLink {
+    /// The program the link runs.
+    pub prog_id: u32,
+    /// The link's own id.
+    pub link_id: u32,
+    /// The interface, in the namespace the link was made in; 0 once the
+    /// interface (or its whole namespace) is gone or the link was detached.
+    pub ifindex: u32,
+    /// True for an XDP link, false for tcx.
+    pub xdp: bool,
+}
+
+impl PinnedLink {
+    /// The link still runs its program on a live interface.
+    pub fn live(&self) -> bool {
+        self.ifindex != 0
+    }
+
+    pub fn hook_kind(&self) -> &'static str {
+        if self.xdp {
+            "xdp"
+        } else {
+            "tc"
+        }
+    }
+}
+
+fn open_pin(path: &Path) -> Result<OwnedFd> {
+    let c = pin_path(path)?;
+    // Safety: NUL-terminated path valid for the call.
+    let rc = unsafe { libbpf_sys::bpf_obj_get(c.as_ptr()) };
+    if rc < 0 {
+        return Err(BpfError::Io {
+            what: format!("opening the pinned link {}", path.display()),
+            source: std::io::Error::from_raw_os_error(-rc),
+        });
+    }
+    // Safety: a non-negative return is a new fd that we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc) })
+}
+
+/// What the link pinned at `path` is attached to.
+pub fn pinned_link(path: &Path) -> Result<PinnedLink> {
+    let fd = open_pin(path)?;
+    let info = link_info(fd.as_fd(), path)?;
+    // Safety: `type_` says which union member the kernel filled in.
+    let (ifindex, xdp) = unsafe {
+        match info.type_ {
+            libbpf_sys::BPF_LINK_TYPE_XDP => (info.__bindgen_anon_1.xdp.ifindex, true),
+            libbpf_sys::BPF_LINK_TYPE_TCX => (info.__bindgen_anon_1.tcx.ifindex, false),
+            other => {
+                return Err(BpfError::Invalid(format!(
+                    "{} is a link of type {other}, not an XDP or tcx attachment",
+                    path.display()
+                )))
+            }
+        }
+    };
+    Ok(PinnedLink {
+        prog_id: info.prog_id,
+        link_id: info.id,
+        ifindex,
+        xdp,
+    })
+}
+
+/// Detaches the link pinned at `path` now (BPF_LINK_DETACH: whoever else
+/// holds it, the program leaves the interface before this returns) and
+/// removes the pin. Unlinking alone would detach only once the kernel frees
+/// the link, later and from a work queue.
+pub fn detach_pinned(path: &Path) -> Result<()> {
+    if let Ok(fd) = open_pin(path) {
+        // Safety: a valid link fd for the call. A link already detached (its
+        // interface gone) answers ENOLINK, which is the state wanted.
+        let _ = unsafe { libbpf_sys::bpf_link_detach(fd.as_raw_fd()) };
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(BpfError::io(format!("removing the pin {}", path.display()))(e)),
+    }
+}
+
 fn pin_path(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| BpfError::Invalid(format!("pin path {} holds a NUL", path.display())))

@@ -1,5 +1,6 @@
-//! `peregrine router ...` and `peregrine chain ...`: the XDP data plane,
-//! attached and left running (pinned) until detached or removed.
+//! `peregrine router ...` and `peregrine chain ...`: the data plane (XDP or
+//! tc), attached and left running (pinned in the host's bpffs) until
+//! detached or removed.
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,8 +10,8 @@ use clap::{Args, Subcommand};
 use peregrine_bpf::nf::NfStats;
 use peregrine_bpf::router::{action_name, read_pinned_stats, FibMode, PortStats, ACTIONS};
 use peregrine_bpf::XdpMode;
-use peregrine_dataplane::pins::{pinned_nf_stats, pinned_ports};
-use peregrine_dataplane::{Dataplane, DataplaneConfig, NfConfig, PinScope};
+use peregrine_dataplane::pins::{self, pinned_nf_stats, pinned_ports};
+use peregrine_dataplane::{hook, Dataplane, DataplaneConfig, HookChoice, NfConfig, PinScope};
 use peregrine_host::netns;
 use peregrine_lab::lab;
 
@@ -22,22 +23,32 @@ use crate::watch::{Counter, WatchArgs};
 
 #[derive(Subcommand)]
 pub enum RouterCmd {
-    /// Attach the XDP router to interfaces and leave it running.
+    /// Attach the router to interfaces and leave it running (pinned in the
+    /// host's bpffs, keyed by this network namespace).
     Attach {
         /// Interfaces (router ports) of the namespace to route between.
         #[arg(required = true)]
         ifaces: Vec<String>,
-        /// XDP mode: native (driver) or generic (skb).
-        #[arg(long, default_value = "native")]
-        mode: XdpMode,
+        /// Hook: xdp, tc, or auto (tc where a port's veth peer has
+        /// tx-checksumming or GSO on, which XDP would break; XDP otherwise).
+        #[arg(long, default_value = "auto")]
+        hook: HookChoice,
+        /// XDP mode: native (driver, the default) or generic (skb); XDP only.
+        #[arg(long)]
+        mode: Option<XdpMode>,
         /// FIB lookup: full (policy rules) or direct (main table).
         #[arg(long, default_value = "full")]
         fib: FibMode,
         #[command(flatten)]
         scope: Scope,
     },
-    /// Detach the router (all its ports).
+    /// Detach the router (all its ports) of this namespace, or with --all
+    /// every router attachment on the host (stale ones included).
     Detach {
+        /// Every router attached outside labs, in any namespace, and what
+        /// killed runs or removed namespaces left behind.
+        #[arg(long, conflicts_with_all = ["lab", "host"])]
+        all: bool,
         #[command(flatten)]
         scope: Scope,
     },
@@ -47,6 +58,13 @@ pub enum RouterCmd {
         scope: Scope,
         #[command(flatten)]
         out: StatsOutput,
+    },
+    /// Every router attachment on the host: namespace, interface, hook,
+    /// program id, and whether it is stale.
+    List {
+        /// One JSON object: {"attachments": [...]}.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -123,35 +141,262 @@ fn ensure_free(dir: &Path) -> Result<()> {
     if dir.exists() {
         bail!(
             "a data plane is already attached here ({}); detach or remove it first",
-            dir.display()
+            peregrine_bpf::bpffs::display(dir)
         );
     }
     Ok(())
 }
 
+/// Refuses to attach over a live router of this namespace; removes a
+/// stale one (its interfaces are gone, or a killed run left it half-made).
+fn ensure_free_router(dir: &Path, scope: &Scope) -> Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let a = pins::attachment(dir);
+    if a.stale() {
+        pins::remove(dir)?;
+        eprintln!(
+            "removed a stale router attachment ({})",
+            peregrine_bpf::bpffs::display(dir)
+        );
+        return Ok(());
+    }
+    let on: Vec<&str> = a.ports.iter().map(|p| p.iface.as_str()).collect();
+    bail!(
+        "a router is already attached in {} (on {}); detach it first with `router detach`",
+        scope.pins().describe(),
+        on.join(" ")
+    );
+}
+
 /// Pins a fresh deployment; on failure nothing stays attached or pinned
 /// (the unpinned links close when `dp` drops).
-fn pin_or_undo(mut dp: Dataplane, scope: &Scope) -> Result<()> {
-    let dir = peregrine_bpf::bpffs::pin_dir(&scope.pins().subdir())?;
-    if let Err(e) = dp.pin(&dir) {
-        let _ = std::fs::remove_dir_all(&dir);
-        return Err(e.into());
+fn pin_or_undo(mut dp: Dataplane, dir: &Path) -> Result<()> {
+    peregrine_bpf::bpffs::ensure_mounted()?;
+    let made = std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating {}", peregrine_bpf::bpffs::display(dir)));
+    if let Err(e) = made.and_then(|()| Ok(dp.pin(dir)?)) {
+        let _ = pins::remove(dir);
+        return Err(e);
     }
     Ok(())
 }
 
-/// Checks that every port of a freshly pinned router runs an XDP program
-/// (the attachment took); if one does not, removes the pins and fails.
-fn verify_attached(ns: Option<&str>, ifaces: &[String], dir: &Path) -> Result<()> {
+/// Checks that every port of a freshly pinned router runs its program (the
+/// attachment took); if one does not, removes everything and fails.
+fn verify_attached(ifaces: &[String], dir: &Path) -> Result<()> {
+    let a = pins::attachment(dir);
     for i in ifaces {
-        let id = netns::run_in_opt(ns, || {
-            peregrine_bpf::link::ifindex(i).and_then(peregrine_bpf::xdp::attached_prog_id)
-        })??;
-        if id.is_none() {
-            let _ = std::fs::remove_dir_all(dir);
-            bail!("the router did not take on {i}: no XDP program is attached there after attaching; nothing left attached");
+        let live = a
+            .ports
+            .iter()
+            .any(|p| &p.iface == i && p.link.is_some_and(|l| l.live()));
+        if !live {
+            let _ = pins::remove(dir);
+            bail!("the router did not take on {i}: its link is not attached after attaching; nothing left attached");
         }
     }
+    Ok(())
+}
+
+/// Missing capabilities (by name) among those `router` commands need.
+fn missing_caps() -> Vec<&'static str> {
+    use peregrine_bpf::skel::uapi::types::peregrine_cap;
+    let eff = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0);
+    [
+        ("CAP_BPF", peregrine_cap::PG_CAP_BPF.0),
+        ("CAP_NET_ADMIN", peregrine_cap::PG_CAP_NET_ADMIN.0),
+    ]
+    .into_iter()
+    .filter(|(_, bit)| eff & (1u64 << bit) == 0)
+    .map(|(n, _)| n)
+    .collect()
+}
+
+/// One line instead of libbpf's log when the caller may not use BPF.
+fn require_caps(cmd: &str) -> Result<()> {
+    let missing = missing_caps();
+    if !missing.is_empty() {
+        bail!(
+            "{cmd} needs root (CAP_BPF and CAP_NET_ADMIN); this process lacks {}",
+            missing.join(" and ")
+        );
+    }
+    Ok(())
+}
+
+/// Checks the ports: each exists, none twice (also under another name).
+fn check_ports(ns: Option<&str>, ifaces: &[String], scope: &Scope) -> Result<()> {
+    let mut seen: Vec<(u32, &String)> = Vec::new();
+    for i in ifaces {
+        let idx = match netns::run_in_opt(ns, || peregrine_bpf::link::ifindex(i))? {
+            Ok(idx) => idx,
+            Err(_) => usage!("no interface {i:?} in {}", scope.pins().describe()),
+        };
+        if let Some((_, first)) = seen.iter().find(|(s, _)| *s == idx) {
+            usage!(
+                "same interface twice: {first} and {i} are both ifindex {idx}; give each port once"
+            );
+        }
+        seen.push((idx, i));
+    }
+    Ok(())
+}
+
+fn attach(
+    ifaces: &[String],
+    hook: HookChoice,
+    mode: Option<XdpMode>,
+    fib: FibMode,
+    scope: &Scope,
+) -> Result<()> {
+    require_caps("router attach")?;
+    let ns = scope.ns()?;
+    check_ports(ns.as_deref(), ifaces, scope)?;
+    if hook == HookChoice::Tc && mode.is_some() {
+        usage!("--mode is an XDP mode; --hook tc takes none (leave --mode out or use --hook xdp)");
+    }
+    let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
+    ensure_free_router(&dir, scope)?;
+    let pick = netns::run_in_opt(ns.as_deref(), || hook::pick(hook, mode, ifaces))??;
+    if hook == HookChoice::Auto {
+        println!("hook: {} ({})", pick.hook, pick.why);
+    }
+    if let Some(w) = &pick.warning {
+        eprintln!("{w}");
+    }
+    let mut dp = Dataplane::router_at(ns.as_deref(), ifaces, pick.hook, fib, false)?;
+    match (&scope.lab, &scope.host) {
+        (Some(l), Some(h)) => dp.prepare_peers(&lab::state(l)?.topology, h)?,
+        _ => dp.prepare_peers_here()?,
+    }
+    pin_or_undo(dp, &dir)?;
+    verify_attached(ifaces, &dir)?;
+    println!(
+        "router attached ({}, fib {}) to {}",
+        pick.hook,
+        format!("{fib:?}").to_lowercase(),
+        ifaces.join(" ")
+    );
+    Ok(())
+}
+
+fn detach(all: bool, scope: &Scope) -> Result<()> {
+    require_caps("router detach")?;
+    if all {
+        let n = pins::remove_all_outside_labs()?;
+        let labs: Vec<_> = pins::list_attachments()
+            .into_iter()
+            .filter(|a| a.lab_host.is_some())
+            .collect();
+        for a in &labs {
+            pins::remove(&a.dir)?;
+        }
+        println!("detached {} router attachment(s)", n + labs.len());
+        return Ok(());
+    }
+    let ns = scope.ns()?;
+    let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
+    if !dir.exists() {
+        bail!(
+            "no router attached in {} ({} does not exist)",
+            scope.pins().describe(),
+            peregrine_bpf::bpffs::display(&dir)
+        );
+    }
+    pins::remove(&dir)?;
+    println!("router detached");
+    Ok(())
+}
+
+/// One attachment as `router list` shows it.
+struct Listed {
+    namespace: String,
+    cookie: Option<u64>,
+    iface: String,
+    hook: &'static str,
+    prog_id: Option<u32>,
+    ifindex: u32,
+    stale: bool,
+}
+
+fn list(json: bool) -> Result<()> {
+    require_caps("router list")?;
+    let names = netns::cookies();
+    let mut rows = Vec::new();
+    for a in pins::list_attachments() {
+        let stale = a.stale();
+        let namespace = match (&a.lab_host, a.cookie) {
+            (Some((l, h)), _) => format!("lab {l} host {h}"),
+            (None, Some(c)) => names
+                .iter()
+                .find(|(_, nc)| *nc == c)
+                .map(|(n, _)| n.clone())
+                .unwrap_or_else(|| format!("netns cookie {c}")),
+            (None, None) => "?".into(),
+        };
+        if a.ports.is_empty() {
+            rows.push(Listed {
+                namespace,
+                cookie: a.cookie,
+                iface: "-".into(),
+                hook: "-",
+                prog_id: None,
+                ifindex: 0,
+                stale,
+            });
+            continue;
+        }
+        for p in &a.ports {
+            rows.push(Listed {
+                namespace: namespace.clone(),
+                cookie: a.cookie,
+                iface: p.iface.clone(),
+                hook: p.link.map(|l| l.hook_kind()).unwrap_or("-"),
+                prog_id: p.link.map(|l| l.prog_id),
+                ifindex: p.link.map(|l| l.ifindex).unwrap_or(0),
+                stale: stale || !p.link.is_some_and(|l| l.live()),
+            });
+        }
+    }
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "namespace": r.namespace, "netns_cookie": r.cookie, "iface": r.iface,
+                    "ifindex": r.ifindex, "hook": r.hook, "prog_id": r.prog_id, "stale": r.stale,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "attachments": v }));
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no router attached");
+        return Ok(());
+    }
+    let mut t = Table::new(&["namespace", "iface", "hook", "prog id", "state"]);
+    for r in rows {
+        t.row(vec![
+            r.namespace,
+            r.iface,
+            r.hook.to_string(),
+            r.prog_id
+                .map(|i| i.to_string())
+                .unwrap_or_else(|| "-".into()),
+            if r.stale { "stale" } else { "attached" }.to_string(),
+        ]);
+    }
+    print!("{}", t.render());
     Ok(())
 }
 
@@ -159,54 +404,19 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
     match cmd {
         RouterCmd::Attach {
             ifaces,
+            hook,
             mode,
             fib,
             scope,
-        } => {
-            let dir = scope.pins().dir();
-            ensure_free(&dir)?;
-            let ns = scope.ns()?;
-            let mut seen = std::collections::BTreeSet::new();
-            for i in &ifaces {
-                if !seen.insert(i) {
-                    usage!("interface {i} is given twice");
-                }
-                if netns::run_in_opt(ns.as_deref(), || peregrine_bpf::link::ifindex(i))?.is_err() {
-                    usage!("no interface {i:?} in {}", scope.pins().describe());
-                }
-            }
-            let mut dp = Dataplane::router(ns.as_deref(), &ifaces, mode, fib, false)?;
-            if let (Some(l), Some(h)) = (&scope.lab, &scope.host) {
-                dp.prepare_peers(&lab::state(l)?.topology, h)?;
-            }
-            pin_or_undo(dp, &scope)?;
-            verify_attached(ns.as_deref(), &ifaces, &dir)?;
-            println!(
-                "router attached ({mode}, fib {}) to {}",
-                format!("{fib:?}").to_lowercase(),
-                ifaces.join(" ")
-            );
-            Ok(())
-        }
-        RouterCmd::Detach { scope } => {
-            let dir = scope.pins().dir();
-            if !dir.exists() {
-                bail!(
-                    "no router attached in {} ({} does not exist)",
-                    scope.pins().describe(),
-                    dir.display()
-                );
-            }
-            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-            println!("router detached");
-            Ok(())
-        }
+        } => attach(&ifaces, hook, mode, fib, &scope),
+        RouterCmd::Detach { all, scope } => detach(all, &scope),
         RouterCmd::Stats { scope, out } => stats(&scope, &out),
+        RouterCmd::List { json } => list(json),
     }
 }
 
-fn read_all(dir: &Path, ns: Option<&str>) -> Result<Vec<(String, u32, PortStats)>> {
-    pinned_ports(dir, ns)?
+fn read_all(dir: &Path) -> Result<Vec<(String, u32, PortStats)>> {
+    pinned_ports(dir)?
         .into_iter()
         .map(|(n, i)| Ok((n, i, read_pinned_stats(dir, i)?)))
         .collect()
@@ -248,16 +458,17 @@ fn router_counters(ports: &[(String, u32, PortStats)]) -> Vec<Counter> {
 }
 
 fn stats(scope: &Scope, out: &StatsOutput) -> Result<()> {
-    let dir = scope.pins().dir();
+    require_caps("router stats")?;
     let ns = scope.ns()?;
+    let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
     if !dir.exists() {
         bail!(
             "no router attached in {} ({} does not exist); attach one with `router attach`",
             scope.pins().describe(),
-            dir.display()
+            peregrine_bpf::bpffs::display(&dir)
         );
     }
-    let now = read_all(&dir, ns.as_deref())?;
+    let now = read_all(&dir)?;
     if out.once() {
         if out.json {
             println!("{}", stats_json(&now));
@@ -285,8 +496,8 @@ fn stats(scope: &Scope, out: &StatsOutput) -> Result<()> {
     }
     out.watch(
         "peregrine_router",
-        "seen by the XDP router, per port and counter (rx_<action>, tx)",
-        move || Ok(router_counters(&read_all(&dir, ns.as_deref())?)),
+        "seen by the router, per port and counter (rx_<action>, tx)",
+        move || Ok(router_counters(&read_all(&dir)?)),
     )
 }
 
@@ -365,7 +576,7 @@ pub fn chain(cmd: ChainCmd) -> Result<()> {
                 lab: Some(cfg.lab.clone()),
                 host: Some(cfg.router.clone()),
             };
-            let dir = scope.pins().dir();
+            let dir = scope.pins().dir()?;
             ensure_free(&dir)?;
             let dp = Dataplane::deploy(&topo, &cfg)?;
             let nfs: Vec<String> = dp
@@ -373,7 +584,7 @@ pub fn chain(cmd: ChainCmd) -> Result<()> {
                 .iter()
                 .map(|n| format!("{}:{}", n.host, n.iface))
                 .collect();
-            pin_or_undo(dp, &scope)?;
+            pin_or_undo(dp, &dir)?;
             println!(
                 "applied: router on {}:{}, functions {}, chains {}",
                 cfg.lab,
@@ -390,15 +601,15 @@ pub fn chain(cmd: ChainCmd) -> Result<()> {
         ChainCmd::Remove { file } => {
             let cfg = DataplaneConfig::from_file(&file)
                 .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
-            let dir = PinScope::of(&cfg).dir();
+            let dir = PinScope::of(&cfg).dir()?;
             if !dir.exists() {
                 bail!(
                     "nothing applied from {} ({} does not exist)",
                     file.display(),
-                    dir.display()
+                    peregrine_bpf::bpffs::display(&dir)
                 );
             }
-            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+            pins::remove(&dir)?;
             println!("removed");
             Ok(())
         }

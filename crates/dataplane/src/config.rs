@@ -12,6 +12,7 @@ use peregrine_wire::{MacAddr, Prefix};
 use serde::Deserialize;
 
 use crate::error::{DataplaneError, Result};
+use crate::hook::HookChoice;
 
 /// A router (and optionally chains) for one host of a lab.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +24,8 @@ pub struct DataplaneConfig {
     /// Router ports facing the outside: routed, and classified for chains.
     pub ports: Vec<String>,
     pub mode: XdpMode,
+    /// The router's hook (`hook = "xdp" | "tc" | "auto"`, default auto).
+    pub hook: HookChoice,
     pub fib: FibMode,
     pub nfs: Vec<NfConfig>,
     pub chains: Vec<ChainConfig>,
@@ -133,6 +136,7 @@ struct RawConfig {
     router: String,
     ports: Vec<String>,
     mode: Option<String>,
+    hook: Option<String>,
     fib: Option<String>,
     #[serde(default, rename = "nf")]
     nfs: Vec<RawNf>,
@@ -259,6 +263,15 @@ impl DataplaneConfig {
             Some(m) => m.parse()?,
             None => XdpMode::Native,
         };
+        let hook: HookChoice = match raw.hook.as_deref() {
+            Some(h) => h.parse()?,
+            None => HookChoice::Auto,
+        };
+        if hook == HookChoice::Tc && raw.mode.is_some() {
+            return Err(config(
+                "mode is an XDP mode; hook = \"tc\" takes none (leave mode out or use hook = \"xdp\")",
+            ));
+        }
         let fib = match raw.fib.as_deref() {
             Some(f) => f.parse()?,
             None => FibMode::Full,
@@ -298,6 +311,7 @@ impl DataplaneConfig {
             router: raw.router,
             ports: raw.ports,
             mode,
+            hook,
             fib,
             nfs,
             chains,
@@ -337,6 +351,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(c.mode, XdpMode::Native);
+        assert_eq!(c.hook, HookChoice::Auto);
         assert_eq!(c.fib, FibMode::Direct);
         assert_eq!(c.nfs[0].out_iface(), "eth1");
         assert_eq!(c.nfs[1].iface, "eth0");
@@ -385,6 +400,8 @@ mod tests {
             assert!(!e.contains('\n'), "one line: {e}");
         }
         assert!(err("mode = \"turbo\"\n").contains("turbo"));
+        assert!(err("hook = \"ebpf\"\n").contains("expected xdp, tc or auto"));
+        assert!(err("hook = \"tc\"\nmode = \"native\"\n").contains("takes none"));
         assert!(
             DataplaneConfig::from_toml("lab = \"l\"\nrouter = \"r\"\nports = []\n")
                 .unwrap_err()

@@ -6,13 +6,14 @@ use std::path::Path;
 
 use peregrine_bpf::nf::{NfProgram, NfSetup};
 use peregrine_bpf::router::{FibMode, PortStats, RouterProgram};
-use peregrine_bpf::{Hook, Link, XdpProgram};
+use peregrine_bpf::{Hook, Link, TcxDirection, XdpMode, XdpProgram};
 use peregrine_host::netns;
 
 use crate::config::{ChainMatch, DataplaneConfig, NfKind};
 use crate::error::{DataplaneError, Result};
+use crate::hook::{pick, RouterHook};
 use crate::hosts::{HostIface, Hosts};
-use crate::peer::{ensure_xdp_receiver, PassThrough};
+use crate::peer::{ensure_peer_receives, ensure_xdp_receiver, PassThrough};
 use crate::pins;
 
 /// A network function running in a container.
@@ -28,6 +29,8 @@ pub struct Dataplane {
     pub router: RouterProgram,
     /// None: the namespace of the process that attached it.
     pub router_ns: Option<String>,
+    /// Where the router runs on every port.
+    pub hook: RouterHook,
     /// (port name, link)
     pub ports: Vec<(String, Link)>,
     pub nfs: Vec<RunningNf>,
@@ -37,24 +40,37 @@ pub struct Dataplane {
 
 impl Dataplane {
     /// Attaches the router to `ports` of namespace `ns` (None: the caller's)
-    /// at `hook` (an `XdpMode` for XDP).
+    /// at the XDP hook.
     pub fn router(
         ns: Option<&str>,
         ports: &[String],
-        hook: impl Into<Hook>,
+        mode: XdpMode,
         fib: FibMode,
         classify: bool,
     ) -> Result<Dataplane> {
-        let hook = hook.into();
+        Dataplane::router_at(ns, ports, RouterHook::Xdp(mode), fib, classify)
+    }
+
+    /// Attaches the router to `ports` of namespace `ns` (None: the caller's)
+    /// at `hook`. On error nothing stays attached: the links made so far
+    /// close when they drop.
+    pub fn router_at(
+        ns: Option<&str>,
+        ports: &[String],
+        hook: RouterHook,
+        fib: FibMode,
+        classify: bool,
+    ) -> Result<Dataplane> {
         let router = RouterProgram::load(fib)?;
         let mut links = Vec::new();
         for p in ports {
-            let l = netns::run_in_opt(ns, || router.attach(p, hook, classify))??;
+            let l = netns::run_in_opt(ns, || attach_port(&router, p, hook, classify))??;
             links.push((p.clone(), l));
         }
         Ok(Dataplane {
             router,
             router_ns: ns.map(str::to_string),
+            hook,
             ports: links,
             nfs: Vec::new(),
             peers: Vec::new(),
@@ -64,10 +80,14 @@ impl Dataplane {
     /// Deploys `cfg` on `hosts`.
     pub fn deploy(hosts: &impl Hosts, cfg: &DataplaneConfig) -> Result<Dataplane> {
         let rns = hosts.netns(&cfg.router)?;
-        let mut dp = Dataplane::router(
+        let hook = match netns::run_in(&rns, || pick(cfg.hook, None, &cfg.ports))??.hook {
+            RouterHook::Xdp(_) => RouterHook::Xdp(cfg.mode),
+            RouterHook::Tc => RouterHook::Tc,
+        };
+        let mut dp = Dataplane::router_at(
             Some(&rns),
             &cfg.ports,
-            cfg.mode,
+            hook,
             cfg.fib,
             !cfg.chains.is_empty(),
         )?;
@@ -100,7 +120,7 @@ impl Dataplane {
             let out_port = router_side(&n.host, n.out_iface())?;
             for p in [&in_port, &out_port] {
                 if !dp.ports.iter().any(|(name, _)| name == p) {
-                    let l = netns::run_in(&rns, || dp.router.attach(p, cfg.mode, false))??;
+                    let l = netns::run_in(&rns, || attach_port(&dp.router, p, hook, false))??;
                     dp.ports.push((p.clone(), l));
                 }
             }
@@ -145,6 +165,9 @@ impl Dataplane {
     /// Makes every port's veth peer accept the frames the router redirects
     /// to it (veth drops them unless the receiving end runs XDP).
     pub fn prepare_peers(&mut self, hosts: &impl Hosts, router_host: &str) -> Result<()> {
+        if self.hook == RouterHook::Tc {
+            return Ok(());
+        }
         for (port, _) in &self.ports {
             let end = HostIface {
                 host: router_host.to_string(),
@@ -154,6 +177,22 @@ impl Dataplane {
                 if let Some(p) = ensure_xdp_receiver(&hosts.netns(&peer.host)?, &peer.iface)? {
                     self.peers.push(p);
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Outside labs: makes every port's veth peer (found from the port,
+    /// in whatever namespace it is) accept what the XDP router redirects to
+    /// it. The tc router needs nothing there.
+    pub fn prepare_peers_here(&mut self) -> Result<()> {
+        if self.hook == RouterHook::Tc {
+            return Ok(());
+        }
+        let ns = self.router_ns.clone();
+        for (port, _) in &self.ports {
+            if let Some(p) = netns::run_in_opt(ns.as_deref(), || ensure_peer_receives(port))?? {
+                self.peers.push(p);
             }
         }
         Ok(())
@@ -184,4 +223,19 @@ impl Dataplane {
             .map(|(n, l)| Ok((n.clone(), l.ifindex, self.router.stats(l.ifindex)?)))
             .collect()
     }
+}
+
+/// Attaches the router to `iface` (in the calling thread's namespace) at
+/// `hook` and makes it a port.
+fn attach_port(
+    router: &RouterProgram,
+    iface: &str,
+    hook: RouterHook,
+    classify: bool,
+) -> Result<Link> {
+    let at = match hook {
+        RouterHook::Xdp(mode) => Hook::Xdp(mode),
+        RouterHook::Tc => Hook::Tcx(TcxDirection::Ingress),
+    };
+    Ok(router.attach(iface, at, classify)?)
 }

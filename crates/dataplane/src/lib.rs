@@ -6,12 +6,14 @@
 //! - `config`: a declaration (TOML), parsed once into typed values.
 //! - `hosts`: where the declaration's hosts are (a lab, or a host by hand).
 //! - `deploy`: attaching it all; `Dataplane` owns the programs and links.
+//! - `hook`: XDP or tc on the router's ports, picked from the veth peers' offloads.
 //! - `peer`: pass-throughs that let a veth peer receive redirected frames.
 //! - `pins`: the one pin layout every command reads and writes.
 
 pub mod config;
 pub mod deploy;
 pub mod error;
+pub mod hook;
 pub mod hosts;
 pub mod peer;
 pub mod pins;
@@ -19,6 +21,7 @@ pub mod pins;
 pub use config::{ChainConfig, ChainMatch, DataplaneConfig, NfConfig, NfKind};
 pub use deploy::{Dataplane, RunningNf};
 pub use error::{DataplaneError, Result};
+pub use hook::{HookChoice, Pick, RouterHook};
 pub use hosts::{HostIface, Hosts};
 pub use peer::{ensure_xdp_receiver, PassThrough};
 pub use pins::PinScope;

@@ -18,19 +18,38 @@ pub struct PassThrough {
 /// Makes `ns:iface` accept redirected frames: attaches a pass-through program
 /// if no XDP program runs there (None if one already does).
 pub fn ensure_xdp_receiver(ns: &str, iface: &str) -> Result<Option<PassThrough>> {
-    netns::run_in(ns, || -> Result<Option<PassThrough>> {
-        let idx = peregrine_bpf::link::ifindex(iface)?;
-        if peregrine_bpf::xdp::attached_prog_id(idx)?.is_some() {
-            return Ok(None);
-        }
-        let prog = SinkProgram::load(XdpAction::Pass)?;
-        let link = prog.attach(iface, XdpMode::Native)?;
-        tracing::info!("{ns}:{iface} had no XDP program; attached a pass-through so redirected frames are not dropped");
-        Ok(Some(PassThrough {
-            ns: ns.to_string(),
-            iface: iface.to_string(),
-            prog,
-            link,
-        }))
-    })?
+    netns::run_in(ns, || receiver_here(ns, iface))?
+}
+
+/// Makes the veth peer of `port` (an interface of the calling thread's
+/// namespace; the peer may be in any namespace) accept redirected frames,
+/// as `ensure_xdp_receiver`. None when `port` is no veth or its peer
+/// already runs XDP.
+pub fn ensure_peer_receives(port: &str) -> Result<Option<PassThrough>> {
+    let Some(end) = peregrine_host::veth::peer_end(port)? else {
+        return Ok(None);
+    };
+    let iface = end.name()?;
+    // The label names the pin: no spaces ("pid 42" -> "pid42").
+    let label = match &end.ns {
+        Some(n) => n.label.replace(' ', ""),
+        None => "here".to_string(),
+    };
+    end.run_in(|| receiver_here(&label, &iface))?
+}
+
+fn receiver_here(ns: &str, iface: &str) -> Result<Option<PassThrough>> {
+    let idx = peregrine_bpf::link::ifindex(iface)?;
+    if peregrine_bpf::xdp::attached_prog_id(idx)?.is_some() {
+        return Ok(None);
+    }
+    let prog = SinkProgram::load(XdpAction::Pass)?;
+    let link = prog.attach(iface, XdpMode::Native)?;
+    tracing::info!("{ns}:{iface} had no XDP program; attached a pass-through so redirected frames are not dropped");
+    Ok(Some(PassThrough {
+        ns: ns.to_string(),
+        iface: iface.to_string(),
+        prog,
+        link,
+    }))
 }

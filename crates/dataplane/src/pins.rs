@@ -3,19 +3,28 @@
 //! Pins keep links and maps alive after the attaching command exits.
 use std::path::{Path, PathBuf};
 
+use peregrine_bpf::link::{pinned_link, PinnedLink};
 use peregrine_bpf::nf::NfStats;
 use peregrine_host::netns;
 
 use crate::config::{DataplaneConfig, NfConfig};
 use crate::error::{DataplaneError, Result};
 
-/// Whose data plane: a lab host's, or the one of the namespace the command
-/// runs in.
+/// Whose data plane: a lab host's, or the one of the network namespace the
+/// command runs in (whichever way it got there: `ip netns exec`, nsenter,
+/// a container runtime, a plain shell).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PinScope {
     LabHost { lab: String, host: String },
     Here,
 }
+
+/// Below the pin root: routers outside labs, one directory per network
+/// namespace, named by the namespace's cookie.
+pub const NETNS_DIR: &str = "_netns";
+/// Where every namespace's router was pinned before (one directory for all
+/// namespaces); only removed now.
+pub const LEGACY_DIR: &str = "_root";
 
 impl PinScope {
     /// The deployment a declaration describes.
@@ -26,25 +35,162 @@ impl PinScope {
         }
     }
 
-    /// Below the pin root: `<lab>/dp-<host>`, or `_root/dp` outside labs.
-    pub fn subdir(&self) -> String {
-        match self {
+    /// Below the pin root: `<lab>/dp-<host>`, or outside labs
+    /// `_netns/<cookie>` for the calling thread's network namespace.
+    pub fn subdir(&self) -> Result<String> {
+        Ok(match self {
             PinScope::LabHost { lab, host } => format!("{lab}/dp-{host}"),
-            PinScope::Here => "_root/dp".into(),
-        }
+            PinScope::Here => format!("{NETNS_DIR}/{}", netns::cookie()?),
+        })
     }
 
-    pub fn dir(&self) -> PathBuf {
-        Path::new(peregrine_bpf::bpffs::PIN_ROOT).join(self.subdir())
+    /// The directory, as this process reaches the host's bpffs.
+    pub fn dir(&self) -> Result<PathBuf> {
+        Ok(peregrine_bpf::bpffs::pin_root().join(self.subdir()?))
     }
 
     /// Where the router runs, for messages.
     pub fn describe(&self) -> String {
         match self {
             PinScope::LabHost { lab, host } => format!("lab {lab} host {host}"),
-            PinScope::Here => "this namespace".into(),
+            PinScope::Here => "this network namespace".into(),
         }
     }
+}
+
+/// One port of a pinned router: its interface (as named when attached) and
+/// what its pinned link says now (None: the pin cannot be opened).
+#[derive(Debug, Clone)]
+pub struct PinnedPort {
+    pub iface: String,
+    pub link: Option<PinnedLink>,
+}
+
+/// A router attachment found in the host's bpffs.
+#[derive(Debug, Clone)]
+pub struct Attachment {
+    pub dir: PathBuf,
+    /// The namespace's cookie (routers outside labs).
+    pub cookie: Option<u64>,
+    /// `lab/host` for a lab's router.
+    pub lab_host: Option<(String, String)>,
+    pub ports: Vec<PinnedPort>,
+}
+
+impl Attachment {
+    /// Nothing of it runs any more: no port's link is attached to a live
+    /// interface (its namespace or interfaces are gone, or it was killed
+    /// half-way before any port was pinned).
+    pub fn stale(&self) -> bool {
+        !self.ports.iter().any(|p| p.link.is_some_and(|l| l.live()))
+    }
+}
+
+/// Reads the attachment pinned in `dir`.
+pub fn attachment(dir: &Path) -> Attachment {
+    let mut ports: Vec<PinnedPort> = peregrine_bpf::bpffs::list_dir(dir)
+        .into_iter()
+        .filter_map(|n| {
+            let iface = n.strip_prefix(PORT_LINK)?.to_string();
+            Some(PinnedPort {
+                link: pinned_link(&dir.join(&n)).ok(),
+                iface,
+            })
+        })
+        .collect();
+    ports.sort_by(|a, b| a.iface.cmp(&b.iface));
+    Attachment {
+        dir: dir.to_path_buf(),
+        cookie: None,
+        lab_host: None,
+        ports,
+    }
+}
+
+/// Every router attachment in the host's bpffs: each namespace's outside
+/// labs, then the labs' (`chain apply`, `router attach --lab`).
+pub fn list_attachments() -> Vec<Attachment> {
+    let root = peregrine_bpf::bpffs::pin_root();
+    let mut out = Vec::new();
+    let mut cookies: Vec<u64> = peregrine_bpf::bpffs::list_dir(&root.join(NETNS_DIR))
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    cookies.sort();
+    for c in cookies {
+        let mut a = attachment(&root.join(NETNS_DIR).join(c.to_string()));
+        a.cookie = Some(c);
+        out.push(a);
+    }
+    let mut labs = peregrine_bpf::bpffs::list_pin_dirs();
+    labs.sort();
+    for lab in labs.into_iter().filter(|l| !l.starts_with('_')) {
+        let mut hosts = peregrine_bpf::bpffs::list_dir(&root.join(&lab));
+        hosts.sort();
+        for h in hosts {
+            if let Some(host) = h.strip_prefix("dp-") {
+                let mut a = attachment(&root.join(&lab).join(&h));
+                a.lab_host = Some((lab.clone(), host.to_string()));
+                out.push(a);
+            }
+        }
+    }
+    out
+}
+
+/// Detaches and unpins the router pinned in `dir`: each port's link is
+/// detached at once (BPF_LINK_DETACH), then every pin goes, and the
+/// directories above it that are left empty.
+pub fn remove(dir: &Path) -> Result<()> {
+    for n in peregrine_bpf::bpffs::list_dir(dir) {
+        let p = dir.join(&n);
+        if n.starts_with(PORT_LINK) || n.starts_with("nf-") || n.starts_with("peer-") {
+            peregrine_bpf::link::detach_pinned(&p)?;
+        }
+    }
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(DataplaneError::Other(format!(
+                "removing {}: {e}",
+                peregrine_bpf::bpffs::display(dir)
+            )))
+        }
+    }
+    let root = peregrine_bpf::bpffs::pin_root();
+    let mut p = dir.parent();
+    while let Some(d) = p {
+        if !d.starts_with(&root) || std::fs::remove_dir(d).is_err() {
+            break;
+        }
+        p = d.parent();
+    }
+    Ok(())
+}
+
+/// Removes every router attachment outside labs (live and stale) and what
+/// older versions pinned under `_root`; the number of attachments removed.
+pub fn remove_all_outside_labs() -> Result<usize> {
+    let mut n = 0;
+    for a in list_attachments()
+        .into_iter()
+        .filter(|a| a.cookie.is_some())
+    {
+        remove(&a.dir)?;
+        n += 1;
+    }
+    let root = peregrine_bpf::bpffs::pin_root();
+    let legacy = root.join(LEGACY_DIR);
+    if legacy.exists() {
+        for d in peregrine_bpf::bpffs::list_dir(&legacy) {
+            remove(&legacy.join(d))?;
+        }
+        remove(&legacy)?;
+    }
+    let _ = std::fs::remove_dir(root.join(NETNS_DIR));
+    let _ = std::fs::remove_dir(&root);
+    Ok(n)
 }
 
 /// The router's link on `port`.
@@ -68,32 +214,39 @@ pub fn peer_link(dir: &Path, ns: &str, iface: &str) -> PathBuf {
     dir.join(format!("peer-{ns}-{iface}"))
 }
 
-/// Ports of a pinned data plane: (port name, ifindex in the router's namespace).
-pub fn pinned_ports(dir: &Path, router_ns: Option<&str>) -> Result<Vec<(String, u32)>> {
-    let mut out = Vec::new();
-    let rd = std::fs::read_dir(dir)
-        .map_err(|_| DataplaneError::Other(format!("no data plane pinned at {}", dir.display())))?;
-    for e in rd.flatten() {
-        let n = e.file_name().to_string_lossy().into_owned();
-        if let Some(port) = n.strip_prefix(PORT_LINK) {
-            let idx = netns::run_in_opt(router_ns, || peregrine_bpf::link::ifindex(port))??;
-            out.push((port.to_string(), idx));
-        }
+/// Ports of a pinned data plane: (port name, ifindex), the ifindex as the
+/// port's pinned link reports it (valid in the router's namespace, read
+/// from anywhere). A port whose interface is gone is an error.
+pub fn pinned_ports(dir: &Path) -> Result<Vec<(String, u32)>> {
+    if !dir.exists() {
+        return Err(DataplaneError::Other(format!(
+            "no data plane pinned at {}",
+            peregrine_bpf::bpffs::display(dir)
+        )));
     }
-    out.sort();
-    Ok(out)
+    attachment(dir)
+        .ports
+        .into_iter()
+        .map(|p| match p.link {
+            Some(l) if l.live() => Ok((p.iface, l.ifindex)),
+            _ => Err(DataplaneError::Other(format!(
+                "the router's port {} is gone (its interface or namespace was removed); detach it",
+                p.iface
+            ))),
+        })
+        .collect()
 }
 
 /// Counters of every network function `cfg` declares, as pinned by `chain
 /// apply`: (nf, counters), in the file's order.
 pub fn pinned_nf_stats(cfg: &DataplaneConfig) -> Result<Vec<(NfConfig, NfStats)>> {
-    let dir = PinScope::of(cfg).dir();
+    let dir = PinScope::of(cfg).dir()?;
     if !dir.exists() {
         return Err(DataplaneError::Other(format!(
             "nothing applied for lab {} router {} ({} does not exist)",
             cfg.lab,
             cfg.router,
-            dir.display()
+            peregrine_bpf::bpffs::display(&dir)
         )));
     }
     cfg.nfs

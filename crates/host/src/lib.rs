@@ -9,5 +9,6 @@ pub mod netdev;
 pub mod netns;
 pub mod nl;
 pub mod signals;
+pub mod veth;
 
 pub use error::{HostError, Result};

@@ -45,7 +45,7 @@ impl Offload {
 
 /// Turns an offload of `ns:iface` on or off.
 pub fn set_offload(ns: &str, iface: &str, offload: Offload, on: bool) -> Result<()> {
-    ethtool_value_ioctl(ns, iface, offload.commands().1, u32::from(on))
+    netns::run_in(ns, || ethtool(iface, offload.commands().1, u32::from(on)))?
         .map(|_| ())
         .map_err(|e| {
             HostError::Other(format!(
@@ -56,60 +56,88 @@ pub fn set_offload(ns: &str, iface: &str, offload: Offload, on: bool) -> Result<
         })
 }
 
-/// Whether an offload of `ns:iface` is on.
-pub fn offload(ns: &str, iface: &str, offload: Offload) -> Result<bool> {
-    ethtool_value_ioctl(ns, iface, offload.commands().0, 0)
+/// Whether an offload of `iface` in the calling thread's namespace is on.
+pub fn offload_here(iface: &str, offload: Offload) -> Result<bool> {
+    ethtool(iface, offload.commands().0, 0)
         .map(|v| v != 0)
         .map_err(|e| {
             HostError::Other(format!(
-                "reading {} of {ns}:{iface}: {e}",
+                "reading {} of {iface}: {e}",
                 offload.ethtool_name()
             ))
         })
 }
 
-/// One ethtool command that carries a `struct ethtool_value`, run in `ns`;
-/// returns the value the kernel left in it.
-fn ethtool_value_ioctl(
-    ns: &str,
-    iface: &str,
-    cmd: peregrine_ethtool_cmd,
-    data: u32,
-) -> Result<u32> {
+/// Whether an offload of `ns:iface` is on.
+pub fn offload(ns: &str, iface: &str, offload: Offload) -> Result<bool> {
+    netns::run_in(ns, || offload_here(iface, offload))?
+}
+
+/// The offloads that decide whether XDP may redirect what an interface
+/// sends: with either on, a local sender's frames leave it with a partial
+/// checksum (TX checksum offload) or as GSO super-packets, state an XDP
+/// redirect loses and the receiver then drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxOffloads {
+    /// `tx-checksumming` (ethtool -k).
+    pub tx_checksum: bool,
+    /// `generic-segmentation-offload`.
+    pub gso: bool,
+}
+
+impl TxOffloads {
+    /// The settings that are on, by their `ethtool -k` names.
+    pub fn on(&self) -> Vec<&'static str> {
+        [(self.tx_checksum, Offload::TxChecksum), (self.gso, Offload::Gso)]
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, o)| o.ethtool_name())
+            .collect()
+    }
+}
+
+/// TX checksum offload and GSO of `iface` in the calling thread's namespace.
+pub fn tx_offloads(iface: &str) -> Result<TxOffloads> {
+    Ok(TxOffloads {
+        tx_checksum: offload_here(iface, Offload::TxChecksum)?,
+        gso: offload_here(iface, Offload::Gso)?,
+    })
+}
+
+/// One ethtool command that carries a `struct ethtool_value` (get or set)
+/// on `iface` in the calling thread's namespace; the value the kernel left
+/// in the struct.
+fn ethtool(iface: &str, cmd: peregrine_ethtool_cmd, data: u32) -> std::io::Result<u32> {
     let mut val = ethtool_value { cmd: cmd.0, data };
-    let res = netns::run_in(ns, || -> std::io::Result<()> {
-        // Safety: plain socket(2); the fd is owned right after.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // Safety: fd was just returned by socket(2) and is owned here only.
-        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-        // Safety: ifreq is plain data; zeroed is a valid empty request.
-        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-        let name = iface.as_bytes();
-        if name.len() >= req.ifr_name.len() {
-            return Err(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-        }
-        for (d, s) in req.ifr_name.iter_mut().zip(name) {
-            *d = *s as libc::c_char;
-        }
-        req.ifr_ifru.ifru_data = (&mut val as *mut ethtool_value).cast();
-        // Safety: req points at a valid ifreq whose data points at `val`,
-        // both alive for the call.
-        let rc = unsafe {
-            libc::ioctl(
-                sock.as_raw_fd(),
-                peregrine_ethtool_cmd::PG_SIOCETHTOOL.0 as libc::c_ulong,
-                &mut req,
-            )
-        };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    })?;
-    res.map_err(|e| HostError::Other(e.to_string()))?;
+    // Safety: plain socket(2); the fd is owned right after.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // Safety: fd was just returned by socket(2) and is owned here only.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Safety: ifreq is plain data; zeroed is a valid empty request.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let name = iface.as_bytes();
+    if name.len() >= req.ifr_name.len() {
+        return Err(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    for (d, s) in req.ifr_name.iter_mut().zip(name) {
+        *d = *s as libc::c_char;
+    }
+    req.ifr_ifru.ifru_data = (&mut val as *mut ethtool_value).cast();
+    // Safety: req points at a valid ifreq whose data points at `val`,
+    // both alive for the call.
+    let rc = unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            peregrine_ethtool_cmd::PG_SIOCETHTOOL.0 as libc::c_ulong,
+            &mut req,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     Ok(val.data)
 }
 

@@ -187,3 +187,122 @@ pub fn run_in_opt<T>(name: Option<&str>, f: impl FnOnce() -> T) -> Result<T> {
         None => Ok(f()),
     }
 }
+
+/// Runs `f` with the calling thread in the namespace `ns` refers to (an
+/// open /run/netns or /proc/PID/ns/net file), then back.
+pub fn run_in_file<T>(ns: &File, f: impl FnOnce() -> T) -> Result<T> {
+    let original = File::open("/proc/thread-self/ns/net")
+        .map_err(|e| HostError::Netns(format!("opening own namespace: {e}")))?;
+    setns(ns.as_fd(), CloneFlags::CLONE_NEWNET)
+        .map_err(|e| HostError::Netns(format!("entering a namespace: {e}")))?;
+    let _back = NetnsGuard { original };
+    Ok(f())
+}
+
+/// The cookie of the calling thread's network namespace: the kernel's
+/// identity for it, unique while the machine runs (inode numbers of
+/// namespaces are reused once one is freed; cookies never are).
+pub fn cookie() -> Result<u64> {
+    use peregrine_bpf::skel::uapi::types::peregrine_sock_opt;
+    let sock = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|e| HostError::Netns(format!("a socket to read the namespace cookie: {e}")))?;
+    let mut cookie = 0u64;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // Safety: `cookie` and `len` outlive the call and `len` is cookie's size.
+    let rc = unsafe {
+        libc::getsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&sock),
+            libc::SOL_SOCKET,
+            peregrine_sock_opt::PG_SO_NETNS_COOKIE.0 as libc::c_int,
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(HostError::Netns(format!(
+            "reading the namespace cookie (SO_NETNS_COOKIE, Linux 5.14+): {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(cookie)
+}
+
+/// A network namespace found on the host, open.
+pub struct Found {
+    /// Its name under /run/netns, or "pid N" for one only a process holds.
+    pub label: String,
+    /// Whether `label` is a /run/netns name.
+    pub named: bool,
+    pub file: File,
+}
+
+/// Every network namespace this process can find: the ones named under
+/// /run/netns first, then those of processes (each once, by inode).
+pub fn find_all() -> Vec<Found> {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    let mut add = |label: String, named: bool, path: PathBuf| {
+        if let Ok(file) = File::open(&path) {
+            if let Ok(m) = file.metadata() {
+                if seen.insert((m.dev(), m.ino())) {
+                    out.push(Found { label, named, file });
+                }
+            }
+        }
+    };
+    let mut names = list();
+    names.sort();
+    for n in names {
+        add(n.clone(), true, path(&n));
+    }
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    pids.sort();
+    for pid in pids {
+        add(
+            format!("pid {pid}"),
+            false,
+            PathBuf::from(format!("/proc/{pid}/ns/net")),
+        );
+    }
+    out
+}
+
+/// The label of the namespace with cookie `c` among `found` (cookies read
+/// by entering each), if one is.
+pub fn label_of_cookie(found: &[(String, u64)], c: u64) -> Option<&str> {
+    found
+        .iter()
+        .find(|(_, fc)| *fc == c)
+        .map(|(l, _)| l.as_str())
+}
+
+/// (label, cookie) of every namespace `find_all` finds; the host's own
+/// (pid 1's) is labelled "host".
+pub fn cookies() -> Vec<(String, u64)> {
+    let init = File::open("/proc/1/ns/net")
+        .ok()
+        .and_then(|f| run_in_file(&f, cookie).ok()?.ok());
+    let mut out: Vec<(String, u64)> = Vec::new();
+    if let Some(c) = init {
+        out.push(("host".into(), c));
+    }
+    for f in find_all() {
+        if let Ok(Ok(c)) = run_in_file(&f.file, cookie) {
+            if !out.iter().any(|(_, o)| *o == c) {
+                out.push((f.label, c));
+            }
+        }
+    }
+    out
+}

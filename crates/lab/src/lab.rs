@@ -188,13 +188,15 @@ pub fn down_all() -> Result<Vec<String>> {
         remove(&info.name)?;
         out.push(info.name);
     }
-    // Pins of labs; `_`-prefixed directories belong to data planes outside
-    // labs (e.g. a router in the root namespace) and are left alone.
+    // Pins of labs, then every router attached outside labs (`router
+    // attach` in any namespace: live ones, and stale ones of killed runs
+    // or removed namespaces), and what older versions left under `_root`.
     for d in peregrine_bpf::bpffs::list_pin_dirs() {
         if !d.starts_with('_') {
             peregrine_bpf::bpffs::remove_pins(&d)?;
         }
     }
+    peregrine_dataplane::pins::remove_all_outside_labs()?;
     Ok(out)
 }
 

@@ -1,0 +1,548 @@
+//! `router ...` outside labs, as users run it: namespaces made with plain
+//! `ip netns add` and veths at their default offloads (TX checksum offload
+//! and GSO on), every command through its own `ip netns exec`, which gives
+//! each a fresh mount namespace and /sys. The router must outlive the
+//! command that attached it (even one killed with -9), belong to the
+//! namespace it was attached in, and be found, listed and removed from
+//! any other command.
+//!
+//! Topology of one case `P`: P-A (a0, 198.18.1.1) <-> (a1) P-R (b0) <->
+//! (b1, 198.18.2.1) P-B, P-R routing with Linux forwarding on as well (the
+//! router passes what it does not forward to the kernel).
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use peregrine_bpf::testing::privileged;
+use peregrine_bpf::{tcx, xdp, TcxDirection};
+use peregrine_host::netns;
+
+mod common;
+use common::ok;
+
+/// Runs a command to the end, bounded by `timeout` (killed after it).
+fn sh(args: &[&str], timeout: Duration) -> Output {
+    let mut c = Command::new("timeout");
+    c.arg("-s")
+        .arg("KILL")
+        .arg(format!("{}", timeout.as_secs().max(1)));
+    c.args(args);
+    c.env_remove("RUST_BACKTRACE");
+    c.output().expect("timeout(1) runs")
+}
+
+fn ip(args: &[&str]) {
+    let mut a = vec!["ip"];
+    a.extend_from_slice(args);
+    ok(&sh(&a, Duration::from_secs(10)), &a.join(" "));
+}
+
+/// `peregrine args` through `ip netns exec ns`, as a user would.
+fn pg_in(ns: &str, args: &[&str]) -> Output {
+    let bin = env!("CARGO_BIN_EXE_peregrine");
+    let mut a = vec!["ip", "netns", "exec", ns, bin];
+    a.extend_from_slice(args);
+    sh(&a, Duration::from_secs(30))
+}
+
+fn text(o: &[u8]) -> String {
+    String::from_utf8_lossy(o).into_owned()
+}
+
+/// Three namespaces A - R - B over two veth pairs, removed on drop (also
+/// what an earlier killed run of the same case left).
+struct Topo {
+    p: String,
+}
+
+impl Topo {
+    fn ns(&self, n: &str) -> String {
+        format!("{}-{n}", self.p)
+    }
+
+    fn up(p: &str) -> Topo {
+        let t = Topo { p: p.to_string() };
+        t.remove();
+        for n in ["A", "R", "B"] {
+            ip(&["netns", "add", &t.ns(n)]);
+            ip(&["-n", &t.ns(n), "link", "set", "lo", "up"]);
+        }
+        let (a, r, b) = (t.ns("A"), t.ns("R"), t.ns("B"));
+        ip(&[
+            "link", "add", "a0", "netns", &a, "type", "veth", "peer", "name", "a1", "netns", &r,
+        ]);
+        ip(&[
+            "link", "add", "b0", "netns", &r, "type", "veth", "peer", "name", "b1", "netns", &b,
+        ]);
+        for (ns, dev, v4, v6) in [
+            (&a, "a0", "198.18.1.1/24", "2001:db8:1::1/64"),
+            (&r, "a1", "198.18.1.2/24", "2001:db8:1::2/64"),
+            (&r, "b0", "198.18.2.2/24", "2001:db8:2::2/64"),
+            (&b, "b1", "198.18.2.1/24", "2001:db8:2::1/64"),
+        ] {
+            ip(&["-n", ns, "addr", "add", v4, "dev", dev]);
+            ip(&["-n", ns, "addr", "add", v6, "dev", dev, "nodad"]);
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+        }
+        ip(&["-n", &a, "route", "add", "default", "via", "198.18.1.2"]);
+        ip(&[
+            "-n",
+            &a,
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            "2001:db8:1::2",
+        ]);
+        ip(&["-n", &b, "route", "add", "default", "via", "198.18.2.2"]);
+        ip(&[
+            "-n",
+            &b,
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            "2001:db8:2::2",
+        ]);
+        let fwd = sh(
+            &[
+                "ip",
+                "netns",
+                "exec",
+                &r,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+                "net.ipv6.conf.all.forwarding=1",
+            ],
+            Duration::from_secs(5),
+        );
+        ok(&fwd, "sysctl forwarding");
+        t
+    }
+
+    /// Detaches what a run left in R, then removes the namespaces (their
+    /// interfaces, and with them every attachment, go too).
+    fn remove(&self) {
+        if netns::exists(&self.ns("R")) {
+            let _ = pg_in(&self.ns("R"), &["router", "detach"]);
+        }
+        for n in ["A", "R", "B"] {
+            let _ = netns::delete(&self.ns(n));
+        }
+    }
+
+    fn ping(&self, dst: &str) -> bool {
+        sh(
+            &[
+                "ip",
+                "netns",
+                "exec",
+                &self.ns("A"),
+                "ping",
+                "-c",
+                "5",
+                "-i",
+                "0.2",
+                "-W",
+                "3",
+                dst,
+            ],
+            Duration::from_secs(10),
+        )
+        .status
+        .success()
+    }
+
+    /// Programs still on R's ports: (XDP prog id, tcx ingress count) each.
+    fn hooked(&self) -> Vec<(Option<u32>, u32)> {
+        ["a1", "b0"]
+            .iter()
+            .map(|i| {
+                netns::run_in(&self.ns("R"), || {
+                    let idx = peregrine_bpf::link::ifindex(i).unwrap();
+                    (
+                        xdp::attached_prog_id(idx).unwrap(),
+                        tcx::attached_count(idx, TcxDirection::Ingress).unwrap(),
+                    )
+                })
+                .unwrap()
+            })
+            .collect()
+    }
+
+    /// The attachments `router list --json` shows in R.
+    fn listed(&self) -> Vec<serde_json::Value> {
+        let out = pg_in(&self.ns("B"), &["router", "list", "--json"]);
+        ok(&out, "router list --json");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["attachments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["namespace"] == self.ns("R").as_str())
+            .cloned()
+            .collect()
+    }
+
+    /// (packets, bytes) forwarded from port `port`, from `stats --json`.
+    fn forwarded(&self, port: &str) -> (u64, u64) {
+        let out = pg_in(&self.ns("R"), &["router", "stats", "--json"]);
+        ok(&out, "router stats --json");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let p = v["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["port"] == port)
+            .unwrap_or_else(|| panic!("no port {port} in {v}"))
+            .clone();
+        let f = &p["rx"]["forward"];
+        (f["packets"].as_u64().unwrap(), f["bytes"].as_u64().unwrap())
+    }
+
+    /// Nothing of a router is left on R's ports, in its pins or the list.
+    fn assert_clean(&self) {
+        let end = Instant::now() + Duration::from_secs(3);
+        while self.hooked().iter().any(|h| *h != (None, 0)) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            self.hooked().iter().all(|h| *h == (None, 0)),
+            "programs left on R's ports: {:?}",
+            self.hooked()
+        );
+        assert!(
+            self.listed().is_empty(),
+            "still listed: {:?}",
+            self.listed()
+        );
+    }
+}
+
+impl Drop for Topo {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// Attach from one `ip netns exec`, read counters from a second, detach
+/// from a third: nothing is left after.
+#[test]
+fn attach_stats_detach_from_separate_ip_netns_exec() {
+    if !privileged("attach_stats_detach_from_separate_ip_netns_exec") {
+        return;
+    }
+    let t = Topo::up("pgo1");
+    let r = t.ns("R");
+    ok(
+        &pg_in(&r, &["router", "attach", "a1", "b0"]),
+        "router attach",
+    );
+    assert_eq!(t.listed().len(), 2, "both ports listed");
+    let before = t.forwarded("a1");
+    assert!(t.ping("198.18.2.1"), "ping v4 through the router");
+    assert!(t.ping("2001:db8:2::1"), "ping v6 through the router");
+    let after = t.forwarded("a1");
+    // The first packets of each family go to the kernel to resolve the
+    // neighbour; the rest are forwarded.
+    assert!(
+        after.0 > before.0,
+        "forward counters moved: {before:?} -> {after:?}"
+    );
+    let w = pg_in(
+        &r,
+        &[
+            "router", "stats", "--watch", "-i", "200ms", "-c", "2", "--json",
+        ],
+    );
+    ok(&w, "router stats --watch");
+    assert_eq!(text(&w.stdout).lines().count(), 2, "two samples");
+    ok(&pg_in(&r, &["router", "detach"]), "router detach");
+    t.assert_clean();
+    let again = pg_in(&r, &["router", "detach"]);
+    assert!(!again.status.success(), "a second detach finds nothing");
+}
+
+/// Routers of two namespaces are independent: attach in both, detach in S,
+/// R still forwards and its counters still move.
+#[test]
+fn two_namespaces_have_their_own_routers() {
+    if !privileged("two_namespaces_have_their_own_routers") {
+        return;
+    }
+    let r = Topo::up("pgo2r");
+    let s = Topo::up("pgo2s");
+    ok(
+        &pg_in(&r.ns("R"), &["router", "attach", "a1", "b0"]),
+        "attach in R",
+    );
+    ok(
+        &pg_in(&s.ns("R"), &["router", "attach", "a1", "b0"]),
+        "attach in S",
+    );
+    let twice = pg_in(&s.ns("R"), &["router", "attach", "a1", "b0"]);
+    assert!(!twice.status.success(), "S already has one");
+    assert!(
+        text(&twice.stderr).contains("already attached"),
+        "{}",
+        text(&twice.stderr)
+    );
+    ok(&pg_in(&s.ns("R"), &["router", "detach"]), "detach in S");
+    s.assert_clean();
+    assert_eq!(r.listed().len(), 2, "R's router is still there");
+    let before = r.forwarded("a1");
+    assert!(r.ping("198.18.2.1"), "R still forwards");
+    assert!(r.forwarded("a1").0 > before.0, "through R's router");
+    assert!(!pg_in(&s.ns("R"), &["router", "stats"]).status.success());
+}
+
+/// `attach` killed with -9 (at several moments, and after it finished):
+/// what it attached keeps forwarding, and `detach --all` removes it all,
+/// stale pins included.
+#[test]
+fn sigkilled_attach_is_found_and_removed_by_detach_all() {
+    if !privileged("sigkilled_attach_is_found_and_removed_by_detach_all") {
+        return;
+    }
+    let t = Topo::up("pgo3");
+    let bin = env!("CARGO_BIN_EXE_peregrine");
+    for delay_ms in [5u64, 30, 80, 3000] {
+        let mut c = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &t.ns("R"),
+                bin,
+                "router",
+                "attach",
+                "a1",
+                "b0",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = c.kill();
+        let _ = c.wait();
+        let listed = t.listed();
+        if listed.len() == 2 && listed.iter().all(|a| a["stale"] == false) {
+            assert!(t.ping("198.18.2.1"), "forwards after attach was killed");
+        }
+        ok(
+            &pg_in(&t.ns("B"), &["router", "detach", "--all"]),
+            "detach --all",
+        );
+        t.assert_clean();
+    }
+    // A namespace removed under its router leaves stale pins; --all
+    // removes them too.
+    let gone = Topo::up("pgo3g");
+    ok(
+        &pg_in(&gone.ns("R"), &["router", "attach", "a1", "b0"]),
+        "attach",
+    );
+    for n in ["A", "R", "B"] {
+        netns::delete(&gone.ns(n)).unwrap();
+    }
+    let out = Command::new(bin)
+        .args(["router", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stdout).contains("\"stale\":true"),
+        "{}",
+        text(&out.stdout)
+    );
+    ok(
+        &pg_in(&t.ns("B"), &["router", "detach", "--all"]),
+        "detach --all",
+    );
+    let out = Command::new(bin)
+        .args(["router", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        !text(&out.stdout).contains("\"stale\":true"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// iperf3's bytes received, from its --json report.
+fn iperf_bytes(out: &Output) -> (u64, f64) {
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("iperf3 --json: {e}: {}", text(&out.stdout)));
+    let r = &v["end"]["sum_received"];
+    (
+        r["bytes"].as_u64().unwrap(),
+        r["bits_per_second"].as_f64().unwrap(),
+    )
+}
+
+/// TCP through the router at default offloads: with tc and auto the
+/// transfer completes at a real rate, and the router forwarded those
+/// bytes; explicit XDP warns, naming the peer's setting.
+#[test]
+fn iperf3_tcp_through_the_tc_router() {
+    if !privileged("iperf3_tcp_through_the_tc_router") {
+        return;
+    }
+    let t = Topo::up("pgo4");
+    let r = t.ns("R");
+    for hook in ["tc", "auto"] {
+        let a = pg_in(&r, &["router", "attach", "--hook", hook, "a1", "b0"]);
+        ok(&a, "router attach");
+        if hook == "auto" {
+            let o = text(&a.stdout);
+            assert!(
+                o.contains("hook: tc (tx-checksumming"),
+                "auto names its pick: {o}"
+            );
+        }
+        for (dst, streams) in [
+            ("198.18.2.1", "1"),
+            ("198.18.2.1", "8"),
+            ("2001:db8:2::1", "1"),
+            ("2001:db8:2::1", "8"),
+        ] {
+            let server = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &t.ns("B"),
+                    "timeout",
+                    "20",
+                    "iperf3",
+                    "-s",
+                    "-1",
+                    "-p",
+                    "5301",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            let before = t.forwarded("a1");
+            let c = sh(
+                &[
+                    "ip",
+                    "netns",
+                    "exec",
+                    &t.ns("A"),
+                    "iperf3",
+                    "-c",
+                    dst,
+                    "-p",
+                    "5301",
+                    "-t",
+                    "2",
+                    "-P",
+                    streams,
+                    "--json",
+                ],
+                Duration::from_secs(15),
+            );
+            let mut server = server;
+            let _ = server.kill();
+            let _ = server.wait();
+            ok(&c, &format!("iperf3 {hook} {dst} -P {streams}"));
+            let (bytes, bps) = iperf_bytes(&c);
+            let after = t.forwarded("a1");
+            let fwd = after.1 - before.1;
+            eprintln!("hook {hook} {dst} -P {streams}: {:.2} Gbit/s, {bytes} B received, {fwd} B forwarded by the router", bps / 1e9);
+            assert!(bps > 100e6, "{hook} {dst} -P {streams}: only {bps} bit/s");
+            assert!(
+                fwd as f64 >= bytes as f64 * 0.9,
+                "{hook} {dst} -P {streams}: the router forwarded {fwd} B of the {bytes} B received"
+            );
+        }
+        ok(&pg_in(&r, &["router", "detach"]), "router detach");
+    }
+    let x = pg_in(&r, &["router", "attach", "--hook", "xdp", "a1", "b0"]);
+    ok(&x, "attach --hook xdp");
+    let e = text(&x.stderr);
+    assert!(
+        e.contains("warning: tx-checksumming") && e.contains("peer a0") && e.contains("--hook tc"),
+        "{e}"
+    );
+    ok(&pg_in(&r, &["router", "detach"]), "router detach");
+    t.assert_clean();
+}
+
+/// Without the capabilities, and with a port given twice: one line each,
+/// and nothing attached or pinned.
+#[test]
+fn attach_errors_are_one_line_and_leave_nothing() {
+    if !privileged("attach_errors_are_one_line_and_leave_nothing") {
+        return;
+    }
+    let t = Topo::up("pgo5");
+    let r = t.ns("R");
+    let bin = env!("CARGO_BIN_EXE_peregrine");
+    let one_line = |o: &Output, needle: &str| {
+        let e = text(&o.stderr);
+        assert!(!o.status.success(), "{needle}: should fail");
+        assert_eq!(e.lines().count(), 1, "one line: {e}");
+        assert!(e.contains(needle), "{needle}: {e}");
+    };
+    let nocaps = sh(
+        &[
+            "ip",
+            "netns",
+            "exec",
+            &r,
+            "setpriv",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            bin,
+            "router",
+            "attach",
+            "a1",
+            "b0",
+        ],
+        Duration::from_secs(20),
+    );
+    one_line(&nocaps, "needs root (CAP_BPF and CAP_NET_ADMIN)");
+    let nobody = sh(
+        &[
+            "ip",
+            "netns",
+            "exec",
+            &r,
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            bin,
+            "router",
+            "attach",
+            "a1",
+            "b0",
+        ],
+        Duration::from_secs(20),
+    );
+    one_line(&nobody, "needs root");
+    one_line(
+        &pg_in(&r, &["router", "attach", "a1", "a1"]),
+        "same interface twice",
+    );
+    one_line(
+        &pg_in(&r, &["router", "attach", "a1", "nosuch0"]),
+        "no interface \"nosuch0\"",
+    );
+    one_line(
+        &pg_in(
+            &r,
+            &[
+                "router", "attach", "--hook", "tc", "--mode", "generic", "a1", "b0",
+            ],
+        ),
+        "--hook tc takes none",
+    );
+    t.assert_clean();
+}

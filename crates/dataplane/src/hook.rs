@@ -1,0 +1,170 @@
+//! Which hook the router runs at on a host's ports: XDP, or tc (tcx).
+//!
+//! XDP sees raw frames. What a local sender hands a veth with TX checksum
+//! offload on carries a *partial* checksum (CHECKSUM_PARTIAL) and, with
+//! GSO, can be a super-packet; an XDP redirect drops that state and the
+//! receiver discards the frames (TCP stalls after a few packets). The tc
+//! hook keeps the skb, and with it that state. So `auto` looks at the
+//! veth peer of every port (the sending side, possibly in another
+//! namespace) and picks tc when any of them has either offload on.
+use std::fmt;
+
+use peregrine_bpf::XdpMode;
+use peregrine_host::veth;
+
+use crate::error::{DataplaneError, Result};
+
+/// The hook asked for (`--hook`, the declaration's `hook`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HookChoice {
+    /// tc where XDP would corrupt or drop traffic, XDP otherwise.
+    #[default]
+    Auto,
+    Xdp,
+    Tc,
+}
+
+impl std::str::FromStr for HookChoice {
+    type Err = DataplaneError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(HookChoice::Auto),
+            "xdp" => Ok(HookChoice::Xdp),
+            "tc" | "tcx" => Ok(HookChoice::Tc),
+            _ => Err(DataplaneError::Config(format!(
+                "unknown hook {s:?}: expected xdp, tc or auto"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for HookChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HookChoice::Auto => "auto",
+            HookChoice::Xdp => "xdp",
+            HookChoice::Tc => "tc",
+        })
+    }
+}
+
+/// Where the router runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouterHook {
+    Xdp(XdpMode),
+    /// tcx ingress on every port.
+    Tc,
+}
+
+impl fmt::Display for RouterHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RouterHook::Xdp(m) => write!(f, "xdp ({m})"),
+            RouterHook::Tc => f.write_str("tc"),
+        }
+    }
+}
+
+/// The hook picked, why (one line), and a warning when XDP was asked for
+/// on ports whose peers send what XDP cannot redirect intact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pick {
+    pub hook: RouterHook,
+    pub why: String,
+    pub warning: Option<String>,
+}
+
+/// A port whose veth peer sends partial checksums or GSO packets:
+/// "tx-checksumming, generic-segmentation-offload on peer eth0 of a1".
+fn risky(port: &str) -> std::result::Result<Option<String>, String> {
+    match veth::peer_of(port) {
+        Ok(Some(p)) => {
+            let on = p.offloads.on();
+            if on.is_empty() {
+                return Ok(None);
+            }
+            let ns = p.ns.map(|n| format!(" (in {n})")).unwrap_or_default();
+            Ok(Some(format!(
+                "{} on peer {}{ns} of {port}",
+                on.join(", "),
+                p.name
+            )))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Picks the hook for `ports` (interfaces of the calling thread's
+/// namespace). `mode`: the XDP mode asked for, if one was (tc takes none).
+pub fn pick(choice: HookChoice, mode: Option<XdpMode>, ports: &[String]) -> Result<Pick> {
+    let xdp = RouterHook::Xdp(mode.unwrap_or_default());
+    match choice {
+        HookChoice::Tc => {
+            if let Some(m) = mode {
+                return Err(DataplaneError::Config(format!(
+                    "--mode {m} is an XDP mode; the tc hook takes none (leave --mode out or use --hook xdp)"
+                )));
+            }
+            Ok(Pick {
+                hook: RouterHook::Tc,
+                why: "asked for".into(),
+                warning: None,
+            })
+        }
+        HookChoice::Xdp => {
+            let mut bad = Vec::new();
+            for p in ports {
+                if let Ok(Some(r)) = risky(p) {
+                    bad.push(r);
+                }
+            }
+            let warning = (!bad.is_empty()).then(|| {
+                format!(
+                    "warning: {}: XDP redirects what that peer sends with partial checksums or as GSO packets, which the receiver drops (TCP stalls); use --hook tc, or turn them off on the peer (ethtool -K <peer> tx off gso off)",
+                    bad.join("; ")
+                )
+            });
+            Ok(Pick {
+                hook: xdp,
+                why: "asked for".into(),
+                warning,
+            })
+        }
+        HookChoice::Auto => {
+            for p in ports {
+                match risky(p) {
+                    Ok(Some(r)) if mode.is_some() => {
+                        return Err(DataplaneError::Config(format!(
+                            "--mode asks for XDP, but {r} (XDP would drop what it sends); use --hook tc, or --hook xdp to attach XDP anyway"
+                        )))
+                    }
+                    Ok(Some(r)) => {
+                        return Ok(Pick {
+                            hook: RouterHook::Tc,
+                            why: format!("{r}: XDP would drop what it sends"),
+                            warning: None,
+                        })
+                    }
+                    Ok(None) => {}
+                    Err(e) if mode.is_some() => {
+                        tracing::warn!("cannot read the offloads of {p}'s peer: {e}");
+                    }
+                    Err(e) => {
+                        return Ok(Pick {
+                            hook: RouterHook::Tc,
+                            why: format!("cannot read the offloads of {p}'s veth peer ({e}); tc is safe either way"),
+                            warning: None,
+                        })
+                    }
+                }
+            }
+            Ok(Pick {
+                hook: xdp,
+                why: "no port's veth peer has tx-checksumming or generic-segmentation-offload on"
+                    .into(),
+                warning: None,
+            })
+        }
+    }
+}
