@@ -2,8 +2,11 @@
 /* Function dispatch for the AF_XDP invoker: a UDP datagram (IPv4 or IPv6) to
  * a registered port goes to one of its function's AF_XDP sockets on the RX
  * queue it arrived on, round robin or by flow hash. Everything else (ARP,
- * ND, other ports, malformed frames) is passed to the kernel. Functions and
- * workers change at run time through the maps, without reloading.
+ * ND, other ports, malformed frames) is passed to the kernel. The first
+ * fragment of a datagram to a function's port is counted and dropped: a
+ * request larger than one frame is not served, and not lost silently either.
+ * Functions and workers change at run time through the maps, without
+ * reloading.
  */
 #include <linux/bpf.h>
 #include "peregrine/maps.h"
@@ -29,6 +32,48 @@ struct dispatch_stats dispatch_stats_anchor;
 enum dispatch_limits dispatch_limits_anchor;
 enum dispatch_policy dispatch_policy_anchor;
 
+/* IPv6 fragment header (RFC 8200 4.5); parse.h does not walk extension
+ * headers, so the one the invoker cares about is read here. */
+struct frag6_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off; /* offset in 8-byte units << 3, M flag in bit 0 */
+	__be32 identification;
+};
+
+#define FRAG6_OFFSET 0xfff8
+
+/* The function id of `port` with its counters, or -1 when no function has it. */
+static __always_inline int lookup_function(__u16 port, __u32 *fid, struct dispatch_func **f,
+					   struct dispatch_stats **st)
+{
+	__u32 *id = bpf_map_lookup_elem(&ports, &port);
+	if (!id)
+		return -1;
+	*fid = *id;
+	*f = bpf_map_lookup_elem(&funcs, fid);
+	*st = bpf_map_lookup_elem(&dispatch_stats_map, fid);
+	if (!*f || !*st)
+		return -1;
+	return 0;
+}
+
+/* A first fragment (offset 0, more to come) whose UDP header is in this
+ * frame: XDP_DROP, counted, when it is addressed to a function's port;
+ * XDP_PASS otherwise (other ports, later fragments: the kernel's). */
+static __always_inline int first_fragment(struct cursor *c)
+{
+	struct udphdr *udp = parse_udp(c);
+	struct dispatch_func *f;
+	struct dispatch_stats *st;
+	__u32 fid;
+
+	if (!udp || lookup_function(udp->dest, &fid, &f, &st) < 0)
+		return XDP_PASS;
+	st->fragments++;
+	return XDP_DROP;
+}
+
 SEC("xdp")
 int dispatch(struct xdp_md *ctx)
 {
@@ -47,8 +92,17 @@ int dispatch(struct xdp_md *ctx)
 	proto = parse_ip(&c, eth_proto, &l3);
 	if (proto < 0 || ip_cut_short(&l3, &c))
 		return XDP_PASS;
-	if (ip_is_fragment(&l3))
-		return XDP_PASS; /* fragments: the kernel reassembles */
+	if (ip_is_fragment(&l3)) {
+		if (proto == IPPROTO_UDP && !(l3.v4->frag_off & bpf_htons(IP_OFFSET)))
+			return first_fragment(&c);
+		return XDP_PASS; /* a later fragment: no port to tell whose */
+	}
+	if (proto == IPPROTO_FRAGMENT) {
+		struct frag6_hdr *fh = cursor_take(&c, sizeof(*fh));
+		if (fh && fh->nexthdr == IPPROTO_UDP && !(fh->frag_off & bpf_htons(FRAG6_OFFSET)))
+			return first_fragment(&c);
+		return XDP_PASS;
+	}
 	if (l3.family == 4) {
 		flow = l3.v4->saddr;
 	} else {
@@ -62,14 +116,10 @@ int dispatch(struct xdp_md *ctx)
 	if (!udp)
 		return XDP_PASS;
 
-	__u16 port = udp->dest;
-	__u32 *id = bpf_map_lookup_elem(&ports, &port);
-	if (!id)
-		return XDP_PASS;
-	__u32 fid = *id;
-	struct dispatch_func *f = bpf_map_lookup_elem(&funcs, &fid);
-	struct dispatch_stats *st = bpf_map_lookup_elem(&dispatch_stats_map, &fid);
-	if (!f || !st)
+	struct dispatch_func *f;
+	struct dispatch_stats *st;
+	__u32 fid;
+	if (lookup_function(udp->dest, &fid, &f, &st) < 0)
 		return XDP_PASS;
 	__u32 socks = f->socks;
 	if (socks == 0 || socks > DISPATCH_MAX_SOCKS) {

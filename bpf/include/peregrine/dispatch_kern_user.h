@@ -33,6 +33,12 @@ struct dispatch_stats {
 	__u64 bytes;
 	__u64 no_socket; /* the chosen slot had no socket: passed to the kernel */
 	__u64 disabled;  /* the function had no workers: passed */
+	/* First fragment of a datagram to the function's port (IPv4, or IPv6
+	 * with the fragment header right after the fixed header): a request
+	 * larger than one frame, which the invoker cannot serve. Dropped here,
+	 * so the drop is counted; later fragments carry no port and go to the
+	 * kernel, whose reassembly times them out (its ReasmFails counter). */
+	__u64 fragments;
 };
 
 #endif

@@ -12,6 +12,11 @@ struct sink_stats {
 	__u64 gen_packets; /* frames carrying the generator's magic */
 	__u64 gen_bytes;
 	__u64 malformed;   /* frames cut short inside a header they announce */
+	/* Frames with the magic whose IPv4 header or UDP checksum is wrong:
+	 * neither the full checksum nor exactly the partial pseudo-header value
+	 * a local sender with TX checksum offload leaves. Dropped, not counted
+	 * as the generator's. */
+	__u64 bad_checksum;
 };
 
 #endif

@@ -234,6 +234,17 @@ mod fixtures {
                     ));
                 }
             }
+            // Issue 9: a server on kernel sockets at default veth offloads
+            // replies with the partial pseudo-header checksum: a reply.
+            {
+                use crate::sink::checksums::partial;
+                for v6 in [false, true] {
+                    good.push(drop(
+                        format!("{tag} v6={v6} partial checksum"),
+                        partial(&reply(v6, SERVER_PORT, &answer(request(len, 5, now)))),
+                    ));
+                }
+            }
             let ok = reply(false, SERVER_PORT, &answer(request(len, 3, now)));
             let mut wrong_payload = vec![];
             // A request's bytes sent back unchanged by a reversing server (or
@@ -274,6 +285,14 @@ mod fixtures {
 
             let mut bad_sum = vec![];
             bad_sum.push(drop(format!("{tag} udp checksum"), bad_udp_checksum(&ok)));
+            // Neither full nor partial, v4 and v6 (issue 9).
+            for v6 in [false, true] {
+                let r = reply(v6, SERVER_PORT, &answer(request(len, 9, now)));
+                bad_sum.push(drop(
+                    format!("{tag} v6={v6} neither full nor partial"),
+                    crate::sink::checksums::wrong(&r),
+                ));
+            }
             bad_sum.push(drop(format!("{tag} ip checksum"), bad_ip4_checksum(&ok)));
             // The checksum covers the meta bytes carried back.
             let mut seq_changed = ok.clone();
@@ -364,7 +383,7 @@ mod fixtures {
                     bad_sum.len(),
                     bad_len.len()
                 ),
-                (6, 5, 3, 2),
+                (8, 5, 5, 2),
                 "{tag}: every case built and run"
             );
             assert_eq!(s.replies, runs(&good), "{tag}");

@@ -110,13 +110,63 @@ pub fn read_stats(map: &impl MapCore) -> Result<SinkStats> {
     maps::read_per_cpu(map, &0u32.to_ne_bytes())
 }
 
+/// UDP checksum variants of a fixture frame for the programs that check
+/// checksums (sink, replycheck): a change to a frame from `fixture::frames`,
+/// either family, untagged.
+#[cfg(test)]
+pub(crate) mod checksums {
+    use peregrine_wire::{checksum, ipproto, parse_udp_frame};
+
+    /// Where the UDP checksum is and the partial value a CHECKSUM_PARTIAL
+    /// frame would carry there: the folded pseudo-header sum, not
+    /// complemented.
+    fn partial_at(frame: &[u8]) -> (usize, u16) {
+        let p = parse_udp_frame(frame).expect("a valid UDP frame to change");
+        let l4 = p.l4_offset;
+        let ulen = u16::from_be_bytes([frame[l4 + 4], frame[l4 + 5]]);
+        let sum = checksum::pseudo_header_sum(p.src_ip, p.dst_ip, ipproto::UDP, ulen.into());
+        (l4 + 6, !checksum::finish(sum))
+    }
+
+    fn with_udp_checksum(frame: &[u8], at: usize, v: u16) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        f[at..at + 2].copy_from_slice(&v.to_be_bytes());
+        f
+    }
+
+    /// `frame` as a local sender at default veth offloads leaves it.
+    pub(crate) fn partial(frame: &[u8]) -> Vec<u8> {
+        let (at, v) = partial_at(frame);
+        with_udp_checksum(frame, at, v)
+    }
+
+    /// `frame` with a UDP checksum that is neither the full nor the
+    /// partial value (nor zero).
+    pub(crate) fn wrong(frame: &[u8]) -> Vec<u8> {
+        let (at, partial) = partial_at(frame);
+        let full = u16::from_be_bytes([frame[at], frame[at + 1]]);
+        let v = (1u16..)
+            .map(|d| partial.wrapping_add(d))
+            .find(|v| ![0, full, partial].contains(v))
+            .expect("a wrong value");
+        with_udp_checksum(frame, at, v)
+    }
+
+    /// `frame` with a zero UDP checksum ("none": IPv4 only).
+    pub(crate) fn zero(frame: &[u8]) -> Vec<u8> {
+        let (at, _) = partial_at(frame);
+        with_udp_checksum(frame, at, 0)
+    }
+}
+
 /// BPF_PROG_RUN fixtures: frame in, verdict and frame out, and the exact
 /// counter change each frame must cause.
 #[cfg(test)]
 mod fixtures {
     use super::*;
     use crate::fixture::frames::{
-        arp_request, garbage, ip4_fragment, ip4_options, ip_first_byte, udp, vlan, with_protocol,
+        arp_request, bad_ip4_checksum, garbage, ip4_fragment, ip4_options, ip_first_byte, udp,
+        vlan, with_protocol,
     };
     use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::gen::{FrameSizes, GenSetup};
@@ -130,6 +180,8 @@ mod fixtures {
         Generator,
         Other,
         Malformed,
+        /// Carries the magic, checksum wrong: dropped whatever the verdict.
+        BadChecksum,
     }
 
     fn spec(v6: bool, len: usize) -> UdpFrameSpec {
@@ -261,6 +313,54 @@ mod fixtures {
             ),
             ("garbage".into(), garbage(64), Other),
         ];
+        // Issue 9: the checksum rule of wire's parse_udp_frame (full, or
+        // exactly the partial pseudo-header value; zero only on IPv4).
+        use super::checksums::{partial, wrong, zero};
+        let v6_big = gen_frame(true, 1514);
+        for (fam, f) in [("ipv4", &v4), ("ipv6", &v6), ("ipv6 1514-byte", &v6_big)] {
+            t.push((format!("{fam} partial checksum"), partial(f), Generator));
+            t.push((format!("{fam} wrong checksum"), wrong(f), BadChecksum));
+            t.push((
+                format!("802.1Q {fam} partial checksum"),
+                tagged(&partial(f)),
+                Generator,
+            ));
+            t.push((
+                format!("802.1Q {fam} wrong checksum"),
+                tagged(&wrong(f)),
+                BadChecksum,
+            ));
+        }
+        t.push(("ipv4 zero checksum (none)".into(), zero(&v4), Generator));
+        t.push(("ipv6 zero checksum".into(), zero(&v6), BadChecksum));
+        t.push((
+            "ipv4 1514-byte wrong checksum".into(),
+            wrong(&gen_frame(false, 1514)),
+            BadChecksum,
+        ));
+        t.push((
+            "ipv4 wrong header checksum".into(),
+            bad_ip4_checksum(&v4),
+            BadChecksum,
+        ));
+        t.push((
+            "ipv4 with options, wrong checksum".into(),
+            ip4_options(&wrong(&v4), 1),
+            BadChecksum,
+        ));
+        // A payload byte changed: the full checksum no longer holds.
+        let mut flipped = gen_frame(false, 200);
+        flipped[150] ^= 1;
+        t.push(("ipv4 payload byte flipped".into(), flipped, BadChecksum));
+        let mut flipped = partial(&gen_frame(true, 201));
+        flipped[150] ^= 1;
+        // The partial value covers no data: a flipped byte still passes, as
+        // it does through the kernel's sockets (nothing verifies it).
+        t.push((
+            "ipv6 odd length, partial, payload changed".into(),
+            flipped,
+            Generator,
+        ));
 
         // Truncated at and between every header boundary and inside the
         // payload: a frame shorter than the headers or the datagram it
@@ -280,8 +380,9 @@ mod fixtures {
         t
     }
 
-    /// Counter deltas: packets, bytes, gen_packets, gen_bytes, malformed.
-    type Deltas = (u64, u64, u64, u64, u64);
+    /// Counter deltas: packets, bytes, gen_packets, gen_bytes, malformed,
+    /// bad_checksum.
+    type Deltas = (u64, u64, u64, u64, u64, u64);
 
     /// Loads a sink with `verdict` and runs the table on it (the drop and
     /// pass sinks differ only in the verdict for generator frames).
@@ -295,9 +396,10 @@ mod fixtures {
             .map(|(name, input, counted)| {
                 let len = input.len() as u64;
                 let (v, effect) = match counted {
-                    Counted::Generator => (verdict, (1, len, 1, len, 0)),
-                    Counted::Other => (XdpAction::Pass, (1, len, 0, 0, 0)),
-                    Counted::Malformed => (XdpAction::Pass, (1, len, 0, 0, 1)),
+                    Counted::Generator => (verdict, (1, len, 1, len, 0, 0)),
+                    Counted::Other => (XdpAction::Pass, (1, len, 0, 0, 0, 0)),
+                    Counted::Malformed => (XdpAction::Pass, (1, len, 0, 0, 1, 0)),
+                    Counted::BadChecksum => (XdpAction::Drop, (1, len, 0, 0, 0, 1)),
                 };
                 Case::new(Fixture::new(name, input, v, Expect::Unchanged), effect)
             })
@@ -313,6 +415,7 @@ mod fixtures {
                     a.gen_packets - b.gen_packets,
                     a.gen_bytes - b.gen_bytes,
                     a.malformed - b.malformed,
+                    a.bad_checksum - b.bad_checksum,
                 )
             },
         );

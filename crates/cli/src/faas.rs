@@ -236,20 +236,25 @@ fn load(a: LoadArgs) -> Result<()> {
     if a.duration.0 > Duration::from_secs(3600) {
         usage!("--duration {}: at most 1h for a load run", a.duration);
     }
-    if a.size.0 == 0 || a.size.0 > 65_000 {
-        usage!(
-            "--size {}: expected 1..=65000 payload bytes (one UDP datagram)",
-            a.size
-        );
-    }
     if a.connections == 0 || a.connections > 4096 {
         usage!("--connections {}: expected 1..=4096", a.connections);
     }
     let registry = functions(&a.functions)?;
+    let ns = a.scope.ns()?;
+    // The invoker answers requests of one frame: a larger one would go out
+    // as IP fragments, which it counts and drops (`fragments`).
+    let (max, why) = netns::run_in_opt(ns.as_deref(), || {
+        peregrine_lab::load::max_request_payload(a.to)
+    })?;
+    if a.size.0 == 0 || a.size.0 > max as u64 {
+        usage!(
+            "--size {}: expected 1..={max} payload bytes: a request must fit one frame ({why}, less IP and UDP headers)",
+            a.size
+        );
+    }
     if a.rate.is_some() {
         return open_load(&a, &registry);
     }
-    let ns = a.scope.ns()?;
     let metrics = LoadMetrics::new();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let server = a
@@ -670,9 +675,10 @@ fn invoker_metrics(
     let per_fn = CounterFamily::default();
     reg.register("requests", "Requests received", requests.clone());
     reg.register("replies", "Replies sent", replies.clone());
+    let reasons: Vec<&str> = c.drop_reasons().iter().map(|(r, _)| *r).collect();
     reg.register(
         "dropped",
-        "Requests dropped, by reason (malformed, bad_checksum, unknown_port, failed, too_large, tx_ring_full)",
+        format!("Requests dropped, by reason ({})", reasons.join(", ")),
         dropped.clone(),
     );
     reg.register(
@@ -685,14 +691,7 @@ fn invoker_metrics(
         let b: Labels = vec![("backend".into(), backend.into())];
         set(&requests, &b, get(&c.requests));
         set(&replies, &b, get(&c.replies));
-        for (reason, v) in [
-            ("malformed", &c.malformed),
-            ("bad_checksum", &c.bad_checksum),
-            ("unknown_port", &c.unknown_port),
-            ("failed", &c.failed),
-            ("too_large", &c.too_large),
-            ("tx_ring_full", &c.tx_ring_full),
-        ] {
+        for (reason, v) in c.drop_reasons() {
             let mut l = b.clone();
             l.push(("reason".into(), reason.into()));
             set(&dropped, &l, get(v));
@@ -859,23 +858,24 @@ fn serve(a: ServeArgs) -> Result<()> {
     if let Some(t) = exposition {
         let _ = t.join();
     }
+    if let Server::AfXdp(inv) = &server {
+        // The kernel's counters as they are now, not up to 100 ms ago.
+        inv.sync_counters();
+    }
     let c = server.counters();
     let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
     let seconds = start.elapsed().as_secs_f64();
-    let out = serde_json::json!({
+    let mut out = serde_json::json!({
         "backend": a.backend.name(),
         "memory_bytes": server.memory_bytes(),
         "seconds": seconds,
         "requests": get(&c.requests),
         "replies": get(&c.replies),
-        "malformed": get(&c.malformed),
-        "bad_checksum": get(&c.bad_checksum),
-        "unknown_port": get(&c.unknown_port),
-        "failed": get(&c.failed),
-        "too_large": get(&c.too_large),
-        "tx_ring_full": get(&c.tx_ring_full),
         "per_function": names.iter().zip(c.per_function.iter()).map(|(n, v)| (n.clone(), get(v))).collect::<std::collections::BTreeMap<_, _>>(),
     });
+    for (reason, v) in c.drop_reasons() {
+        out[reason] = get(v).into();
+    }
     if a.json {
         println!("{out}");
         return Ok(());
@@ -887,19 +887,11 @@ fn serve(a: ServeArgs) -> Result<()> {
         server.memory_bytes() / 1024
     );
     let mut t = Table::new(&["counter", "count", "per second"]);
-    for k in [
-        "requests",
-        "replies",
-        "malformed",
-        "bad_checksum",
-        "unknown_port",
-        "failed",
-        "too_large",
-        "tx_ring_full",
-    ] {
-        let v = out[k].as_u64().unwrap_or(0);
+    let reasons = c.drop_reasons().map(|(r, _)| r);
+    for k in ["requests", "replies"].iter().chain(reasons.iter()) {
+        let v = out[*k].as_u64().unwrap_or(0);
         t.row(vec![
-            k.into(),
+            k.to_string(),
             v.to_string(),
             si(v as f64 / seconds.max(1e-9)),
         ]);

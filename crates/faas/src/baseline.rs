@@ -1,17 +1,216 @@
 //! The source's baselines, with the same functions: `socket` (one thread,
-//! recvfrom/sendto) and `mmsg` (threads with SO_REUSEPORT sockets,
+//! recvmsg/sendto) and `mmsg` (threads with SO_REUSEPORT sockets,
 //! recvmmsg/sendmmsg with MSG_WAITFORONE). Both bind dual-stack ([::]).
-use std::net::{SocketAddr, UdpSocket};
+//!
+//! The kernel drops frames for other hosts and martian sources before any
+//! socket, but a socket bound to [::] also receives broadcasts and the
+//! multicast groups the interface joined (224.0.0.1, ff02::1), and
+//! datagrams from source port 0: each datagram's destination comes with it
+//! (IP_PKTINFO, IPV6_PKTINFO) and those are counted and not answered, as the
+//! AF_XDP invoker does (see `addrs`).
+use std::io::IoSliceMut;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::sys::socket::{getsockopt, setsockopt, sockopt};
-use peregrine_io::{DatagramIo, RecvBatch, Transmit, UdpBatch};
+use nix::sys::socket::{
+    getsockopt, recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, RecvMsg, SockaddrIn6,
+    SockaddrStorage,
+};
+use peregrine_io::{DatagramIo, Transmit, UdpBatch};
 
+use crate::addrs::{group_address, invalid_source, Refusal};
 use crate::functions::{Function, Registry};
 use crate::invoker::{Counters, InvokerError};
+
+/// Control message room for one datagram's destination (either family).
+fn pktinfo_space() -> Vec<u8> {
+    nix::cmsg_space!(libc::in6_pktinfo, libc::in_pktinfo)
+}
+
+/// A datagram's destination as IP_PKTINFO or IPV6_PKTINFO give it.
+enum Dst {
+    /// The header's destination and the local address the kernel would
+    /// answer from (network order).
+    V4 {
+        addr: u32,
+        spec_dst: u32,
+    },
+    V6([u8; 16]),
+}
+
+/// Whether a datagram received on a dual-stack socket may be answered (see
+/// `addrs::LocalAddrs::check` for the AF_XDP side): its source, and its
+/// destinations as IP_PKTINFO/IPV6_PKTINFO tell them. For IPv4 the kernel
+/// gives both the header's destination and the local address it would
+/// answer from: they differ exactly when the destination is a broadcast or
+/// multicast address.
+fn refusal(from: Option<SocketAddr>, dsts: &[Dst]) -> Result<SocketAddr, Refusal> {
+    let from = from.ok_or(Refusal::BadSource)?;
+    for d in dsts {
+        let not_unicast = match *d {
+            Dst::V4 { addr, spec_dst } => {
+                group_address(IpAddr::from(u32::from_be(addr).to_be_bytes())) || addr != spec_dst
+            }
+            Dst::V6(a) => group_address(IpAddr::from(a)),
+        };
+        if not_unicast {
+            return Err(Refusal::NotUnicast);
+        }
+    }
+    // A local client may use loopback; from the wire the kernel drops it.
+    if invalid_source(from.ip().to_canonical(), false) {
+        return Err(Refusal::BadSource);
+    }
+    if from.port() == 0 {
+        return Err(Refusal::SourcePortZero);
+    }
+    Ok(from)
+}
+
+/// `refusal` of a message nix received. Control messages cut short (never,
+/// with `pktinfo_space`) leave the destination unknown: not answered.
+fn refusal_of(msg: &RecvMsg<'_, '_, SockaddrStorage>) -> Result<SocketAddr, Refusal> {
+    let from = msg
+        .address
+        .as_ref()
+        .and_then(SockaddrStorage::as_sockaddr_in6)
+        .map(|a: &SockaddrIn6| SocketAddr::V6((*a).into()));
+    let cmsgs = msg.cmsgs().map_err(|_| Refusal::NotUnicast)?;
+    let dsts: Vec<Dst> = cmsgs
+        .filter_map(|c| match c {
+            ControlMessageOwned::Ipv4PacketInfo(i) => Some(Dst::V4 {
+                addr: i.ipi_addr.s_addr,
+                spec_dst: i.ipi_spec_dst.s_addr,
+            }),
+            ControlMessageOwned::Ipv6PacketInfo(i) => Some(Dst::V6(i.ipi6_addr.s6_addr)),
+            _ => None,
+        })
+        .collect();
+    refusal(from, &dsts)
+}
+
+/// recvmmsg with each datagram's source and destinations, on buffers set
+/// up once. (nix's recvmmsg leaves each header's control length as the
+/// last call shrank it, so an IPv4 datagram after an IPv6 one had its
+/// IP_PKTINFO cut off; here every call starts from the full length.)
+struct PktinfoBatch {
+    headers: Vec<libc::mmsghdr>,
+    iovecs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_in6>,
+    control: Vec<u8>,
+    slot: usize,
+}
+
+// Safety: the raw pointers in `headers` point into this value's own heap
+// vectors (never resized after `new`) or, during `recv`, at its caller's
+// buffer; nothing else shares them.
+unsafe impl Send for PktinfoBatch {}
+
+/// Control bytes per message: room for IPV6_PKTINFO and IP_PKTINFO.
+const CONTROL: usize = 128;
+
+impl PktinfoBatch {
+    fn new(batch: usize, slot: usize) -> PktinfoBatch {
+        PktinfoBatch {
+            // Safety: mmsghdr and sockaddr_in6 are plain data; zeroed is valid.
+            headers: vec![unsafe { std::mem::zeroed() }; batch],
+            iovecs: vec![
+                libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0
+                };
+                batch
+            ],
+            // Safety: as above.
+            names: vec![unsafe { std::mem::zeroed() }; batch],
+            control: vec![0; batch * CONTROL],
+            slot,
+        }
+    }
+
+    /// Receives up to a batch into `buf` (slot `i` at `i * slot`); returns,
+    /// per datagram, its length and whether it may be answered.
+    fn recv(
+        &mut self,
+        fd: i32,
+        buf: &mut [u8],
+        out: &mut Vec<(usize, Result<SocketAddr, Refusal>)>,
+    ) -> std::io::Result<()> {
+        let n = self.headers.len().min(buf.len() / self.slot);
+        for i in 0..n {
+            self.iovecs[i] = libc::iovec {
+                iov_base: buf[i * self.slot..].as_mut_ptr().cast(),
+                iov_len: self.slot,
+            };
+            let h = &mut self.headers[i].msg_hdr;
+            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_in6).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+            h.msg_iov = &mut self.iovecs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = self.control[i * CONTROL..].as_mut_ptr().cast();
+            h.msg_controllen = CONTROL;
+            h.msg_flags = 0;
+        }
+        // Safety: every header points at live buffers of the lengths given
+        // (names, iovecs into `buf`, control), all outliving the call.
+        let got = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.headers.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if got < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        for (h, a) in self.headers.iter().zip(&self.names).take(got as usize) {
+            let m = &h.msg_hdr;
+            let from = (a.sin6_family == libc::AF_INET6 as libc::sa_family_t).then(|| {
+                SocketAddr::from((
+                    std::net::Ipv6Addr::from(a.sin6_addr.s6_addr),
+                    u16::from_be(a.sin6_port),
+                ))
+            });
+            let mut dsts = Vec::new();
+            let cut = m.msg_flags & libc::MSG_CTRUNC != 0;
+            // Safety: `m` is a header the kernel filled, its control buffer
+            // and length as the kernel left them; CMSG_* walk only that.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(m);
+                while !c.is_null() {
+                    let data = libc::CMSG_DATA(c);
+                    match ((*c).cmsg_level, (*c).cmsg_type) {
+                        (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                            let i = std::ptr::read_unaligned(data.cast::<libc::in_pktinfo>());
+                            dsts.push(Dst::V4 {
+                                addr: i.ipi_addr.s_addr,
+                                spec_dst: i.ipi_spec_dst.s_addr,
+                            });
+                        }
+                        (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                            let i = std::ptr::read_unaligned(data.cast::<libc::in6_pktinfo>());
+                            dsts.push(Dst::V6(i.ipi6_addr.s6_addr));
+                        }
+                        _ => {}
+                    }
+                    c = libc::CMSG_NXTHDR(m, c);
+                }
+            }
+            let checked = if cut {
+                Err(Refusal::NotUnicast)
+            } else {
+                refusal(from, &dsts)
+            };
+            out.push(((h.msg_len as usize).min(self.slot), checked));
+        }
+        Ok(())
+    }
+}
 
 /// Batch of the mmsg baseline (the source used 1024).
 pub const MMSG_BATCH: usize = 1024;
@@ -26,6 +225,10 @@ fn udp_socket(port: u16, reuse_port: bool) -> Result<UdpSocket, InvokerError> {
     )
     .map_err(fail)?;
     setsockopt(&fd, sockopt::Ipv6V6Only, &false).map_err(fail)?;
+    // Each datagram's destination, for `refusal` (IPv4 ones arrive v4-mapped
+    // on this dual-stack socket and carry IP_PKTINFO).
+    setsockopt(&fd, sockopt::Ipv4PacketInfo, &true).map_err(fail)?;
+    setsockopt(&fd, sockopt::Ipv6RecvPacketInfo, &true).map_err(fail)?;
     if reuse_port {
         setsockopt(&fd, sockopt::ReusePort, &true).map_err(fail)?;
     }
@@ -110,6 +313,7 @@ impl SocketServer {
                 let _ = peregrine_host::cpu::pin_to_cpu(cpu);
             }
             let mut buf = vec![0u8; 65536];
+            let mut cmsg = pktinfo_space();
             let mut out = Vec::with_capacity(2048);
             let mut fds: Vec<libc::pollfd> = socks
                 .iter()
@@ -123,7 +327,25 @@ impl SocketServer {
                 // Safety: `fds` is a valid array of pollfd for the call.
                 unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
                 for (s, id, f) in &socks {
-                    while let Ok((n, from)) = s.recv_from(&mut buf) {
+                    loop {
+                        let mut iov = [IoSliceMut::new(&mut buf)];
+                        let Ok(msg) = recvmsg::<SockaddrStorage>(
+                            s.as_raw_fd(),
+                            &mut iov,
+                            Some(&mut cmsg),
+                            MsgFlags::empty(),
+                        ) else {
+                            break;
+                        };
+                        let (n, checked) = (msg.bytes, refusal_of(&msg));
+                        let from = match checked {
+                            Ok(from) => from,
+                            Err(why) => {
+                                c.requests.fetch_add(1, Ordering::Relaxed);
+                                c.refused(why);
+                                continue;
+                            }
+                        };
                         if answer(f.as_ref(), *id, &buf[..n], &mut out, &c) {
                             let _ = s.send_to(&out, from);
                         }
@@ -176,21 +398,36 @@ impl SocketServer {
 
 fn mmsg_loop(sock: UdpSocket, id: u32, f: &dyn Function, c: &Counters, stop: &AtomicBool) {
     const SLOT: usize = 2048;
+    let fd = sock.as_raw_fd();
     let mut io = UdpBatch::new(sock, MMSG_BATCH);
-    let mut rx = RecvBatch::new(MMSG_BATCH, SLOT);
+    // recvmmsg with each datagram's destination (peregrine_io's batches
+    // carry no control messages), then sendmmsg through `io`.
+    let mut batch = PktinfoBatch::new(MMSG_BATCH, SLOT);
+    let mut rx = vec![0u8; MMSG_BATCH * SLOT];
+    let mut got: Vec<(usize, Result<SocketAddr, Refusal>)> = Vec::with_capacity(MMSG_BATCH);
     let mut tx = vec![0u8; MMSG_BATCH * SLOT];
     let mut replies: Vec<(usize, usize, Option<SocketAddr>)> = Vec::with_capacity(MMSG_BATCH);
     let mut out = Vec::with_capacity(SLOT);
     while !stop.load(Ordering::Relaxed) {
+        got.clear();
         // SO_RCVTIMEO bounds the wait for the first datagram.
-        if !matches!(rx.recv(&mut io), Ok(n) if n > 0) {
+        if batch.recv(fd, &mut rx, &mut got).is_err() || got.is_empty() {
             continue;
         }
         replies.clear();
-        for (i, (req, meta)) in rx.iter().enumerate() {
+        for (i, (n, checked)) in got.iter().enumerate() {
+            let from = match checked {
+                Ok(from) => *from,
+                Err(why) => {
+                    c.requests.fetch_add(1, Ordering::Relaxed);
+                    c.refused(*why);
+                    continue;
+                }
+            };
+            let req = &rx[i * SLOT..i * SLOT + n];
             if answer(f, id, req, &mut out, c) && out.len() <= SLOT {
                 tx[i * SLOT..i * SLOT + out.len()].copy_from_slice(&out);
-                replies.push((i, out.len(), meta.source));
+                replies.push((i, out.len(), Some(from)));
             }
         }
         let transmits: Vec<Transmit> = replies

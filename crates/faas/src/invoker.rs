@@ -2,15 +2,17 @@
 //! AF_XDP sockets of the RX queue the request arrived on; pinned worker
 //! threads turn each request frame into its reply in place and send it back
 //! from the same UMEM frame. Every bad request is counted, never fatal.
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
 use peregrine_bpf::{Link, XdpMode, XdpProgram};
 use peregrine_host::netns;
 use peregrine_wire::parse_udp_frame;
-use peregrine_xsk::{FrameHandler, Verdict, Workers, Xsk, XskConfig};
+use peregrine_xsk::{FrameHandler, Verdict, Workers, Xsk, XskConfig, XskStatsReader};
 
+use crate::addrs::{LocalAddrs, Refusal};
 use crate::functions::Registry;
 
 #[derive(Debug, thiserror::Error)]
@@ -71,12 +73,88 @@ pub struct Counters {
     pub too_large: AtomicU64,
     /// Replies made but dropped: the TX ring stayed full (AF_XDP only).
     pub tx_ring_full: AtomicU64,
+    /// Sent to a broadcast or multicast MAC or IP address: not answered,
+    /// or one request would draw a reply from every server (amplification).
+    pub not_unicast: AtomicU64,
+    /// Sent to another host's MAC or IP address (AF_XDP sees every frame
+    /// on the link; the kernel drops these before any socket).
+    pub not_ours: AtomicU64,
+    /// From a source no unicast host has (broadcast, multicast,
+    /// unspecified, loopback, ours): a reply would be reflected.
+    pub bad_source: AtomicU64,
+    /// From UDP source port 0: no reply can go there.
+    pub source_port_zero: AtomicU64,
+    /// First fragments of requests larger than one frame, to a function's
+    /// port: counted and dropped by the XDP dispatcher (AF_XDP only).
+    pub fragments: AtomicU64,
+    /// The AF_XDP sockets' own drop counters (XDP_STATISTICS, summed over
+    /// sockets; AF_XDP only): requests the kernel could not hand over.
+    pub xsk: XskDrops,
     /// Requests answered, per function id (sent, or counted in tx_ring_full).
     pub per_function: Vec<AtomicU64>,
 }
 
+/// The kernel's per-socket AF_XDP counters, summed over the invoker's
+/// sockets (copied in by the invoker every 100 ms and on `sync_counters`).
+#[derive(Debug, Default)]
+pub struct XskDrops {
+    /// Dropped for want of a free frame (fill ring empty) and other reasons.
+    pub rx_dropped: AtomicU64,
+    /// Dropped because the socket's RX ring was full (workers behind).
+    pub rx_ring_full: AtomicU64,
+    /// Times the kernel found the fill ring empty (per UMEM; in copy mode
+    /// each is also in rx_dropped).
+    pub rx_fill_ring_empty_descs: AtomicU64,
+    /// Replies the kernel refused from the TX ring (invalid descriptors).
+    pub tx_invalid_descs: AtomicU64,
+}
+
+impl Counters {
+    /// Every reason a request goes unanswered, with its counter, in the
+    /// order `faas serve` shows them (table, JSON and Prometheus alike).
+    /// Each request received ends in `replies` or exactly one of the
+    /// reasons up to `too_large` (`tx_ring_full`: made but not sent);
+    /// `fragments` and the `xsk_` counters never reached a worker.
+    pub fn drop_reasons(&self) -> [(&'static str, &AtomicU64); 15] {
+        [
+            ("malformed", &self.malformed),
+            ("bad_checksum", &self.bad_checksum),
+            ("not_unicast", &self.not_unicast),
+            ("not_ours", &self.not_ours),
+            ("bad_source", &self.bad_source),
+            ("source_port_zero", &self.source_port_zero),
+            ("unknown_port", &self.unknown_port),
+            ("failed", &self.failed),
+            ("too_large", &self.too_large),
+            ("tx_ring_full", &self.tx_ring_full),
+            ("fragments", &self.fragments),
+            ("xsk_rx_dropped", &self.xsk.rx_dropped),
+            ("xsk_rx_ring_full", &self.xsk.rx_ring_full),
+            ("xsk_tx_invalid_descs", &self.xsk.tx_invalid_descs),
+            // Not a drop of its own (see XskDrops) but why rx_dropped grew.
+            (
+                "xsk_rx_fill_ring_empty_descs",
+                &self.xsk.rx_fill_ring_empty_descs,
+            ),
+        ]
+    }
+
+    /// Counts a refused request under its reason.
+    pub fn refused(&self, why: Refusal) {
+        let c = match why {
+            Refusal::NotUnicast => &self.not_unicast,
+            Refusal::NotOurs => &self.not_ours,
+            Refusal::BadSource => &self.bad_source,
+            Refusal::SourcePortZero => &self.source_port_zero,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 pub struct AfXdpInvoker {
-    /// First field, so the workers stop before the program goes.
+    /// First field, so it stops first: it reads the sockets and the map.
+    housekeeping: Housekeeping,
+    /// Before the program, so the workers stop before the program goes.
     _workers: Workers,
     pub prog: DispatchProgram,
     _link: Link,
@@ -93,6 +171,7 @@ const BATCH: u32 = 256;
 /// Answers one request in `buf[..len]`; the verdict says what to send.
 fn handle(
     registry: &Registry,
+    local: &LocalAddrs,
     buf: &mut [u8],
     len: usize,
     scratch: &mut Vec<u8>,
@@ -101,7 +180,13 @@ fn handle(
     c.requests.fetch_add(1, Ordering::Relaxed);
     // Parsed (and its checksums checked) once; the reply is written from
     // what the parse found.
-    let (id, mut spec) = match parse_udp_frame(&buf[..len]) {
+    let parsed = parse_udp_frame(&buf[..len]);
+    // Only what the kernel's own sockets would answer (see addrs).
+    if let Err(why) = parsed.as_ref().map_or(Ok(()), |req| local.check(req)) {
+        c.refused(why);
+        return Verdict::Drop;
+    }
+    let (id, mut spec) = match parsed {
         Ok(req) => match (registry.get(req.dst_port), req.reply_spec(0)) {
             (Some((id, f)), Ok(spec)) => {
                 scratch.clear();
@@ -145,11 +230,38 @@ fn handle(
     }
 }
 
+/// The interface's addresses as last read, with a version that moves on
+/// every change so workers notice with one atomic load per batch.
+struct AddrTable {
+    current: RwLock<Arc<LocalAddrs>>,
+    version: AtomicU64,
+}
+
+impl AddrTable {
+    fn get(&self) -> Arc<LocalAddrs> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set(&self, l: LocalAddrs) {
+        if *self.get() != l {
+            *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(l);
+            self.version.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
 /// One worker's state: its function registry, the shared counters, the
-/// buffer a function writes its reply into, and the batch's answers.
+/// interface's addresses, the buffer a function writes its reply into, and
+/// the batch's answers.
 struct InvokerWorker {
     registry: Arc<Registry>,
     counters: Arc<Counters>,
+    table: Arc<AddrTable>,
+    local: Arc<LocalAddrs>,
+    version: u64,
     scratch: Vec<u8>,
     /// Replies made in the current batch (sent, or dropped for want of TX room).
     answered: u64,
@@ -157,12 +269,24 @@ struct InvokerWorker {
 
 impl FrameHandler for InvokerWorker {
     fn frame(&mut self, buf: &mut [u8], len: usize) -> Verdict {
-        let v = handle(&self.registry, buf, len, &mut self.scratch, &self.counters);
+        let v = handle(
+            &self.registry,
+            &self.local,
+            buf,
+            len,
+            &mut self.scratch,
+            &self.counters,
+        );
         self.answered += u64::from(matches!(v, Verdict::Transmit(_)));
         v
     }
 
     fn end_batch(&mut self, _xsk: &Xsk, batch: peregrine_xsk::Result<(u32, u32)>) {
+        let v = self.table.version.load(Ordering::Acquire);
+        if v != self.version {
+            self.local = self.table.get();
+            self.version = v;
+        }
         if let Ok((received, sent)) = batch {
             if received > 0 {
                 let c = &self.counters;
@@ -175,7 +299,125 @@ impl FrameHandler for InvokerWorker {
     }
 }
 
+/// What the invoker reads from the kernel besides requests: the addresses
+/// of the interface, the dispatcher's fragment counts and the sockets'
+/// XDP_STATISTICS.
+struct KernelView {
+    ns: Option<String>,
+    iface: String,
+    table: Arc<AddrTable>,
+    counters: Arc<Counters>,
+    dispatch: peregrine_bpf::dispatch::MapHandle,
+    functions: Vec<u32>,
+    sockets: Vec<XskStatsReader>,
+}
+
+impl KernelView {
+    /// Copies the kernel's counters into `counters` (they are totals, so
+    /// stored, not added).
+    fn sync_counters(&self) {
+        let frags: u64 = self
+            .functions
+            .iter()
+            .filter_map(|&id| peregrine_bpf::dispatch::read_stats(&self.dispatch, id).ok())
+            .map(|s| s.fragments)
+            .sum();
+        self.counters.fragments.store(frags, Ordering::Relaxed);
+        let mut t = [0u64; 4];
+        for s in &self.sockets {
+            if let Ok(st) = s.read() {
+                t[0] += st.rx_dropped;
+                t[1] += st.rx_ring_full;
+                t[2] += st.tx_invalid_descriptors;
+                // One fill ring per UMEM: its sharers report the same count.
+                if s.owns_umem() {
+                    t[3] += st.rx_fill_ring_empty_descriptors;
+                }
+            }
+        }
+        let x = &self.counters.xsk;
+        x.rx_dropped.store(t[0], Ordering::Relaxed);
+        x.rx_ring_full.store(t[1], Ordering::Relaxed);
+        x.tx_invalid_descs.store(t[2], Ordering::Relaxed);
+        x.rx_fill_ring_empty_descs.store(t[3], Ordering::Relaxed);
+    }
+
+    /// Re-reads the interface's addresses (this thread is in its namespace).
+    fn reread_addresses(&self) {
+        if let Ok(l) = LocalAddrs::read(&self.iface) {
+            self.table.set(l);
+        }
+    }
+}
+
+/// A thread that keeps `KernelView`'s copies current: counters every
+/// 100 ms, addresses every second. Stopped and joined on drop.
+struct Housekeeping {
+    view: Arc<KernelView>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How often the interface's addresses are re-read: an address added to a
+/// running server is answered within this long.
+pub const ADDRESS_REFRESH: Duration = Duration::from_secs(1);
+
+impl Housekeeping {
+    fn start(view: KernelView) -> Housekeeping {
+        let view = Arc::new(view);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (v, st) = (view.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            // This thread stays in the server's namespace for its life.
+            let _in_ns = match &v.ns {
+                Some(n) => match netns::NetnsGuard::enter(n) {
+                    Ok(g) => Some(g),
+                    Err(_) => return,
+                },
+                None => None,
+            };
+            let tick = Duration::from_millis(100);
+            let per_refresh = (ADDRESS_REFRESH.as_millis() / tick.as_millis()) as u32;
+            let mut n = 0u32;
+            while !st.load(Ordering::Relaxed) {
+                std::thread::sleep(tick);
+                v.sync_counters();
+                n += 1;
+                if n.is_multiple_of(per_refresh) {
+                    v.reread_addresses();
+                }
+            }
+        });
+        Housekeeping {
+            view,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Housekeeping {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl AfXdpInvoker {
+    /// Copies the kernel's counters (fragments, XDP_STATISTICS) into
+    /// `counters` now, e.g. before a final report (they are otherwise at
+    /// most 100 ms old).
+    pub fn sync_counters(&self) {
+        self.housekeeping.view.sync_counters();
+    }
+
+    /// The interface's addresses as the workers see them.
+    pub fn local_addrs(&self) -> LocalAddrs {
+        (*self.housekeeping.view.table.get()).clone()
+    }
+
     /// Serves `registry` on `ns:iface` (None: this namespace).
     pub fn start(
         ns: Option<&str>,
@@ -213,12 +455,26 @@ impl AfXdpInvoker {
                 "{iface} has {device_queues} RX queues; serve all of them (--queues {device_queues}) or reduce them, or requests arriving on the others are lost"
             )));
         }
+        // Read at start, then every ADDRESS_REFRESH by the housekeeping
+        // thread: requests are answered only to what the interface has now.
+        let local =
+            netns::run_in_opt(ns, || LocalAddrs::read(iface))?.map_err(InvokerError::Config)?;
+        if local.mac.is_none() {
+            return Err(InvokerError::Config(format!(
+                "{iface} has no Ethernet address: the invoker answers only frames sent to it"
+            )));
+        }
+        let table = Arc::new(AddrTable {
+            current: RwLock::new(Arc::new(local)),
+            version: AtomicU64::new(0),
+        });
         let prog = DispatchProgram::load()?;
         let link = netns::run_in_opt(ns, || prog.attach(iface, cfg.xdp_mode))??;
         let counters = Arc::new(Counters {
             per_function: (0..registry.len()).map(|_| AtomicU64::new(0)).collect(),
             ..Default::default()
         });
+        let mut stats = Vec::new();
         let registry = Arc::new(registry);
         let mut workers = Workers::new();
         let mut mode = "copy";
@@ -232,6 +488,7 @@ impl AfXdpInvoker {
                     XdpMode::Native => xsk.mode().as_str(),
                 };
                 memory += xsk.memory_bytes();
+                stats.push(xsk.stats_reader());
                 // One socket serves every function on its queue.
                 for (_, id, _) in registry.iter() {
                     prog.register_socket(slot(id, q, w), xsk.fd())?;
@@ -240,6 +497,9 @@ impl AfXdpInvoker {
                 let handler = InvokerWorker {
                     registry: registry.clone(),
                     counters: counters.clone(),
+                    local: table.get(),
+                    version: table.version.load(Ordering::Acquire),
+                    table: table.clone(),
                     scratch: Vec::with_capacity(2048),
                     answered: 0,
                 };
@@ -250,7 +510,17 @@ impl AfXdpInvoker {
         for (port, id, _) in registry.iter() {
             prog.set_function(id, port, cfg.workers, cfg.policy)?;
         }
+        let housekeeping = Housekeeping::start(KernelView {
+            ns: ns.map(str::to_string),
+            iface: iface.to_string(),
+            table,
+            counters: counters.clone(),
+            dispatch: prog.stats_map()?,
+            functions: registry.iter().map(|(_, id, _)| id).collect(),
+            sockets: stats,
+        });
         Ok(AfXdpInvoker {
+            housekeeping,
             _workers: workers,
             prog,
             _link: link,

@@ -1,6 +1,7 @@
 //! The serverless function invoker: functions keyed by UDP port, answered
 //! from AF_XDP sockets (the request frame becomes its reply in place).
 
+pub mod addrs;
 pub mod baseline;
 pub mod functions;
 pub mod invoker;

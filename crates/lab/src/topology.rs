@@ -425,6 +425,9 @@ impl Topology {
                 }
             }
         }
+        // One address, one interface: two hosts answering for the same
+        // address would split its traffic by whichever neighbour entry won.
+        let mut owner: BTreeMap<IpAddr, Endpoint> = BTreeMap::new();
         for h in &self.hosts {
             for (dev, addrs) in &h.addr {
                 if !has(&h.name, dev) {
@@ -439,6 +442,15 @@ impl Topology {
                         return Err(LabError::Config(format!(
                             "host {}: address {a} is outside 198.18.0.0/15 and 2001:db8::/32",
                             h.name
+                        )));
+                    }
+                    let here = Endpoint {
+                        host: h.name.clone(),
+                        iface: dev.clone(),
+                    };
+                    if let Some(first) = owner.insert(ip, here.clone()) {
+                        return Err(LabError::Config(format!(
+                            "address {ip} is given to both {first} and {here} (host:interface): an address belongs to one interface"
                         )));
                     }
                 }
@@ -565,6 +577,28 @@ mod tests {
             assert!(e.contains(want), "{e:?} should mention {want:?}");
             assert!(!e.contains('\n'), "one line: {e:?}");
         }
+    }
+
+    /// Issue 9: one address on two hosts was accepted; refused, naming both.
+    #[test]
+    fn one_address_on_two_hosts_is_refused() {
+        let text = |a: &str, b: &str| {
+            format!(
+                "name = \"x\"\n[[host]]\nname = \"a\"\naddr = {{ e0 = [\"{a}\"] }}\n[[host]]\nname = \"b\"\naddr = {{ e0 = [\"{b}\"] }}\n[[link]]\na = \"a:e0\"\nb = \"b:e0\"\n"
+            )
+        };
+        for (a, b, ip) in [
+            ("198.18.0.1/24", "198.18.0.1/24", "198.18.0.1"),
+            // The prefix length does not make it another address.
+            ("198.18.0.1/24", "198.18.0.1/32", "198.18.0.1"),
+            ("2001:db8::1/64", "2001:db8::1/64", "2001:db8::1"),
+        ] {
+            let e = Topology::from_toml(&text(a, b)).unwrap_err().to_string();
+            assert!(e.contains(ip), "{e}");
+            assert!(e.contains("a:e0") && e.contains("b:e0"), "names both: {e}");
+            assert!(!e.contains('\n'), "one line: {e:?}");
+        }
+        Topology::from_toml(&text("198.18.0.1/24", "198.18.0.2/24")).unwrap();
     }
 
     #[test]

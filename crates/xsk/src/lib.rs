@@ -27,5 +27,6 @@ pub use config::{BindMode, BusyPoll, XskConfig, ZeroCopy};
 pub use datagram::XskDatagrams;
 pub use error::{Result, XskError};
 pub use rx::Verdict;
-pub use socket::Xsk;
+pub use s2n_quic_xdp::if_xdp::Statistics as XskStatistics;
+pub use socket::{Xsk, XskStatsReader};
 pub use worker::{FrameHandler, Workers};

@@ -32,6 +32,32 @@ pub struct Xsk {
     pub queue: u32,
 }
 
+/// Reads one socket's XDP_STATISTICS (see `Xsk::stats_reader`).
+#[derive(Clone)]
+pub struct XskStatsReader {
+    fd: Fd,
+    iface: String,
+    queue: u32,
+    owns_umem: bool,
+}
+
+impl XskStatsReader {
+    pub fn read(&self) -> Result<s2n_quic_xdp::if_xdp::Statistics> {
+        syscall::statistics(&self.fd).map_err(sys_err(
+            &self.iface,
+            self.queue,
+            "reading statistics",
+        ))
+    }
+
+    /// Whether the socket registered its queue's UMEM: the fill ring's
+    /// counter (rx_fill_ring_empty_descriptors) belongs to the UMEM, so
+    /// sockets sharing it all report the same count; sum it over owners.
+    pub fn owns_umem(&self) -> bool {
+        self.owns_umem
+    }
+}
+
 fn set_busy_poll(fd: &Fd, bp: Option<BusyPoll>) -> std::io::Result<()> {
     let Some(bp) = bp else { return Ok(()) };
     let set = |opt: libc::c_int, v: libc::c_int| {
@@ -249,11 +275,18 @@ impl Xsk {
 
     /// The kernel's drop counters for this socket.
     pub fn kernel_stats(&self) -> Result<s2n_quic_xdp::if_xdp::Statistics> {
-        syscall::statistics(&self.fd).map_err(sys_err(
-            &self.iface,
-            self.queue,
-            "reading statistics",
-        ))
+        self.stats_reader().read()
+    }
+
+    /// A handle that reads this socket's drop counters from another thread
+    /// (the socket itself belongs to its worker); it keeps the socket open.
+    pub fn stats_reader(&self) -> XskStatsReader {
+        XskStatsReader {
+            fd: self.fd.clone(),
+            iface: self.iface.clone(),
+            queue: self.queue,
+            owns_umem: self.owns_umem,
+        }
     }
 
     /// Waits up to `timeout_ms` for frames to arrive.

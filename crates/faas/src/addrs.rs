@@ -1,0 +1,219 @@
+//! Which requests a server may answer, as the kernel's UDP sockets decide:
+//! unicast requests to one of this host's own addresses, from a valid
+//! unicast source with a non-zero source port. Anything else answered would
+//! make the server a reflector (a reply to a spoofed broadcast source) or an
+//! amplifier (one broadcast or multicast request, one reply per server).
+//!
+//! The AF_XDP invoker sees raw frames, so it checks everything here against
+//! the served interface's MAC and addresses (`LocalAddrs`, re-read every
+//! second by the invoker). The socket backends get the kernel's checks for
+//! the MAC and for martian sources, and check the rest from IP_PKTINFO.
+use std::net::{IpAddr, Ipv4Addr};
+
+use peregrine_wire::{MacAddr, UdpFrame};
+
+/// Why a request is not answered (each has its own counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Sent to a broadcast or multicast MAC or IP address.
+    NotUnicast,
+    /// Sent to a unicast MAC or IP address that is not this interface's.
+    NotOurs,
+    /// From an address no unicast host has (unspecified, broadcast,
+    /// multicast, loopback from the wire, or one of ours).
+    BadSource,
+    /// From UDP source port 0, which no reply can be sent to.
+    SourcePortZero,
+}
+
+/// A source no reply may go to. `from_wire`: the request came in on an
+/// Ethernet interface, where a loopback source is a spoof (the kernel
+/// drops it as a martian); a socket may see it from a local client.
+pub fn invalid_source(ip: IpAddr, from_wire: bool) -> bool {
+    match ip {
+        IpAddr::V4(a) => {
+            a.octets()[0] == 0 // "this network", 0.0.0.0/8
+                || a.is_broadcast()
+                || a.is_multicast()
+                || (from_wire && a.is_loopback())
+        }
+        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast() || (from_wire && a.is_loopback()),
+    }
+}
+
+/// A destination address that is never one host's: limited broadcast or
+/// multicast (a subnet's broadcast address needs the prefix: `LocalAddrs`).
+pub fn group_address(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.is_broadcast() || a.is_multicast(),
+        IpAddr::V6(a) => a.is_multicast(),
+    }
+}
+
+/// The served interface's MAC, unicast addresses (v4 and v6, link-local
+/// included) and IPv4 broadcast addresses, as configured.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalAddrs {
+    pub mac: Option<MacAddr>,
+    pub unicast: Vec<IpAddr>,
+    pub broadcast: Vec<Ipv4Addr>,
+}
+
+impl LocalAddrs {
+    /// Reads `iface`'s addresses in the calling thread's namespace.
+    pub fn read(iface: &str) -> Result<LocalAddrs, String> {
+        let all = nix::ifaddrs::getifaddrs()
+            .map_err(|e| format!("reading the addresses of {iface}: {e}"))?;
+        let mut l = LocalAddrs::default();
+        for a in all.filter(|a| a.interface_name == iface) {
+            let Some(addr) = a.address else { continue };
+            if let Some(ll) = addr.as_link_addr() {
+                l.mac = ll.addr().map(MacAddr);
+            } else if let Some(v4) = addr.as_sockaddr_in() {
+                let ip = v4.ip();
+                l.unicast.push(IpAddr::V4(ip));
+                // The kernel routes the prefix's all-ones address as
+                // broadcast (prefixes shorter than /31) whether or not a
+                // `brd` was given; getifaddrs reports the address itself in
+                // the broadcast field when none was.
+                let mask = a
+                    .netmask
+                    .as_ref()
+                    .and_then(|m| m.as_sockaddr_in())
+                    .map(|m| m.ip());
+                if let Some(m) = mask.filter(|m| u32::from(*m).count_ones() < 31) {
+                    l.broadcast
+                        .push(Ipv4Addr::from(u32::from(ip) | !u32::from(m)));
+                }
+                if let Some(b) = a.broadcast.as_ref().and_then(|b| b.as_sockaddr_in()) {
+                    if b.ip() != ip {
+                        l.broadcast.push(b.ip());
+                    }
+                }
+            } else if let Some(v6) = addr.as_sockaddr_in6() {
+                l.unicast.push(IpAddr::V6(v6.ip()));
+            }
+        }
+        l.unicast.sort();
+        l.broadcast.sort();
+        l.broadcast.dedup();
+        Ok(l)
+    }
+
+    fn is_broadcast(&self, ip: IpAddr) -> bool {
+        matches!(ip, IpAddr::V4(a) if self.broadcast.contains(&a))
+    }
+
+    /// Whether the request may be answered, and if not, why.
+    pub fn check(&self, req: &UdpFrame<'_>) -> Result<(), Refusal> {
+        // Group bit: broadcast (all ones) and multicast MACs.
+        if req.dst_mac.0[0] & 1 != 0 || group_address(req.dst_ip) || self.is_broadcast(req.dst_ip) {
+            return Err(Refusal::NotUnicast);
+        }
+        if Some(req.dst_mac) != self.mac || !self.unicast.contains(&req.dst_ip) {
+            return Err(Refusal::NotOurs);
+        }
+        if invalid_source(req.src_ip, true)
+            || self.is_broadcast(req.src_ip)
+            || self.unicast.contains(&req.src_ip)
+        {
+            return Err(Refusal::BadSource);
+        }
+        if req.src_port == 0 {
+            return Err(Refusal::SourcePortZero);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peregrine_wire::{parse_udp_frame, UdpFrameSpec};
+
+    fn local() -> LocalAddrs {
+        LocalAddrs {
+            mac: Some(MacAddr([2, 0, 0, 0, 0, 2])),
+            unicast: vec![
+                "198.18.0.2".parse().unwrap(),
+                "2001:db8::2".parse().unwrap(),
+            ],
+            broadcast: vec!["198.18.0.255".parse().unwrap()],
+        }
+    }
+
+    fn check(src: &str, dst: &str, mac: [u8; 6], sport: u16) -> Result<(), Refusal> {
+        let spec = UdpFrameSpec {
+            src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            dst_mac: MacAddr(mac),
+            src_ip: src.parse().unwrap(),
+            dst_ip: dst.parse().unwrap(),
+            src_port: sport,
+            dst_port: 1232,
+            ttl: 64,
+            frame_len: 80,
+        };
+        let f = spec.build(b"x").unwrap();
+        local().check(&parse_udp_frame(&f).unwrap())
+    }
+
+    #[test]
+    fn only_unicast_to_us_from_unicast_with_a_port_is_answered() {
+        use Refusal::*;
+        let ours = [2, 0, 0, 0, 0, 2];
+        let bcast = [0xff; 6];
+        for (src, dst, mac, sport, want) in [
+            ("198.18.0.1", "198.18.0.2", ours, 40000, Ok(())),
+            ("2001:db8::1", "2001:db8::2", ours, 40000, Ok(())),
+            (
+                "198.18.0.1",
+                "255.255.255.255",
+                bcast,
+                40000,
+                Err(NotUnicast),
+            ),
+            ("198.18.0.1", "198.18.0.255", bcast, 40000, Err(NotUnicast)),
+            ("198.18.0.1", "198.18.0.255", ours, 40000, Err(NotUnicast)),
+            (
+                "198.18.0.1",
+                "239.1.1.1",
+                [1, 0, 0x5e, 1, 1, 1],
+                40000,
+                Err(NotUnicast),
+            ),
+            ("198.18.0.1", "198.18.0.2", bcast, 40000, Err(NotUnicast)),
+            (
+                "2001:db8::1",
+                "ff02::1",
+                [0x33, 0x33, 0, 0, 0, 1],
+                40000,
+                Err(NotUnicast),
+            ),
+            ("198.18.0.1", "198.18.0.3", ours, 40000, Err(NotOurs)),
+            (
+                "198.18.0.1",
+                "198.18.0.2",
+                [2, 0, 0, 0, 0, 9],
+                40000,
+                Err(NotOurs),
+            ),
+            ("2001:db8::1", "2001:db8::3", ours, 40000, Err(NotOurs)),
+            ("255.255.255.255", "198.18.0.2", ours, 40000, Err(BadSource)),
+            ("239.1.1.1", "198.18.0.2", ours, 40000, Err(BadSource)),
+            ("0.0.0.0", "198.18.0.2", ours, 40000, Err(BadSource)),
+            ("127.0.0.1", "198.18.0.2", ours, 40000, Err(BadSource)),
+            ("198.18.0.255", "198.18.0.2", ours, 40000, Err(BadSource)),
+            ("198.18.0.2", "198.18.0.2", ours, 40000, Err(BadSource)),
+            ("ff02::1", "2001:db8::2", ours, 40000, Err(BadSource)),
+            ("::", "2001:db8::2", ours, 40000, Err(BadSource)),
+            ("198.18.0.1", "198.18.0.2", ours, 0, Err(SourcePortZero)),
+            ("2001:db8::1", "2001:db8::2", ours, 0, Err(SourcePortZero)),
+        ] {
+            assert_eq!(
+                check(src, dst, mac, sport),
+                want,
+                "{src} -> {dst} {mac:x?}:{sport}"
+            );
+        }
+    }
+}
