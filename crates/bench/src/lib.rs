@@ -33,4 +33,4 @@ pub mod report;
 pub mod router;
 pub mod showcase;
 
-pub use common::{command_line, PlacementConfig, RateSetting, DEFAULT_OUT};
+pub use common::{command_line, PlacementConfig, RateSetting, ResultOutput, DEFAULT_OUT};

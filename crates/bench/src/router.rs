@@ -1,7 +1,6 @@
 //! `peregrine bench router`: the XDP router against Linux IP forwarding on the
 //! same lab in the same run, per configuration, plus a 2-NF service chain.
 use std::net::IpAddr;
-use std::path::PathBuf;
 
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::common::{
     builtin_topology, command_line, dut_search, frame_for, lab_sink, params, path_drops, place,
-    progress_line, shown_trial, trial_setup, write_outputs, PlacementConfig, RateSetting,
+    progress_line, shown_trial, trial_setup, PlacementConfig, RateSetting, ResultOutput,
 };
 
 /// `peregrine bench router`.
@@ -41,12 +40,7 @@ pub struct RouterBenchConfig {
     /// drifts of a noisy machine hit them alike. Ratios use medians.
     pub rounds: u32,
     pub placement: PlacementConfig,
-    /// Directory for the result file and plots.
-    pub out: PathBuf,
-    /// File name stem of the result and plots.
-    pub name: String,
-    /// Print the result as JSON instead of the table.
-    pub json: bool,
+    pub output: ResultOutput,
 }
 
 /// What is compared on the DUT.
@@ -275,10 +269,10 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     drop(nl);
     drop(lab);
     let result = ResultFile::new("bench-router", command_line(), runs);
-    if !a.json {
+    if !a.output.json {
         print_ratios(&scenarios, &figures);
     }
-    write_outputs(&result, &a.out, &a.name, a.json)
+    a.output.write(&result)
 }
 
 /// One round's RFC 2544 figure of a contender in a scenario (an index into
