@@ -2,7 +2,7 @@
 //! lab's sinks and drop counters, one shown trial with its shortfall warning,
 //! run parameters and writing the result file with its plots.
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -321,7 +321,25 @@ pub(crate) fn builtin_topology(name: &str, lab_name: &str) -> Result<Topology> {
     Ok(t)
 }
 
-pub(crate) fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: bool) -> Result<()> {
+/// Where a benchmark's result goes: the result file, its command line and
+/// plots, and then the table or the result as JSON on stdout.
+#[derive(Clone, Debug)]
+pub struct ResultOutput {
+    /// Directory for the result file and plots.
+    pub dir: PathBuf,
+    /// File name stem of the result and plots.
+    pub stem: String,
+    /// Print the result as JSON instead of the table.
+    pub json: bool,
+}
+
+impl ResultOutput {
+    pub(crate) fn write(&self, result: &ResultFile) -> Result<()> {
+        write_outputs(result, &self.dir, &self.stem, self.json)
+    }
+}
+
+fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: bool) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let path = out.join(format!("{stem}.json"));
     std::fs::write(&path, result.to_json())

@@ -9,7 +9,6 @@
 //! (`--saturate`, the search's first trial), and the RFC 2544 search for the highest request
 //! rate answered with at most `--loss` missing. Latency is measured at one
 //! fixed rate every backend sustains.
-use std::path::PathBuf;
 
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use peregrine_lab::trial::{classify, rfc2544_search, SearchParams};
 use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::common::{
-    builtin_topology, command_line, cpu_count, warn_shortfall, write_outputs, RateSetting,
+    builtin_topology, command_line, cpu_count, warn_shortfall, RateSetting, ResultOutput,
 };
 
 /// `peregrine bench faas`.
@@ -45,12 +44,7 @@ pub struct FaasBenchConfig {
     pub saturate: RateSetting,
     /// Request rate at which latency is compared.
     pub latency_rate: RateSetting,
-    /// Directory for the result file and plots.
-    pub out: PathBuf,
-    /// File name stem of the result and plots.
-    pub name: String,
-    /// Print the result as JSON instead of the table.
-    pub json: bool,
+    pub output: ResultOutput,
 }
 
 /// The invoker's server backends.
@@ -333,7 +327,7 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
         }
     }
     let result = ResultFile::new("bench-faas", command_line(), runs);
-    if !a.json {
+    if !a.output.json {
         let find = |backend: FaasBackend, size: usize| {
             let c = FaasContender {
                 backend,
@@ -379,7 +373,7 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
             );
         }
     }
-    write_outputs(&result, &a.out, &a.name, a.json)
+    a.output.write(&result)
 }
 
 #[cfg(test)]

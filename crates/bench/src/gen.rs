@@ -1,7 +1,6 @@
 //! `peregrine bench gen` (the generator's own figures, side by side) and
 //! `peregrine gen` (send in an existing lab, optionally counting at a sink).
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -17,7 +16,7 @@ use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::common::{
     builtin_topology, command_line, cpu_count, frame_for, lab_sink, one_trial_run, params,
-    path_drops, trial_setup, warn_shortfall, write_outputs, RateSetting,
+    path_drops, trial_setup, warn_shortfall, RateSetting, ResultOutput,
 };
 
 /// `peregrine bench gen`.
@@ -31,12 +30,7 @@ pub struct GenBenchConfig {
     pub ipv6: bool,
     /// Rate of the accuracy check.
     pub rate_check: RateSetting,
-    /// Directory for the result file and plots.
-    pub out: PathBuf,
-    /// File name stem of the result and plots.
-    pub name: String,
-    /// Print the result as JSON instead of the table.
-    pub json: bool,
+    pub output: ResultOutput,
 }
 
 /// `peregrine gen`.
@@ -256,7 +250,7 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
     drop(drops);
     drop(lab);
     let result = ResultFile::new("bench-gen", command_line(), runs);
-    write_outputs(&result, &a.out, &a.name, a.json)
+    a.output.write(&result)
 }
 
 /// `peregrine gen`: send in an existing lab, optionally counting at a sink.

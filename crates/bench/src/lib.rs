@@ -34,4 +34,4 @@ pub mod router;
 pub mod showcase;
 pub mod tcp;
 
-pub use common::{command_line, PlacementConfig, RateSetting, DEFAULT_OUT};
+pub use common::{command_line, PlacementConfig, RateSetting, ResultOutput, DEFAULT_OUT};

@@ -10,7 +10,9 @@ use anyhow::{Context, Result};
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::FibMode;
 use peregrine_bpf::{XdpAction, XdpMode};
-use peregrine_dataplane::{RouterHook, ChainConfig, ChainMatch, Dataplane, DataplaneConfig, NfConfig, NfKind};
+use peregrine_dataplane::{
+    ChainConfig, ChainMatch, Dataplane, DataplaneConfig, NfConfig, NfKind, RouterHook,
+};
 use peregrine_host::netdev::{self, Offload};
 use peregrine_host::nl::Netlink;
 use peregrine_host::{netns, signals};
@@ -23,7 +25,7 @@ use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::common::{
     builtin_topology, command_line, dut_search, frame_for, lab_sink, params, path_drops, place,
-    progress_line, shown_trial, trial_setup, write_outputs, PlacementConfig, RateSetting,
+    progress_line, shown_trial, trial_setup, PlacementConfig, RateSetting, ResultOutput,
 };
 use crate::tcp::{self, TcpTransfer};
 
@@ -50,12 +52,7 @@ pub struct RouterBenchConfig {
     /// drifts of a noisy machine hit them alike. Ratios use medians.
     pub rounds: u32,
     pub placement: PlacementConfig,
-    /// Directory for the result file and plots.
-    pub out: PathBuf,
-    /// File name stem of the result and plots.
-    pub name: String,
-    /// Print the result as JSON instead of the table.
-    pub json: bool,
+    pub output: ResultOutput,
 }
 
 /// What is compared on the DUT.
@@ -374,10 +371,10 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     drop(nl);
     drop(lab);
     let result = ResultFile::new("bench-router", command_line(), runs);
-    if !a.json {
+    if !a.output.json {
         print_ratios(&scenarios, &figures);
     }
-    write_outputs(&result, &a.out, &a.name, a.json)
+    a.output.write(&result)
 }
 
 /// A TCP transfer through the DUT, gen to sink, compared across contenders.

@@ -1,5 +1,4 @@
 //! `peregrine showcase`: the built-in demonstration `scripts/run.sh` runs.
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -15,19 +14,16 @@ use peregrine_lab::{Endpoint, Lab, Lifetime};
 
 use crate::common::{
     builtin_topology, command_line, dut_search, frame_for, lab_sink, one_trial_run, params,
-    path_drops, place, progress_line, shown_trial, trial_setup, write_outputs, PlacementConfig,
+    path_drops, place, progress_line, shown_trial, trial_setup, PlacementConfig, ResultOutput,
 };
 
 /// `peregrine showcase`.
 #[derive(Clone, Debug)]
 pub struct ShowcaseConfig {
-    /// Directory for the result file and plots.
-    pub out: PathBuf,
     /// Length of each trial.
     pub trial: Duration,
     pub placement: PlacementConfig,
-    /// Print the result as JSON instead of the table.
-    pub json: bool,
+    pub output: ResultOutput,
 }
 
 /// The main job: default lab, generator -> XDP drop sink, an RFC 2544 search
@@ -128,5 +124,5 @@ pub fn showcase(a: ShowcaseConfig) -> Result<()> {
 
     drop(lab);
     let result = ResultFile::new("showcase", command_line(), runs);
-    write_outputs(&result, &a.out, "showcase", a.json)
+    a.output.write(&result)
 }

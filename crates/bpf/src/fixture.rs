@@ -363,6 +363,24 @@ pub fn check_table<S, E: PartialEq + fmt::Debug>(
     bad
 }
 
+/// Runs a table whose effect is how far some counters moved (`counters`
+/// picks them, in the order the cases list them, from the state read before
+/// and after each run), as `check_table`, and panics as `assert_passed`
+/// (naming the table `what`) on any mismatch.
+pub fn assert_counters<S, const N: usize>(
+    what: &str,
+    prog: &impl AsFd,
+    cases: &[Case<[u64; N]>],
+    state: impl FnMut() -> S,
+    counters: impl Fn(&S) -> [u64; N],
+) {
+    let bad = check_table(prog, cases, state, |before, after| {
+        let (b, a) = (counters(before), counters(after));
+        std::array::from_fn(|i| a[i] - b[i])
+    });
+    assert_passed(what, &bad);
+}
+
 /// A router fixture's effect: the actions whose packet counter at the
 /// ingress port moved (exactly one for every frame).
 pub fn router_actions_moved(
@@ -423,6 +441,23 @@ pub mod frames {
     pub fn udp(spec: &UdpFrameSpec, payload: &[u8]) -> Vec<u8> {
         spec.build(payload)
             .unwrap_or_else(|e| panic!("fixture frame {spec:?}: {e}"))
+    }
+
+    /// A `spec(src, dst)` frame with ports `sport` to `dport`, `frame_len`
+    /// bytes long (0: as short as `payload` allows).
+    pub fn udp_ports(
+        (src, dst): (&str, &str),
+        (sport, dport): (u16, u16),
+        frame_len: usize,
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let spec = UdpFrameSpec {
+            src_port: sport,
+            dst_port: dport,
+            frame_len,
+            ..spec(src, dst)
+        };
+        udp(&spec, payload)
     }
 
     fn is_ip4(f: &[u8]) -> bool {

@@ -418,6 +418,21 @@ mod fixtures {
         (s, g, tmpl)
     }
 
+    /// Runs test `test`'s checks on a one-flow generator (`load_one_flow`)
+    /// of each family, IPv4 then IPv6, when privileged to load one.
+    fn on_one_flow_of_each_family(
+        test: &str,
+        checks: impl Fn(bool, GenSetup, GenProgram, Vec<u8>),
+    ) {
+        if !privileged(test) {
+            return;
+        }
+        for v6 in [false, true] {
+            let (s, g, tmpl) = load_one_flow(v6);
+            checks(v6, s, g, tmpl);
+        }
+    }
+
     /// Flow `k`'s frame built from scratch: source port + k, and source (or
     /// destination) address + k unless only ports vary.
     fn flow_frame(s: &GenSetup, k: u32, size: usize) -> Vec<u8> {
@@ -444,11 +459,7 @@ mod fixtures {
 
     #[test]
     fn fixed_size_frames_are_rewritten_whole() {
-        if !privileged("fixed_size_frames_are_rewritten_whole") {
-            return;
-        }
-        for v6 in [false, true] {
-            let (s, g, tmpl) = load_one_flow(v6);
+        on_one_flow_of_each_family("fixed_size_frames_are_rewritten_whole", |v6, s, g, tmpl| {
             let mut dirty = tmpl.clone();
             // What a receiver may leave in a recycled page: every header byte wrong.
             for b in dirty.iter_mut().take(s.spec.header_len() + 4) {
@@ -473,7 +484,7 @@ mod fixtures {
                 parse_udp_frame(&tmpl).unwrap().payload.len(),
                 min_size(v6) - 4 - s.spec.header_len()
             );
-        }
+        });
     }
 
     #[test]
@@ -583,45 +594,44 @@ mod fixtures {
 
     #[test]
     fn short_or_foreign_frames_are_left_alone() {
-        if !privileged("short_or_foreign_frames_are_left_alone") {
-            return;
-        }
-        for v6 in [false, true] {
-            let (s, g, tmpl) = load_one_flow(v6);
-            let words = if v6 { 64 } else { 48 };
-            let before = g.state().unwrap().errors;
-            let fx: Vec<Fixture> = truncations(&tmpl, words)
-                .map(|(n, cut)| {
-                    Fixture::new(
-                        format!("v6={v6} cut at {n}"),
-                        cut,
-                        XdpAction::Drop,
-                        Expect::Unchanged,
-                    )
-                })
-                .collect();
-            assert_passed(&format!("v6={v6}"), &check_all(g.prog(), &fx));
-            assert_eq!(
-                g.state().unwrap().errors - before,
-                fx.len() as u64,
-                "every short frame counted as an error"
-            );
+        on_one_flow_of_each_family(
+            "short_or_foreign_frames_are_left_alone",
+            |v6, s, g, tmpl| {
+                let words = if v6 { 64 } else { 48 };
+                let before = g.state().unwrap().errors;
+                let fx: Vec<Fixture> = truncations(&tmpl, words)
+                    .map(|(n, cut)| {
+                        Fixture::new(
+                            format!("v6={v6} cut at {n}"),
+                            cut,
+                            XdpAction::Drop,
+                            Expect::Unchanged,
+                        )
+                    })
+                    .collect();
+                assert_passed(&format!("v6={v6}"), &check_all(g.prog(), &fx));
+                assert_eq!(
+                    g.state().unwrap().errors - before,
+                    fx.len() as u64,
+                    "every short frame counted as an error"
+                );
 
-            // Attached to lo as the dispatcher anchor, it must pass real frames.
-            let mut other = s.clone();
-            other.ifindex = 4242;
-            let g2 = GenProgram::load(&other).unwrap();
-            check(
-                g2.prog(),
-                &Fixture::new(
-                    "frame on another interface",
-                    tmpl,
-                    XdpAction::Pass,
-                    Expect::Unchanged,
-                ),
-            )
-            .unwrap();
-        }
+                // Attached to lo as the dispatcher anchor, it must pass real frames.
+                let mut other = s.clone();
+                other.ifindex = 4242;
+                let g2 = GenProgram::load(&other).unwrap();
+                check(
+                    g2.prog(),
+                    &Fixture::new(
+                        "frame on another interface",
+                        tmpl,
+                        XdpAction::Pass,
+                        Expect::Unchanged,
+                    ),
+                )
+                .unwrap();
+            },
+        );
     }
 
     #[test]

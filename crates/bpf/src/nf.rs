@@ -118,25 +118,19 @@ pub fn read_pinned_stats(path: &Path) -> Result<NfStats> {
 #[cfg(test)]
 mod fixtures {
     use super::*;
-    use crate::fixture::frames::{garbage, ip4_options, ip_first_byte, spec, udp, vlan};
-    use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
+    use crate::fixture::frames::{garbage, ip4_options, ip_first_byte, udp_ports, vlan};
+    use crate::fixture::{assert_counters, truncations, Case, Expect, Fixture};
     use crate::testing::privileged;
     use crate::XdpAction;
     use crate::XdpProgram;
-    use peregrine_wire::{ethertype, UdpFrameSpec};
+    use peregrine_wire::ethertype;
 
     fn frame(src: &str, dst: &str, dport: u16) -> Vec<u8> {
-        let spec = UdpFrameSpec {
-            src_port: 1000,
-            dst_port: dport,
-            frame_len: 90,
-            ..spec(src, dst)
-        };
-        udp(&spec, b"payload")
+        udp_ports((src, dst), (1000, dport), 90, b"payload")
     }
 
     /// Counter deltas of one frame: packets, sent, dropped, judged as IP.
-    type Deltas = (u64, u64, u64, u64);
+    type Deltas = [u64; 4];
 
     /// Runs the table (name, frame, verdict, judged as IP) on a program
     /// loaded with `setup`: a sent frame counts as sent, a dropped one as
@@ -147,24 +141,17 @@ mod fixtures {
             .into_iter()
             .map(|(n, f, v, ip)| {
                 let dropped = v == XdpAction::Drop;
-                let effect = (1, u64::from(!dropped), u64::from(dropped), u64::from(ip));
+                let effect = [1, u64::from(!dropped), u64::from(dropped), u64::from(ip)];
                 Case::new(Fixture::new(n, f, v, Expect::Unchanged), effect)
             })
             .collect();
-        let bad = check_table(
+        assert_counters(
+            "nf",
             p.prog(),
             &cases,
             || p.stats().unwrap(),
-            |b, a| {
-                (
-                    a.packets - b.packets,
-                    a.sent - b.sent,
-                    a.dropped - b.dropped,
-                    a.ip - b.ip,
-                )
-            },
+            |s| [s.packets, s.sent, s.dropped, s.ip],
         );
-        assert_passed("nf", &bad);
     }
 
     #[test]

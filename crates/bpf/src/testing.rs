@@ -66,6 +66,17 @@ pub fn privileged(test: &str) -> bool {
     false
 }
 
+/// `privileged` for the test running on this thread, under the name the
+/// test harness gives that thread (the test's own), so that a test need
+/// not spell its name again.
+pub fn privileged_here() -> bool {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_owned();
+    privileged(&test)
+}
+
 /// Polls `done` every 5 ms until it holds or `timeout` passes; whether it
 /// held. Tests wait for readiness with this instead of fixed sleeps.
 pub fn wait_until(timeout: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {

@@ -9,7 +9,7 @@ use peregrine_bench::gen::{GenBenchConfig, GenConfig};
 use peregrine_bench::report::ReportConfig;
 use peregrine_bench::router::RouterBenchConfig;
 use peregrine_bench::showcase::ShowcaseConfig;
-use peregrine_bench::{PlacementConfig, DEFAULT_OUT};
+use peregrine_bench::{PlacementConfig, ResultOutput, DEFAULT_OUT};
 use peregrine_bpf::gen::FrameSizes;
 
 use crate::units::{self, DurationArg, RateArg};
@@ -254,9 +254,11 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             flows: a.flows,
             ipv6: a.ipv6,
             rate_check: a.rate_check.into(),
-            out: a.out,
-            name: a.name,
-            json: a.json,
+            output: ResultOutput {
+                dir: a.out,
+                stem: a.name,
+                json: a.json,
+            },
         }),
         BenchCmd::Router(a) => peregrine_bench::router::bench_router(RouterBenchConfig {
             trial: a.trial.into(),
@@ -268,9 +270,11 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             xdp_forward: a.xdp_forward,
             rounds: a.rounds,
             placement: (&a.placement).into(),
-            out: a.out,
-            name: a.name,
-            json: a.json,
+            output: ResultOutput {
+                dir: a.out,
+                stem: a.name,
+                json: a.json,
+            },
         }),
         BenchCmd::Faas(a) => {
             // Errors of --configs are exit status 1, as they always were.
@@ -286,9 +290,11 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 loss: a.loss,
                 saturate: a.saturate.into(),
                 latency_rate: a.latency_rate.into(),
-                out: a.out,
-                name: a.name,
-                json: a.json,
+                output: ResultOutput {
+                    dir: a.out,
+                    stem: a.name,
+                    json: a.json,
+                },
             })
         }
     }
@@ -328,9 +334,12 @@ pub fn report(a: ReportArgs) -> Result<()> {
 /// `peregrine showcase`.
 pub fn showcase(a: ShowcaseArgs) -> Result<()> {
     peregrine_bench::showcase::showcase(ShowcaseConfig {
-        out: a.out,
         trial: a.trial.into(),
         placement: (&a.placement).into(),
-        json: a.json,
+        output: ResultOutput {
+            dir: a.out,
+            stem: "showcase".into(),
+            json: a.json,
+        },
     })
 }

@@ -96,19 +96,79 @@ fn split_number(s: &str) -> Option<(f64, String)> {
 /// `500ms` is exactly `500 / 1e3` s).
 type Unit = (&'static [&'static str], f64, f64);
 
-/// Parses `s` as a number with one of `units` and returns it in the base
-/// unit; errors name the value as `{what}{s:?}` and say what was `expected`
-/// or which units to `use` (the one parser for every scaled flag).
-fn scaled(s: &str, what: &str, expected: &str, units: &[Unit], use_: &str) -> Result<f64, String> {
-    let (v, unit) = split_number(s).ok_or_else(|| format!("{what}{s:?}: expected {expected}"))?;
-    match units
-        .iter()
-        .find(|(names, _, _)| names.contains(&unit.as_str()))
-    {
-        Some((_, mul, div)) => Ok(v * mul / div),
-        None => Err(format!("{what}{s:?}: unknown unit {unit:?} (use {use_})")),
+/// A scaled quantity's units and how its errors word things: the one
+/// parser for every scaled flag, each kind a table of its own below.
+struct Scale {
+    /// Names the value in errors: `{what}{s:?}`.
+    what: &'static str,
+    /// What a value looks like, for a value that is not a number.
+    expected: &'static str,
+    units: &'static [Unit],
+    /// The units to use, for an unknown one.
+    use_: &'static str,
+}
+
+impl Scale {
+    /// `s` as a number with one of the units, in the base unit.
+    fn parse(&self, s: &str) -> Result<f64, String> {
+        let what = self.what;
+        let (v, unit) =
+            split_number(s).ok_or_else(|| format!("{what}{s:?}: expected {}", self.expected))?;
+        match self
+            .units
+            .iter()
+            .find(|(names, _, _)| names.contains(&unit.as_str()))
+        {
+            Some((_, mul, div)) => Ok(v * mul / div),
+            None => Err(format!(
+                "{what}{s:?}: unknown unit {unit:?} (use {})",
+                self.use_
+            )),
+        }
     }
 }
+
+/// Durations, in seconds.
+const SECONDS: Scale = Scale {
+    what: "duration ",
+    expected: "a number with an optional unit: 10, 10s, 500ms",
+    units: &[
+        (&["", "s", "sec", "secs"], 1.0, 1.0),
+        (&["ms"], 1.0, 1e3),
+        (&["us", "µs"], 1.0, 1e6),
+        (&["m", "min"], 60.0, 1.0),
+        (&["h"], 3600.0, 1.0),
+    ],
+    use_: "s, ms, us, m or h",
+};
+
+/// Byte sizes, in bytes.
+const BYTES: Scale = Scale {
+    what: "size ",
+    expected: "bytes with an optional unit: 200, 1500B, 1KiB, 64k",
+    units: &[
+        (&["", "b"], 1.0, 1.0),
+        (&["k", "kb"], 1e3, 1.0),
+        (&["kib"], 1024.0, 1.0),
+        (&["m", "mb"], 1e6, 1.0),
+        (&["mib"], 1024.0 * 1024.0, 1.0),
+        (&["g", "gb"], 1e9, 1.0),
+        (&["gib"], 1024.0 * 1024.0 * 1024.0, 1.0),
+    ],
+    use_: "B, k, KiB, M, MiB, G, GiB",
+};
+
+/// Busy-poll times, in microseconds.
+const MICROS: Scale = Scale {
+    what: "",
+    expected: "microseconds: 50, 50us, 0.1ms",
+    units: &[
+        (&["", "us", "µs"], 1.0, 1.0),
+        (&["ms"], 1e3, 1.0),
+        (&["s"], 1e6, 1.0),
+    ],
+    use_: "us, ms or s",
+};
 
 impl FromStr for RateArg {
     type Err = String;
@@ -158,19 +218,7 @@ const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 impl FromStr for DurationArg {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let secs = scaled(
-            s,
-            "duration ",
-            "a number with an optional unit: 10, 10s, 500ms",
-            &[
-                (&["", "s", "sec", "secs"], 1.0, 1.0),
-                (&["ms"], 1.0, 1e3),
-                (&["us", "µs"], 1.0, 1e6),
-                (&["m", "min"], 60.0, 1.0),
-                (&["h"], 3600.0, 1.0),
-            ],
-            "s, ms, us, m or h",
-        )?;
+        let secs = SECONDS.parse(s)?;
         if !(secs.is_finite() && secs > 0.0) {
             return Err(format!("duration {s:?}: must be above 0"));
         }
@@ -201,21 +249,7 @@ pub struct ByteSize(pub u64);
 impl FromStr for ByteSize {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let b = scaled(
-            s,
-            "size ",
-            "bytes with an optional unit: 200, 1500B, 1KiB, 64k",
-            &[
-                (&["", "b"], 1.0, 1.0),
-                (&["k", "kb"], 1e3, 1.0),
-                (&["kib"], 1024.0, 1.0),
-                (&["m", "mb"], 1e6, 1.0),
-                (&["mib"], 1024.0 * 1024.0, 1.0),
-                (&["g", "gb"], 1e9, 1.0),
-                (&["gib"], 1024.0 * 1024.0 * 1024.0, 1.0),
-            ],
-            "B, k, KiB, M, MiB, G, GiB",
-        )?;
+        let b = BYTES.parse(s)?;
         if !(b.is_finite() && b >= 0.0) || b.fract() != 0.0 || b > u64::MAX as f64 {
             return Err(format!("size {s:?}: expected a whole number of bytes"));
         }
@@ -232,17 +266,7 @@ impl fmt::Display for ByteSize {
 /// Clap value parser for microseconds: a bare number is microseconds, or a
 /// duration with a unit (`50us`, `0.1ms`).
 pub fn micros(s: &str) -> Result<u32, String> {
-    let us = scaled(
-        s,
-        "",
-        "microseconds: 50, 50us, 0.1ms",
-        &[
-            (&["", "us", "µs"], 1.0, 1.0),
-            (&["ms"], 1e3, 1.0),
-            (&["s"], 1e6, 1.0),
-        ],
-        "us, ms or s",
-    )?;
+    let us = MICROS.parse(s)?;
     if !(us.is_finite() && us >= 0.0 && us <= u32::MAX as f64) {
         return Err(format!("{s:?}: expected 0..={} microseconds", u32::MAX));
     }
@@ -285,9 +309,22 @@ mod tests {
         assert_eq!(RateArg::Bps(512e6).pps(64.0), 1e6);
     }
 
+    /// Asserts that each value is refused as a `T` with an error that says
+    /// what its case says; the errors.
+    fn refusals<T: FromStr<Err = String> + fmt::Debug>(cases: &[(&str, &str)]) -> Vec<String> {
+        cases
+            .iter()
+            .map(|(s, says)| {
+                let e = s.parse::<T>().unwrap_err();
+                assert!(e.contains(says), "{s}: {e}");
+                e
+            })
+            .collect()
+    }
+
     #[test]
     fn bad_rates_name_the_problem() {
-        for (s, says) in [
+        let errors = refusals::<RateArg>(&[
             ("", "expected a number"),
             ("fast", "expected a number"),
             ("1Tpps", "unknown unit"),
@@ -295,9 +332,8 @@ mod tests {
             ("0", "above 0"),
             ("-5", "expected a number"),
             ("2G", "at most"),
-        ] {
-            let e = s.parse::<RateArg>().unwrap_err();
-            assert!(e.contains(says), "{s}: {e}");
+        ]);
+        for e in errors {
             assert!(!e.contains('\n'), "{e}");
         }
     }
@@ -346,15 +382,12 @@ mod tests {
         for (s, want) in table {
             assert_eq!(s.parse::<ByteSize>(), Ok(ByteSize(*want)), "{s}");
         }
-        for (s, says) in [
+        refusals::<ByteSize>(&[
             ("", "expected bytes"),
             ("big", "expected bytes"),
             ("1.5", "whole number"),
             ("3parsecs", "unknown unit"),
-        ] {
-            let e = s.parse::<ByteSize>().unwrap_err();
-            assert!(e.contains(says), "{s}: {e}");
-        }
+        ]);
     }
 
     #[test]

@@ -5,12 +5,56 @@
 //! delivered than offered, unsent runs are marked), and a generator asked
 //! for more than it can offer says so.
 use std::path::Path;
+use std::process::Output;
 
-use peregrine_bpf::testing::privileged;
+use peregrine_bpf::testing::privileged_here;
 use peregrine_lab::results::{Limiter, ResultFile};
 
 mod common;
 use common::{bin, ok, pair_lab_up, tmp};
+
+/// For a privileged test (None otherwise: the test skips): runs
+/// `peregrine ARGS --out DIR` (`args` as typed: words split at blanks) into
+/// a fresh scratch directory, asserts that it succeeded and that
+/// DIR/`stem`.json holds a result (`check_result`), and removes the
+/// directory; the result and what the command printed.
+fn run_result(args: &str, stem: &str) -> Option<(ResultFile, String)> {
+    if !privileged_here() {
+        return None;
+    }
+    let dir = tmp(stem);
+    let out = bin()
+        .args(args.split_whitespace())
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    ok(&out, args);
+    let r = check_result(&dir.join(format!("{stem}.json")));
+    let _ = std::fs::remove_dir_all(&dir);
+    Some((r, String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// For a privileged test (None otherwise: the test skips): brings up
+/// the pair topology as lab `lab`, runs `peregrine gen` in it from `from`
+/// to 198.18.0.2 (b:eth0) with `args` (as typed) added, and takes the lab
+/// down again (which must succeed); what gen did.
+fn gen_in_pair_lab(lab: &str, from: &str, args: &str) -> Option<Output> {
+    if !privileged_here() {
+        return None;
+    }
+    pair_lab_up(lab);
+    let out = bin()
+        .args(["gen", "--lab", lab, "--from", from, "--to", "198.18.0.2"])
+        .args(args.split_whitespace())
+        .output()
+        .unwrap();
+    ok(
+        &bin().args(["lab", "down", lab]).output().unwrap(),
+        "lab down",
+    );
+    Some(out)
+}
 
 /// Reads a result file and checks what every result must hold.
 fn check_result(path: &Path) -> ResultFile {
@@ -80,7 +124,7 @@ fn check_result(path: &Path) -> ResultFile {
 
 #[test]
 fn bench_gen_writes_to_peregrine_results_by_default() {
-    if !privileged("bench_gen_writes_to_peregrine_results_by_default") {
+    if !privileged_here() {
         return;
     }
     let cwd = tmp("gen");
@@ -102,22 +146,13 @@ fn bench_gen_writes_to_peregrine_results_by_default() {
 
 #[test]
 fn bench_router_quick_run_holds_together() {
-    if !privileged("bench_router_quick_run_holds_together") {
+    let Some((r, stdout)) = run_result(
+        "bench router --quick --rounds 1 --trial 500ms --resolution 100k",
+        "bench-router",
+    ) else {
         return;
-    }
-    let dir = tmp("router");
-    let out = bin()
-        .args([
-            "bench", "router", "--quick", "--rounds", "1", "--trial", "500ms",
-        ])
-        .args(["--resolution", "100k", "--out"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    ok(&out, "bench router");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    };
     assert!(stdout.contains("ratio"), "{stdout}");
-    let r = check_result(&dir.join("bench-router.json"));
     assert_eq!(r.runs.len(), 3, "linux, xdp, chain");
     for run in &r.runs {
         let p = run.placement.as_ref().unwrap();
@@ -129,84 +164,34 @@ fn bench_router_quick_run_holds_together() {
             assert!(!p.dut_cpus.is_empty() && !p.dut_cpus.contains(&0), "{p:?}");
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn bench_faas_quick_run_holds_together() {
-    if !privileged("bench_faas_quick_run_holds_together") {
-        return;
-    }
-    let dir = tmp("faas");
-    let out = bin()
-        .args([
-            "bench",
-            "faas",
-            "--sizes",
-            "200",
-            "--configs",
-            "mmsg:1,afxdp:1",
-        ])
-        .args(["--duration", "500ms", "--out"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    ok(&out, "bench faas");
-    check_result(&dir.join("bench-faas.json"));
-    let _ = std::fs::remove_dir_all(&dir);
+    run_result(
+        "bench faas --sizes 200 --configs mmsg:1,afxdp:1 --duration 500ms",
+        "bench-faas",
+    );
 }
 
 #[test]
 fn showcase_runs_and_its_search_uses_offered_rates() {
-    if !privileged("showcase_runs_and_its_search_uses_offered_rates") {
+    let Some((_, stdout)) = run_result("showcase --trial 500ms", "showcase") else {
         return;
-    }
-    let dir = tmp("showcase");
-    let out = bin()
-        .args(["showcase", "--trial", "500ms", "--out"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    ok(&out, "showcase");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    };
     assert!(stdout.contains("RFC 2544 throughput"), "{stdout}");
-    check_result(&dir.join("showcase.json"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn gen_warns_and_marks_a_rate_it_cannot_offer() {
-    if !privileged("gen_warns_and_marks_a_rate_it_cannot_offer") {
-        return;
-    }
-    let lab = "smokegen";
-    pair_lab_up(lab);
-    let run = |args: &[&str]| {
-        bin()
-            .args([
-                "gen",
-                "--lab",
-                lab,
-                "--from",
-                "a:eth0",
-                "--to",
-                "198.18.0.2",
-            ])
-            .args(args)
-            .output()
-            .unwrap()
-    };
     // A billion frames a second is beyond any generator here.
-    let out = run(&[
-        "--rate",
-        "1000Mpps",
-        "--duration",
-        "1",
-        "--sink",
-        "b:eth0",
-        "--json",
-    ]);
-    let down = bin().args(["lab", "down", lab]).output().unwrap();
+    let Some(out) = gen_in_pair_lab(
+        "smokegen",
+        "a:eth0",
+        "--rate 1000Mpps --duration 1 --sink b:eth0 --json",
+    ) else {
+        return;
+    };
     ok(&out, "gen");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -227,33 +212,15 @@ fn gen_warns_and_marks_a_rate_it_cannot_offer() {
         assert!(!matches!(t.limited_by, Some(Limiter::None) | None), "{t:?}");
     }
     assert!(t.delivered_pps > 0.0 && t.delivered_bps > 0.0);
-    ok(&down, "lab down");
 }
 
 #[test]
 fn gen_names_a_missing_interface() {
-    if !privileged("gen_names_a_missing_interface") {
+    let Some(out) = gen_in_pair_lab("smokeif", "a:eth9", "--count 10") else {
         return;
-    }
-    let lab = "smokeif";
-    pair_lab_up(lab);
-    let out = bin()
-        .args([
-            "gen",
-            "--lab",
-            lab,
-            "--from",
-            "a:eth9",
-            "--to",
-            "198.18.0.2",
-        ])
-        .args(["--count", "10"])
-        .output()
-        .unwrap();
-    let down = bin().args(["lab", "down", lab]).output().unwrap();
+    };
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no interface \"eth9\""), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    ok(&down, "lab down");
 }

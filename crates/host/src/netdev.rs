@@ -88,11 +88,14 @@ pub struct TxOffloads {
 impl TxOffloads {
     /// The settings that are on, by their `ethtool -k` names.
     pub fn on(&self) -> Vec<&'static str> {
-        [(self.tx_checksum, Offload::TxChecksum), (self.gso, Offload::Gso)]
-            .into_iter()
-            .filter(|(on, _)| *on)
-            .map(|(_, o)| o.ethtool_name())
-            .collect()
+        [
+            (self.tx_checksum, Offload::TxChecksum),
+            (self.gso, Offload::Gso),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, o)| o.ethtool_name())
+        .collect()
     }
 }
 

@@ -34,26 +34,34 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub fn as_str(self) -> &'static str {
+    /// Every backend, each once.
+    pub const ALL: [Backend; 3] = [Backend::Xdp, Backend::Socket, Backend::Afxdp];
+
+    /// Its name (`as_str`), then the other name it is also parsed from.
+    fn names(self) -> [&'static str; 2] {
         match self {
-            Backend::Xdp => "xdp",
-            Backend::Socket => "socket",
-            Backend::Afxdp => "afxdp",
+            Backend::Xdp => ["xdp", "live"],
+            Backend::Socket => ["socket", "mmsg"],
+            Backend::Afxdp => ["afxdp", "xsk"],
         }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.names()[0]
     }
 }
 
 impl std::str::FromStr for Backend {
     type Err = LabError;
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "xdp" | "live" => Ok(Backend::Xdp),
-            "socket" | "mmsg" => Ok(Backend::Socket),
-            "afxdp" | "xsk" => Ok(Backend::Afxdp),
-            _ => Err(LabError::Config(format!(
-                "unknown generator backend {s:?}: expected xdp, socket or afxdp"
-            ))),
-        }
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.names().contains(&s))
+            .ok_or_else(|| {
+                LabError::Config(format!(
+                    "unknown generator backend {s:?}: expected xdp, socket or afxdp"
+                ))
+            })
     }
 }
 
@@ -631,5 +639,32 @@ impl Sink for GeneratorCount<'_> {
     }
     fn describe(&self) -> String {
         "none: frames built by the generator and dropped, not sent".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_parse_from_their_names_and_aliases() {
+        for (s, b) in [
+            ("xdp", Backend::Xdp),
+            ("live", Backend::Xdp),
+            ("socket", Backend::Socket),
+            ("mmsg", Backend::Socket),
+            ("afxdp", Backend::Afxdp),
+            ("xsk", Backend::Afxdp),
+        ] {
+            assert_eq!(s.parse::<Backend>().unwrap(), b, "{s}");
+        }
+        for b in Backend::ALL {
+            assert_eq!(b.as_str().parse::<Backend>().unwrap(), b);
+        }
+        let e = "dpdk".parse::<Backend>().unwrap_err().to_string();
+        assert!(
+            e.contains("unknown generator backend \"dpdk\": expected xdp, socket or afxdp"),
+            "{e}"
+        );
     }
 }

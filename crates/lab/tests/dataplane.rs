@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::{action_name, FibMode, ACTIONS};
-use peregrine_bpf::testing::{privileged, wait_until};
+use peregrine_bpf::testing::wait_until;
 use peregrine_bpf::XdpMode;
 use peregrine_dataplane::{Dataplane, DataplaneConfig};
 use peregrine_lab::pacing::Rate;
@@ -18,8 +18,8 @@ use peregrine_lab::Lab;
 
 mod common;
 use common::{
-    addr, chain_lab, chain_lab_for_xdp, delivered_after, drop_sink, endpoint, exec as run, offer,
-    offer_counting, udp_traffic,
+    addr, chain, chain_for_xdp, delivered_after, drop_sink, endpoint, exec as run, offer,
+    offer_counting, privileged_lab, udp_traffic,
 };
 
 /// Whether a TCP socket listens on `port` in namespace `ns` (read from the
@@ -95,10 +95,9 @@ fn nf_stats(dp: &Dataplane, host: &str) -> peregrine_bpf::nf::NfStats {
 
 #[test]
 fn router_carries_ping_udp_and_tcp_intact() {
-    if !privileged("router_carries_ping_udp_and_tcp_intact") {
+    let Some(lab) = privileged_lab(chain_for_xdp("trt")) else {
         return;
-    }
-    let lab = chain_lab_for_xdp("trt");
+    };
     let topo = lab.topo.clone();
     let mut dp = router_on_dut(&lab);
     dp.prepare_peers(&topo, "dut").unwrap();
@@ -211,10 +210,9 @@ fn in0_of(dp: &Dataplane) -> u32 {
 
 #[test]
 fn route_added_with_ip_route_takes_effect_while_traffic_runs() {
-    if !privileged("route_added_with_ip_route_takes_effect_while_traffic_runs") {
+    let Some(lab) = privileged_lab(chain("troute")) else {
         return;
-    }
-    let lab = chain_lab("troute");
+    };
     let sink = drop_sink(&lab, &endpoint("sink", "eth0"));
     let dp = router_on_dut(&lab);
     // 198.18.99.0/24 is routed nowhere yet.
@@ -276,10 +274,9 @@ fn route_added_with_ip_route_takes_effect_while_traffic_runs() {
 
 #[test]
 fn chain_passes_both_functions_and_filters() {
-    if !privileged("chain_passes_both_functions_and_filters") {
+    let Some(lab) = privileged_lab(chain_for_xdp("tchain")) else {
         return;
-    }
-    let lab = chain_lab_for_xdp("tchain");
+    };
     let cfg = DataplaneConfig::from_toml(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use peregrine_bpf::testing::{privileged, wait_until};
+use peregrine_bpf::testing::wait_until;
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::functions::builtin;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
@@ -16,7 +16,7 @@ use peregrine_lab::load::{self, LoadConfig, LoadMetrics, LoadReport};
 use peregrine_lab::Lab;
 
 mod common;
-use common::{endpoint, pair, pair_lab, ping, up};
+use common::{endpoint, pair, pair_with_queues, ping, privileged_lab};
 
 fn expected(name: &str, req: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -167,10 +167,9 @@ const FUNCTIONS: &str = "1232=reverse,1233=sha256,1234=upper";
 
 #[test]
 fn afxdp_invoker_answers_every_request_correctly() {
-    if !privileged("afxdp_invoker_answers_every_request_correctly") {
+    let Some(lab) = privileged_lab(pair("tfaas")) else {
         return;
-    }
-    let lab = pair_lab("tfaas");
+    };
     let inv = invoker(&lab, FUNCTIONS);
     assert_eq!(inv.mode, "copy");
     assert!(
@@ -190,10 +189,9 @@ fn afxdp_invoker_answers_every_request_correctly() {
 /// (the sockets in skb mode): still every reply right.
 #[test]
 fn afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly() {
-    if !privileged("afxdp_invoker_with_busy_polling_and_shared_umem_answers_correctly") {
+    let Some(lab) = privileged_lab(pair("tfaasbp")) else {
         return;
-    }
-    let lab = pair_lab("tfaasbp");
+    };
     let busy_poll = peregrine_xsk::XskConfig {
         busy_poll: Some(peregrine_xsk::BusyPoll::default()),
         ..Default::default()
@@ -245,12 +243,9 @@ fn redirects_per_queue(ns: &str, iface: &str, queues: u32) -> Vec<u64> {
 /// dispatcher, and per queue (the queues' redirects add up to the requests).
 #[test]
 fn afxdp_invoker_serves_two_queues() {
-    if !privileged("afxdp_invoker_serves_two_queues") {
+    let Some(lab) = privileged_lab(pair_with_queues("tfaasmq", 2)) else {
         return;
-    }
-    let mut t = pair("tfaasmq");
-    t.links[0].queues = 2;
-    let lab = up(t);
+    };
     // One queue served of two is refused: the other queue's requests would
     // be lost.
     let err = invoker_with(&lab, FUNCTIONS, InvokerConfig::default())
@@ -289,10 +284,9 @@ fn afxdp_invoker_serves_two_queues() {
 
 #[test]
 fn socket_baselines_answer_every_request_correctly() {
-    if !privileged("socket_baselines_answer_every_request_correctly") {
+    let Some(lab) = privileged_lab(pair("tfaasb")) else {
         return;
-    }
-    let lab = pair_lab("tfaasb");
+    };
     for mmsg in [false, true] {
         let reg = Registry::parse(FUNCTIONS).unwrap();
         let server = netns::run_in(&lab.ns("b"), || {
@@ -312,11 +306,10 @@ fn socket_baselines_answer_every_request_correctly() {
 
 #[test]
 fn functions_change_at_run_time_without_losing_others_requests() {
-    if !privileged("functions_change_at_run_time_without_losing_others_requests") {
-        return;
-    }
     use peregrine_bpf::dispatch::Policy;
-    let lab = pair_lab("tfaasrt");
+    let Some(lab) = privileged_lab(pair("tfaasrt")) else {
+        return;
+    };
     let inv = invoker(&lab, "1232=reverse,1233=echo");
     let sock = client_socket(&lab, "198.18.0.1:0");
     let to_a: SocketAddr = "198.18.0.2:1232".parse().unwrap();
@@ -373,11 +366,10 @@ fn functions_change_at_run_time_without_losing_others_requests() {
 
 #[test]
 fn load_client_checks_every_reply_and_serves_metrics() {
-    if !privileged("load_client_checks_every_reply_and_serves_metrics") {
-        return;
-    }
     use std::io::{Read, Write};
-    let lab = pair_lab("tfaasld");
+    let Some(lab) = privileged_lab(pair("tfaasld")) else {
+        return;
+    };
     let _inv = invoker(&lab, FUNCTIONS);
     let metrics = LoadMetrics::new();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -422,15 +414,14 @@ fn load_client_checks_every_reply_and_serves_metrics() {
 /// every request of B answered and checked.
 #[test]
 fn workers_scale_under_sustained_load_without_losing_requests() {
-    if !privileged("workers_scale_under_sustained_load_without_losing_requests") {
-        return;
-    }
     use peregrine_bpf::dispatch::Policy;
     use peregrine_lab::openloop::{self, OpenLoopConfig, OpenLoopProgress};
     use peregrine_lab::pacing::Rate;
     use std::sync::atomic::AtomicBool;
 
-    let lab = pair_lab("tfaasscale");
+    let Some(lab) = privileged_lab(pair("tfaasscale")) else {
+        return;
+    };
     // Deep rings: two busy-polling workers share CPU 1 and take turns.
     let deep = peregrine_xsk::XskConfig {
         frames: 32768,

@@ -5,8 +5,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hdrhistogram::Histogram;
 use peregrine_bpf::gen::FrameSizes;
-use peregrine_bpf::testing::{privileged, wait_until};
+use peregrine_bpf::testing::{privileged_here, wait_until};
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_host::netns;
 use peregrine_lab::lab::{self, ns_name};
@@ -18,8 +19,8 @@ use peregrine_lab::{Endpoint, Lab, LabError, Lifetime, Topology};
 
 mod common;
 use common::{
-    addr, delivered_after, drop_sink, endpoint, offer_all, offer_counting, pair, pair_lab, ping,
-    udp_traffic, up,
+    addr, delivered_after, drop_sink, endpoint, offer_all, offer_counting, pair, pair_with_queues,
+    ping, privileged_lab, udp_traffic, up,
 };
 
 fn namespaces_of(lab: &str) -> Vec<String> {
@@ -50,7 +51,7 @@ fn assert_no_residue(lab: &str) {
 
 #[test]
 fn lab_lifecycle_leaves_nothing_behind() {
-    if !privileged("lab_lifecycle_leaves_nothing_behind") {
+    if !privileged_here() {
         return;
     }
     {
@@ -76,10 +77,9 @@ fn lab_lifecycle_leaves_nothing_behind() {
 
 #[test]
 fn ephemeral_lab_goes_on_drop() {
-    if !privileged("ephemeral_lab_goes_on_drop") {
+    let Some(lab) = privileged_lab(pair("teph")) else {
         return;
-    }
-    let lab = pair_lab("teph");
+    };
     assert_eq!(namespaces_of("teph").len(), 2);
     drop(lab);
     assert_no_residue("teph");
@@ -87,7 +87,7 @@ fn ephemeral_lab_goes_on_drop() {
 
 #[test]
 fn bridges_macvlans_and_vxlan_carry_traffic() {
-    if !privileged("bridges_macvlans_and_vxlan_carry_traffic") {
+    if !privileged_here() {
         return;
     }
     let t = Topology::from_toml(
@@ -168,10 +168,9 @@ remote = "198.18.30.1"
 
 #[test]
 fn clashing_lab_is_refused_and_creates_nothing() {
-    if !privileged("clashing_lab_is_refused_and_creates_nothing") {
+    let Some(_first) = privileged_lab(pair("tclash")) else {
         return;
-    }
-    let _first = pair_lab("tclash");
+    };
     let before = namespaces_of("tclash");
     let err = Lab::up(pair("tclash"), Lifetime::Ephemeral)
         .err()
@@ -182,7 +181,7 @@ fn clashing_lab_is_refused_and_creates_nothing() {
 
 #[test]
 fn failure_midway_leaves_nothing_half_built() {
-    if !privileged("failure_midway_leaves_nothing_half_built") {
+    if !privileged_here() {
         return;
     }
     // Valid on paper, refused by the kernel: the gateway is on no subnet.
@@ -203,7 +202,7 @@ fn failure_midway_leaves_nothing_half_built() {
 
 #[test]
 fn stale_state_is_found_and_removed() {
-    if !privileged("stale_state_is_found_and_removed") {
+    if !privileged_here() {
         return;
     }
     // What a killed run leaves: namespaces and a state file owned by a dead pid.
@@ -257,17 +256,19 @@ fn generator_to(lab: &Lab, spec: TrafficSpec, peer: &Endpoint) -> Generator {
     Generator::new(spec, Some((lab.ns(&peer.host), peer.iface.clone()))).unwrap()
 }
 
-/// Sends `count` frames of `spec` at 50k/s to a UDP socket on `addr` at
-/// `peer` and asserts every one offered and accepted by the receiving
-/// kernel (valid IP header and UDP checksums, right lengths); the socket,
-/// for the caller's checks of what it measured.
+/// Sends `count` frames of `spec` (stamped) at 50k/s to a UDP socket on
+/// `addr` at `peer` and asserts every one offered and accepted by the
+/// receiving kernel (valid IP header and UDP checksums, right lengths),
+/// with a latency sample each; the socket and the samples, for the
+/// caller's checks of what they measured.
 fn every_frame_accepted_by_a_socket(
     lab: &Lab,
     spec: TrafficSpec,
     peer: &Endpoint,
     addr: &str,
     count: u64,
-) -> SocketSink {
+) -> (SocketSink, Histogram<u64>) {
+    assert!(spec.stamp, "latency is measured on stamped frames");
     let backend = spec.backend;
     let sock = SocketSink::start(&lab.ns(&peer.host), addr.parse().unwrap()).unwrap();
     let gen = generator_to(lab, spec, peer);
@@ -278,15 +279,20 @@ fn every_frame_accepted_by_a_socket(
         count,
         "{backend:?}: every datagram to {addr} accepted by the kernel"
     );
-    sock
+    let latency = sock.take_latency().unwrap();
+    assert_eq!(
+        latency.len(),
+        count,
+        "{backend:?}: a latency sample per frame"
+    );
+    (sock, latency)
 }
 
 #[test]
 fn generator_holds_the_requested_rate() {
-    if !privileged("generator_holds_the_requested_rate") {
+    let Some(lab) = privileged_lab(pair("trate")) else {
         return;
-    }
-    let lab = pair_lab("trate");
+    };
     let (spec, peer) = traffic(&lab, Backend::Xdp, false);
     let sink = drop_sink(&lab, &peer);
     let gen = Generator::new(spec, None).unwrap();
@@ -358,25 +364,22 @@ fn generator_holds_the_requested_rate() {
 
 #[test]
 fn frames_arrive_intact_at_a_socket_with_latency() {
-    if !privileged("frames_arrive_intact_at_a_socket_with_latency") {
+    let Some(lab) = privileged_lab(pair("tsock")) else {
         return;
-    }
-    let lab = pair_lab("tsock");
-    for backend in [Backend::Xdp, Backend::Socket, Backend::Afxdp] {
+    };
+    for backend in Backend::ALL {
         let (spec, peer) = traffic(&lab, backend, true);
-        let sock = every_frame_accepted_by_a_socket(&lab, spec, &peer, "198.18.0.2:9", 50_000);
-        let h = sock.take_latency().unwrap();
-        assert_eq!(h.len(), 50_000, "{backend:?}: a latency sample per frame");
-        assert!(h.value_at_quantile(0.5) > 0);
+        let (_, latency) =
+            every_frame_accepted_by_a_socket(&lab, spec, &peer, "198.18.0.2:9", 50_000);
+        assert!(latency.value_at_quantile(0.5) > 0);
     }
 }
 
 #[test]
 fn af_xdp_sink_receives_every_frame_intact() {
-    if !privileged("af_xdp_sink_receives_every_frame_intact") {
+    let Some(lab) = privileged_lab(pair("txsk")) else {
         return;
-    }
-    let lab = pair_lab("txsk");
+    };
     let (mut spec, peer) = traffic(&lab, Backend::Xdp, true);
     spec.flows = 16;
     let sink =
@@ -434,12 +437,9 @@ fn af_xdp_sink_receives_every_frame_intact() {
 /// arrives at the XDP sink, none extra, at a paced rate and flat out.
 #[test]
 fn two_generator_threads_deliver_an_exact_count() {
-    if !privileged("two_generator_threads_deliver_an_exact_count") {
+    let Some(lab) = privileged_lab(pair_with_queues("tthr", 2)) else {
         return;
-    }
-    let mut t = pair("tthr");
-    t.links[0].queues = 2;
-    let lab = up(t);
+    };
     let (mut spec, peer) = traffic(&lab, Backend::Xdp, false);
     spec.cpus = vec![0, 1];
     spec.flows = 16;
@@ -483,18 +483,17 @@ fn two_generator_threads_deliver_an_exact_count() {
 /// XDP sink counts the live frames at the driver.
 #[test]
 fn ipv6_traffic_is_delivered_and_counted() {
-    if !privileged("ipv6_traffic_is_delivered_and_counted") {
+    let Some(lab) = privileged_lab(pair("tv6")) else {
         return;
-    }
-    let lab = pair_lab("tv6");
-    for backend in [Backend::Xdp, Backend::Socket, Backend::Afxdp] {
+    };
+    for backend in Backend::ALL {
         let (mut spec, peer) = traffic_v(&lab, backend, true, true);
         spec.sizes = FrameSizes::Fixed(96);
-        let sock = every_frame_accepted_by_a_socket(&lab, spec, &peer, "[2001:db8::2]:9", 20_000);
+        let (sock, _) =
+            every_frame_accepted_by_a_socket(&lab, spec, &peer, "[2001:db8::2]:9", 20_000);
         // 96-byte frames, 92 without the FCS: 92 - 14 - 40 - 8 = 30 payload
         // bytes each, the meta (and its send time) included.
         assert_eq!(sock.delivered().unwrap().bytes, 20_000 * 30, "{backend:?}");
-        assert_eq!(sock.take_latency().unwrap().len(), 20_000, "{backend:?}");
     }
     // Live IPv6 frames counted by an XDP sink at the receiving driver.
     let (mut spec, peer) = traffic_v(&lab, Backend::Xdp, false, true);
@@ -515,12 +514,11 @@ fn ipv6_traffic_is_delivered_and_counted() {
 /// its own, and dropping the last leaves the hook empty.
 #[test]
 fn tcx_links_attach_side_by_side_and_detach_on_drop() {
-    if !privileged("tcx_links_attach_side_by_side_and_detach_on_drop") {
-        return;
-    }
     use peregrine_bpf::replycheck::{CheckedFunction, ReplyCheckProgram};
     use peregrine_bpf::tcx::{attached_count, TcxDirection};
-    let lab = pair_lab("ttcx");
+    let Some(lab) = privileged_lab(pair("ttcx")) else {
+        return;
+    };
     let count = || {
         netns::run_in(&lab.ns("a"), || {
             let ifindex = peregrine_bpf::link::ifindex("eth0").unwrap();

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use peregrine_bpf::gen::FrameSizes;
+use peregrine_bpf::testing::privileged_here;
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_host::nl::Netlink;
 use peregrine_lab::pacing::{Limit, Rate};
@@ -30,32 +31,41 @@ pub fn pair(name: &str) -> Topology {
     topology(builtin::PAIR, name)
 }
 
+/// The built-in pair topology with `queues` RX/TX queues on its veth.
+pub fn pair_with_queues(name: &str, queues: u32) -> Topology {
+    let mut t = pair(name);
+    t.links[0].queues = queues;
+    t
+}
+
+/// The built-in chain topology (gen -> dut with c1, c2 -> sink) renamed
+/// `name`.
+pub fn chain(name: &str) -> Topology {
+    topology(builtin::CHAIN, name)
+}
+
+/// `chain` with TX checksum offload off on every link, as the XDP hook
+/// needs for what kernel sockets send (ping, sockets, iperf3): a frame it
+/// redirects keeps the partial checksum TX offload left, and the receiver
+/// drops it. The tc hook needs no such setting.
+pub fn chain_for_xdp(name: &str) -> Topology {
+    let mut t = chain(name);
+    for l in &mut t.links {
+        l.offloads.tx = Some(false);
+    }
+    t
+}
+
 /// `t` brought up as an ephemeral lab (removed when dropped).
 pub fn up(t: Topology) -> Lab {
     Lab::up(t, Lifetime::Ephemeral).unwrap()
 }
 
-/// An ephemeral pair lab named `name`.
-pub fn pair_lab(name: &str) -> Lab {
-    up(pair(name))
-}
-
-/// An ephemeral chain lab (gen -> dut with c1, c2 -> sink) named `name`,
-/// at the kernel's default offloads.
-pub fn chain_lab(name: &str) -> Lab {
-    up(topology(builtin::CHAIN, name))
-}
-
-/// `chain_lab` with TX checksum offload off on every link, as the XDP hook
-/// needs for what kernel sockets send (ping, sockets, iperf3): a frame it
-/// redirects keeps the partial checksum TX offload left, and the receiver
-/// drops it. The tc hook needs no such setting.
-pub fn chain_lab_for_xdp(name: &str) -> Lab {
-    let mut t = topology(builtin::CHAIN, name);
-    for l in &mut t.links {
-        l.offloads.tx = Some(false);
-    }
-    up(t)
+/// How a privileged test starts: `t` brought up as an ephemeral lab, or
+/// None, building nothing, when the test cannot run here (the skip is
+/// reported under the test's name: `privileged_here`).
+pub fn privileged_lab(t: Topology) -> Option<Lab> {
+    privileged_here().then(|| up(t))
 }
 
 /// Runs `cmd` in `host` of lab `lab`; its exit code.
