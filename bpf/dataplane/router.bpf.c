@@ -345,6 +345,26 @@ static __always_inline int forward(void *ctx, const int tc, struct router_port_s
 	return sent(st, fib->ifindex, ROUTER_FORWARD, len, XDP_REDIRECT);
 }
 
+/* Not a verdict of either hook (XDP_*: 0..4, TC_ACT_*: -1..8): the frame
+ * goes on to routing. */
+#define ROUTE_ON -1000
+
+/* What both IP versions decide before routing, in Linux's order: a frame
+ * coming back from a chain's container continues to the next hop; a frame
+ * for another host's MAC is dropped (ip_rcv: PACKET_OTHERHOST); one to a
+ * group MAC is the kernel's (ip_forward never forwards it). ROUTE_ON else. */
+static __always_inline int next_hop_or_l2(void *ctx, const int tc, struct router_port_stats *st,
+					  struct router_port *port, struct ethhdr *eth, __u64 len)
+{
+	if (port && port->next_ifindex)
+		return send(tc, st, port->next_ifindex, ROUTER_STEER, len);
+	if (hook_otherhost(ctx, tc, eth, port))
+		return done(st, ROUTER_DROP_OTHERHOST, len, hook_drop(tc));
+	if (eth_is_group(eth->h_dest))
+		return done(st, ROUTER_PASS_L2_GROUP, len, hook_pass(tc));
+	return ROUTE_ON;
+}
+
 /* The router, for either hook. Checks run in the order Linux's input path
  * makes them where it matters (ip_rcv_core: other host, header checksum,
  * trailing bytes; route input: martians, multicast; ip_forward: TTL). */
@@ -382,12 +402,9 @@ static __always_inline int route(void *ctx, const int tc)
 		if (ip4_is_fragment(ip))
 			return done(st, ROUTER_PASS_FRAGMENT, len, hook_pass(tc));
 
-		if (port && port->next_ifindex)
-			return send(tc, st, port->next_ifindex, ROUTER_STEER, len);
-		if (hook_otherhost(ctx, tc, eth, port))
-			return done(st, ROUTER_DROP_OTHERHOST, len, hook_drop(tc));
-		if (eth_is_group(eth->h_dest))
-			return done(st, ROUTER_PASS_L2_GROUP, len, hook_pass(tc));
+		rc = next_hop_or_l2(ctx, tc, st, port, eth, len);
+		if (rc != ROUTE_ON)
+			return rc;
 		if (!ip4_csum_ok(ip))
 			return done(st, ROUTER_DROP_BAD_CSUM, len, hook_drop(tc));
 		if (ip4_martian_src(ip->saddr))
@@ -423,12 +440,9 @@ static __always_inline int route(void *ctx, const int tc)
 		if (l4proto == IPPROTO_HOPOPTS)
 			return done(st, ROUTER_PASS_IP_OPTIONS, len, hook_pass(tc));
 
-		if (port && port->next_ifindex)
-			return send(tc, st, port->next_ifindex, ROUTER_STEER, len);
-		if (hook_otherhost(ctx, tc, eth, port))
-			return done(st, ROUTER_DROP_OTHERHOST, len, hook_drop(tc));
-		if (eth_is_group(eth->h_dest))
-			return done(st, ROUTER_PASS_L2_GROUP, len, hook_pass(tc));
+		rc = next_hop_or_l2(ctx, tc, st, port, eth, len);
+		if (rc != ROUTE_ON)
+			return rc;
 		if (ip6_martian_src(&ip6->saddr))
 			return done(st, ROUTER_DROP_MARTIAN, len, hook_drop(tc));
 		if (ip6_is_multicast(&ip6->daddr))

@@ -133,10 +133,17 @@ fn attach(lab: &Lab, c: Contender, xdp_forward: Option<&Path>) -> Result<Attache
     let dut = lab.ns("dut");
     let ports = ["in0".to_string(), "out0".to_string()];
     let router =
-        |hook: RouterHook| Dataplane::router_at(Some(&dut), &ports, hook, FibMode::Full, false);
+        |hook: RouterHook| Dataplane::router(Some(&dut), &ports, hook, FibMode::Full, false);
     Ok(match c {
         Contender::Linux => None,
-        Contender::Xdp => Some(Box::new(router(RouterHook::Xdp(XdpMode::Native))?)),
+        Contender::Xdp => {
+            let mut dp = router(RouterHook::Xdp(XdpMode::Native))?;
+            // gen's and sink's ends must take what XDP redirects to them
+            // (veth drops it otherwise); the packet runs' generator and
+            // sink already do, TCP's kernel endpoints do not.
+            dp.prepare_peers(&lab.topo, "dut")?;
+            Some(Box::new(dp))
+        }
         Contender::Tc => Some(Box::new(router(RouterHook::Tc)?)),
         Contender::XdpChain => Some(Box::new(Dataplane::deploy(
             &lab.topo,
@@ -318,13 +325,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
                 // After the data plane and the generator's pass-through are
                 // attached: attaching recreates the DUT's NAPI workers.
                 let placement = place(&lab, &spec.cpus, &dut_in, dut_cpu)?;
-                let label = RunKey {
-                    contender: c.label().into(),
-                    scenario: cfg.name.clone(),
-                    round: Some(round),
-                }
-                .label();
-                eprintln!("{label}");
+                let label = announce(c, &cfg.name, round);
                 let search = dut_search(loss, a.resolution.pps(mean), trial);
                 let setup = trial_setup(&gen, &sink, &drops, trial, mean, search.loss_tolerance);
                 let mut show = progress_line(&label);
@@ -375,6 +376,19 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
         print_ratios(&scenarios, &figures);
     }
     a.output.write(&result)
+}
+
+/// The label of contender `c`'s run in `scenario`, `round`, printed as the
+/// run starts.
+fn announce(c: Contender, scenario: &str, round: u32) -> String {
+    let label = RunKey {
+        contender: c.label().into(),
+        scenario: scenario.into(),
+        round: Some(round),
+    }
+    .label();
+    eprintln!("{label}");
+    label
 }
 
 /// A TCP transfer through the DUT, gen to sink, compared across contenders.
@@ -454,13 +468,7 @@ fn tcp_run(
     } else {
         "198.19.0.1".parse()?
     };
-    let label = RunKey {
-        contender: c.label().into(),
-        scenario: cfg.name.clone(),
-        round: Some(round),
-    }
-    .label();
-    eprintln!("{label}");
+    let label = announce(c, &cfg.name, round);
     let fig = tcp::iperf3(&TcpTransfer {
         client_ns: lab.ns("gen"),
         server_ns: lab.ns("sink"),

@@ -163,14 +163,18 @@ pub fn remove_pins(sub: &str) -> Result<()> {
     if !mounted() {
         return Ok(());
     }
+    remove_pin_dir(&pin_root().join(sub))
+}
+
+/// `remove_pins` for a directory given whole (below the pin root), and the
+/// directories above it that are left empty.
+pub fn remove_pin_dir(dir: &Path) -> Result<()> {
     let root = pin_root();
-    let dir = root.join(sub);
-    match std::fs::remove_dir_all(&dir) {
+    match std::fs::remove_dir_all(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(BpfError::io(format!("removing {}", dir.display()))(e)),
+        Err(e) => return Err(BpfError::io(format!("removing {}", display(dir)))(e)),
     }
-    // Drop the parents too once nothing is left under them.
     let mut p = dir.parent();
     while let Some(d) = p {
         if !d.starts_with(&root) || std::fs::remove_dir(d).is_err() {

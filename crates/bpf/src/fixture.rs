@@ -162,40 +162,14 @@ pub fn run_once(prog: &impl AsFd, input: &[u8]) -> Result<(u32, Vec<u8>)> {
 
 /// As `run_once`, with the frame arriving on interface `ingress`.
 pub fn run_once_on(prog: &impl AsFd, input: &[u8], ingress: Option<u32>) -> Result<(u32, Vec<u8>)> {
-    if input.len() < MIN_TEST_FRAME {
-        return Err(BpfError::Invalid(format!(
-            "fixture frame of {} bytes: BPF_PROG_RUN needs at least {MIN_TEST_FRAME}",
-            input.len()
-        )));
-    }
-    let mut out = vec![0u8; input.len() + 512];
-    // Safety: zeroed is the valid empty options struct; `sz` is set below.
-    let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
-    opts.sz = std::mem::size_of_val(&opts) as _;
-    opts.data_in = input.as_ptr().cast();
-    opts.data_size_in = input.len() as u32;
-    opts.data_out = out.as_mut_ptr().cast();
-    opts.data_size_out = out.len() as u32;
-    opts.repeat = 1;
     let mut ctx = xdp_md {
         data_end: input.len() as u32,
         ingress_ifindex: ingress.unwrap_or(0),
         ..Default::default()
     };
-    if ingress.is_some() {
-        opts.ctx_in = (&mut ctx as *mut xdp_md).cast();
-        opts.ctx_size_in = std::mem::size_of_val(&ctx) as u32;
-    }
-    // Safety: buffers are valid for the sizes given and outlive the call.
-    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_fd().as_raw_fd(), &mut opts) };
-    if rc < 0 {
-        return Err(BpfError::Io {
-            what: "BPF_PROG_RUN".into(),
-            source: std::io::Error::from_raw_os_error(-rc),
-        });
-    }
-    out.truncate(opts.data_size_out as usize);
-    Ok((opts.retval, out))
+    // Safety: xdp_md is plain integers; the bytes are read for the call only.
+    let ctx_bytes = ingress.map(|_| unsafe { as_bytes_mut(&mut ctx) });
+    test_run(prog, input, ctx_bytes, "BPF_PROG_RUN")
 }
 
 /// One BPF_PROG_RUN of the tc program `prog` on `input` as an skb: the raw
@@ -207,6 +181,37 @@ pub fn run_once_skb(
     prog: &impl AsFd,
     input: &[u8],
     ingress: Option<u32>,
+) -> Result<(u32, Vec<u8>)> {
+    // The kernel refuses a ctx with any byte set outside the few fields it
+    // takes, padding included: start from zeroed memory, not a struct
+    // literal (whose padding bytes Rust leaves undefined).
+    // Safety: __sk_buff is plain integers and nullable pointers in unions;
+    // all-zero bytes are a valid value.
+    let mut ctx: __sk_buff = unsafe { std::mem::zeroed() };
+    ctx.ifindex = ingress.unwrap_or(0);
+    // Safety: __sk_buff was zeroed whole, padding included, so every byte
+    // is initialized; read for the call only.
+    let ctx_bytes = ingress.map(|_| unsafe { as_bytes_mut(&mut ctx) });
+    test_run(prog, input, ctx_bytes, "BPF_PROG_RUN (skb)")
+}
+
+/// The bytes of a plain-data context struct, for BPF_PROG_RUN's `ctx_in`.
+///
+/// # Safety
+/// Every byte of `*v` must be initialized (no padding left undefined).
+unsafe fn as_bytes_mut<T>(v: &mut T) -> &mut [u8] {
+    // Safety: the caller vouches every byte is initialized; the slice
+    // borrows `v` mutably for its whole life.
+    unsafe { std::slice::from_raw_parts_mut((v as *mut T).cast(), std::mem::size_of::<T>()) }
+}
+
+/// BPF_PROG_RUN of `prog` on `input` (at least `MIN_TEST_FRAME` bytes)
+/// with an optional context: the raw verdict and the frame after.
+fn test_run(
+    prog: &impl AsFd,
+    input: &[u8],
+    ctx: Option<&mut [u8]>,
+    what: &str,
 ) -> Result<(u32, Vec<u8>)> {
     if input.len() < MIN_TEST_FRAME {
         return Err(BpfError::Invalid(format!(
@@ -223,22 +228,15 @@ pub fn run_once_skb(
     opts.data_out = out.as_mut_ptr().cast();
     opts.data_size_out = out.len() as u32;
     opts.repeat = 1;
-    // The kernel refuses a ctx with any byte set outside the few fields it
-    // takes, padding included: start from zeroed memory, not a struct
-    // literal (whose padding bytes Rust leaves undefined).
-    // Safety: __sk_buff is plain integers and nullable pointers in unions;
-    // all-zero bytes are a valid value.
-    let mut ctx: __sk_buff = unsafe { std::mem::zeroed() };
-    ctx.ifindex = ingress.unwrap_or(0);
-    if ingress.is_some() {
-        opts.ctx_in = (&mut ctx as *mut __sk_buff).cast();
-        opts.ctx_size_in = std::mem::size_of_val(&ctx) as u32;
+    if let Some(ctx) = ctx {
+        opts.ctx_size_in = ctx.len() as u32;
+        opts.ctx_in = ctx.as_mut_ptr().cast();
     }
     // Safety: buffers are valid for the sizes given and outlive the call.
     let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_fd().as_raw_fd(), &mut opts) };
     if rc < 0 {
         return Err(BpfError::Io {
-            what: "BPF_PROG_RUN (skb)".into(),
+            what: what.into(),
             source: std::io::Error::from_raw_os_error(-rc),
         });
     }

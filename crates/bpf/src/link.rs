@@ -137,17 +137,7 @@ impl Link {
     /// looked up in the calling thread's network namespace, which should be
     /// the interface's.
     pub fn from_pin(path: &Path) -> Result<Link> {
-        let c = pin_path(path)?;
-        // Safety: NUL-terminated path valid for the call.
-        let rc = unsafe { libbpf_sys::bpf_obj_get(c.as_ptr()) };
-        if rc < 0 {
-            return Err(BpfError::Io {
-                what: format!("opening the pinned link {}", path.display()),
-                source: std::io::Error::from_raw_os_error(-rc),
-            });
-        }
-        // Safety: a non-negative return is a new fd that we now own.
-        let fd = unsafe { OwnedFd::from_raw_fd(rc) };
+        let fd = open_pin(path)?;
         let info = link_info(fd.as_fd(), path)?;
         // Safety: `type_` says which union member the kernel filled in.
         let (ifindex, hook) = unsafe {

@@ -683,22 +683,14 @@ mod fixtures {
     /// Every action has a name and a meaning from the header, in enum order.
     #[test]
     fn action_names_follow_the_enum() {
-        assert_eq!(
-            action_name(router_action::ROUTER_FORWARD.0 as usize),
-            "forward"
-        );
-        assert_eq!(
-            action_name(router_action::ROUTER_PASS_TTL.0 as usize),
-            "pass_ttl"
-        );
-        assert_eq!(
-            action_name(router_action::ROUTER_PASS_IP_OPTIONS.0 as usize),
-            "pass_ip_options"
-        );
-        assert_eq!(
-            action_name(router_action::ROUTER_DROP_MARTIAN.0 as usize),
-            "drop_martian"
-        );
+        for (action, name) in [
+            (router_action::ROUTER_FORWARD, "forward"),
+            (router_action::ROUTER_PASS_TTL, "pass_ttl"),
+            (router_action::ROUTER_PASS_IP_OPTIONS, "pass_ip_options"),
+            (router_action::ROUTER_DROP_MARTIAN, "drop_martian"),
+        ] {
+            assert_eq!(action_name(action.0 as usize), name);
+        }
         assert_eq!(action_name(ACTIONS), "unknown");
         let mut names: Vec<&str> = ACTION_INFO.iter().map(|a| a.0).collect();
         names.sort_unstable();

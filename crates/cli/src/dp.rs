@@ -273,7 +273,7 @@ fn attach(
     if let Some(w) = &pick.warning {
         eprintln!("{w}");
     }
-    let mut dp = Dataplane::router_at(ns.as_deref(), ifaces, pick.hook, fib, false)?;
+    let mut dp = Dataplane::router(ns.as_deref(), ifaces, pick.hook, fib, false)?;
     match (&scope.lab, &scope.host) {
         (Some(l), Some(h)) => dp.prepare_peers(&lab::state(l)?.topology, h)?,
         _ => dp.prepare_peers_here()?,

@@ -147,14 +147,18 @@ fn bench_gen_writes_to_peregrine_results_by_default() {
 #[test]
 fn bench_router_quick_run_holds_together() {
     let Some((r, stdout)) = run_result(
-        "bench router --quick --rounds 1 --trial 500ms --resolution 100k",
+        "bench router --quick --rounds 1 --trial 500ms --resolution 100k --tcp-time 2",
         "bench-router",
     ) else {
         return;
     };
     assert!(stdout.contains("ratio"), "{stdout}");
-    assert_eq!(r.runs.len(), 3, "linux, xdp, chain");
-    for run in &r.runs {
+    // Packets: linux, tc, xdp, chain; TCP: linux, tc, xdp (xdp-forward
+    // only with --xdp-forward).
+    assert_eq!(r.runs.len(), 7, "{:#?}", r.runs);
+    let (tcp, packets): (Vec<_>, Vec<_>) = r.runs.iter().partition(|run| run.tcp.is_some());
+    assert_eq!((packets.len(), tcp.len()), (4, 3));
+    for run in packets {
         let p = run.placement.as_ref().unwrap();
         if std::thread::available_parallelism()
             .map(|n| n.get())
@@ -163,6 +167,19 @@ fn bench_router_quick_run_holds_together() {
         {
             assert!(!p.dut_cpus.is_empty() && !p.dut_cpus.contains(&0), "{p:?}");
         }
+    }
+    // Every forwarding path carried real TCP at the kernel's default
+    // offloads (the XDP run turns TX checksum offload off, and says so).
+    for run in tcp {
+        let t = run.tcp.as_ref().unwrap();
+        assert!(t.gbit_s > 0.1, "{}: {t:?}", run.label);
+        let notes = &run.placement.as_ref().unwrap().notes;
+        assert_eq!(
+            run.label.starts_with("xdp router"),
+            notes.iter().any(|n| n.contains("TX checksum offload off")),
+            "{}: {notes:?}",
+            run.label
+        );
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use peregrine_bpf::nf::{NfProgram, NfSetup};
 use peregrine_bpf::router::{FibMode, PortStats, RouterProgram};
-use peregrine_bpf::{Hook, Link, TcxDirection, XdpMode, XdpProgram};
+use peregrine_bpf::{Hook, Link, TcxDirection, XdpProgram};
 use peregrine_host::netns;
 
 use crate::config::{ChainMatch, DataplaneConfig, NfKind};
@@ -40,21 +40,9 @@ pub struct Dataplane {
 
 impl Dataplane {
     /// Attaches the router to `ports` of namespace `ns` (None: the caller's)
-    /// at the XDP hook.
-    pub fn router(
-        ns: Option<&str>,
-        ports: &[String],
-        mode: XdpMode,
-        fib: FibMode,
-        classify: bool,
-    ) -> Result<Dataplane> {
-        Dataplane::router_at(ns, ports, RouterHook::Xdp(mode), fib, classify)
-    }
-
-    /// Attaches the router to `ports` of namespace `ns` (None: the caller's)
     /// at `hook`. On error nothing stays attached: the links made so far
     /// close when they drop.
-    pub fn router_at(
+    pub fn router(
         ns: Option<&str>,
         ports: &[String],
         hook: RouterHook,
@@ -84,7 +72,7 @@ impl Dataplane {
             RouterHook::Xdp(_) => RouterHook::Xdp(cfg.mode),
             RouterHook::Tc => RouterHook::Tc,
         };
-        let mut dp = Dataplane::router_at(
+        let mut dp = Dataplane::router(
             Some(&rns),
             &cfg.ports,
             hook,
@@ -122,6 +110,17 @@ impl Dataplane {
                 if !dp.ports.iter().any(|(name, _)| name == p) {
                     let l = netns::run_in(&rns, || attach_port(&dp.router, p, hook, false))??;
                     dp.ports.push((p.clone(), l));
+                }
+            }
+            // The function hands frames back with XDP_TX or a redirect,
+            // which veth delivers only to an end that runs XDP: at the tc
+            // hook the router's ports facing it get a pass-through (the
+            // frame then reaches the tc router as an skb).
+            if hook == RouterHook::Tc {
+                for p in [&in_port, &out_port] {
+                    if let Some(pt) = ensure_xdp_receiver(&rns, p)? {
+                        dp.peers.push(pt);
+                    }
                 }
             }
             entry.insert(n.host.clone(), ifindex_in(&rns, &in_port)?);

@@ -148,25 +148,7 @@ pub fn remove(dir: &Path) -> Result<()> {
             peregrine_bpf::link::detach_pinned(&p)?;
         }
     }
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(DataplaneError::Other(format!(
-                "removing {}: {e}",
-                peregrine_bpf::bpffs::display(dir)
-            )))
-        }
-    }
-    let root = peregrine_bpf::bpffs::pin_root();
-    let mut p = dir.parent();
-    while let Some(d) = p {
-        if !d.starts_with(&root) || std::fs::remove_dir(d).is_err() {
-            break;
-        }
-        p = d.parent();
-    }
-    Ok(())
+    Ok(peregrine_bpf::bpffs::remove_pin_dir(dir)?)
 }
 
 /// Removes every router attachment outside labs (live and stale) and what

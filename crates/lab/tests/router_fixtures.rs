@@ -14,7 +14,7 @@ use peregrine_bpf::fixture::{
 use peregrine_bpf::router::{action_name, FibMode, RouterProgram, ACTIONS};
 use peregrine_bpf::testing::privileged;
 use peregrine_bpf::{Hook, TcxDirection, XdpAction, XdpMode};
-use peregrine_dataplane::Dataplane;
+use peregrine_dataplane::{Dataplane, RouterHook};
 use peregrine_host::netns::NetnsGuard;
 use peregrine_lab::{Lab, Lifetime, Topology};
 use peregrine_wire::{ipproto, MacAddr, UdpFrameSpec};
@@ -416,7 +416,7 @@ fn router_fixtures() {
     let dp = Dataplane::router(
         Some(&ns),
         &["in0".into(), "out0".into()],
-        XdpMode::Native,
+        RouterHook::Xdp(XdpMode::Native),
         FibMode::Full,
         false,
     )
@@ -432,7 +432,7 @@ fn router_fixtures() {
     let direct = Dataplane::router(
         Some(&ns),
         &["in0".into(), "out0".into()],
-        XdpMode::Native,
+        RouterHook::Xdp(XdpMode::Native),
         FibMode::Direct,
         false,
     )
