@@ -693,13 +693,25 @@ fn exit_status_and_live_metrics_pass_promtool() {
     );
     let _ = wait_child(&mut client, Duration::from_secs(10));
 
-    // A router attach that cannot take (lo has no native XDP) fails and
-    // leaves nothing attached, not even on the port that took.
+    // A router attach that cannot take (lo has no native XDP; asked for
+    // XDP, since auto would pick tc, which lo takes) fails and leaves
+    // nothing attached, not even on the port that took.
     let out = run(&[
-        "router", "attach", "eth0", "lo", "--lab", "tcode", "--host", "a",
+        "router", "attach", "eth0", "lo", "--hook", "xdp", "--lab", "tcode", "--host", "a",
     ]);
     assert_code(&out, 1, "router attach on lo");
-    assert_one_line_error(&out, "lo");
+    // The XDP warning for eth0's peer (default offloads), then the error.
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with("peregrine: warning: ") && lines[0].contains("--hook tc"),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with("peregrine: error: ") && lines[1].contains("lo"),
+        "{err}"
+    );
     assert!(!Path::new("/sys/fs/bpf/peregrine/tcode/dp-a").exists());
     let ip = Command::new("ip")
         .args(["-n", "pg-tcode-a", "link", "show", "eth0"])

@@ -466,7 +466,9 @@ fn iperf3_tcp_through_the_tc_router() {
     ok(&x, "attach --hook xdp");
     let e = text(&x.stderr);
     assert!(
-        e.contains("warning: tx-checksumming") && e.contains("peer a0") && e.contains("--hook tc"),
+        e.contains("peregrine: warning: tx-checksumming")
+            && e.contains("peer a0")
+            && e.contains("--hook tc"),
         "{e}"
     );
     ok(&pg_in(&r, &["router", "detach"]), "router detach");

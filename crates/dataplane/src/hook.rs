@@ -121,7 +121,7 @@ pub fn pick(choice: HookChoice, mode: Option<XdpMode>, ports: &[String]) -> Resu
             }
             let warning = (!bad.is_empty()).then(|| {
                 format!(
-                    "warning: {}: XDP redirects what that peer sends with partial checksums or as GSO packets, which the receiver drops (TCP stalls); use --hook tc, or turn them off on the peer (ethtool -K <peer> tx off gso off)",
+                    "peregrine: warning: {}: XDP redirects what that peer sends with partial checksums or as GSO packets, which the receiver drops (TCP stalls); use --hook tc, or turn them off on the peer (ethtool -K <peer> tx off gso off)",
                     bad.join("; ")
                 )
             });
