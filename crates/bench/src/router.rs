@@ -458,7 +458,11 @@ fn tcp_run(
         notes.push(
             "TX checksum offload off on gen:eth0, dut:in0, dut:out0, sink:eth0 for this run: the XDP hook cannot forward partial checksums".into(),
         );
-        Some(OffloadsSet::apply(ends, Offload::TxChecksum, false)?)
+        Some(netdev::OffloadOverride::set(
+            ends,
+            Offload::TxChecksum,
+            false,
+        )?)
     } else {
         notes.push(lab.topo.offloads_note());
         None
@@ -502,42 +506,6 @@ fn tcp_run(
         }),
         tcp: Some(fig),
     })
-}
-
-/// An offload set on some interfaces, each put back as it was when
-/// dropped (on error and Ctrl-C too).
-struct OffloadsSet {
-    offload: Offload,
-    /// (namespace, interface, value before).
-    before: Vec<(String, String, bool)>,
-}
-
-impl OffloadsSet {
-    fn apply(ends: Vec<(String, String)>, offload: Offload, on: bool) -> Result<OffloadsSet> {
-        let mut set = OffloadsSet {
-            offload,
-            before: Vec::new(),
-        };
-        for (ns, iface) in ends {
-            let was = netdev::offload(&ns, &iface, offload)?;
-            netdev::set_offload(&ns, &iface, offload, on)?;
-            set.before.push((ns, iface, was));
-        }
-        Ok(set)
-    }
-}
-
-impl Drop for OffloadsSet {
-    fn drop(&mut self) {
-        for (ns, iface, was) in &self.before {
-            if let Err(e) = netdev::set_offload(ns, iface, self.offload, *was) {
-                eprintln!(
-                    "peregrine: restoring {} on {ns}:{iface}: {e}",
-                    self.offload.ethtool_name()
-                );
-            }
-        }
-    }
 }
 
 /// One round's RFC 2544 figure of a contender in a scenario (an index into

@@ -113,14 +113,12 @@ impl Dataplane {
                 }
             }
             // The function hands frames back with XDP_TX or a redirect,
-            // which veth delivers only to an end that runs XDP: at the tc
-            // hook the router's ports facing it get a pass-through (the
-            // frame then reaches the tc router as an skb).
-            if hook == RouterHook::Tc {
-                for p in [&in_port, &out_port] {
-                    if let Some(pt) = ensure_xdp_receiver(&rns, p)? {
-                        dp.peers.push(pt);
-                    }
+            // which veth delivers only to an end that runs XDP: the XDP
+            // router there already does; at the tc hook the port gets a
+            // pass-through (the frame then reaches the tc router as an skb).
+            for p in [&in_port, &out_port] {
+                if let Some(pt) = ensure_xdp_receiver(&rns, p)? {
+                    dp.peers.push(pt);
                 }
             }
             entry.insert(n.host.clone(), ifindex_in(&rns, &in_port)?);

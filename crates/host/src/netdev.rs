@@ -73,6 +73,47 @@ pub fn offload(ns: &str, iface: &str, offload: Offload) -> Result<bool> {
     netns::run_in(ns, || offload_here(iface, offload))?
 }
 
+/// An offload set on some interfaces for a while: each is put back as it
+/// was when this is dropped (on error and Ctrl-C too).
+pub struct OffloadOverride {
+    offload: Offload,
+    /// (namespace, interface, value before).
+    before: Vec<(String, String, bool)>,
+}
+
+impl OffloadOverride {
+    /// Sets `offload` to `on` on every (namespace, interface) of `ends`.
+    pub fn set(
+        ends: impl IntoIterator<Item = (String, String)>,
+        offload: Offload,
+        on: bool,
+    ) -> Result<OffloadOverride> {
+        let mut set = OffloadOverride {
+            offload,
+            before: Vec::new(),
+        };
+        for (ns, iface) in ends {
+            let was = self::offload(&ns, &iface, offload)?;
+            set_offload(&ns, &iface, offload, on)?;
+            set.before.push((ns, iface, was));
+        }
+        Ok(set)
+    }
+}
+
+impl Drop for OffloadOverride {
+    fn drop(&mut self) {
+        for (ns, iface, was) in &self.before {
+            if let Err(e) = set_offload(ns, iface, self.offload, *was) {
+                eprintln!(
+                    "peregrine: restoring {} on {ns}:{iface}: {e}",
+                    self.offload.ethtool_name()
+                );
+            }
+        }
+    }
+}
+
 /// The offloads that decide whether XDP may redirect what an interface
 /// sends: with either on, a local sender's frames leave it with a partial
 /// checksum (TX checksum offload) or as GSO super-packets, state an XDP
