@@ -38,31 +38,43 @@ impl Drop for Reaped {
     }
 }
 
-/// Waits for `child` to exit within `limit`; its stdout.
+/// Waits for `child` to exit within `limit`; its stdout. The report is
+/// read while the child runs: a long transfer's JSON outgrows the pipe, and
+/// a child blocked writing it would never exit.
 fn finish(mut child: Reaped, limit: Duration, what: &str) -> Result<String> {
+    let reader = child.0.stdout.take().map(|mut o| {
+        std::thread::spawn(move || {
+            let mut out = String::new();
+            std::io::Read::read_to_string(&mut o, &mut out).map(|_| out)
+        })
+    });
     let start = Instant::now();
-    loop {
+    let status = loop {
         signals::check()?;
         if let Some(st) = child.0.try_wait()? {
-            let mut out = String::new();
-            if let Some(mut o) = child.0.stdout.take() {
-                std::io::Read::read_to_string(&mut o, &mut out)?;
-            }
-            if !st.success() {
-                // iperf3 -J reports its error inside the JSON.
-                let err = serde_json::from_str::<serde_json::Value>(&out)
-                    .ok()
-                    .and_then(|v| v["error"].as_str().map(str::to_string))
-                    .unwrap_or_else(|| format!("exit status {st}"));
-                bail!("{what}: {err}");
-            }
-            return Ok(out);
+            break st;
         }
         if start.elapsed() > limit {
+            // Dropping `child` kills it, which ends the reader too.
             bail!("{what}: no result within {:.0} s", limit.as_secs_f64());
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = match reader {
+        Some(r) => r
+            .join()
+            .map_err(|_| anyhow!("{what}: reading its output panicked"))??,
+        None => String::new(),
+    };
+    if !status.success() {
+        // iperf3 -J reports its error inside the JSON.
+        let err = serde_json::from_str::<serde_json::Value>(&out)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_string))
+            .unwrap_or_else(|| format!("exit status {status}"));
+        bail!("{what}: {err}");
     }
+    Ok(out)
 }
 
 /// Runs the transfer and reads its figures; CPU is measured over the
