@@ -234,9 +234,7 @@ fn udp_socket(port: u16, reuse_port: bool) -> Result<UdpSocket, InvokerError> {
     }
     // A deep receive buffer, as a tuned server has (forced past rmem_max
     // when root; plain otherwise): bursts must not be lost for want of room.
-    if setsockopt(&fd, sockopt::RcvBufForce, &(8 << 20)).is_err() {
-        let _ = setsockopt(&fd, sockopt::RcvBuf, &(8 << 20));
-    }
+    peregrine_io::deep_receive_buffer(&fd, 8 << 20);
     let any = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, port, 0, 0);
     nix::sys::socket::bind(fd.as_raw_fd(), &nix::sys::socket::SockaddrIn6::from(any))
         .map_err(|e| InvokerError::Config(format!("binding UDP port {port}: {e}")))?;

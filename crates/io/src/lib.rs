@@ -15,7 +15,7 @@ mod recv_batch;
 mod udp;
 
 pub use recv_batch::RecvBatch;
-pub use udp::UdpBatch;
+pub use udp::{deep_receive_buffer, receive_drops, UdpBatch};
 
 /// One datagram to send.
 #[derive(Debug, Clone, Copy)]

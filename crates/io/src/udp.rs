@@ -154,6 +154,75 @@ impl DatagramIo for UdpBatch {
     }
 }
 
+/// Gives `socket` a receive buffer of `bytes`: forced past `rmem_max` where
+/// the caller may (CAP_NET_ADMIN), as a tuned server has; otherwise as much
+/// as `rmem_max` allows. A burst must not be lost for want of room while the
+/// receiving thread waits for a CPU. Returns the buffer the kernel granted.
+pub fn deep_receive_buffer(socket: &impl AsRawFd, bytes: usize) -> usize {
+    let fd = socket.as_raw_fd();
+    let want = bytes.min(i32::MAX as usize) as libc::c_int;
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // Safety: `want` is a c_int that outlives the call; its size is passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&want as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+    }
+    socket_int(fd, libc::SO_RCVBUF).unwrap_or(0) as usize
+}
+
+/// Datagrams the kernel dropped at `socket` (receive buffer full, or a bad
+/// UDP checksum found on delivery): `SK_MEMINFO_DROPS` of `SO_MEMINFO`.
+pub fn receive_drops(socket: &impl AsRawFd) -> std::io::Result<u64> {
+    // <linux/sock_diag.h>: SK_MEMINFO_VARS is 9 since Linux 4.x, DROPS
+    // the last; asm-generic/socket.h: SO_MEMINFO 55 (libc lacks it here).
+    const SO_MEMINFO: libc::c_int = 55;
+    let mut info = [0u32; 9];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // Safety: `info` and `len` are valid for writes of `len` bytes; the
+    // kernel writes at most `len` and updates it.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(u64::from(info[libc::SK_MEMINFO_DROPS as usize]))
+}
+
+fn socket_int(fd: std::os::fd::RawFd, opt: libc::c_int) -> std::io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // Safety: `v` and `len` are valid for writes; the kernel writes a c_int.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,5 +290,30 @@ mod tests {
             let n = rx.recv(&mut buf).unwrap();
             assert_eq!(&buf[..n], b"peregrine");
         }
+    }
+
+    /// What the kernel drops at a full socket is counted, one for one: a
+    /// receiver that never reads gets more than its buffer holds.
+    #[test]
+    fn drops_at_a_full_socket_are_counted() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // The smallest buffer the kernel grants (it doubles and floors it).
+        let _ = deep_receive_buffer(&rx, 1);
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        assert_eq!(receive_drops(&rx).unwrap(), 0);
+        const SENT: u64 = 2_000;
+        for _ in 0..SENT {
+            tx.send(&[7u8; 64]).unwrap();
+        }
+        rx.set_nonblocking(true).unwrap();
+        let mut queued = 0u64;
+        let mut buf = [0u8; 128];
+        while rx.recv(&mut buf).is_ok() {
+            queued += 1;
+        }
+        let drops = receive_drops(&rx).unwrap();
+        assert!(queued > 0 && drops > 0, "queued {queued}, dropped {drops}");
+        assert_eq!(queued + drops, SENT);
     }
 }

@@ -176,17 +176,28 @@ pub struct SocketSink {
     hist: Latencies,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The same socket, to read what the kernel dropped at it.
+    drops_fd: std::net::UdpSocket,
     name: String,
 }
 
 impl SocketSink {
+    /// Datagrams the kernel dropped at this sink's socket (buffer full or a
+    /// bad checksum): the losses a test may attribute to the receiver.
+    pub fn socket_drops(&self) -> Result<u64> {
+        peregrine_io::receive_drops(&self.drops_fd)
+            .map_err(|e| LabError::Other(format!("socket sink: SO_MEMINFO: {e}")))
+    }
+
     pub fn start(ns: &str, bind: SocketAddr) -> Result<SocketSink> {
         let sock = netns::run_in(ns, || std::net::UdpSocket::bind(bind))?
             .map_err(|e| LabError::Other(format!("socket sink: binding {bind} in {ns}: {e}")))?;
         sock.set_read_timeout(Some(Duration::from_millis(50)))
             .map_err(|e| LabError::Other(format!("socket sink: {e}")))?;
-        // A large receive buffer so bursts are not lost in the socket itself.
-        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(16 << 20));
+        peregrine_io::deep_receive_buffer(&sock, 16 << 20);
+        let drops_fd = sock
+            .try_clone()
+            .map_err(|e| LabError::Other(format!("socket sink: {e}")))?;
         let counters = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
         let hist = Latencies::new();
         let stop = Arc::new(AtomicBool::new(false));
@@ -202,6 +213,7 @@ impl SocketSink {
             hist,
             stop,
             thread: Some(thread),
+            drops_fd,
             name: format!("socket-sink {ns} {bind}"),
         })
     }

@@ -145,10 +145,14 @@ fn router_carries_ping_udp_and_tcp_intact() {
         let before_sock = sock.delivered().unwrap().packets;
         let sent = send_to_sink(&lab, backend, 9, 20_000, 100_000.0);
         assert_eq!(sent, 20_000, "{backend:?}");
+        let got = delivered_after(&sock, before_sock, 20_000);
         assert_eq!(
-            delivered_after(&sock, before_sock, 20_000),
+            got,
             20_000,
-            "{backend:?}: all accepted by the receiver"
+            "{backend:?}: all accepted by the receiver ({} dropped at its socket so far, \
+             router {:?})",
+            sock.socket_drops().unwrap(),
+            dp.router.stats(in0_of(&dp)).unwrap()
         );
     }
     let after = dp.router.stats(in0_of(&dp)).unwrap();
