@@ -31,6 +31,7 @@
 #include <linux/if_packet.h>
 #include <linux/pkt_cls.h>
 #include <linux/rtnetlink.h>
+#include "peregrine/hook.h"
 #include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/router_kern_user.h"
@@ -100,38 +101,9 @@ static __always_inline int hook_pass(const int tc)
 	return tc ? TC_ACT_OK : XDP_PASS;
 }
 
-static __always_inline int hook_drop(const int tc)
-{
-	return tc ? TC_ACT_SHOT : XDP_DROP;
-}
-
-/* Length of the whole frame: at tc the skb may hold more than its linear
- * part, so the cursor's end is not the frame's. */
-static __always_inline __u64 hook_len(void *ctx, const int tc)
-{
-	if (tc)
-		return ((struct __sk_buff *)ctx)->len;
-	struct xdp_md *x = ctx;
-	return x->data_end - x->data;
-}
-
 /* Headers the router reads: Ethernet, two tags, an IPv4 header with the
  * longest options (or IPv6), the L4 ports. */
 #define ROUTER_HEADERS (14 + 8 + 60 + 4)
-
-/* A cursor over the frame's headers. tc pulls them into the linear part
- * first when a sender left them paged (rare on veth; costs a copy of the
- * headers only, never of the payload). */
-static __always_inline struct cursor hook_cursor(void *ctx, const int tc)
-{
-	if (!tc)
-		return xdp_cursor(ctx);
-	struct __sk_buff *skb = ctx;
-	__u32 want = skb->len < ROUTER_HEADERS ? skb->len : ROUTER_HEADERS;
-	if ((long)skb->data_end - (long)skb->data < want)
-		bpf_skb_pull_data(skb, want);
-	return skb_cursor(skb);
-}
 
 static __always_inline __u32 hook_ingress(void *ctx, const int tc)
 {
@@ -370,7 +342,7 @@ static __always_inline int next_hop_or_l2(void *ctx, const int tc, struct router
  * trailing bytes; route input: martians, multicast; ip_forward: TTL). */
 static __always_inline int route(void *ctx, const int tc)
 {
-	struct cursor c = hook_cursor(ctx, tc);
+	struct cursor c = hook_cursor(ctx, tc, ROUTER_HEADERS);
 	__u64 len = hook_len(ctx, tc);
 	__u32 in = hook_ingress(ctx, tc);
 	__u32 slot = slot_of(in);

@@ -13,6 +13,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("lab", "replycheck"),
     ("dataplane", "router"),
     ("dataplane", "nf"),
+    ("dataplane", "policer"),
     ("xsk", "dispatch"),
     ("host", "uapi"),
 ];

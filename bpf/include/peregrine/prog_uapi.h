@@ -13,6 +13,7 @@ enum peregrine_tc_act {
 	PG_TC_ACT_OK = TC_ACT_OK,
 	PG_TC_ACT_SHOT = TC_ACT_SHOT,
 	PG_TC_ACT_REDIRECT = TC_ACT_REDIRECT,
+	PG_TC_ACT_NEXT = TC_ACT_UNSPEC, /* tcx: TCX_NEXT */
 };
 
 #endif

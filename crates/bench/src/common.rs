@@ -1,7 +1,6 @@
 //! What every benchmark shares: placement of the DUT's receive work, the
 //! lab's sinks and drop counters, one shown trial with its shortfall warning,
 //! run parameters and writing the result file with its plots.
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -73,35 +72,11 @@ pub(crate) fn cpu_count() -> usize {
         .unwrap_or(1)
 }
 
-/// A rate as set: packets (requests) per second, or Ethernet bits per second
-/// that become packets per second once the frame size is known.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RateSetting {
-    Pps(f64),
-    Bps(f64),
-}
+pub use peregrine_units::RateSetting;
 
-impl RateSetting {
-    /// Packets per second for frames of `mean_frame_bytes` (FCS included).
-    pub fn pps(self, mean_frame_bytes: f64) -> f64 {
-        match self {
-            RateSetting::Pps(p) => p,
-            RateSetting::Bps(b) => b / (mean_frame_bytes * 8.0),
-        }
-    }
-
-    pub fn rate(self, mean_frame_bytes: f64) -> Rate {
-        Rate::Pps(self.pps(mean_frame_bytes))
-    }
-}
-
-impl fmt::Display for RateSetting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RateSetting::Pps(p) => write!(f, "{p} pps"),
-            RateSetting::Bps(b) => write!(f, "{b} bit/s"),
-        }
-    }
+/// The pacing rate of `r` for frames of `mean_frame_bytes` (FCS included).
+pub fn pacing(r: RateSetting, mean_frame_bytes: f64) -> Rate {
+    Rate::Pps(r.pps(mean_frame_bytes))
 }
 
 /// The command line of this process, recorded in every result file.

@@ -273,7 +273,7 @@ pub fn gen(a: GenConfig) -> Result<()> {
     }
     let (frame, peer) = peregrine_lab::traffic::lab_frame(&topo, &from, a.src, a.to, a.port)?;
     let rate = match a.rate {
-        Some(r) => r.rate(sizes.mean_size()),
+        Some(r) => crate::common::pacing(r, sizes.mean_size()),
         None => Rate::Max,
     };
     let ns = |host: &str| peregrine_lab::lab::ns_name(&topo.name, host);

@@ -53,10 +53,18 @@ pub enum TcAction {
     Ok,
     Shot,
     Redirect,
+    /// TC_ACT_UNSPEC, which tcx reads as TCX_NEXT: run the interface's next
+    /// program, then the stack.
+    Next,
 }
 
 impl TcAction {
-    const ALL: [TcAction; 3] = [TcAction::Ok, TcAction::Shot, TcAction::Redirect];
+    const ALL: [TcAction; 4] = [
+        TcAction::Ok,
+        TcAction::Shot,
+        TcAction::Redirect,
+        TcAction::Next,
+    ];
 
     pub fn from_raw(v: u32) -> Option<TcAction> {
         Self::ALL.into_iter().find(|a| a.raw() == v)
@@ -68,6 +76,7 @@ impl TcAction {
             TcAction::Ok => peregrine_tc_act::PG_TC_ACT_OK,
             TcAction::Shot => peregrine_tc_act::PG_TC_ACT_SHOT,
             TcAction::Redirect => peregrine_tc_act::PG_TC_ACT_REDIRECT,
+            TcAction::Next => peregrine_tc_act::PG_TC_ACT_NEXT,
         };
         v.0
     }
@@ -471,6 +480,22 @@ pub mod frames {
         f[IP4_CHECK..IP4_CHECK + 2].fill(0);
         let sum = checksum(&f[L3..L3 + hlen.max(IPV4_HLEN)]);
         f[IP4_CHECK..IP4_CHECK + 2].copy_from_slice(&sum.to_be_bytes());
+    }
+
+    /// `frame` with its DSCP set to `dscp` (ECN kept; IPv4's header
+    /// checksum recomputed).
+    pub fn with_dscp(frame: &[u8], dscp: u8) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        if is_ip4(&f) {
+            f[L3 + 1] = (dscp << 2) | (f[L3 + 1] & 3);
+            fix_ip4_checksum(&mut f);
+        } else {
+            // version(4) | traffic class(8) | flow label(20)
+            let word = u32::from_be_bytes(f[L3..L3 + 4].try_into().unwrap());
+            let word = (word & !(0x3f << 22)) | (u32::from(dscp) << 22);
+            f[L3..L3 + 4].copy_from_slice(&word.to_be_bytes());
+        }
+        f
     }
 
     /// `frame` with a VLAN tag (TPID `tpid`: `ethertype::VLAN`, or

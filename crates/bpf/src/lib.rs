@@ -12,7 +12,7 @@
 //!   bpf_link that can be pinned and taken back from its pin; `xdp` and
 //!   `tcx`: the hooks' modes and what is attached there.
 //! - `bpffs`: the bpffs mount and the pins under `/sys/fs/bpf/peregrine`.
-//! - One thin wrapper per program (`gen`, `sink`, `router`, `nf`, `dispatch`,
+//! - One thin wrapper per program (`gen`, `sink`, `router`, `nf`, `policer`, `dispatch`,
 //!   `replycheck`): typed config in, loaded program out, typed map accessors.
 //! - `fixture`, `testing`: BPF_PROG_RUN fixtures and privileged-test helpers.
 
@@ -26,6 +26,7 @@ pub mod loader;
 pub mod maps;
 pub mod nf;
 pub mod pod;
+pub mod policer;
 pub mod replycheck;
 pub mod router;
 pub mod sink;
@@ -53,5 +54,5 @@ macro_rules! skeletons {
 pub mod skel {
     #![allow(clippy::all, non_camel_case_types, dead_code, missing_docs)]
     // uapi: kernel uapi types and constants only (bpf/host/uapi.bpf.c), no program.
-    skeletons!(gen, sink, router, nf, dispatch, replycheck, uapi);
+    skeletons!(gen, sink, router, nf, policer, dispatch, replycheck, uapi);
 }

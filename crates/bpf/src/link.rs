@@ -196,6 +196,28 @@ impl Link {
         Ok(())
     }
 
+    /// Swaps the program this link runs for `prog` in one step (the kernel's
+    /// link update): no packet sees the interface without a program, or
+    /// half of one configuration and half of another.
+    pub fn replace_program(&self, prog: &impl AsFd) -> Result<()> {
+        // Safety: both fds are valid for the call; NULL options: no
+        // expected old program.
+        let rc = unsafe {
+            libbpf_sys::bpf_link_update(
+                self.fd.as_raw_fd(),
+                prog.as_fd().as_raw_fd(),
+                std::ptr::null(),
+            )
+        };
+        if rc < 0 {
+            return Err(BpfError::Io {
+                what: format!("replacing the program of {self}"),
+                source: std::io::Error::from_raw_os_error(-rc),
+            });
+        }
+        Ok(())
+    }
+
     /// Where the link is pinned, if it is.
     pub fn pinned_at(&self) -> Option<&Path> {
         self.pin.get().map(PathBuf::as_path)

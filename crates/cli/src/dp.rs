@@ -92,7 +92,7 @@ pub enum ChainCmd {
 
 /// How counters are shown: once, watched, served to Prometheus, as JSON.
 #[derive(Args, Clone)]
-pub struct StatsOutput {
+pub(crate) struct StatsOutput {
     #[command(flatten)]
     watch: WatchArgs,
     /// Serve the counters to Prometheus here while watching (implies
@@ -101,18 +101,18 @@ pub struct StatsOutput {
     metrics: Option<std::net::SocketAddr>,
     /// JSON: one object, or with --watch one object per sample (JSON lines).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 impl StatsOutput {
     /// Print the counters once (no --watch, no --metrics).
-    fn once(&self) -> bool {
+    pub(crate) fn once(&self) -> bool {
         !self.watch.on() && self.metrics.is_none()
     }
 
     /// Watches `sample`'s counters, serving them to Prometheus at --metrics
     /// (named `prefix`_..., described by `what`) while watching.
-    fn watch(
+    pub(crate) fn watch(
         &self,
         prefix: &str,
         what: &str,
@@ -222,7 +222,7 @@ fn missing_caps() -> Vec<&'static str> {
 }
 
 /// One line instead of libbpf's log when the caller may not use BPF.
-fn require_caps(cmd: &str) -> Result<()> {
+pub(crate) fn require_caps(cmd: &str) -> Result<()> {
     let missing = missing_caps();
     if !missing.is_empty() {
         bail!(

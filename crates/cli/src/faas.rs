@@ -377,7 +377,7 @@ fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
     if !(pps.is_finite() && pps >= 1.0) {
         usage!("--rate {rate}: below one request per second for {frame_bytes} B frames");
     }
-    cfg.rate = rate.rate(frame_bytes);
+    cfg.rate = peregrine_lab::pacing::Rate::Pps(rate.pps(frame_bytes));
     cfg.duration = a.duration.0;
     cfg.flows = a.flows;
     cfg.cpus = (0..a.threads).collect();

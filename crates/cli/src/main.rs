@@ -12,6 +12,7 @@ mod docs;
 mod dp;
 mod faas;
 mod metrics;
+mod qos;
 mod scope;
 mod table;
 mod units;
@@ -48,6 +49,10 @@ enum Cmd {
     /// Service chains through containers: apply or remove a declaration, counters.
     #[command(subcommand)]
     Chain(dp::ChainCmd),
+    /// QoS: the per-rule policer (XDP or tc): apply a rules file, add and
+    /// remove rules, counters.
+    #[command(subcommand)]
+    Qos(qos::QosCmd),
     /// The serverless function invoker (AF_XDP, with socket baselines).
     #[command(subcommand)]
     Faas(faas::FaasCmd),
@@ -263,6 +268,7 @@ fn main() -> ExitCode {
         Some(Cmd::Report(a)) => bench::report(a),
         Some(Cmd::Router(c)) => dp::router(c),
         Some(Cmd::Chain(c)) => dp::chain(c),
+        Some(Cmd::Qos(c)) => qos::run(c),
         Some(Cmd::Faas(c)) => faas::run(c),
         Some(Cmd::Showcase(a)) => bench::showcase(a),
     };

@@ -17,145 +17,17 @@ use peregrine_bpf::{tcx, xdp, TcxDirection};
 use peregrine_host::netns;
 
 mod common;
-use common::ok;
+use common::{iperf_bytes, ok, pg_in, sh, text, Topo};
 
-/// Runs a command to the end, bounded by `timeout` (killed after it).
-fn sh(args: &[&str], timeout: Duration) -> Output {
-    let mut c = Command::new("timeout");
-    c.arg("-s")
-        .arg("KILL")
-        .arg(format!("{}", timeout.as_secs().max(1)));
-    c.args(args);
-    c.env_remove("RUST_BACKTRACE");
-    c.output().expect("timeout(1) runs")
+/// What the router tests ask of a topology.
+trait RouterTopo {
+    fn hooked(&self) -> Vec<(Option<u32>, u32)>;
+    fn listed(&self) -> Vec<serde_json::Value>;
+    fn forwarded(&self, port: &str) -> (u64, u64);
+    fn assert_clean(&self);
 }
 
-fn ip(args: &[&str]) {
-    let mut a = vec!["ip"];
-    a.extend_from_slice(args);
-    ok(&sh(&a, Duration::from_secs(10)), &a.join(" "));
-}
-
-/// `peregrine args` through `ip netns exec ns`, as a user would.
-fn pg_in(ns: &str, args: &[&str]) -> Output {
-    let bin = env!("CARGO_BIN_EXE_peregrine");
-    let mut a = vec!["ip", "netns", "exec", ns, bin];
-    a.extend_from_slice(args);
-    sh(&a, Duration::from_secs(30))
-}
-
-fn text(o: &[u8]) -> String {
-    String::from_utf8_lossy(o).into_owned()
-}
-
-/// Three namespaces A - R - B over two veth pairs, removed on drop (also
-/// what an earlier killed run of the same case left).
-struct Topo {
-    p: String,
-}
-
-impl Topo {
-    fn ns(&self, n: &str) -> String {
-        format!("{}-{n}", self.p)
-    }
-
-    fn up(p: &str) -> Topo {
-        let t = Topo { p: p.to_string() };
-        t.remove();
-        for n in ["A", "R", "B"] {
-            ip(&["netns", "add", &t.ns(n)]);
-            ip(&["-n", &t.ns(n), "link", "set", "lo", "up"]);
-        }
-        let (a, r, b) = (t.ns("A"), t.ns("R"), t.ns("B"));
-        ip(&[
-            "link", "add", "a0", "netns", &a, "type", "veth", "peer", "name", "a1", "netns", &r,
-        ]);
-        ip(&[
-            "link", "add", "b0", "netns", &r, "type", "veth", "peer", "name", "b1", "netns", &b,
-        ]);
-        for (ns, dev, v4, v6) in [
-            (&a, "a0", "198.18.1.1/24", "2001:db8:1::1/64"),
-            (&r, "a1", "198.18.1.2/24", "2001:db8:1::2/64"),
-            (&r, "b0", "198.18.2.2/24", "2001:db8:2::2/64"),
-            (&b, "b1", "198.18.2.1/24", "2001:db8:2::1/64"),
-        ] {
-            ip(&["-n", ns, "addr", "add", v4, "dev", dev]);
-            ip(&["-n", ns, "addr", "add", v6, "dev", dev, "nodad"]);
-            ip(&["-n", ns, "link", "set", dev, "up"]);
-        }
-        ip(&["-n", &a, "route", "add", "default", "via", "198.18.1.2"]);
-        ip(&[
-            "-n",
-            &a,
-            "-6",
-            "route",
-            "add",
-            "default",
-            "via",
-            "2001:db8:1::2",
-        ]);
-        ip(&["-n", &b, "route", "add", "default", "via", "198.18.2.2"]);
-        ip(&[
-            "-n",
-            &b,
-            "-6",
-            "route",
-            "add",
-            "default",
-            "via",
-            "2001:db8:2::2",
-        ]);
-        let fwd = sh(
-            &[
-                "ip",
-                "netns",
-                "exec",
-                &r,
-                "sysctl",
-                "-qw",
-                "net.ipv4.ip_forward=1",
-                "net.ipv6.conf.all.forwarding=1",
-            ],
-            Duration::from_secs(5),
-        );
-        ok(&fwd, "sysctl forwarding");
-        t
-    }
-
-    /// Detaches what a run left in R, then removes the namespaces (their
-    /// interfaces, and with them every attachment, go too).
-    fn remove(&self) {
-        if netns::exists(&self.ns("R")) {
-            let _ = pg_in(&self.ns("R"), &["router", "detach"]);
-        }
-        for n in ["A", "R", "B"] {
-            let _ = netns::delete(&self.ns(n));
-        }
-    }
-
-    fn ping(&self, dst: &str) -> bool {
-        sh(
-            &[
-                "ip",
-                "netns",
-                "exec",
-                &self.ns("A"),
-                "ping",
-                "-c",
-                "5",
-                "-i",
-                "0.2",
-                "-W",
-                "3",
-                dst,
-            ],
-            Duration::from_secs(10),
-        )
-        .status
-        .success()
-    }
-
-    /// Programs still on R's ports: (XDP prog id, tcx ingress count) each.
+impl RouterTopo for Topo {
     fn hooked(&self) -> Vec<(Option<u32>, u32)> {
         ["a1", "b0"]
             .iter()
@@ -372,16 +244,6 @@ fn sigkilled_attach_is_found_and_removed_by_detach_all() {
 }
 
 /// iperf3's bytes received, from its --json report.
-fn iperf_bytes(out: &Output) -> (u64, f64) {
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("iperf3 --json: {e}: {}", text(&out.stdout)));
-    let r = &v["end"]["sum_received"];
-    (
-        r["bytes"].as_u64().unwrap(),
-        r["bits_per_second"].as_f64().unwrap(),
-    )
-}
-
 /// TCP through the router at default offloads: with tc and auto the
 /// transfer completes at a real rate, and the router forwarded those
 /// bytes; explicit XDP warns, naming the peer's setting.
@@ -408,47 +270,8 @@ fn iperf3_tcp_through_the_tc_router() {
             ("2001:db8:2::1", "1"),
             ("2001:db8:2::1", "8"),
         ] {
-            let server = Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &t.ns("B"),
-                    "timeout",
-                    "20",
-                    "iperf3",
-                    "-s",
-                    "-1",
-                    "-p",
-                    "5301",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            std::thread::sleep(Duration::from_millis(300));
             let before = t.forwarded("a1");
-            let c = sh(
-                &[
-                    "ip",
-                    "netns",
-                    "exec",
-                    &t.ns("A"),
-                    "iperf3",
-                    "-c",
-                    dst,
-                    "-p",
-                    "5301",
-                    "-t",
-                    "2",
-                    "-P",
-                    streams,
-                    "--json",
-                ],
-                Duration::from_secs(15),
-            );
-            let mut server = server;
-            let _ = server.kill();
-            let _ = server.wait();
+            let c = t.iperf3(&["-c", dst, "-t", "2", "-P", streams]);
             ok(&c, &format!("iperf3 {hook} {dst} -P {streams}"));
             let (bytes, bps) = iperf_bytes(&c);
             let after = t.forwarded("a1");

@@ -1,10 +1,15 @@
-//! Shared by the `peregrine` binary's integration tests (cli, bench_smoke):
-//! running the binary, scratch directories, and a pair lab brought up from
-//! a topology file as a user would.
+//! Shared by the `peregrine` binary's integration tests: running the
+//! binary, scratch directories, a pair lab brought up from a topology file
+//! as a user would, and (for the tests outside labs) namespaces built with
+//! plain `ip` commands, veths at their default offloads, and commands run
+//! through `ip netns exec`.
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use peregrine_host::netns;
 
 /// The `peregrine` binary under test, without RUST_BACKTRACE (errors are
 /// checked as a user sees them).
@@ -62,4 +67,188 @@ pub fn pair_lab_up(name: &str) {
     let file = topology_file(&tmp(name), name, &pair_topology(name));
     let _ = run(&["lab", "down", name]);
     ok(&run(&["lab", "up", &file]), "lab up");
+}
+
+/// Runs a command to the end, bounded by `timeout` (killed after it).
+pub fn sh(args: &[&str], timeout: Duration) -> Output {
+    let mut c = Command::new("timeout");
+    c.arg("-s")
+        .arg("KILL")
+        .arg(format!("{}", timeout.as_secs().max(1)));
+    c.args(args);
+    c.env_remove("RUST_BACKTRACE");
+    c.output().expect("timeout(1) runs")
+}
+
+pub fn ip(args: &[&str]) {
+    let mut a = vec!["ip"];
+    a.extend_from_slice(args);
+    ok(&sh(&a, Duration::from_secs(10)), &a.join(" "));
+}
+
+/// `peregrine args` through `ip netns exec ns`, as a user would.
+pub fn pg_in(ns: &str, args: &[&str]) -> Output {
+    let bin = env!("CARGO_BIN_EXE_peregrine");
+    let mut a = vec!["ip", "netns", "exec", ns, bin];
+    a.extend_from_slice(args);
+    sh(&a, Duration::from_secs(30))
+}
+
+pub fn text(o: &[u8]) -> String {
+    String::from_utf8_lossy(o).into_owned()
+}
+
+/// Three namespaces A - R - B over two veth pairs, removed on drop (also
+/// what an earlier killed run of the same case left).
+pub struct Topo {
+    pub p: String,
+}
+
+impl Topo {
+    pub fn ns(&self, n: &str) -> String {
+        format!("{}-{n}", self.p)
+    }
+
+    pub fn up(p: &str) -> Topo {
+        let t = Topo { p: p.to_string() };
+        t.remove();
+        for n in ["A", "R", "B"] {
+            ip(&["netns", "add", &t.ns(n)]);
+            ip(&["-n", &t.ns(n), "link", "set", "lo", "up"]);
+        }
+        let (a, r, b) = (t.ns("A"), t.ns("R"), t.ns("B"));
+        ip(&[
+            "link", "add", "a0", "netns", &a, "type", "veth", "peer", "name", "a1", "netns", &r,
+        ]);
+        ip(&[
+            "link", "add", "b0", "netns", &r, "type", "veth", "peer", "name", "b1", "netns", &b,
+        ]);
+        for (ns, dev, v4, v6) in [
+            (&a, "a0", "198.18.1.1/24", "2001:db8:1::1/64"),
+            (&r, "a1", "198.18.1.2/24", "2001:db8:1::2/64"),
+            (&r, "b0", "198.18.2.2/24", "2001:db8:2::2/64"),
+            (&b, "b1", "198.18.2.1/24", "2001:db8:2::1/64"),
+        ] {
+            ip(&["-n", ns, "addr", "add", v4, "dev", dev]);
+            ip(&["-n", ns, "addr", "add", v6, "dev", dev, "nodad"]);
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+        }
+        ip(&["-n", &a, "route", "add", "default", "via", "198.18.1.2"]);
+        ip(&[
+            "-n",
+            &a,
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            "2001:db8:1::2",
+        ]);
+        ip(&["-n", &b, "route", "add", "default", "via", "198.18.2.2"]);
+        ip(&[
+            "-n",
+            &b,
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            "2001:db8:2::2",
+        ]);
+        let fwd = sh(
+            &[
+                "ip",
+                "netns",
+                "exec",
+                &r,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+                "net.ipv6.conf.all.forwarding=1",
+            ],
+            Duration::from_secs(5),
+        );
+        ok(&fwd, "sysctl forwarding");
+        t
+    }
+
+    /// Detaches what a run left in R, then removes the namespaces (their
+    /// interfaces, and with them every attachment, go too).
+    pub fn remove(&self) {
+        if netns::exists(&self.ns("R")) {
+            let _ = pg_in(&self.ns("R"), &["router", "detach"]);
+            for port in ["a1", "b0"] {
+                let _ = pg_in(&self.ns("R"), &["qos", "detach", port]);
+            }
+        }
+        for n in ["A", "R", "B"] {
+            let _ = netns::delete(&self.ns(n));
+        }
+    }
+
+    pub fn ping(&self, dst: &str) -> bool {
+        sh(
+            &[
+                "ip",
+                "netns",
+                "exec",
+                &self.ns("A"),
+                "ping",
+                "-c",
+                "5",
+                "-i",
+                "0.2",
+                "-W",
+                "3",
+                dst,
+            ],
+            Duration::from_secs(10),
+        )
+        .status
+        .success()
+    }
+
+    /// iperf3 from A (client, `args` after `iperf3`, `--json` added) to a
+    /// one-off server in B on port 5301; the client's output.
+    pub fn iperf3(&self, args: &[&str]) -> Output {
+        let server = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns("B"),
+                "timeout",
+                "30",
+                "iperf3",
+                "-s",
+                "-1",
+                "-p",
+                "5301",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let a = self.ns("A");
+        let mut full = vec!["ip", "netns", "exec", &a, "iperf3", "-p", "5301", "--json"];
+        full.extend_from_slice(args);
+        let c = sh(&full, Duration::from_secs(25));
+        let mut server = server;
+        let _ = server.kill();
+        let _ = server.wait();
+        c
+    }
+}
+
+/// (bytes, bit/s) the receiver got, from an iperf3 client's `--json`
+/// (`end.sum_received` for TCP, `end.sum` for UDP, whose loss the server
+/// reported back).
+pub fn iperf_bytes(out: &Output) -> (u64, f64) {
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("iperf3 --json: {e}: {}", text(&out.stdout)));
+    let r = &v["end"]["sum_received"];
+    (
+        r["bytes"].as_u64().unwrap(),
+        r["bits_per_second"].as_f64().unwrap(),
+    )
 }

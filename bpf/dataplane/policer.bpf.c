@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
+/* QoS policer at two hooks: XDP (`policer`) and tcx ingress (`policer_tc`),
+ * one police() for both, maps shared. A packet's fields (family, addresses,
+ * protocol, ports, DSCP) are matched against every rule by tuple-space
+ * search (policer_kern_user.h); the winning rule's meter says conform
+ * (pass on) or exceed (drop, or re-mark the DSCP and pass on).
+ *
+ * At tc the skb is metered whole: a GSO super-packet is charged all its
+ * bytes at once, so TCP with offloads is policed by what it really sends
+ * and keeps its GSO and checksum state (nothing here touches L4). tc passes
+ * on with TCX_NEXT, so a router attached after the policer on the same
+ * interface still runs.
+ *
+ * What cannot be matched is passed unmetered and counted: non-IP frames,
+ * frames whose IP header is cut short or inconsistent (the kernel judges
+ * those). IPv4 fragments other than the first carry no ports: they match
+ * rules that do not ask for ports. */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include "peregrine/hook.h"
+#include "peregrine/maps.h"
+#include "peregrine/parse.h"
+#include "peregrine/policer_kern_user.h"
+
+/* tcx: run the next program of the interface, then the stack
+ * (TCX_NEXT in newer headers; the same value as TC_ACT_UNSPEC). */
+#define POLICER_TC_NEXT TC_ACT_UNSPEC
+
+PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, POLICER_MAX_MASKS, __u32, struct policer_mask) policer_masks SEC(".maps");
+
+PEREGRINE_MAP_FLAGS(BPF_MAP_TYPE_HASH, POLICER_MAX_RULES, BPF_F_NO_PREALLOC, struct policer_key,
+		    struct policer_rule) policer_rules SEC(".maps");
+
+PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, POLICER_MAX_RULES, __u32, struct policer_state) policer_state SEC(".maps");
+
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct policer_totals) policer_totals SEC(".maps");
+
+/* Type anchors: make the skeleton carry these for user space. */
+struct policer_key policer_key_anchor;
+struct policer_mask policer_mask_anchor;
+struct policer_rule policer_rule_anchor;
+/* A pointer: a global holding a bpf_spin_lock would make .bss unmappable. */
+struct policer_state *policer_state_anchor;
+struct policer_counters policer_counters_anchor;
+struct policer_totals policer_totals_anchor;
+enum policer_limits policer_limits_anchor;
+enum policer_unit policer_unit_anchor;
+enum policer_exceed policer_exceed_anchor;
+
+/* Headers read: Ethernet, two tags, IPv4 with the longest options (or
+ * IPv6), the L4 ports. */
+#define POLICER_HEADERS (14 + 8 + 60 + 4)
+
+static __always_inline int verdict_pass(const int tc)
+{
+	return tc ? POLICER_TC_NEXT : XDP_PASS;
+}
+
+/* The rule of mask slot `i` that `pkt` matches, if it beats `best`. */
+static __always_inline struct policer_rule *try_mask(__u32 i, const struct policer_key *pkt,
+						     struct policer_rule *best)
+{
+	struct policer_mask *m = bpf_map_lookup_elem(&policer_masks, &i);
+	if (!m || !m->used)
+		return best;
+	struct policer_key k;
+	const __u32 *p = (const __u32 *)pkt, *b = (const __u32 *)&m->bits;
+	__u32 *o = (__u32 *)&k;
+#pragma unroll
+	for (int w = 0; w < sizeof(k) / 4; w++)
+		o[w] = p[w] & b[w];
+	k.mask_id = i;
+	struct policer_rule *r = bpf_map_lookup_elem(&policer_rules, &k);
+	if (r && (!best || r->priority < best->priority))
+		return r;
+	return best;
+}
+
+/* The best rule (lowest priority) whose mask and key match `pkt`: one
+ * try_mask per slot, spelled out (slot numbers are constants, so the
+ * verifier walks straight-line code instead of a loop whose counter it
+ * loses track of on the stack). */
+static __always_inline struct policer_rule *lookup(const struct policer_key *pkt)
+{
+	struct policer_rule *best = NULL;
+
+#define POLICER_TRY4(base)                                                     \
+	best = try_mask((base) + 0, pkt, best);                                \
+	best = try_mask((base) + 1, pkt, best);                                \
+	best = try_mask((base) + 2, pkt, best);                                \
+	best = try_mask((base) + 3, pkt, best);
+	POLICER_TRY4(0)
+	POLICER_TRY4(4)
+	POLICER_TRY4(8)
+	POLICER_TRY4(12)
+#undef POLICER_TRY4
+	_Static_assert(POLICER_MAX_MASKS == 16, "lookup() tries 16 mask slots");
+	return best;
+}
+
+/* Meters `len` bytes against `r`: 1 when they conform (the credit is
+ * spent), 0 when they exceed (nothing is spent). */
+static __always_inline int meter(const struct policer_rule *r, __u64 len)
+{
+	__u32 id = r->id;
+	struct policer_state *s = bpf_map_lookup_elem(&policer_state, &id);
+	if (!s)
+		return 1;
+	__u64 units = r->unit == POLICER_PACKETS ? 1 : len * 8;
+	__u64 inc = (units * r->cost) >> POLICER_COST_SHIFT;
+	__u64 tolerance = r->tolerance_ns;
+	__u64 now = bpf_ktime_get_ns();
+	int ok;
+
+	bpf_spin_lock(&s->lock);
+	__u64 tat = s->tat_ns > now ? s->tat_ns : now;
+	ok = tat + inc - now <= tolerance;
+	if (ok) {
+		s->tat_ns = tat + inc;
+		s->counters.conform_packets++;
+		s->counters.conform_bytes += len;
+	} else {
+		s->counters.exceed_packets++;
+		s->counters.exceed_bytes += len;
+	}
+	bpf_spin_unlock(&s->lock);
+	return ok;
+}
+
+/* Sets the DSCP of the IP header, keeping ECN; IPv4's header checksum is
+ * patched (the header's sum, and so a CHECKSUM_COMPLETE skb's, stays the
+ * same); an IPv6 skb's CHECKSUM_COMPLETE sum is told of the change. */
+static __always_inline void remark(void *ctx, const int tc, struct ip_hdr *l3, __u8 dscp)
+{
+	if (l3->family == 4) {
+		struct iphdr *ip = l3->v4;
+		__u16 *word = (__u16 *)ip;
+		__u16 old = *word;
+		ip->tos = (dscp << 2) | (ip->tos & 3);
+		__u32 sum = (__u16)~ip->check;
+		sum += (__u16)~old;
+		sum += *word;
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		ip->check = ~sum;
+	} else {
+		__u32 *word = (__u32 *)l3->v6;
+		__u32 old = *word;
+		/* version(4) | traffic class(8) | flow label(20); DSCP is the
+		 * class's upper six bits. */
+		__u32 host = bpf_ntohl(old);
+		host = (host & ~(0x3fu << 22)) | ((__u32)dscp << 22);
+		*word = bpf_htonl(host);
+		if (tc)
+			bpf_csum_update(ctx, csum_unword32(old) + csum_word32(*word));
+	}
+}
+
+static __always_inline int police(void *ctx, const int tc)
+{
+	struct policer_totals *t = map_first(&policer_totals);
+	struct policer_key key = {};
+	struct cursor c = hook_cursor(ctx, tc, POLICER_HEADERS);
+	__u64 len = hook_len(ctx, tc);
+
+	if (t)
+		t->packets++;
+
+	struct ethhdr *eth;
+	struct ip_hdr l3;
+	int vlans;
+	int proto = parse_eth(&c, &eth, &vlans);
+	if (proto < 0) {
+		if (t)
+			t->malformed++;
+		return verdict_pass(tc);
+	}
+	int l4 = parse_ip(&c, proto, &l3);
+	if (l4 == PARSE_NOT_IP) {
+		if (t)
+			t->not_ip++;
+		return verdict_pass(tc);
+	}
+	if (l4 < 0) {
+		if (t)
+			t->malformed++;
+		return verdict_pass(tc);
+	}
+	key.family = l3.family;
+	key.proto = l4;
+	if (l3.family == 4) {
+		struct iphdr *ip = l3.v4;
+		key.dscp = ip->tos >> 2;
+		__builtin_memcpy(key.src, &ip->saddr, 4);
+		__builtin_memcpy(key.dst, &ip->daddr, 4);
+	} else {
+		struct ipv6hdr *ip6 = l3.v6;
+		key.dscp = (ip6->priority << 2) | (ip6->flow_lbl[0] >> 6);
+		__builtin_memcpy(key.src, &ip6->saddr, 16);
+		__builtin_memcpy(key.dst, &ip6->daddr, 16);
+	}
+	if (!ip_is_fragment(&l3) || !(l3.v4->frag_off & bpf_htons(IP_OFFSET))) {
+		struct l4_ports *ports = parse_ports(&c, l4);
+		if (ports) {
+			key.sport = ports->source;
+			key.dport = ports->dest;
+		}
+	}
+
+	struct policer_rule *r = lookup(&key);
+	if (!r) {
+		if (t)
+			t->unmatched++;
+		return verdict_pass(tc);
+	}
+	if (meter(r, len))
+		return verdict_pass(tc);
+	if (r->exceed == POLICER_EXCEED_REMARK) {
+		remark(ctx, tc, &l3, r->remark_dscp);
+		return verdict_pass(tc);
+	}
+	return hook_drop(tc);
+}
+
+SEC("xdp")
+int policer(struct xdp_md *ctx)
+{
+	return police(ctx, 0);
+}
+
+SEC("tc")
+int policer_tc(struct __sk_buff *ctx)
+{
+	return police(ctx, 1);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

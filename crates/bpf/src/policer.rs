@@ -1,0 +1,1159 @@
+//! Control side of `bpf/dataplane/policer.bpf.c`: the QoS policer (one
+//! loaded object with an XDP and a tc program sharing every map), its rules
+//! as users write them, and every change and read of its maps, whether the
+//! maps come from a program just loaded or from pins another process made.
+use std::net::IpAddr;
+use std::path::Path;
+
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use peregrine_wire::Prefix;
+
+use crate::error::{BpfError, Result};
+use crate::link::{Hook, Link};
+use crate::loader::{open_and_load, Loaded};
+use crate::pod::Pod;
+use crate::skel::policer::types::{
+    policer_exceed, policer_key, policer_limits, policer_mask, policer_rule, policer_state,
+    policer_unit,
+};
+use crate::skel::policer::{PolicerSkel, PolicerSkelBuilder};
+
+pub use crate::skel::policer::types::{
+    policer_counters as RuleCounters, policer_totals as PolicerTotals,
+};
+
+pub const MAX_RULES: u32 = policer_limits::POLICER_MAX_RULES.0;
+pub const MAX_MASKS: u32 = policer_limits::POLICER_MAX_MASKS.0;
+const COST_SHIFT: u32 = policer_limits::POLICER_COST_SHIFT.0;
+
+/// The names of the policer's maps, which are also their pins' names.
+pub const MAP_NAMES: [&str; 4] = [
+    "policer_masks",
+    "policer_rules",
+    "policer_state",
+    "policer_totals",
+];
+
+/// What a rule matches; `None` matches anything. Ports need `proto` TCP or
+/// UDP; prefixes say the family.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Match {
+    pub family: Option<u8>,
+    pub src: Option<Prefix>,
+    pub dst: Option<Prefix>,
+    pub proto: Option<u8>,
+    pub sport: Option<u16>,
+    pub dport: Option<u16>,
+    pub dscp: Option<u8>,
+}
+
+/// A rate: of Ethernet frame bits (header included, no FCS or preamble) or
+/// of packets, per second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    Bits(u64),
+    Packets(u64),
+}
+
+/// What a packet that exceeds its rule's rate gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Exceed {
+    #[default]
+    Drop,
+    /// Its DSCP set to this value, then passed on.
+    Remark(u8),
+}
+
+/// One rule: match, meter (rate and burst: bytes for a bit rate, packets
+/// for a packet rate), what happens on exceed, and its priority among
+/// rules that match the same packet (lower wins).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub matches: Match,
+    pub rate: Rate,
+    pub burst: u64,
+    pub exceed: Exceed,
+    pub priority: u32,
+}
+
+fn invalid(msg: String) -> BpfError {
+    BpfError::Invalid(msg)
+}
+
+fn family_of(a: &IpAddr) -> u8 {
+    if a.is_ipv4() {
+        4
+    } else {
+        6
+    }
+}
+
+/// Sets the first `bits` bits of `out` (a prefix mask).
+fn prefix_bits(out: &mut [u8; 16], bits: u8) {
+    for (i, b) in out.iter_mut().enumerate() {
+        let left = (bits as usize).saturating_sub(i * 8).min(8);
+        *b = if left == 0 { 0 } else { 0xffu8 << (8 - left) };
+    }
+}
+
+fn addr_bytes(a: &IpAddr) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    match a {
+        IpAddr::V4(v4) => out[..4].copy_from_slice(&v4.octets()),
+        IpAddr::V6(v6) => out = v6.octets(),
+    }
+    out
+}
+
+impl Match {
+    /// The family the match implies (its prefixes' or its own), after the
+    /// checks of `check`.
+    fn family(&self) -> Option<u8> {
+        self.family
+            .or(self.src.map(|p| family_of(&p.addr)))
+            .or(self.dst.map(|p| family_of(&p.addr)))
+    }
+
+    /// Refuses what could never match or is out of range, naming it.
+    pub fn check(&self) -> Result<()> {
+        if let Some(f) = self.family {
+            if f != 4 && f != 6 {
+                return Err(invalid(format!("family {f}: expected 4 or 6")));
+            }
+        }
+        let mut fam = self.family;
+        for (what, p) in [("source", self.src), ("destination", self.dst)] {
+            let Some(Prefix { addr, len }) = p else {
+                continue;
+            };
+            let f = family_of(&addr);
+            let max = if f == 4 { 32 } else { 128 };
+            if len > max {
+                return Err(invalid(format!(
+                    "{what} prefix {addr}/{len}: longer than {max} bits"
+                )));
+            }
+            if fam.is_some_and(|g| g != f) {
+                return Err(invalid(format!(
+                    "{what} prefix {addr}/{len} is IPv{f}, the rule's other addresses are IPv{}",
+                    fam.unwrap_or(0)
+                )));
+            }
+            fam = Some(f);
+        }
+        if (self.sport.is_some() || self.dport.is_some()) && !matches!(self.proto, Some(6 | 17)) {
+            return Err(invalid(
+                "ports match only TCP or UDP: give proto = \"tcp\" or \"udp\"".into(),
+            ));
+        }
+        if let Some(d) = self.dscp {
+            if d > 63 {
+                return Err(invalid(format!("DSCP {d}: at most 63")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The mask (which bits are compared) and the key (the values, already
+    /// masked) of this match.
+    fn mask_and_key(&self) -> (policer_key, policer_key) {
+        let mut m = policer_key::default();
+        let mut k = policer_key::default();
+        if let Some(f) = self.family() {
+            m.family = 0xff;
+            k.family = f;
+        }
+        if let Some(p) = self.proto {
+            m.proto = 0xff;
+            k.proto = p;
+        }
+        if let Some(d) = self.dscp {
+            m.dscp = 0xff;
+            k.dscp = d;
+        }
+        if let Some(p) = self.sport {
+            m.sport = 0xffff;
+            k.sport = p.to_be();
+        }
+        if let Some(p) = self.dport {
+            m.dport = 0xffff;
+            k.dport = p.to_be();
+        }
+        for (p, mask, key) in [
+            (self.src, &mut m.src, &mut k.src),
+            (self.dst, &mut m.dst, &mut k.dst),
+        ] {
+            if let Some(Prefix { addr, len }) = p {
+                prefix_bits(mask, len);
+                let a = addr_bytes(&addr);
+                for i in 0..16 {
+                    key[i] = a[i] & mask[i];
+                }
+            }
+        }
+        (m, k)
+    }
+}
+
+impl Rule {
+    /// The settings the program's meter reads: nanoseconds per unit
+    /// (fixed point) and the burst as nanoseconds of rate.
+    fn meter(&self) -> Result<policer_rule> {
+        let (unit, per_second, ns_per_unit_of_burst) = match self.rate {
+            // A bit rate meters bits; its burst is given in bytes.
+            Rate::Bits(bps) => (policer_unit::POLICER_BITS, bps, 8u64),
+            Rate::Packets(pps) => (policer_unit::POLICER_PACKETS, pps, 1u64),
+        };
+        match self.rate {
+            Rate::Bits(b) if !(1_000..=1_000_000_000_000).contains(&b) => {
+                return Err(invalid(format!(
+                    "rate {b} bit/s: between 1 kbit/s and 1 Tbit/s"
+                )))
+            }
+            Rate::Packets(p) if !(1..=1_000_000_000).contains(&p) => {
+                return Err(invalid(format!(
+                    "rate {p} packets/s: between 1 and 1,000,000,000"
+                )))
+            }
+            _ => {}
+        }
+        if self.burst == 0 {
+            return Err(invalid(
+                "burst 0: a rule must let at least one packet through".into(),
+            ));
+        }
+        let cost = ((1_000_000_000u128 << COST_SHIFT) / u128::from(per_second)) as u64;
+        let tolerance =
+            (u128::from(self.burst) * u128::from(ns_per_unit_of_burst) * u128::from(cost))
+                >> COST_SHIFT;
+        let tolerance_ns = u64::try_from(tolerance)
+            .map_err(|_| invalid(format!("burst {}: too large for this rate", self.burst)))?;
+        let (exceed, remark_dscp) = match self.exceed {
+            Exceed::Drop => (policer_exceed::POLICER_EXCEED_DROP, 0),
+            Exceed::Remark(d) if d > 63 => {
+                return Err(invalid(format!("re-mark to DSCP {d}: at most 63")))
+            }
+            Exceed::Remark(d) => (policer_exceed::POLICER_EXCEED_REMARK, d),
+        };
+        Ok(policer_rule {
+            priority: self.priority,
+            unit: unit.0 as u8,
+            exceed: exceed.0 as u8,
+            remark_dscp,
+            cost,
+            tolerance_ns,
+            ..Default::default()
+        })
+    }
+
+    /// Everything `check` refuses about the rule, as one line.
+    pub fn check(&self) -> Result<()> {
+        self.matches.check()?;
+        self.meter().map(|_| ())
+    }
+}
+
+/// A rule as it sits in the maps: its id (the index of its meter and
+/// counters), what it matches (mask, key) and its meter settings.
+#[derive(Debug, Clone, Copy)]
+pub struct InstalledRule {
+    pub id: u32,
+    pub priority: u32,
+    mask: policer_key,
+    key: policer_key,
+    meter: policer_rule,
+}
+
+impl InstalledRule {
+    /// The rule's match, read back from its mask and key.
+    pub fn matches(&self) -> Match {
+        let (m, k) = (&self.mask, &self.key);
+        let prefix = |mask: &[u8; 16], key: &[u8; 16], fam: u8| -> Option<Prefix> {
+            let bits: u32 = mask.iter().map(|b| b.count_ones()).sum();
+            if bits == 0 {
+                return None;
+            }
+            let addr = if fam == 4 {
+                IpAddr::from(<[u8; 4]>::try_from(&key[..4]).expect("4 bytes"))
+            } else {
+                IpAddr::from(*key)
+            };
+            Some(Prefix {
+                addr,
+                len: bits as u8,
+            })
+        };
+        let fam = if m.family != 0 { k.family } else { 0 };
+        Match {
+            family: (m.family != 0).then_some(k.family),
+            src: prefix(&m.src, &k.src, fam),
+            dst: prefix(&m.dst, &k.dst, fam),
+            proto: (m.proto != 0).then_some(k.proto),
+            sport: (m.sport != 0).then_some(u16::from_be(k.sport)),
+            dport: (m.dport != 0).then_some(u16::from_be(k.dport)),
+            dscp: (m.dscp != 0).then_some(k.dscp),
+        }
+    }
+
+    /// The rate, burst and exceed action, read back.
+    pub fn meter(&self) -> (Rate, u64, Exceed) {
+        let per_second =
+            ((1_000_000_000u128 << COST_SHIFT) / u128::from(self.meter.cost.max(1))) as u64;
+        let (rate, per) = if self.meter.unit == policer_unit::POLICER_PACKETS.0 as u8 {
+            (Rate::Packets(per_second), 1u128)
+        } else {
+            (Rate::Bits(per_second), 8u128)
+        };
+        let units = (u128::from(self.meter.tolerance_ns) << COST_SHIFT)
+            / u128::from(self.meter.cost.max(1))
+            / per;
+        let exceed = if self.meter.exceed == policer_exceed::POLICER_EXCEED_REMARK.0 as u8 {
+            Exceed::Remark(self.meter.remark_dscp)
+        } else {
+            Exceed::Drop
+        };
+        (rate, units as u64, exceed)
+    }
+}
+
+/// The policer's maps, from a loaded program or from pins. Every change and
+/// read of the rules goes through here, so the rules a file installs and
+/// those `qos rule add` adds later follow one set of invariants: a rule's
+/// mask is in the mask table before the rule, and leaves it after the last
+/// rule using it; a rule's meter and counters start at zero.
+pub struct PolicerMaps {
+    masks: MapHandle,
+    rules: MapHandle,
+    state: MapHandle,
+    totals: MapHandle,
+}
+
+fn libbpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> BpfError {
+    BpfError::libbpf(what)
+}
+
+impl PolicerMaps {
+    /// The maps pinned in `dir` (by `pin`).
+    pub fn open_pinned(dir: &Path) -> Result<PolicerMaps> {
+        let open = |name: &str| {
+            let path = dir.join(name);
+            MapHandle::from_pinned_path(&path).map_err(libbpf(format!(
+                "opening {} (is a policer attached?)",
+                path.display()
+            )))
+        };
+        Ok(PolicerMaps {
+            masks: open(MAP_NAMES[0])?,
+            rules: open(MAP_NAMES[1])?,
+            state: open(MAP_NAMES[2])?,
+            totals: open(MAP_NAMES[3])?,
+        })
+    }
+
+    /// Pins every map in `dir`, under its own name.
+    pub fn pin(&mut self, dir: &Path) -> Result<()> {
+        for (map, name) in [
+            &mut self.masks,
+            &mut self.rules,
+            &mut self.state,
+            &mut self.totals,
+        ]
+        .into_iter()
+        .zip(MAP_NAMES)
+        {
+            let path = dir.join(name);
+            let _ = std::fs::remove_file(&path);
+            map.pin(&path)
+                .map_err(libbpf(format!("pinning {}", path.display())))?;
+        }
+        Ok(())
+    }
+
+    /// The mask table: (slot, mask) of each slot in use.
+    fn masks(&self) -> Result<Vec<(u32, policer_key)>> {
+        let mut out = Vec::new();
+        for slot in 0..MAX_MASKS {
+            let v = self
+                .masks
+                .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+                .map_err(libbpf("reading the policer's masks"))?
+                .and_then(|b| policer_mask::from_bytes(&b))
+                .unwrap_or_default();
+            if v.used != 0 {
+                out.push((slot, v.bits));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every installed rule, by id.
+    pub fn rules(&self) -> Result<Vec<InstalledRule>> {
+        let masks = self.masks()?;
+        let mut out = Vec::new();
+        for kb in self.rules.keys() {
+            let Some(key) = policer_key::from_bytes(&kb) else {
+                continue;
+            };
+            let Some(meter) = self
+                .rules
+                .lookup(&kb, MapFlags::ANY)
+                .map_err(libbpf("reading the policer's rules"))?
+                .and_then(|b| policer_rule::from_bytes(&b))
+            else {
+                continue;
+            };
+            let mask = masks
+                .iter()
+                .find(|(s, _)| *s == key.mask_id)
+                .map(|(_, m)| *m)
+                .unwrap_or_default();
+            out.push(InstalledRule {
+                id: meter.id,
+                priority: meter.priority,
+                mask,
+                key,
+                meter,
+            });
+        }
+        out.sort_by_key(|r| r.id);
+        Ok(out)
+    }
+
+    /// Installs `rules` into maps that hold none yet (a program just
+    /// loaded), with ids 0, 1, ... in order. Checks every rule and the mask
+    /// count before writing anything.
+    pub fn install_fresh(&self, rules: &[Rule]) -> Result<()> {
+        if rules.len() > MAX_RULES as usize {
+            return Err(invalid(format!(
+                "{} rules: the policer holds at most {MAX_RULES}",
+                rules.len()
+            )));
+        }
+        let mut masks: Vec<policer_key> = Vec::new();
+        let mut entries = Vec::with_capacity(rules.len());
+        let mut seen = std::collections::HashSet::new();
+        for (i, r) in rules.iter().enumerate() {
+            let mut meter = r
+                .meter()
+                .map_err(|e| invalid(format!("rule {}: {e}", i + 1)))?;
+            r.matches
+                .check()
+                .map_err(|e| invalid(format!("rule {}: {e}", i + 1)))?;
+            let (mask, mut key) = r.matches.mask_and_key();
+            let slot = match masks.iter().position(|m| m.as_bytes() == mask.as_bytes()) {
+                Some(s) => s,
+                None if masks.len() < MAX_MASKS as usize => {
+                    masks.push(mask);
+                    masks.len() - 1
+                }
+                None => {
+                    return Err(invalid(format!(
+                        "rule {}: more than {MAX_MASKS} distinct match shapes (which fields and \
+                         prefix lengths a rule compares); rules must share them",
+                        i + 1
+                    )))
+                }
+            };
+            key.mask_id = slot as u32;
+            if !seen.insert(key.as_bytes().to_vec()) {
+                return Err(invalid(format!(
+                    "rule {}: matches exactly what an earlier rule matches",
+                    i + 1
+                )));
+            }
+            meter.id = i as u32;
+            entries.push((key, meter));
+        }
+        for (slot, mask) in masks.iter().enumerate() {
+            self.set_mask(slot as u32, Some(mask))?;
+        }
+        for (key, meter) in &entries {
+            self.rules
+                .update(key.as_bytes(), meter.as_bytes(), MapFlags::NO_EXIST)
+                .map_err(libbpf(format!("adding policer rule {}", meter.id)))?;
+        }
+        Ok(())
+    }
+
+    fn set_mask(&self, slot: u32, mask: Option<&policer_key>) -> Result<()> {
+        let v = policer_mask {
+            used: u32::from(mask.is_some()),
+            bits: mask.copied().unwrap_or_default(),
+            ..Default::default()
+        };
+        self.masks
+            .update(&slot.to_ne_bytes(), v.as_bytes(), MapFlags::ANY)
+            .map_err(libbpf("writing the policer's mask table"))
+    }
+
+    /// Adds one rule to a running policer; returns its id. Nothing changes
+    /// when it is refused.
+    pub fn add(&self, rule: &Rule) -> Result<u32> {
+        let mut meter = rule.meter()?;
+        rule.matches.check()?;
+        let installed = self.rules()?;
+        if installed.len() >= MAX_RULES as usize {
+            return Err(invalid(format!(
+                "the policer already holds {MAX_RULES} rules"
+            )));
+        }
+        let (mask, mut key) = rule.matches.mask_and_key();
+        let masks = self.masks()?;
+        let slot = match masks.iter().find(|(_, m)| m.as_bytes() == mask.as_bytes()) {
+            Some((s, _)) => *s,
+            None => {
+                let free = (0..MAX_MASKS)
+                    .find(|s| !masks.iter().any(|(u, _)| u == s))
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "the policer already uses {MAX_MASKS} distinct match shapes; this \
+                             rule needs another"
+                        ))
+                    })?;
+                self.set_mask(free, Some(&mask))?;
+                free
+            }
+        };
+        key.mask_id = slot;
+        let mut used: Vec<u32> = installed.iter().map(|r| r.id).collect();
+        used.sort_unstable();
+        let id = (0u32..)
+            .zip(&used)
+            .find(|(i, u)| i != *u)
+            .map_or(used.len() as u32, |(i, _)| i);
+        meter.id = id;
+        // A new rule's meter starts full and its counters at zero.
+        self.state
+            .update(
+                &id.to_ne_bytes(),
+                policer_state::default().as_bytes(),
+                MapFlags::LOCK,
+            )
+            .map_err(libbpf(format!("resetting the meter of rule {id}")))?;
+        if let Err(e) = self
+            .rules
+            .update(key.as_bytes(), meter.as_bytes(), MapFlags::NO_EXIST)
+        {
+            self.release_mask(slot)?;
+            return Err(if e.kind() == libbpf_rs::ErrorKind::AlreadyExists {
+                invalid("a rule with exactly this match is already installed".into())
+            } else {
+                BpfError::libbpf("adding a policer rule")(e)
+            });
+        }
+        Ok(id)
+    }
+
+    /// Frees mask `slot` when no rule uses it any more.
+    fn release_mask(&self, slot: u32) -> Result<()> {
+        if self.rules()?.iter().all(|r| r.key.mask_id != slot) {
+            self.set_mask(slot, None)?;
+        }
+        Ok(())
+    }
+
+    /// Removes rule `id` from a running policer.
+    pub fn remove(&self, id: u32) -> Result<()> {
+        let rule = self
+            .rules()?
+            .into_iter()
+            .find(|r| r.id == id)
+            .ok_or_else(|| invalid(format!("no policer rule {id}")))?;
+        self.rules
+            .delete(rule.key.as_bytes())
+            .map_err(libbpf(format!("removing policer rule {id}")))?;
+        self.release_mask(rule.key.mask_id)
+    }
+
+    /// Rule `id`'s counters, read under its meter's lock (one consistent
+    /// snapshot).
+    pub fn counters(&self, id: u32) -> Result<RuleCounters> {
+        Ok(self
+            .state
+            .lookup(&id.to_ne_bytes(), MapFlags::LOCK)
+            .map_err(libbpf(format!("reading the counters of rule {id}")))?
+            .and_then(|b| policer_state::from_bytes(&b))
+            .unwrap_or_default()
+            .counters)
+    }
+
+    /// The program's own counters, summed over CPUs.
+    pub fn totals(&self) -> Result<PolicerTotals> {
+        crate::maps::read_per_cpu(&self.totals, &0u32.to_ne_bytes())
+    }
+}
+
+/// The loaded policer: one object, an XDP and a tc program, shared maps.
+pub struct PolicerProgram {
+    skel: Loaded<PolicerSkel<'static>>,
+}
+
+impl PolicerProgram {
+    pub fn load() -> Result<PolicerProgram> {
+        let skel = open_and_load::<PolicerSkelBuilder>("policer.bpf.o", |_| Ok(()))?;
+        Ok(PolicerProgram { skel })
+    }
+
+    /// The program for `hook`: `policer` at XDP, `policer_tc` at tcx.
+    pub fn prog(&self, hook: Hook) -> &libbpf_rs::ProgramMut<'static> {
+        match hook {
+            Hook::Xdp(_) => &self.skel.progs.policer,
+            Hook::Tcx(_) => &self.skel.progs.policer_tc,
+        }
+    }
+
+    pub fn attach(&self, iface: &str, hook: Hook) -> Result<Link> {
+        Link::attach(self.prog(hook), iface, hook)
+    }
+
+    /// Handles on this program's maps (they stay valid after it is dropped
+    /// while pinned or attached).
+    pub fn maps(&self) -> Result<PolicerMaps> {
+        let m = &self.skel.maps;
+        let handle = |map: &libbpf_rs::MapMut<'static>| {
+            MapHandle::try_from(map).map_err(libbpf("taking a handle of a policer map"))
+        };
+        Ok(PolicerMaps {
+            masks: handle(&m.policer_masks)?,
+            rules: handle(&m.policer_rules)?,
+            state: handle(&m.policer_state)?,
+            totals: handle(&m.policer_totals)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod fixtures {
+    use super::*;
+    use crate::fixture::frames::{
+        arp_request, garbage, ip4_fragment, ip_first_byte, udp_ports, vlan, with_dscp,
+    };
+    use crate::fixture::{
+        assert_passed, check_table, skb_runnable, truncations, Case, Expect, Fixture, TcAction,
+        Verdict,
+    };
+    use crate::testing::privileged;
+    use crate::XdpAction;
+    use crate::XdpMode;
+    use peregrine_wire::{ethertype, MacAddr};
+
+    /// What a frame moved: the winning rule's conform and exceed packets
+    /// and bytes, and the program's unmatched, not-IP and malformed counts.
+    type Effect = [u64; 7];
+
+    fn state(maps: &PolicerMaps, id: u32) -> Effect {
+        let c = maps.counters(id).unwrap();
+        let t = maps.totals().unwrap();
+        [
+            c.conform_packets,
+            c.conform_bytes,
+            c.exceed_packets,
+            c.exceed_bytes,
+            t.unmatched,
+            t.not_ip,
+            t.malformed,
+        ]
+    }
+
+    fn moved(b: &Effect, a: &Effect) -> Effect {
+        std::array::from_fn(|i| a[i] - b[i])
+    }
+
+    fn conform(len: usize) -> Effect {
+        [1, len as u64, 0, 0, 0, 0, 0]
+    }
+    fn exceed(len: usize) -> Effect {
+        [0, 0, 1, len as u64, 0, 0, 0]
+    }
+    const UNMATCHED: Effect = [0, 0, 0, 0, 1, 0, 0];
+    const NOT_IP: Effect = [0, 0, 0, 0, 0, 1, 0];
+    const MALFORMED: Effect = [0, 0, 0, 0, 0, 0, 1];
+
+    /// The hook's verdicts: (pass on, drop).
+    fn verdicts(tc: bool) -> (Verdict, Verdict) {
+        if tc {
+            (TcAction::Next.into(), TcAction::Shot.into())
+        } else {
+            (XdpAction::Pass.into(), XdpAction::Drop.into())
+        }
+    }
+
+    fn udp_to(dst: &str, dport: u16) -> Vec<u8> {
+        let src = if dst.contains(':') {
+            "2001:db8::1"
+        } else {
+            "198.18.0.1"
+        };
+        udp_ports((src, dst), (1000, dport), 100, b"policed")
+    }
+
+    /// 1 kbit/s: a frame's worth of credit takes ~0.5 s to come back, so
+    /// back-to-back runs see the burst edge exactly.
+    fn slow(matches: Match, burst_bytes: u64, exceed: Exceed, priority: u32) -> Rule {
+        Rule {
+            matches,
+            rate: Rate::Bits(1_000),
+            burst: burst_bytes,
+            exceed,
+            priority,
+        }
+    }
+
+    fn udp9(dst: (&str, u8)) -> Match {
+        Match {
+            dst: Some(format!("{}/{}", dst.0, dst.1).parse().unwrap()),
+            proto: Some(17),
+            dport: Some(9),
+            ..Default::default()
+        }
+    }
+
+    fn run(tc: bool, rules: &[Rule], watch: u32, cases: Vec<Case<Effect>>) {
+        let p = PolicerProgram::load().unwrap();
+        let maps = p.maps().unwrap();
+        maps.install_fresh(rules).unwrap();
+        let hook = if tc {
+            Hook::Tcx(crate::TcxDirection::Ingress)
+        } else {
+            Hook::Xdp(XdpMode::Native)
+        };
+        let cases: Vec<_> = cases
+            .into_iter()
+            .filter(|c| !tc || skb_runnable(&c.fixture.input))
+            .collect();
+        let bad = check_table(p.prog(hook), &cases, || state(&maps, watch), moved);
+        assert_passed(if tc { "policer_tc" } else { "policer" }, &bad);
+    }
+
+    /// A burst of exactly three frames passes, the fourth exceeds and is
+    /// dropped (nothing spent on it), at both hooks.
+    #[test]
+    fn burst_edge_conform_then_exceed() {
+        if !privileged("burst_edge_conform_then_exceed") {
+            return;
+        }
+        for tc in [false, true] {
+            let (pass, drop) = verdicts(tc);
+            let f = udp_to("198.19.0.1", 9);
+            let n = f.len();
+            let rule = slow(udp9(("198.19.0.0", 16)), 3 * n as u64, Exceed::Drop, 0);
+            let mut cases: Vec<_> = (1..=3)
+                .map(|i| {
+                    Case::new(
+                        Fixture::new(
+                            format!("frame {i} within the burst"),
+                            f.clone(),
+                            pass,
+                            Expect::Unchanged,
+                        ),
+                        conform(n),
+                    )
+                })
+                .collect();
+            for i in 4..=5 {
+                cases.push(Case::new(
+                    Fixture::new(
+                        format!("frame {i} beyond it"),
+                        f.clone(),
+                        drop,
+                        Expect::Unchanged,
+                    ),
+                    exceed(n),
+                ));
+            }
+            run(tc, &[rule], 0, cases);
+        }
+    }
+
+    /// A packet rate counts packets whatever their size.
+    #[test]
+    fn packet_rate_counts_packets() {
+        if !privileged("packet_rate_counts_packets") {
+            return;
+        }
+        for tc in [false, true] {
+            let (pass, drop) = verdicts(tc);
+            let small = udp_to("198.19.0.1", 9);
+            let big = udp_ports(("198.18.0.1", "198.19.0.1"), (1000, 9), 1400, b"x");
+            let rule = Rule {
+                matches: udp9(("198.19.0.1", 32)),
+                rate: Rate::Packets(1),
+                burst: 2,
+                exceed: Exceed::Drop,
+                priority: 0,
+            };
+            let cases = vec![
+                Case::new(
+                    Fixture::new("big", big.clone(), pass, Expect::Unchanged),
+                    conform(big.len()),
+                ),
+                Case::new(
+                    Fixture::new("small", small.clone(), pass, Expect::Unchanged),
+                    conform(small.len()),
+                ),
+                Case::new(
+                    Fixture::new("third", small.clone(), drop, Expect::Unchanged),
+                    exceed(small.len()),
+                ),
+            ];
+            run(tc, &[rule], 0, cases);
+        }
+    }
+
+    /// Exceeding frames of a re-marking rule pass with the new DSCP (IPv4
+    /// checksum patched to what a fresh header would have; IPv6's traffic
+    /// class changed, flow label kept).
+    #[test]
+    fn exceed_remarks_dscp() {
+        if !privileged("exceed_remarks_dscp") {
+            return;
+        }
+        for tc in [false, true] {
+            let (pass, _) = verdicts(tc);
+            for dst in ["198.19.0.1", "2001:db8:2::1"] {
+                let f = with_dscp(&udp_to(dst, 9), 10);
+                let n = f.len();
+                let plen = if dst.contains(':') { 128 } else { 32 };
+                let rule = slow(udp9((dst, plen)), n as u64, Exceed::Remark(46), 0);
+                let cases = vec![
+                    Case::new(
+                        Fixture::new(
+                            format!("{dst} conforms"),
+                            f.clone(),
+                            pass,
+                            Expect::Unchanged,
+                        ),
+                        conform(n),
+                    ),
+                    Case::new(
+                        Fixture::new(
+                            format!("{dst} re-marked"),
+                            f.clone(),
+                            pass,
+                            Expect::Frame(with_dscp(&f, 46)),
+                        ),
+                        exceed(n),
+                    ),
+                ];
+                run(tc, &[rule], 0, cases);
+            }
+        }
+    }
+
+    /// Of overlapping rules the lowest priority wins, whatever the order of
+    /// their masks; a DSCP match sees the frame's DSCP.
+    #[test]
+    fn lowest_priority_wins_and_dscp_matches() {
+        if !privileged("lowest_priority_wins_and_dscp_matches") {
+            return;
+        }
+        let f = udp_to("198.19.0.1", 9);
+        let n = f.len();
+        let wide = Rule {
+            rate: Rate::Bits(1_000_000_000),
+            burst: 1 << 20,
+            ..slow(udp9(("198.19.0.0", 16)), 0, Exceed::Drop, 10)
+        };
+        let narrow = slow(udp9(("198.19.0.1", 32)), n as u64, Exceed::Drop, 1);
+        let ef = slow(
+            Match {
+                dscp: Some(46),
+                family: Some(4),
+                ..Default::default()
+            },
+            n as u64,
+            Exceed::Drop,
+            0,
+        );
+        for tc in [false, true] {
+            let (pass, drop) = verdicts(tc);
+            // Watch the narrow rule (id 1): it wins over the wide one.
+            let cases = vec![
+                Case::new(
+                    Fixture::new("narrow conforms", f.clone(), pass, Expect::Unchanged),
+                    conform(n),
+                ),
+                Case::new(
+                    Fixture::new("narrow exceeds", f.clone(), drop, Expect::Unchanged),
+                    exceed(n),
+                ),
+                // DSCP 46: the EF rule (priority 0) takes it, not rule 1.
+                Case::new(
+                    Fixture::new("EF frame", with_dscp(&f, 46), pass, Expect::Unchanged),
+                    [0; 7],
+                ),
+                Case::new(
+                    Fixture::new(
+                        "other port: no rule",
+                        udp_to("198.19.0.1", 10),
+                        pass,
+                        Expect::Unchanged,
+                    ),
+                    UNMATCHED,
+                ),
+            ];
+            run(tc, &[wide.clone(), narrow.clone(), ef.clone()], 1, cases);
+        }
+    }
+
+    /// Frames the policer cannot judge pass unmetered and are counted:
+    /// non-IP, cut inside Ethernet or the IP header, a bad version or IHL;
+    /// cut inside the ports they match no port rule; tagged frames and
+    /// first fragments are policed, later fragments match no port rule.
+    #[test]
+    fn malformed_and_unmatched_frames_pass_counted() {
+        if !privileged("malformed_and_unmatched_frames_pass_counted") {
+            return;
+        }
+        for tc in [false, true] {
+            let (pass, _) = verdicts(tc);
+            for dst in ["198.19.0.1", "2001:db8:2::1"] {
+                let f = udp_to(dst, 9);
+                let ip_end = 14 + if dst.contains(':') { 40 } else { 20 };
+                let plen = if dst.contains(':') { 128 } else { 32 };
+                // A rule generous enough that every whole frame conforms.
+                let rule = Rule {
+                    rate: Rate::Bits(1_000_000_000),
+                    burst: 1 << 20,
+                    ..slow(udp9((dst, plen)), 0, Exceed::Drop, 0)
+                };
+                let mut cases = vec![
+                    Case::new(
+                        Fixture::new("whole", f.clone(), pass, Expect::Unchanged),
+                        conform(f.len()),
+                    ),
+                    Case::new(
+                        Fixture::new(
+                            "tagged",
+                            vlan(&f, ethertype::VLAN, 7),
+                            pass,
+                            Expect::Unchanged,
+                        ),
+                        conform(f.len() + 4),
+                    ),
+                    Case::new(
+                        Fixture::new(
+                            "arp",
+                            arp_request(
+                                MacAddr([2, 0, 0, 0, 0, 1]),
+                                "198.18.0.1".parse().unwrap(),
+                                "198.18.0.2".parse().unwrap(),
+                            ),
+                            pass,
+                            Expect::Unchanged,
+                        ),
+                        NOT_IP,
+                    ),
+                    Case::new(
+                        Fixture::new("garbage", garbage(60), pass, Expect::Unchanged),
+                        NOT_IP,
+                    ),
+                    Case::new(
+                        Fixture::new(
+                            "bad version",
+                            ip_first_byte(&f, 0x95),
+                            pass,
+                            Expect::Unchanged,
+                        ),
+                        MALFORMED,
+                    ),
+                ];
+                if !dst.contains(':') {
+                    cases.push(Case::new(
+                        Fixture::new("ihl 4", ip_first_byte(&f, 0x44), pass, Expect::Unchanged),
+                        MALFORMED,
+                    ));
+                    let first = ip4_fragment(&f, true, 0);
+                    cases.push(Case::new(
+                        Fixture::new("first fragment", first.clone(), pass, Expect::Unchanged),
+                        conform(first.len()),
+                    ));
+                    cases.push(Case::new(
+                        Fixture::new(
+                            "later fragment",
+                            ip4_fragment(&f, false, 64),
+                            pass,
+                            Expect::Unchanged,
+                        ),
+                        UNMATCHED,
+                    ));
+                }
+                for (cut, frame) in truncations(&f, ip_end + 4) {
+                    let effect = if cut < ip_end { MALFORMED } else { UNMATCHED };
+                    cases.push(Case::new(
+                        Fixture::new(
+                            format!("{dst} cut at {cut}"),
+                            frame,
+                            pass,
+                            Expect::Unchanged,
+                        ),
+                        effect,
+                    ));
+                }
+                run(tc, &[rule], 0, cases);
+            }
+        }
+    }
+
+    /// Rules read back as written; a second rule with the same match is
+    /// refused and changes nothing; removing the last rule of a mask frees
+    /// it; a 17th distinct match shape is refused.
+    #[test]
+    fn rules_round_trip_and_refusals_change_nothing() {
+        if !privileged("rules_round_trip_and_refusals_change_nothing") {
+            return;
+        }
+        let p = PolicerProgram::load().unwrap();
+        let maps = p.maps().unwrap();
+        let r = Rule {
+            matches: Match {
+                src: Some("2001:db8::/48".parse().unwrap()),
+                proto: Some(6),
+                sport: Some(443),
+                dscp: Some(10),
+                ..Default::default()
+            },
+            rate: Rate::Bits(10_000_000),
+            burst: 64_000,
+            exceed: Exceed::Remark(0),
+            priority: 5,
+        };
+        let id = maps.add(&r).unwrap();
+        assert_eq!(id, 0);
+        let back = &maps.rules().unwrap()[0];
+        let want = Match {
+            family: Some(6),
+            ..r.matches.clone()
+        };
+        assert_eq!(back.matches(), want);
+        let (rate, burst, exceed) = back.meter();
+        assert_eq!((rate, exceed, back.priority), (r.rate, r.exceed, 5));
+        assert!(burst.abs_diff(64_000) <= 1, "burst {burst}");
+        let err = maps.add(&r).unwrap_err().to_string();
+        assert!(err.contains("already installed"), "{err}");
+        assert_eq!(maps.rules().unwrap().len(), 1);
+        assert_eq!(maps.masks().unwrap().len(), 1);
+        // Fill the mask table with other shapes (prefix lengths 1..=15).
+        let ids: Vec<u32> = (1..MAX_MASKS as u8)
+            .map(|len| {
+                maps.add(&Rule {
+                    matches: Match {
+                        dst: Some(Prefix {
+                            addr: "198.0.0.0".parse().unwrap(),
+                            len,
+                        }),
+                        ..Default::default()
+                    },
+                    ..r.clone()
+                })
+                .unwrap()
+            })
+            .collect();
+        assert_eq!(maps.masks().unwrap().len(), MAX_MASKS as usize);
+        let err = maps
+            .add(&Rule {
+                matches: Match {
+                    dst: Some("198.0.0.0/20".parse().unwrap()),
+                    ..Default::default()
+                },
+                ..r.clone()
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("distinct match shapes"), "{err}");
+        for id in ids {
+            maps.remove(id).unwrap();
+        }
+        maps.remove(id).unwrap();
+        assert!(maps.rules().unwrap().is_empty());
+        assert!(
+            maps.masks().unwrap().is_empty(),
+            "masks freed with their rules"
+        );
+        assert!(maps
+            .remove(id)
+            .unwrap_err()
+            .to_string()
+            .contains("no policer rule"));
+    }
+
+    /// Bad rules are refused with the reason, before anything is written.
+    #[test]
+    fn bad_rules_are_refused() {
+        let base = Rule {
+            matches: Match::default(),
+            rate: Rate::Bits(1_000_000),
+            burst: 10_000,
+            exceed: Exceed::Drop,
+            priority: 0,
+        };
+        let cases = [
+            (
+                Match {
+                    dport: Some(53),
+                    ..Default::default()
+                },
+                "ports match only TCP or UDP",
+            ),
+            (
+                Match {
+                    src: Some(Prefix {
+                        addr: "198.18.0.0".parse().unwrap(),
+                        len: 33,
+                    }),
+                    ..Default::default()
+                },
+                "longer than 32 bits",
+            ),
+            (
+                Match {
+                    src: Some("198.18.0.0/16".parse().unwrap()),
+                    dst: Some("2001:db8::/32".parse().unwrap()),
+                    ..Default::default()
+                },
+                "is IPv6",
+            ),
+            (
+                Match {
+                    dscp: Some(64),
+                    ..Default::default()
+                },
+                "DSCP 64",
+            ),
+        ];
+        for (m, want) in cases {
+            let err = Rule {
+                matches: m,
+                ..base.clone()
+            }
+            .check()
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(want), "{err} (want {want})");
+        }
+        let err = Rule {
+            rate: Rate::Bits(10),
+            ..base.clone()
+        }
+        .check()
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("1 kbit/s"), "{err}");
+        let err = Rule {
+            burst: 0,
+            ..base.clone()
+        }
+        .check()
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("burst 0"), "{err}");
+        let err = Rule {
+            exceed: Exceed::Remark(70),
+            ..base
+        }
+        .check()
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("DSCP 70"), "{err}");
+    }
+}

@@ -1,0 +1,420 @@
+//! `peregrine qos ...`: the policer, attached per interface in the network
+//! namespace the command runs in and left running (pinned) until detached.
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+use peregrine_bpf::policer::{Exceed, InstalledRule, Rate};
+use peregrine_host::netns;
+use peregrine_qos::attach::{self, PolicerHook, PolicerStats};
+use peregrine_qos::config::Proto;
+use peregrine_qos::{PolicerConfig, RuleFields};
+
+use crate::dp::{require_caps, StatsOutput};
+use crate::table::Table;
+use crate::usage;
+use crate::watch::Counter;
+
+#[derive(Subcommand)]
+pub enum QosCmd {
+    /// Put a rules file's policer on an interface, or replace a running
+    /// one's rules in one step (a bad file changes nothing).
+    Apply {
+        /// The rules (TOML; see docs/QOS.md).
+        file: PathBuf,
+        /// The interface whose incoming traffic is policed.
+        #[arg(long)]
+        iface: String,
+        /// xdp or tc; default: the file's `hook`, else tc.
+        #[arg(long)]
+        hook: Option<PolicerHook>,
+    },
+    /// Add or remove one rule of a running policer.
+    #[command(subcommand)]
+    Rule(RuleCmd),
+    /// Per-rule counters (conforming and exceeding packets and bytes) and
+    /// the policer's own; --watch prints rates per interval.
+    Stats {
+        /// The interface; default: every policer in this namespace.
+        #[arg(long)]
+        iface: Option<String>,
+        #[command(flatten)]
+        out: StatsOutput,
+    },
+    /// Every policer on the host: namespace, interface, hook, program id.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Detach the policer of an interface here, or with --all every
+    /// policer on the host (stale ones included).
+    Detach {
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        iface: Option<String>,
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum RuleCmd {
+    /// Add a rule; prints its id.
+    Add {
+        #[arg(long)]
+        iface: String,
+        #[command(flatten)]
+        rule: RuleArgs,
+    },
+    /// Remove rule ID (as `qos stats` lists it).
+    Del {
+        #[arg(long)]
+        iface: String,
+        id: u32,
+    },
+}
+
+/// One rule's fields as flags; the same names and values as a file's
+/// `[[rule]]` table.
+#[derive(Args, Clone)]
+pub struct RuleArgs {
+    /// Source prefix (198.18.0.0/15, 2001:db8::/32) or address.
+    #[arg(long)]
+    src: Option<String>,
+    /// Destination prefix or address.
+    #[arg(long)]
+    dst: Option<String>,
+    /// 4 or 6, for rules without prefixes.
+    #[arg(long)]
+    family: Option<u8>,
+    /// tcp, udp, icmp, icmpv6 or a protocol number.
+    #[arg(long)]
+    proto: Option<String>,
+    #[arg(long)]
+    sport: Option<u16>,
+    #[arg(long)]
+    dport: Option<u16>,
+    /// DSCP 0..63.
+    #[arg(long)]
+    dscp: Option<u8>,
+    /// 10Mbit (bit/s of Ethernet frames) or 1000pps.
+    #[arg(long)]
+    rate: String,
+    /// Bytes (64KiB) for a bit rate, packets for a packet rate; default 10
+    /// ms of the rate, at least 64 KiB or 32 packets.
+    #[arg(long)]
+    burst: Option<String>,
+    /// drop, or remark:<DSCP> (set the DSCP and pass).
+    #[arg(long)]
+    exceed: Option<String>,
+    /// Lower wins among rules matching one packet (default 0).
+    #[arg(long)]
+    priority: Option<u32>,
+}
+
+impl RuleArgs {
+    fn fields(&self) -> Result<RuleFields> {
+        Ok(RuleFields {
+            src: self.src.clone(),
+            dst: self.dst.clone(),
+            family: self.family,
+            proto: self
+                .proto
+                .as_deref()
+                .map(str::parse::<Proto>)
+                .transpose()
+                .map_err(anyhow::Error::msg)?,
+            sport: self.sport,
+            dport: self.dport,
+            dscp: self.dscp,
+            rate: Some(self.rate.clone()),
+            burst: self.burst.clone(),
+            exceed: self.exceed.clone(),
+            priority: self.priority,
+        })
+    }
+}
+
+fn check_iface(iface: &str) -> Result<()> {
+    if peregrine_bpf::link::ifindex(iface).is_err() {
+        usage!("no interface {iface:?} in this network namespace");
+    }
+    Ok(())
+}
+
+pub fn run(cmd: QosCmd) -> Result<()> {
+    match cmd {
+        QosCmd::Apply { file, iface, hook } => {
+            require_caps("qos apply")?;
+            let cfg = PolicerConfig::read(&file)?;
+            check_iface(&iface)?;
+            let hook = hook.or(cfg.hook).unwrap_or_default();
+            let a = attach::apply(&iface, hook, &cfg.rules)?;
+            println!(
+                "policer {} on {iface} ({} hook): {} rule(s)",
+                if a.replaced {
+                    "rules replaced"
+                } else {
+                    "attached"
+                },
+                a.hook,
+                a.rules
+            );
+            Ok(())
+        }
+        QosCmd::Rule(RuleCmd::Add { iface, rule }) => {
+            require_caps("qos rule add")?;
+            let r = rule
+                .fields()?
+                .to_rule(0)
+                .map_err(|e| anyhow::Error::new(usage::UsageError(e)))?;
+            let id = attach::add_rule(&iface, &r)?;
+            println!("rule {id} added on {iface}");
+            Ok(())
+        }
+        QosCmd::Rule(RuleCmd::Del { iface, id }) => {
+            require_caps("qos rule del")?;
+            attach::remove_rule(&iface, id)?;
+            println!("rule {id} removed from {iface}");
+            Ok(())
+        }
+        QosCmd::Stats { iface, out } => stats(iface, &out),
+        QosCmd::List { json } => list(json),
+        QosCmd::Detach { iface, all } => {
+            require_caps("qos detach")?;
+            if all {
+                let n = attach::detach_all()?;
+                println!("detached {n} policer(s)");
+            } else if let Some(i) = iface {
+                attach::detach(&i)?;
+                println!("policer detached from {i}");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A rule's match, as a file would write it.
+fn describe_match(r: &InstalledRule) -> String {
+    let m = r.matches();
+    let mut parts = Vec::new();
+    if let Some(p) = m.src {
+        parts.push(format!("src {p}"));
+    }
+    if let Some(p) = m.dst {
+        parts.push(format!("dst {p}"));
+    }
+    if let (Some(f), None, None) = (m.family, m.src, m.dst) {
+        parts.push(format!("ipv{f}"));
+    }
+    if let Some(p) = m.proto {
+        parts.push(match p {
+            6 => "tcp".into(),
+            17 => "udp".into(),
+            n => format!("proto {n}"),
+        });
+    }
+    if let Some(p) = m.sport {
+        parts.push(format!("sport {p}"));
+    }
+    if let Some(p) = m.dport {
+        parts.push(format!("dport {p}"));
+    }
+    if let Some(d) = m.dscp {
+        parts.push(format!("dscp {d}"));
+    }
+    if parts.is_empty() {
+        "any".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+fn describe_meter(r: &InstalledRule) -> (String, String, String) {
+    let (rate, burst, exceed) = r.meter();
+    let (rate, burst) = match rate {
+        Rate::Bits(b) => (format!("{b} bit/s"), format!("{burst} B")),
+        Rate::Packets(p) => (format!("{p} pps"), format!("{burst} packets")),
+    };
+    let exceed = match exceed {
+        Exceed::Drop => "drop".to_string(),
+        Exceed::Remark(d) => format!("remark:{d}"),
+    };
+    (rate, burst, exceed)
+}
+
+fn stats_json(all: &[PolicerStats]) -> serde_json::Value {
+    let v: Vec<_> = all
+        .iter()
+        .map(|s| {
+            let rules: Vec<_> = s
+                .rules
+                .iter()
+                .map(|(r, c)| {
+                    let (rate, burst, exceed) = describe_meter(r);
+                    serde_json::json!({
+                        "id": r.id, "priority": r.priority, "match": describe_match(r),
+                        "rate": rate, "burst": burst, "exceed": exceed,
+                        "conform_packets": c.conform_packets, "conform_bytes": c.conform_bytes,
+                        "exceed_packets": c.exceed_packets, "exceed_bytes": c.exceed_bytes,
+                    })
+                })
+                .collect();
+            let t = &s.totals;
+            serde_json::json!({
+                "iface": s.iface, "hook": s.hook.to_string(),
+                "packets": t.packets, "unmatched": t.unmatched, "not_ip": t.not_ip,
+                "malformed": t.malformed, "rules": rules,
+            })
+        })
+        .collect();
+    serde_json::json!({ "policers": v })
+}
+
+/// Counters for --watch and Prometheus: per interface and rule, conform
+/// and exceed; per interface, the policer's own.
+fn counters(all: &[PolicerStats]) -> Vec<Counter> {
+    let mut out = Vec::new();
+    for s in all {
+        for (r, c) in &s.rules {
+            let id = r.id.to_string();
+            out.push(Counter::new(
+                &[("iface", &s.iface), ("rule", &id), ("counter", "conform")],
+                c.conform_packets,
+                Some(c.conform_bytes),
+            ));
+            out.push(Counter::new(
+                &[("iface", &s.iface), ("rule", &id), ("counter", "exceed")],
+                c.exceed_packets,
+                Some(c.exceed_bytes),
+            ));
+        }
+        let t = &s.totals;
+        for (name, v) in [
+            ("unmatched", t.unmatched),
+            ("not_ip", t.not_ip),
+            ("malformed", t.malformed),
+        ] {
+            out.push(Counter::new(
+                &[("iface", &s.iface), ("rule", "-"), ("counter", name)],
+                v,
+                None,
+            ));
+        }
+    }
+    out
+}
+
+fn read(ifaces: &[String]) -> Result<Vec<PolicerStats>> {
+    ifaces.iter().map(|i| Ok(attach::stats(i)?)).collect()
+}
+
+fn stats(iface: Option<String>, out: &StatsOutput) -> Result<()> {
+    require_caps("qos stats")?;
+    let ifaces = match iface {
+        Some(i) => vec![i],
+        None => attach::ifaces_here()?,
+    };
+    if ifaces.is_empty() {
+        bail!("no policer in this network namespace (`peregrine qos apply` puts one there)");
+    }
+    let now = read(&ifaces)?;
+    if out.once() {
+        if out.json {
+            println!("{}", stats_json(&now));
+            return Ok(());
+        }
+        let mut t = Table::new(&[
+            "iface",
+            "rule",
+            "match",
+            "rate",
+            "burst",
+            "exceed",
+            "conform pkts",
+            "conform bytes",
+            "exceed pkts",
+            "exceed bytes",
+        ]);
+        for s in &now {
+            for (r, c) in &s.rules {
+                let (rate, burst, exceed) = describe_meter(r);
+                t.row(vec![
+                    s.iface.clone(),
+                    r.id.to_string(),
+                    describe_match(r),
+                    rate,
+                    burst,
+                    exceed,
+                    c.conform_packets.to_string(),
+                    c.conform_bytes.to_string(),
+                    c.exceed_packets.to_string(),
+                    c.exceed_bytes.to_string(),
+                ]);
+            }
+        }
+        print!("{}", t.render());
+        for s in &now {
+            let t = &s.totals;
+            println!(
+                "{} ({} hook): {} packets seen, {} matched no rule, {} not IP, {} malformed (passed unmetered)",
+                s.iface, s.hook, t.packets, t.unmatched, t.not_ip, t.malformed
+            );
+        }
+        return Ok(());
+    }
+    out.watch(
+        "peregrine_qos",
+        "seen by the policer, per interface, rule and counter (conform, exceed, unmatched, ...)",
+        move || Ok(counters(&read(&ifaces)?)),
+    )
+}
+
+fn list(json: bool) -> Result<()> {
+    require_caps("qos list")?;
+    let names = netns::cookies();
+    let rows: Vec<_> = attach::list()
+        .into_iter()
+        .map(|a| {
+            let ns = names
+                .iter()
+                .find(|(_, c)| *c == a.cookie)
+                .map(|(n, _)| n.clone())
+                .unwrap_or_else(|| format!("netns cookie {}", a.cookie));
+            (ns, a)
+        })
+        .collect();
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(ns, a)| {
+                serde_json::json!({
+                    "namespace": ns, "netns_cookie": a.cookie, "iface": a.iface,
+                    "hook": a.hook().map(|h| h.to_string()),
+                    "prog_id": a.link.map(|l| l.prog_id), "stale": a.stale(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "policers": v }));
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no policer attached");
+        return Ok(());
+    }
+    let mut t = Table::new(&["namespace", "iface", "hook", "prog id", "state"]);
+    for (ns, a) in rows {
+        t.row(vec![
+            ns,
+            a.iface.clone(),
+            a.hook()
+                .map(|h| h.to_string())
+                .unwrap_or_else(|| "-".into()),
+            a.link
+                .map(|l| l.prog_id.to_string())
+                .unwrap_or_else(|| "-".into()),
+            if a.stale() { "stale" } else { "attached" }.into(),
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(())
+}

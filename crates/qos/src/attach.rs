@@ -1,0 +1,295 @@
+//! Policer attachments: one per interface, in the network namespace the
+//! command runs in, pinned in the host's bpffs so it outlives the command
+//! (`ip netns exec` included) and every later command finds it:
+//! `<pin root>/_qos/<netns cookie>/<iface>/` holds the link and the maps.
+//!
+//! `apply` replaces a running policer's whole rule set in one step: the new
+//! rules go into a freshly loaded program, which then takes the old one's
+//! place on the same link (the kernel's link update). A file that does not
+//! parse, a rule that is refused, or a program that does not load changes
+//! nothing.
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use peregrine_bpf::link::{pinned_link, PinnedLink};
+use peregrine_bpf::policer::{
+    InstalledRule, PolicerMaps, PolicerProgram, PolicerTotals, Rule, RuleCounters,
+};
+use peregrine_bpf::{bpffs, Hook, Link, TcxDirection, XdpMode};
+use peregrine_host::netns;
+
+use crate::error::{QosError, Result};
+
+/// Below the pin root: policers, one directory per network namespace.
+pub const QOS_DIR: &str = "_qos";
+const LINK_PIN: &str = "link";
+
+/// Where the policer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PolicerHook {
+    /// XDP (native): the cheapest per packet; sees frames, not skbs.
+    Xdp,
+    /// tcx ingress: meters a GSO packet whole, keeps its checksum state,
+    /// and runs before a router attached at tc on the same interface.
+    #[default]
+    Tc,
+}
+
+impl PolicerHook {
+    fn hook(self) -> Hook {
+        match self {
+            PolicerHook::Xdp => Hook::Xdp(XdpMode::Native),
+            PolicerHook::Tc => Hook::Tcx(TcxDirection::Ingress),
+        }
+    }
+
+    fn of_link(l: &PinnedLink) -> PolicerHook {
+        if l.xdp {
+            PolicerHook::Xdp
+        } else {
+            PolicerHook::Tc
+        }
+    }
+}
+
+impl std::str::FromStr for PolicerHook {
+    type Err = QosError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "xdp" => Ok(PolicerHook::Xdp),
+            "tc" | "tcx" => Ok(PolicerHook::Tc),
+            _ => Err(QosError::Config(format!(
+                "unknown hook {s:?}: expected xdp or tc"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for PolicerHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PolicerHook::Xdp => "xdp",
+            PolicerHook::Tc => "tc",
+        })
+    }
+}
+
+/// The directory of `iface`'s policer in the calling thread's namespace.
+fn dir_here(iface: &str) -> Result<PathBuf> {
+    if iface.is_empty() || iface.contains('/') || iface == "." || iface == ".." {
+        return Err(QosError::Config(format!(
+            "interface name {iface:?} is not valid"
+        )));
+    }
+    Ok(bpffs::pin_root()
+        .join(QOS_DIR)
+        .join(netns::cookie()?.to_string())
+        .join(iface))
+}
+
+/// A policer found in the host's bpffs.
+#[derive(Debug, Clone)]
+pub struct Attachment {
+    pub dir: PathBuf,
+    /// The network namespace's cookie.
+    pub cookie: u64,
+    /// The interface, as named when attached.
+    pub iface: String,
+    /// What the pinned link says now (None: it cannot be opened).
+    pub link: Option<PinnedLink>,
+}
+
+impl Attachment {
+    /// Nothing of it runs any more: its interface or namespace is gone, or
+    /// it was killed before its link was pinned.
+    pub fn stale(&self) -> bool {
+        !self.link.is_some_and(|l| l.live())
+    }
+
+    pub fn hook(&self) -> Option<PolicerHook> {
+        self.link.as_ref().map(PolicerHook::of_link)
+    }
+}
+
+fn attachment(dir: &Path, cookie: u64, iface: &str) -> Attachment {
+    Attachment {
+        dir: dir.to_path_buf(),
+        cookie,
+        iface: iface.to_string(),
+        link: pinned_link(&dir.join(LINK_PIN)).ok(),
+    }
+}
+
+/// Every policer on the host, in every namespace.
+pub fn list() -> Vec<Attachment> {
+    let root = bpffs::pin_root().join(QOS_DIR);
+    let mut out = Vec::new();
+    let mut cookies: Vec<u64> = bpffs::list_dir(&root)
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    cookies.sort();
+    for c in cookies {
+        let ns_dir = root.join(c.to_string());
+        let mut ifaces = bpffs::list_dir(&ns_dir);
+        ifaces.sort();
+        for i in ifaces {
+            out.push(attachment(&ns_dir.join(&i), c, &i));
+        }
+    }
+    out
+}
+
+/// What `apply` did.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    pub hook: PolicerHook,
+    pub rules: usize,
+    /// A running policer's rules were replaced (else one was attached).
+    pub replaced: bool,
+}
+
+/// Puts `rules` on `iface` (in the calling thread's namespace) at `hook`:
+/// attaches a policer, or replaces a running one's rules atomically.
+/// Moving a running policer to the other hook is refused (detach first):
+/// the two hooks cannot be swapped in one step.
+pub fn apply(iface: &str, hook: PolicerHook, rules: &[Rule]) -> Result<Applied> {
+    bpffs::ensure_mounted()?;
+    let dir = dir_here(iface)?;
+    let existing = attachment(&dir, 0, iface);
+    if let Some(l) = existing.link.filter(|l| l.live()) {
+        let running = PolicerHook::of_link(&l);
+        if running != hook {
+            return Err(QosError::Config(format!(
+                "the policer on {iface} runs at the {running} hook; `peregrine qos detach {iface}` first to move it to {hook}"
+            )));
+        }
+    }
+    let prog = PolicerProgram::load()?;
+    let mut maps = prog.maps()?;
+    maps.install_fresh(rules)?;
+    let link_pin = dir.join(LINK_PIN);
+    if existing.link.is_some_and(|l| l.live()) {
+        Link::from_pin(&link_pin)?.replace_program(prog.prog(hook.hook()))?;
+        maps.pin(&dir)?;
+        return Ok(Applied {
+            hook,
+            rules: rules.len(),
+            replaced: true,
+        });
+    }
+    // A stale directory (interface gone, or a run killed half-way) goes first.
+    if dir.exists() {
+        bpffs::remove_pin_dir(&dir)?;
+    }
+    let link = prog.attach(iface, hook.hook())?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| QosError::Other(format!("creating {}: {e}", bpffs::display(&dir))))?;
+    // Pinned, or undone: the link detaches when dropped unpinned.
+    let pinned = link.pin(&link_pin).and_then(|_| maps.pin(&dir));
+    if let Err(e) = pinned {
+        let _ = link.unpin();
+        let _ = bpffs::remove_pin_dir(&dir);
+        return Err(e.into());
+    }
+    Ok(Applied {
+        hook,
+        rules: rules.len(),
+        replaced: false,
+    })
+}
+
+/// The maps of the policer on `iface` here.
+fn maps_here(iface: &str) -> Result<PolicerMaps> {
+    let dir = dir_here(iface)?;
+    if !attachment(&dir, 0, iface).link.is_some_and(|l| l.live()) {
+        return Err(QosError::Other(format!(
+            "no policer on {iface} in this network namespace (`peregrine qos apply` puts one there)"
+        )));
+    }
+    Ok(PolicerMaps::open_pinned(&dir)?)
+}
+
+/// Adds `rule` to the running policer on `iface`; its id.
+pub fn add_rule(iface: &str, rule: &Rule) -> Result<u32> {
+    Ok(maps_here(iface)?.add(rule)?)
+}
+
+/// Removes rule `id` from the running policer on `iface`.
+pub fn remove_rule(iface: &str, id: u32) -> Result<()> {
+    Ok(maps_here(iface)?.remove(id)?)
+}
+
+/// A policer's counters: the program's own and each rule's.
+#[derive(Debug, Clone)]
+pub struct PolicerStats {
+    pub iface: String,
+    pub hook: PolicerHook,
+    pub totals: PolicerTotals,
+    pub rules: Vec<(InstalledRule, RuleCounters)>,
+}
+
+/// The counters of the policer on `iface` here.
+pub fn stats(iface: &str) -> Result<PolicerStats> {
+    let dir = dir_here(iface)?;
+    let a = attachment(&dir, 0, iface);
+    let maps = maps_here(iface)?;
+    let rules = maps
+        .rules()?
+        .into_iter()
+        .map(|r| Ok((r, maps.counters(r.id)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(PolicerStats {
+        iface: iface.to_string(),
+        hook: a.hook().unwrap_or_default(),
+        totals: maps.totals()?,
+        rules,
+    })
+}
+
+/// Interfaces with a policer in this namespace.
+pub fn ifaces_here() -> Result<Vec<String>> {
+    let c = netns::cookie()?;
+    Ok(list()
+        .into_iter()
+        .filter(|a| a.cookie == c && !a.stale())
+        .map(|a| a.iface)
+        .collect())
+}
+
+/// Detaches the policer of `dir` and removes its pins (and the namespace's
+/// directory once empty).
+fn remove(dir: &Path) -> Result<()> {
+    let link = dir.join(LINK_PIN);
+    if link.exists() {
+        peregrine_bpf::link::detach_pinned(&link)?;
+    }
+    bpffs::remove_pin_dir(dir)?;
+    if let Some(parent) = dir.parent() {
+        let _ = std::fs::remove_dir(parent);
+    }
+    Ok(())
+}
+
+/// Detaches the policer on `iface` here.
+pub fn detach(iface: &str) -> Result<()> {
+    let dir = dir_here(iface)?;
+    if !dir.exists() {
+        return Err(QosError::Other(format!(
+            "no policer on {iface} in this network namespace"
+        )));
+    }
+    remove(&dir)
+}
+
+/// Detaches every policer on the host, live and stale; how many.
+pub fn detach_all() -> Result<usize> {
+    let all = list();
+    for a in &all {
+        remove(&a.dir)?;
+    }
+    let root = bpffs::pin_root();
+    let _ = std::fs::remove_dir(root.join(QOS_DIR));
+    let _ = std::fs::remove_dir(&root);
+    Ok(all.len())
+}

@@ -1,0 +1,17 @@
+//! QoS. The policer: token buckets per rule in BPF (`bpf/dataplane/
+//! policer.bpf.c`), at the XDP hook or the tc hook, matched by tuple-space
+//! search (cost by distinct match shapes, not by rule count), exact across
+//! CPUs (one meter per rule, checked and debited under one lock).
+//!
+//! - `config`: the rules file (TOML) and one rule's fields, parsed once
+//!   into `peregrine_bpf::policer::Rule`s, every error one line;
+//! - `attach`: attachments per interface and network namespace, pinned so
+//!   they outlive the command (`ip netns exec` included), applied
+//!   atomically, changed rule by rule, read, listed and removed.
+pub mod attach;
+pub mod config;
+pub mod error;
+
+pub use attach::{PolicerHook, PolicerStats};
+pub use config::{PolicerConfig, RuleFields};
+pub use error::{QosError, Result};

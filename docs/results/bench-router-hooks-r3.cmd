@@ -1,0 +1,1 @@
+./target/release/peregrine bench router --rounds 3 --trial 1s --xdp-forward <local build of xdp-tools' xdp-forward> --name bench-router-hooks --out <dir>   # files renamed bench-router-hooks-r3.*; 2026-11-23 23:28-23:41 UTC
