@@ -79,6 +79,19 @@ pub fn pacing(r: RateSetting, mean_frame_bytes: f64) -> Rate {
     Rate::Pps(r.pps(mean_frame_bytes))
 }
 
+/// The label of `contender`'s run in `scenario`, `round` (a `RunKey`),
+/// printed as the run starts.
+pub(crate) fn announce(contender: &str, scenario: &str, round: u32) -> String {
+    let label = peregrine_lab::results::RunKey {
+        contender: contender.into(),
+        scenario: scenario.into(),
+        round: Some(round),
+    }
+    .label();
+    eprintln!("{label}");
+    label
+}
+
 /// The command line of this process, recorded in every result file.
 pub fn command_line() -> String {
     std::env::args().collect::<Vec<_>>().join(" ")

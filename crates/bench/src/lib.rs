@@ -1,4 +1,4 @@
-//! Benchmark orchestration: `peregrine bench gen|router|faas`, the `gen`
+//! Benchmark orchestration: `peregrine bench gen|router|faas|qos`, the `gen`
 //! command, `report` and the showcase. Each one builds its lab, runs every
 //! contender in the same run, prints a table (or JSON), writes the result
 //! file and plots, and removes the lab. The CLI turns its arguments into the
@@ -29,6 +29,7 @@ macro_rules! bad_setting {
 pub mod common;
 pub mod faas;
 pub mod gen;
+pub mod qos;
 pub mod report;
 pub mod router;
 pub mod showcase;

@@ -18,7 +18,7 @@ use peregrine_host::nl::Netlink;
 use peregrine_host::{netns, signals};
 use peregrine_lab::compare::median;
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{Placement, ResultFile, Rfc2544, Run, RunKey, RunParams};
+use peregrine_lab::results::{Placement, ResultFile, Rfc2544, Run, RunParams};
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::rfc2544_search;
 use peregrine_lab::{Endpoint, Lab, Lifetime};
@@ -381,14 +381,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
 /// The label of contender `c`'s run in `scenario`, `round`, printed as the
 /// run starts.
 fn announce(c: Contender, scenario: &str, round: u32) -> String {
-    let label = RunKey {
-        contender: c.label().into(),
-        scenario: scenario.into(),
-        round: Some(round),
-    }
-    .label();
-    eprintln!("{label}");
-    label
+    crate::common::announce(c.label(), scenario, round)
 }
 
 /// A TCP transfer through the DUT, gen to sink, compared across contenders.

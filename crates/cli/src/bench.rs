@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use peregrine_bench::faas::{FaasBenchConfig, FaasContender};
 use peregrine_bench::gen::{GenBenchConfig, GenConfig};
+use peregrine_bench::qos::QosBenchConfig;
 use peregrine_bench::report::ReportConfig;
 use peregrine_bench::router::RouterBenchConfig;
 use peregrine_bench::showcase::ShowcaseConfig;
@@ -22,6 +23,40 @@ pub enum BenchCmd {
     Router(BenchRouterArgs),
     /// The function invoker: socket, mmsg and AF_XDP, per request size and workers.
     Faas(BenchFaasArgs),
+    /// The QoS policer (tc and XDP hooks) vs tc HTB: rate accuracy, CPU,
+    /// TCP goodput, and the cost of 100,000 rules.
+    Qos(BenchQosArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct BenchQosArgs {
+    /// Rates compared (bit/s: 10Mbit, 1Gbit), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10Mbit,100Mbit,1Gbit")]
+    pub rates: Vec<RateArg>,
+    /// Length of each UDP trial (4, 4s); accuracy is read from its 1 s
+    /// windows after the first.
+    #[arg(long, default_value = "4s")]
+    pub trial: DurationArg,
+    /// Length of each iperf3 TCP transfer.
+    #[arg(long, default_value = "10s")]
+    pub tcp_time: DurationArg,
+    /// Rules in the scale comparison (against one rule).
+    #[arg(long, default_value_t = 100_000)]
+    pub rules: u32,
+    /// Rounds; contenders alternate within each round. Ratios use medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    #[command(flatten)]
+    pub placement: PlacementArgs,
+    /// Directory for the result file and plots.
+    #[arg(long, default_value = DEFAULT_OUT)]
+    pub out: PathBuf,
+    /// File name stem of the result and plots.
+    #[arg(long, default_value = "bench-qos")]
+    pub name: String,
+    /// Print the result as JSON on stdout (progress stays on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -260,6 +295,28 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 json: a.json,
             },
         }),
+        BenchCmd::Qos(a) => {
+            let mut rates = Vec::new();
+            for r in &a.rates {
+                match r {
+                    RateArg::Bps(b) if *b >= 1e3 => rates.push(b.round() as u64),
+                    _ => crate::usage!("--rates {r}: give bit rates (10Mbit, 1Gbit)"),
+                }
+            }
+            peregrine_bench::qos::bench_qos(QosBenchConfig {
+                rates,
+                trial: a.trial.into(),
+                tcp_time: a.tcp_time.into(),
+                rules: a.rules,
+                rounds: a.rounds,
+                placement: (&a.placement).into(),
+                output: ResultOutput {
+                    dir: a.out,
+                    stem: a.name,
+                    json: a.json,
+                },
+            })
+        }
         BenchCmd::Router(a) => peregrine_bench::router::bench_router(RouterBenchConfig {
             trial: a.trial.into(),
             fixed_rate: a.fixed_rate,

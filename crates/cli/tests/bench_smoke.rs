@@ -241,3 +241,37 @@ fn gen_names_a_missing_interface() {
     assert!(err.contains("no interface \"eth9\""), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// `bench qos` with one rate and a small rule set: every contender's UDP
+/// run delivers the rate in steady state (HTB and the policer alike),
+/// TCP runs carry traffic, and the scale runs are there.
+#[test]
+fn bench_qos_quick_run_holds_together() {
+    let Some((r, _)) = run_result(
+        "bench qos --rounds 1 --trial 3s --tcp-time 2s --rates 100Mbit --rules 1000",
+        "bench-qos",
+    ) else {
+        return;
+    };
+    // 4 UDP, 4 TCP, 2 scale.
+    assert_eq!(r.runs.len(), 10, "{:#?}", r.runs);
+    for run in r.runs.iter().filter(|x| x.label.contains("udp at")) {
+        let t = &run.trials[0];
+        let mbit = t.steady_delivered_pps() * (run.params.mean_frame_bytes - 4.0) * 8.0 / 1e6;
+        assert!(
+            (mbit / 100.0 - 1.0).abs() < 0.02,
+            "{}: {mbit} Mbit/s",
+            run.label
+        );
+    }
+    for run in r.runs.iter().filter(|x| x.tcp.is_some()) {
+        assert!(run.tcp.as_ref().unwrap().gbit_s > 0.0005, "{}", run.label);
+    }
+    assert_eq!(
+        r.runs
+            .iter()
+            .filter(|x| x.label.contains("saturated"))
+            .count(),
+        2
+    );
+}

@@ -460,3 +460,44 @@ fn rules_change_at_runtime_and_bad_input_changes_nothing() {
     );
     t.remove();
 }
+
+/// A policer whose namespace is removed under it is listed as stale, and
+/// `lab down --all` removes its pins (as `qos detach --all` would).
+#[test]
+fn stale_policers_are_listed_and_removed() {
+    if !privileged("stale_policers_are_listed_and_removed") {
+        return;
+    }
+    let t = Topo::up("pgq5");
+    ok(
+        &apply(&t, "stale", "[[rule]]\nrate = \"1Gbit\"\nfamily = 4\n", &[]),
+        "qos apply",
+    );
+    let cookie = netns::run_in(&t.ns("R"), netns::cookie).unwrap().unwrap();
+    for n in ["A", "R", "B"] {
+        netns::delete(&t.ns(n)).unwrap();
+    }
+    let listed = || -> Vec<serde_json::Value> {
+        let l = common::run(&["qos", "list", "--json"]);
+        ok(&l, "qos list --json");
+        let v: serde_json::Value = serde_json::from_slice(&l.stdout).unwrap();
+        v["policers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["netns_cookie"] == cookie)
+            .cloned()
+            .collect()
+    };
+    // The namespace dies asynchronously; its interfaces with it.
+    let end = Instant::now() + Duration::from_secs(5);
+    while !listed().iter().all(|p| p["stale"] == true) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mine = listed();
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    assert_eq!(mine[0]["stale"], true, "{mine:?}");
+    ok(&common::run(&["lab", "down", "--all"]), "lab down --all");
+    assert!(listed().is_empty(), "stale policer pins removed");
+    t.remove();
+}

@@ -190,13 +190,17 @@ pub fn down_all() -> Result<Vec<String>> {
     }
     // Pins of labs, then every router attached outside labs (`router
     // attach` in any namespace: live ones, and stale ones of killed runs
-    // or removed namespaces), and what older versions left under `_root`.
+    // or removed namespaces), and what older versions left under `_root`;
+    // stale policers.
     for d in peregrine_bpf::bpffs::list_pin_dirs() {
         if !d.starts_with('_') {
             peregrine_bpf::bpffs::remove_pins(&d)?;
         }
     }
     peregrine_dataplane::pins::remove_all_outside_labs()?;
+    // Policers whose interface or namespace is gone (live ones are the
+    // user's: `qos detach --all` removes those).
+    peregrine_qos::attach::detach_stale().map_err(|e| LabError::Other(e.to_string()))?;
     Ok(out)
 }
 

@@ -14,7 +14,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::compare;
 use crate::error::{LabError, Result};
-use crate::results::{ResultFile, Run};
+use crate::results::{ResultFile, Run, RunKey};
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 static REGISTERED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
@@ -736,6 +736,116 @@ where
 /// Writes `<stem>-rates.{png,svg}` and `<stem>-timeline.{png,svg}` into
 /// `outdir` (and bench faas's own figures, and `<stem>-tcp` where runs
 /// carried TCP); returns the paths written.
+/// `bench qos`'s figures: per UDP scenario and contender, the delivered
+/// rate in steady state ("accuracy", Mbit/s of frames without FCS) and
+/// the DUT CPU's busy share ("cpu"), medians over rounds with min-max.
+fn qos_groups(r: &ResultFile, cpu: bool) -> (Vec<String>, Vec<BarGroup>) {
+    let mut names: Vec<String> = Vec::new();
+    // (scenario, [(contender index, one value per round)])
+    type Rounds = Vec<(usize, Vec<f64>)>;
+    let mut groups: Vec<(String, Rounds)> = Vec::new();
+    for run in &r.runs {
+        let (Some(key), Some(t)) = (RunKey::parse(&run.label), run.trials.first()) else {
+            continue;
+        };
+        if !key.scenario.starts_with("udp ") {
+            continue;
+        }
+        let v = if cpu {
+            let core = run
+                .placement
+                .as_ref()
+                .and_then(|p| p.dut_cpus.first().copied());
+            core.map_or(f64::NAN, |c| t.busy_pct(c))
+        } else {
+            t.steady_delivered_pps() * (run.params.mean_frame_bytes - 4.0) * 8.0 / 1e6
+        };
+        let ci = match names.iter().position(|n| *n == key.contender) {
+            Some(i) => i,
+            None => {
+                names.push(key.contender.clone());
+                names.len() - 1
+            }
+        };
+        let gi = match groups.iter().position(|(g, _)| *g == key.scenario) {
+            Some(i) => i,
+            None => {
+                groups.push((key.scenario.clone(), Vec::new()));
+                groups.len() - 1
+            }
+        };
+        let bars = &mut groups[gi].1;
+        match bars.iter_mut().find(|(c, _)| *c == ci) {
+            Some((_, vs)) => vs.push(v),
+            None => bars.push((ci, vec![v])),
+        }
+    }
+    let groups = groups
+        .into_iter()
+        .map(|(label, bars)| {
+            let base = bars.first().map(|(_, v)| compare::median(v));
+            BarGroup {
+                label,
+                bars: bars
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (c, v))| {
+                        let m = compare::median(v);
+                        Bar {
+                            contender: *c,
+                            median: m,
+                            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+                            max: v.iter().copied().fold(0.0, f64::max),
+                            note: match (i, base) {
+                                (0, _) | (_, None) => String::new(),
+                                (_, Some(b)) => format!("{:.2}x", m / b.max(1e-9)),
+                            },
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    (names, groups)
+}
+
+fn draw_qos<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    r: &ResultFile,
+    cpu: bool,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let area = with_caption(root, r)?;
+    let (names, groups) = qos_groups(r, cpu);
+    let base = names.first().map(String::as_str).unwrap_or("-");
+    if cpu {
+        draw_bars(
+            &area,
+            &format!(
+                "{}: DUT CPU busy at the same offered load (UDP at 2x the rate); ratio to {base}",
+                r.kind
+            ),
+            "DUT CPU busy (%)",
+            &names,
+            &groups,
+        )?;
+    } else {
+        draw_bars(
+            &area,
+            &format!(
+                "{}: delivered in steady state (UDP offered at 2x the rate); ratio to {base}",
+                r.kind
+            ),
+            "delivered (Mbit/s of frames, no FCS)",
+            &names,
+            &groups,
+        )?;
+    }
+    root.present().map_err(perr)
+}
+
 pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
     register_font()?;
     std::fs::create_dir_all(outdir)
@@ -744,6 +854,10 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
     let mut figures: Vec<(&str, Option<Figure>)> = vec![("rates", None), ("timeline", None)];
     if r.kind == "bench-faas" {
         figures.extend(faas_figures(r).into_iter().map(|f| (f.0, Some(f))));
+    }
+    if r.kind == "bench-qos" {
+        figures.push(("accuracy", None));
+        figures.push(("cpu", None));
     }
     if !scenarios_of(r, compare::Metric::Tcp).is_empty() {
         figures.push(("tcp", None));
@@ -763,6 +877,11 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
             ("tcp", None) => {
                 draw_tcp(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
                 draw_tcp(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
+            }
+            (k @ ("accuracy" | "cpu"), None) => {
+                let cpu = k == "cpu";
+                draw_qos(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r, cpu)?;
+                draw_qos(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r, cpu)?;
             }
             _ => {
                 draw_timeline(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;

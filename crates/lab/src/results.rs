@@ -216,6 +216,34 @@ pub struct Trial {
     pub wrong: Option<u64>,
 }
 
+impl Trial {
+    /// Delivered packets/s in steady state: the median of the 1 s windows
+    /// after the first (which holds a policer's or shaper's initial burst),
+    /// so neither a burst nor what a queue drains after the trial counts.
+    /// The whole trial's figure when it has no such windows.
+    pub fn steady_delivered_pps(&self) -> f64 {
+        let w: Vec<f64> = self
+            .windows
+            .iter()
+            .skip(1)
+            .map(|w| w.delivered_pps)
+            .collect();
+        if w.is_empty() {
+            self.delivered_pps
+        } else {
+            crate::compare::median(&w)
+        }
+    }
+
+    /// Busy share (%) of CPU `core` over the trial (NaN if not measured).
+    pub fn busy_pct(&self, core: usize) -> f64 {
+        self.cpu
+            .iter()
+            .find(|u| u.core == core)
+            .map_or(f64::NAN, |u| 100.0 - u.idle_pct)
+    }
+}
+
 /// A TCP transfer through the device under test (iperf3): how benchmarks
 /// of forwarding paths measure real TCP, with GSO and checksum offload as
 /// kernel senders use them.

@@ -264,11 +264,8 @@ fn remove(dir: &Path) -> Result<()> {
     if link.exists() {
         peregrine_bpf::link::detach_pinned(&link)?;
     }
-    bpffs::remove_pin_dir(dir)?;
-    if let Some(parent) = dir.parent() {
-        let _ = std::fs::remove_dir(parent);
-    }
-    Ok(())
+    // Also removes the namespace's directory once it is empty.
+    Ok(bpffs::remove_pin_dir(dir)?)
 }
 
 /// Detaches the policer on `iface` here.
@@ -280,6 +277,16 @@ pub fn detach(iface: &str) -> Result<()> {
         )));
     }
     remove(&dir)
+}
+
+/// Removes the pins of policers whose interface or namespace is gone (or
+/// whose run was killed before its link was pinned); how many.
+pub fn detach_stale() -> Result<usize> {
+    let stale: Vec<_> = list().into_iter().filter(Attachment::stale).collect();
+    for a in &stale {
+        remove(&a.dir)?;
+    }
+    Ok(stale.len())
 }
 
 /// Detaches every policer on the host, live and stale; how many.

@@ -252,6 +252,19 @@ priority = 7
         assert_eq!(r[2].burst, 1_250_000, "10 ms of 1 Gbit/s");
     }
 
+    /// The example shipped in examples/ stays valid.
+    #[test]
+    fn the_example_file_parses() {
+        let cfg = PolicerConfig::parse(include_str!("../../../examples/qos.toml")).unwrap();
+        assert_eq!(cfg.hook, Some(PolicerHook::Tc));
+        assert_eq!(cfg.rules.len(), 3);
+        assert_eq!(cfg.rules[0].exceed, Exceed::Remark(0));
+        assert_eq!(
+            (cfg.rules[1].rate, cfg.rules[1].burst),
+            (Rate::Packets(1000), 100)
+        );
+    }
+
     #[test]
     fn bad_files_name_rule_and_field_in_one_line() {
         let cases = [

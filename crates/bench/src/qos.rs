@@ -1,0 +1,483 @@
+//! `peregrine bench qos`: the policer (tc and XDP hooks) against tc HTB with
+//! the same rate and burst, side by side in one run, on gen -> dut -> sink.
+//!
+//! - Rate accuracy: UDP (the live-frame generator, 1000 B frames) offered
+//!   at twice each rate; what the sink counts over the rate, in Ethernet
+//!   bits without FCS (what both the policer and HTB count).
+//! - CPU: the busy share of the DUT's CPU (its ingress NAPI thread pinned
+//!   there, where the policer, forwarding and HTB all run) at the same
+//!   offered load, per million offered packets.
+//! - TCP: iperf3 goodput through each at the rate, over the rate.
+//! - Scale: the XDP policer's saturation throughput (64 B frames) with
+//!   one rule and with `rules` rules (none of which exceeds).
+//!
+//! HTB is configured with `tc` (iproute2), as its users do; the policer
+//! through peregrine-qos. Every contender is removed after its run.
+use std::net::IpAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use peregrine_bpf::gen::FrameSizes;
+use peregrine_bpf::policer::{Exceed, Match, Rate as PolicerRate, Rule};
+use peregrine_bpf::XdpAction;
+use peregrine_host::{netns, signals};
+use peregrine_lab::compare::median;
+use peregrine_lab::pacing::Rate;
+use peregrine_lab::results::{Placement, ResultFile, Run, RunParams, Trial};
+use peregrine_lab::traffic::{Generator, TrafficSpec};
+use peregrine_lab::{Endpoint, Lab, Lifetime};
+use peregrine_qos::attach as policer;
+use peregrine_qos::PolicerHook;
+
+use crate::common::{
+    builtin_topology, command_line, frame_for, lab_sink, params, path_drops, place, progress_line,
+    shown_trial, trial_setup, PlacementConfig, ResultOutput,
+};
+use crate::tcp::{self, TcpTransfer};
+
+/// `peregrine bench qos`.
+#[derive(Clone, Debug)]
+pub struct QosBenchConfig {
+    /// Rates compared, bit/s.
+    pub rates: Vec<u64>,
+    /// Length of each UDP trial.
+    pub trial: Duration,
+    /// Length of each iperf3 TCP transfer.
+    pub tcp_time: Duration,
+    /// Rules of the scale scenario.
+    pub rules: u32,
+    pub rounds: u32,
+    pub placement: PlacementConfig,
+    pub output: ResultOutput,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Contender {
+    /// tc HTB on the egress port, Linux forwarding.
+    Htb,
+    PolicerTc,
+    PolicerXdp,
+    /// The tc policer with peregrine's tc router behind it on the same
+    /// ports (tcx runs the policer first): what conforms is forwarded in
+    /// BPF too, what exceeds costs only the policer.
+    PolicerTcRouter,
+}
+
+impl Contender {
+    fn label(self) -> &'static str {
+        match self {
+            Contender::Htb => "tc htb",
+            Contender::PolicerTc => "policer (tc)",
+            Contender::PolicerXdp => "policer (xdp)",
+            Contender::PolicerTcRouter => "policer + router (tc)",
+        }
+    }
+}
+
+const CONTENDERS: [Contender; 4] = [
+    Contender::Htb,
+    Contender::PolicerTc,
+    Contender::PolicerXdp,
+    Contender::PolicerTcRouter,
+];
+
+/// UDP frames of the accuracy runs, FCS included; the policer and HTB
+/// count them 4 bytes shorter.
+const FRAME: usize = 1000;
+const COUNTED: f64 = (FRAME - 4) as f64;
+
+/// The burst both get: 10 ms of the rate, at least 16 KB.
+fn burst_bytes(rate: u64) -> u64 {
+    (rate / 8 / 100).max(16_000)
+}
+
+/// A contender on the DUT, removed when dropped: HTB's qdisc, the
+/// policer, and the router behind it (which detaches itself when dropped,
+/// after the policer).
+struct Attached {
+    ns: String,
+    htb: bool,
+    policer: bool,
+    _router: Option<peregrine_dataplane::Dataplane>,
+}
+
+impl Attached {
+    fn new(ns: &str, htb: bool, policer: bool) -> Attached {
+        Attached {
+            ns: ns.to_string(),
+            htb,
+            policer,
+            _router: None,
+        }
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let ns = self.ns.clone();
+        let mut r = Ok(());
+        if self.htb {
+            r = r.and(tc(&ns, &["qdisc", "del", "dev", "out0", "root"]));
+        }
+        if self.policer {
+            r = r.and(
+                netns::run_in(&ns, || policer::detach("in0"))
+                    .map_err(anyhow::Error::from)
+                    .and_then(|r| r.map_err(anyhow::Error::from)),
+            );
+        }
+        if let Err(e) = r {
+            eprintln!("peregrine: removing a bench qos contender: {e:#}");
+        }
+    }
+}
+
+fn tc(ns: &str, args: &[&str]) -> Result<()> {
+    let out = netns::command(ns, "tc")?
+        .args(args)
+        .output()
+        .context("running tc (iproute2)")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "tc {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// The rule every policer run uses: traffic to the sink's prefix.
+fn sink_rule(rate: u64, burst: u64) -> Rule {
+    Rule {
+        matches: Match {
+            dst: Some("198.19.0.0/16".parse().expect("a prefix")),
+            ..Default::default()
+        },
+        rate: PolicerRate::Bits(rate),
+        burst,
+        exceed: Exceed::Drop,
+        priority: 0,
+    }
+}
+
+fn attach(lab: &Lab, c: Contender, rules: &[Rule], rate: u64) -> Result<Attached> {
+    attach_with_burst(lab, c, rules, rate, burst_bytes(rate))
+}
+
+/// `attach`, HTB's class with burst and cburst `burst` (the policer's
+/// rules carry their own).
+fn attach_with_burst(
+    lab: &Lab,
+    c: Contender,
+    rules: &[Rule],
+    rate: u64,
+    burst: u64,
+) -> Result<Attached> {
+    let dut = lab.ns("dut");
+    match c {
+        Contender::Htb => {
+            let burst = burst.to_string();
+            let r = format!("{rate}bit");
+            tc(
+                &dut,
+                &[
+                    "qdisc", "replace", "dev", "out0", "root", "handle", "1:", "htb", "default",
+                    "10",
+                ],
+            )?;
+            let a = Attached::new(&dut, true, false);
+            tc(
+                &dut,
+                &[
+                    "class", "add", "dev", "out0", "parent", "1:", "classid", "1:10", "htb",
+                    "rate", &r, "ceil", &r, "burst", &burst, "cburst", &burst,
+                ],
+            )?;
+            Ok(a)
+        }
+        Contender::PolicerTc | Contender::PolicerXdp | Contender::PolicerTcRouter => {
+            let hook = if c == Contender::PolicerXdp {
+                PolicerHook::Xdp
+            } else {
+                PolicerHook::Tc
+            };
+            netns::run_in(&dut, || policer::apply("in0", hook, rules))??;
+            let mut on = Attached::new(&dut, false, true);
+            if c != Contender::PolicerTcRouter {
+                return Ok(on);
+            }
+            // Attached after the policer: tcx runs it second.
+            let ports = ["in0".to_string(), "out0".to_string()];
+            let dp = peregrine_dataplane::Dataplane::router(
+                Some(&dut),
+                &ports,
+                peregrine_dataplane::RouterHook::Tc,
+                peregrine_bpf::router::FibMode::Full,
+                false,
+            )?;
+            on._router = Some(dp);
+            Ok(on)
+        }
+    }
+}
+
+/// The burst of the TCP runs: 50 ms of the rate, at least 64 KiB. TCP
+/// through a policer needs a deep bucket (docs/QOS.md); HTB gets the same.
+fn tcp_burst(rate: u64) -> u64 {
+    (rate / 8 / 20).max(64 * 1024)
+}
+
+fn busy(t: &Trial, cpu: Option<usize>) -> f64 {
+    cpu.map_or(f64::NAN, |c| t.busy_pct(c))
+}
+
+/// One measured figure of a contender, for the summary.
+struct Figure {
+    scenario: String,
+    contender: Contender,
+    /// Accuracy runs: delivered / rate; TCP runs: goodput / rate; scale
+    /// runs: delivered Mpps at saturation.
+    value: f64,
+    /// Accuracy runs: DUT CPU busy % per offered Mpps.
+    cpu: Option<f64>,
+}
+
+pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
+    let dut_cpu = a.placement.dut_cpu()?;
+    let topo = builtin_topology("chain", "benchqos")?;
+    eprintln!("building lab {} (gen -> dut -> sink)", topo.name);
+    let lab = Lab::up(topo, Lifetime::Ephemeral)?;
+    let from = Endpoint {
+        host: "gen".into(),
+        iface: "eth0".into(),
+    };
+    let sink_ep = Endpoint {
+        host: "sink".into(),
+        iface: "eth0".into(),
+    };
+    let dut_in = Endpoint {
+        host: "dut".into(),
+        iface: "in0".into(),
+    };
+    let sink = lab_sink(lab.name(), &lab.ns("sink"), &sink_ep, XdpAction::Drop)?;
+    let drops = path_drops(&lab, Some(&dut_in), &sink_ep)?;
+    let (src, dst): (IpAddr, IpAddr) = ("198.18.1.100".parse()?, "198.19.0.1".parse()?);
+    let (frame, peer) = frame_for(&lab, &from, src, dst, 9)?;
+    let mut runs = Vec::new();
+    let mut figures = Vec::new();
+
+    for round in 1..=a.rounds.max(1) {
+        // Rate accuracy and CPU, UDP at twice the rate.
+        for &rate in &a.rates {
+            let scenario = format!("udp at 2x {} Mbit/s", rate as f64 / 1e6);
+            let sizes = FrameSizes::Fixed(FRAME);
+            let spec = TrafficSpec::live(lab.ns("gen"), "eth0".into(), frame.clone(), sizes, 1);
+            let offered = 2.0 * rate as f64 / (COUNTED * 8.0);
+            for c in CONTENDERS {
+                signals::check()?;
+                let _on = attach(&lab, c, &[sink_rule(rate, burst_bytes(rate))], rate)?;
+                let gen =
+                    Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
+                let placement = place(&lab, &spec.cpus, &dut_in, dut_cpu)?;
+                let label = announce(c, &scenario, round);
+                let setup = trial_setup(&gen, &sink, &drops, a.trial, FRAME as f64, 1.0);
+                let t = shown_trial(
+                    &setup,
+                    &label,
+                    "fixed",
+                    Rate::Pps(offered),
+                    &mut progress_line(&label),
+                )?;
+                let accuracy = t.steady_delivered_pps() * COUNTED * 8.0 / rate as f64;
+                let cpu = busy(&t, dut_cpu) / (t.offered_pps / 1e6);
+                eprintln!(
+                    "  delivered {:.3} Mbit/s in steady state = {:.4} of the rate; DUT cpu {:.1}% ({cpu:.1}% per offered Mpps)",
+                    t.steady_delivered_pps() * COUNTED * 8.0 / 1e6,
+                    accuracy,
+                    busy(&t, dut_cpu)
+                );
+                figures.push(Figure {
+                    scenario: scenario.clone(),
+                    contender: c,
+                    value: accuracy,
+                    cpu: Some(cpu),
+                });
+                runs.push(Run {
+                    label,
+                    params: params(&spec, &format!("xdp drop sink {sink_ep}")),
+                    trials: vec![t],
+                    rfc2544: None,
+                    placement: Some(note(placement, c, rate)),
+                    tcp: None,
+                });
+            }
+        }
+        // TCP goodput through each, at the lowest and highest rate.
+        let mut tcp_rates = vec![a.rates[0]];
+        if a.rates.len() > 1 {
+            tcp_rates.push(*a.rates.last().expect("rates"));
+        }
+        for &rate in &tcp_rates {
+            let scenario = format!("tcp at {} Mbit/s", rate as f64 / 1e6);
+            for c in CONTENDERS {
+                signals::check()?;
+                let burst = tcp_burst(rate);
+                let _on = attach_with_burst(&lab, c, &[sink_rule(rate, burst)], rate, burst)?;
+                let label = announce(c, &scenario, round);
+                let fig = tcp::iperf3(&TcpTransfer {
+                    client_ns: lab.ns("gen"),
+                    server_ns: lab.ns("sink"),
+                    server: dst,
+                    streams: 1,
+                    duration: a.tcp_time,
+                })?;
+                let ratio = fig.gbit_s * 1e9 / rate as f64;
+                eprintln!(
+                    "  {:.2} Mbit/s goodput = {ratio:.3} of the rate, {} retransmits",
+                    fig.gbit_s * 1e3,
+                    fig.retransmits
+                );
+                figures.push(Figure {
+                    scenario: scenario.clone(),
+                    contender: c,
+                    value: ratio,
+                    cpu: None,
+                });
+                runs.push(Run {
+                    label,
+                    params: RunParams {
+                        backend: "iperf3".into(),
+                        ip: "ipv4".into(),
+                        frame_size: "tcp".into(),
+                        mean_frame_bytes: 0.0,
+                        flows: 1,
+                        threads: 1,
+                        sink: format!("iperf3 server {dst} in sink"),
+                        sent: true,
+                    },
+                    trials: Vec::new(),
+                    rfc2544: None,
+                    placement: Some(Placement {
+                        notes: vec![
+                            format!("{} at {rate} bit/s, burst {burst} B; iperf3 client in gen, server in sink; goodput counts TCP payload, the rate Ethernet frames (at most ~0.957 of it with 1448 B segments)", c.label()),
+                            lab.topo.offloads_note(),
+                        ],
+                        ..Default::default()
+                    }),
+                    tcp: Some(fig),
+                });
+            }
+        }
+        // Scale: the XDP policer with 1 rule and with `rules` rules.
+        let sizes = FrameSizes::Fixed(64);
+        let spec = TrafficSpec::live(lab.ns("gen"), "eth0".into(), frame.clone(), sizes, 1);
+        for n in [1, a.rules.max(1)] {
+            signals::check()?;
+            let scenario = "xdp policer, 64 B, saturated".to_string();
+            // Nothing exceeds (1 Tbit/s): the cost measured is the lookup.
+            let mut rules = vec![sink_rule(1_000_000_000_000, 1 << 30)];
+            rules.extend((1..n).map(|k| Rule {
+                matches: Match {
+                    dst: Some(peregrine_wire::Prefix {
+                        addr: IpAddr::V4(std::net::Ipv4Addr::from(0xC612_0000u32 + k)),
+                        len: 32,
+                    }),
+                    proto: Some(17),
+                    dport: Some(9),
+                    ..Default::default()
+                },
+                ..sink_rule(1_000_000, 16_000)
+            }));
+            let _on = attach(&lab, Contender::PolicerXdp, &rules, 0)?;
+            let gen = Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
+            let placement = place(&lab, &spec.cpus, &dut_in, dut_cpu)?;
+            let contender = format!("policer (xdp), {n} rule{}", if n > 1 { "s" } else { "" });
+            let label = crate::common::announce(&contender, &scenario, round);
+            let setup = trial_setup(&gen, &sink, &drops, a.trial, 64.0, 1.0);
+            let t = shown_trial(&setup, &label, "max", Rate::Max, &mut progress_line(&label))?;
+            eprintln!("  delivered {:.3} Mpps", t.delivered_pps / 1e6);
+            figures.push(Figure {
+                scenario: format!("{scenario}, {n} rules"),
+                contender: Contender::PolicerXdp,
+                value: t.delivered_pps / 1e6,
+                cpu: None,
+            });
+            runs.push(Run {
+                label,
+                params: params(&spec, &format!("xdp drop sink {sink_ep}")),
+                trials: vec![t],
+                rfc2544: None,
+                placement: Some(placement),
+                tcp: None,
+            });
+        }
+    }
+    drop(drops);
+    drop(sink);
+    drop(lab);
+    let result = ResultFile::new("bench-qos", command_line(), runs);
+    if !a.output.json {
+        summary(&figures);
+    }
+    a.output.write(&result)
+}
+
+/// The label of contender `c`'s run in `scenario`, `round`, printed as the
+/// run starts.
+fn announce(c: Contender, scenario: &str, round: u32) -> String {
+    crate::common::announce(c.label(), scenario, round)
+}
+
+fn note(mut p: Placement, c: Contender, rate: u64) -> Placement {
+    p.notes.push(match c {
+        Contender::Htb => format!(
+            "tc htb on dut:out0, one class rate = ceil = {rate} bit, burst = cburst = {} B",
+            burst_bytes(rate)
+        ),
+        Contender::PolicerTcRouter => format!(
+            "policer (tc) on dut:in0, one rule dst 198.19.0.0/16 at {rate} bit/s, burst {} B, then peregrine's tc router on in0 and out0",
+            burst_bytes(rate)
+        ),
+        _ => format!(
+            "{} on dut:in0, one rule dst 198.19.0.0/16 at {rate} bit/s, burst {} B, then Linux forwarding",
+            c.label(),
+            burst_bytes(rate)
+        ),
+    });
+    p
+}
+
+/// Medians over rounds per scenario and contender, with ratios to HTB.
+fn summary(figures: &[Figure]) {
+    let mut scenarios: Vec<&str> = Vec::new();
+    for f in figures {
+        if !scenarios.contains(&f.scenario.as_str()) {
+            scenarios.push(&f.scenario);
+        }
+    }
+    println!("Medians over rounds (accuracy and TCP: delivered / configured rate; CPU: DUT cpu busy % per offered Mpps):");
+    for s in scenarios {
+        let of = |c: Contender, cpu: bool| {
+            let v: Vec<f64> = figures
+                .iter()
+                .filter(|f| f.scenario == s && f.contender == c)
+                .filter_map(|f| if cpu { f.cpu } else { Some(f.value) })
+                .collect();
+            (!v.is_empty()).then(|| median(&v))
+        };
+        let mut line = format!("{s}:");
+        for c in CONTENDERS {
+            if let Some(v) = of(c, false) {
+                line.push_str(&format!("  {} {v:.4}", c.label()));
+                if let Some(cpu) = of(c, true) {
+                    line.push_str(&format!(" (cpu {cpu:.1})"));
+                    if let Some(h) = of(Contender::Htb, true).filter(|_| c != Contender::Htb) {
+                        line.push_str(&format!(" = {:.2}x htb's cpu", cpu / h));
+                    }
+                }
+            }
+        }
+        println!("{line}");
+    }
+}
