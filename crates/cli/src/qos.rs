@@ -43,14 +43,17 @@ pub enum QosCmd {
     },
     /// Every policer on the host: namespace, interface, hook, program id.
     List {
+        /// One JSON object: {"policers": [...]}.
         #[arg(long)]
         json: bool,
     },
     /// Detach the policer of an interface here, or with --all every
     /// policer on the host (stale ones included).
     Detach {
+        /// The interface whose policer goes.
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         iface: Option<String>,
+        /// Every policer on the host, in any namespace, live or stale.
         #[arg(long)]
         all: bool,
     },
@@ -60,6 +63,7 @@ pub enum QosCmd {
 pub enum RuleCmd {
     /// Add a rule; prints its id.
     Add {
+        /// The interface whose running policer gets the rule.
         #[arg(long)]
         iface: String,
         #[command(flatten)]
@@ -67,8 +71,10 @@ pub enum RuleCmd {
     },
     /// Remove rule ID (as `qos stats` lists it).
     Del {
+        /// The interface whose running policer loses the rule.
         #[arg(long)]
         iface: String,
+        /// The rule's id.
         id: u32,
     },
 }
@@ -89,8 +95,10 @@ pub struct RuleArgs {
     /// tcp, udp, icmp, icmpv6 or a protocol number.
     #[arg(long)]
     proto: Option<String>,
+    /// Source port (with --proto tcp or udp).
     #[arg(long)]
     sport: Option<u16>,
+    /// Destination port (with --proto tcp or udp).
     #[arg(long)]
     dport: Option<u16>,
     /// DSCP 0..63.

@@ -7,10 +7,14 @@
 //!   into `peregrine_bpf::policer::Rule`s, every error one line;
 //! - `attach`: attachments per interface and network namespace, pinned so
 //!   they outlive the command (`ip netns exec` included), applied
-//!   atomically, changed rule by rule, read, listed and removed.
+//!   atomically, changed rule by rule, read, listed and removed;
+//! - `sched`: the egress scheduler's core, sans I/O (HTB-like rate/ceil
+//!   borrowing, strict priority, DRR by weight, link shaping, queue
+//!   limits), tested with simulated time; its AF_XDP worker is next.
 pub mod attach;
 pub mod config;
 pub mod error;
+pub mod sched;
 
 pub use attach::{PolicerHook, PolicerStats};
 pub use config::{PolicerConfig, RuleFields};
