@@ -9,7 +9,9 @@ use nix::unistd::Pid;
 use peregrine_bpf::testing::privileged;
 
 mod common;
-use common::{ok, pair_lab_up, pair_topology, run, tmp, topology_file};
+use common::{
+    assert_live_metrics, ok, pair_lab_up, pair_topology, run, scrape, tmp, topology_file,
+};
 
 fn namespaces(lab: &str) -> Vec<String> {
     let p = format!("pg-{lab}-");
@@ -371,18 +373,6 @@ fn router_and_chain_commands_work_and_leave_nothing() {
     lab_down_leaves_nothing("chain");
 }
 
-/// Scrapes `addr` once over HTTP/1.0; empty on failure.
-fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return String::new();
-    };
-    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body
-}
-
 /// `faas load` from host a of lab "tfcli" to b's `functions`, plus `extra`.
 fn open_load_in_tfcli(functions: &str, extra: &[&str]) -> Output {
     run(&with(&faas_load_in("tfcli", functions), extra))
@@ -577,40 +567,6 @@ fn man_pages_and_completions_are_generated() {
     assert_code(&out, 0, "completions");
     assert!(String::from_utf8_lossy(&out.stdout).contains("complete -F"));
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Runs `promtool check metrics` on `text`; promtool missing fails the test
-/// (scripts/setup.sh installs it with the Debian package prometheus).
-fn promtool_check(text: &str, what: &str) {
-    use std::io::Write;
-    let mut c = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; scripts/setup.sh installs it)");
-    c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = c.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics on {what}: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Scrapes `addr` (`what` serves it) and asserts a Prometheus text body
-/// that names `metric` and passes `promtool check metrics`.
-fn assert_live_metrics(addr: &str, metric: &str, what: &str) {
-    let r = scrape(addr);
-    let (head, body) = r.split_once("\r\n\r\n").unwrap_or(("", ""));
-    assert!(
-        head.contains("Content-Type: text/plain; version=0.0.4"),
-        "{head}"
-    );
-    assert!(body.contains(metric), "{what}: {body}");
-    promtool_check(body, what);
 }
 
 /// Exit status of `faas load` (no replies, loss above --max-loss) and of a

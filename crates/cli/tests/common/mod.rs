@@ -252,3 +252,49 @@ pub fn iperf_bytes(out: &Output) -> (u64, f64) {
         r["bits_per_second"].as_f64().unwrap(),
     )
 }
+
+/// Scrapes `addr` once over HTTP/1.0; empty on failure.
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+/// Runs `promtool check metrics` on `text`; promtool missing fails the test
+/// (scripts/setup.sh installs it with the Debian package prometheus).
+pub fn promtool_check(text: &str, what: &str) {
+    use std::io::Write;
+    let mut c = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/setup.sh installs it)");
+    c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = c.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics on {what}: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Scrapes `addr` (`what` serves it) and asserts a Prometheus text body
+/// that names `metric` and passes `promtool check metrics`.
+pub fn assert_live_metrics(addr: &str, metric: &str, what: &str) {
+    let r = scrape(addr);
+    let (head, body) = r.split_once("\r\n\r\n").unwrap_or(("", ""));
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    assert!(body.contains(metric), "{what}: {body}");
+    promtool_check(body, what);
+}
