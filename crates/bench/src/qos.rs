@@ -6,7 +6,9 @@
 //!   bits without FCS (what both the policer and HTB count).
 //! - CPU: the busy share of the DUT's CPU (its ingress NAPI thread pinned
 //!   there, where the policer, forwarding and HTB all run) at the same
-//!   offered load, per million offered packets.
+//!   offered load, and each mechanism's own cost: that share less the one
+//!   of plain Linux forwarding offered the rate itself (the same delivered
+//!   load without QoS).
 //! - TCP: iperf3 goodput through each at the rate, over the rate.
 //! - Scale: the XDP policer's saturation throughput (64 B frames) with
 //!   one rule and with `rules` rules (none of which exceeds).
@@ -61,6 +63,10 @@ enum Contender {
     /// ports (tcx runs the policer first): what conforms is forwarded in
     /// BPF too, what exceeds costs only the policer.
     PolicerTcRouter,
+    /// No QoS, Linux forwarding, offered the rate itself (1x): the cost of
+    /// carrying what the others deliver, so each one's own cost can be read
+    /// as the difference (UDP runs only).
+    Baseline,
 }
 
 impl Contender {
@@ -70,6 +76,7 @@ impl Contender {
             Contender::PolicerTc => "policer (tc)",
             Contender::PolicerXdp => "policer (xdp)",
             Contender::PolicerTcRouter => "policer + router (tc)",
+            Contender::Baseline => "no qos (offered 1x)",
         }
     }
 }
@@ -79,6 +86,15 @@ const CONTENDERS: [Contender; 4] = [
     Contender::PolicerTc,
     Contender::PolicerXdp,
     Contender::PolicerTcRouter,
+];
+
+/// The UDP runs' contenders: the QoS ones, then the baseline.
+const UDP_CONTENDERS: [Contender; 5] = [
+    Contender::Htb,
+    Contender::PolicerTc,
+    Contender::PolicerXdp,
+    Contender::PolicerTcRouter,
+    Contender::Baseline,
 ];
 
 /// UDP frames of the accuracy runs, FCS included; the policer and HTB
@@ -176,6 +192,7 @@ fn attach_with_burst(
 ) -> Result<Attached> {
     let dut = lab.ns("dut");
     match c {
+        Contender::Baseline => Ok(Attached::new(&dut, false, false)),
         Contender::Htb => {
             let burst = burst.to_string();
             let r = format!("{rate}bit");
@@ -239,7 +256,7 @@ struct Figure {
     /// Accuracy runs: delivered / rate; TCP runs: goodput / rate; scale
     /// runs: delivered Mpps at saturation.
     value: f64,
-    /// Accuracy runs: DUT CPU busy % per offered Mpps.
+    /// Accuracy runs: the DUT CPU's busy share, %.
     cpu: Option<f64>,
 }
 
@@ -273,8 +290,9 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
             let scenario = format!("udp at 2x {} Mbit/s", rate as f64 / 1e6);
             let sizes = FrameSizes::Fixed(FRAME);
             let spec = TrafficSpec::live(lab.ns("gen"), "eth0".into(), frame.clone(), sizes, 1);
-            let offered = 2.0 * rate as f64 / (COUNTED * 8.0);
-            for c in CONTENDERS {
+            for c in UDP_CONTENDERS {
+                let times = if c == Contender::Baseline { 1.0 } else { 2.0 };
+                let offered = times * rate as f64 / (COUNTED * 8.0);
                 signals::check()?;
                 let _on = attach(&lab, c, &[sink_rule(rate, burst_bytes(rate))], rate)?;
                 let gen =
@@ -290,12 +308,11 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
                     &mut progress_line(&label),
                 )?;
                 let accuracy = t.steady_delivered_pps() * COUNTED * 8.0 / rate as f64;
-                let cpu = busy(&t, dut_cpu) / (t.offered_pps / 1e6);
+                let cpu = busy(&t, dut_cpu);
                 eprintln!(
-                    "  delivered {:.3} Mbit/s in steady state = {:.4} of the rate; DUT cpu {:.1}% ({cpu:.1}% per offered Mpps)",
+                    "  delivered {:.3} Mbit/s in steady state = {:.4} of the rate; DUT cpu {cpu:.1}%",
                     t.steady_delivered_pps() * COUNTED * 8.0 / 1e6,
                     accuracy,
-                    busy(&t, dut_cpu)
                 );
                 figures.push(Figure {
                     scenario: scenario.clone(),
@@ -439,6 +456,9 @@ fn note(mut p: Placement, c: Contender, rate: u64) -> Placement {
             "policer (tc) on dut:in0, one rule dst 198.19.0.0/16 at {rate} bit/s, burst {} B, then peregrine's tc router on in0 and out0",
             burst_bytes(rate)
         ),
+        Contender::Baseline => format!(
+            "no QoS: Linux forwarding offered {rate} bit/s itself, the load the others deliver"
+        ),
         _ => format!(
             "{} on dut:in0, one rule dst 198.19.0.0/16 at {rate} bit/s, burst {} B, then Linux forwarding",
             c.label(),
@@ -448,7 +468,9 @@ fn note(mut p: Placement, c: Contender, rate: u64) -> Placement {
     p
 }
 
-/// Medians over rounds per scenario and contender, with ratios to HTB.
+/// Medians over rounds per scenario and contender, with ratios to HTB;
+/// for CPU also each contender's own cost (its busy share less the
+/// baseline's, which carries the same delivered load without QoS).
 fn summary(figures: &[Figure]) {
     let mut scenarios: Vec<&str> = Vec::new();
     for f in figures {
@@ -456,7 +478,7 @@ fn summary(figures: &[Figure]) {
             scenarios.push(&f.scenario);
         }
     }
-    println!("Medians over rounds (accuracy and TCP: delivered / configured rate; CPU: DUT cpu busy % per offered Mpps):");
+    println!("Medians over rounds (accuracy and TCP: delivered / configured rate; cpu: DUT cpu busy %; qos cost: busy % above the no-qos baseline):");
     for s in scenarios {
         let of = |c: Contender, cpu: bool| {
             let v: Vec<f64> = figures
@@ -466,15 +488,24 @@ fn summary(figures: &[Figure]) {
                 .collect();
             (!v.is_empty()).then(|| median(&v))
         };
+        let base = of(Contender::Baseline, true);
+        let htb = of(Contender::Htb, true);
         let mut line = format!("{s}:");
-        for c in CONTENDERS {
+        for c in UDP_CONTENDERS {
             if let Some(v) = of(c, false) {
                 line.push_str(&format!("  {} {v:.4}", c.label()));
                 if let Some(cpu) = of(c, true) {
-                    line.push_str(&format!(" (cpu {cpu:.1})"));
-                    if let Some(h) = of(Contender::Htb, true).filter(|_| c != Contender::Htb) {
-                        line.push_str(&format!(" = {:.2}x htb's cpu", cpu / h));
+                    line.push_str(&format!(" (cpu {cpu:.1}%"));
+                    if let (Some(b), Some(h)) = (base, htb) {
+                        if c != Contender::Baseline {
+                            let cost = cpu - b;
+                            line.push_str(&format!(", qos cost {cost:.1}"));
+                            if c != Contender::Htb {
+                                line.push_str(&format!(" = {:.2}x htb's", cost / (h - b)));
+                            }
+                        }
                     }
+                    line.push(')');
                 }
             }
         }

@@ -253,8 +253,8 @@ fn bench_qos_quick_run_holds_together() {
     ) else {
         return;
     };
-    // 4 UDP, 4 TCP, 2 scale.
-    assert_eq!(r.runs.len(), 10, "{:#?}", r.runs);
+    // 5 UDP (4 contenders and the no-QoS baseline), 4 TCP, 2 scale.
+    assert_eq!(r.runs.len(), 11, "{:#?}", r.runs);
     for run in r.runs.iter().filter(|x| x.label.contains("udp at")) {
         let t = &run.trials[0];
         let mbit = t.steady_delivered_pps() * (run.params.mean_frame_bytes - 4.0) * 8.0 / 1e6;
