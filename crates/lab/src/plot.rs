@@ -856,8 +856,9 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
         figures.extend(faas_figures(r).into_iter().map(|f| (f.0, Some(f))));
     }
     if r.kind == "bench-qos" {
-        figures.push(("accuracy", None));
-        figures.push(("cpu", None));
+        // Its runs compare contenders per rate: the per-trial scatter and
+        // timeline of 75 runs say nothing there.
+        figures = vec![("accuracy", None), ("cpu", None)];
     }
     if !scenarios_of(r, compare::Metric::Tcp).is_empty() {
         figures.push(("tcp", None));
