@@ -79,6 +79,28 @@ pub fn pacing(r: RateSetting, mean_frame_bytes: f64) -> Rate {
     Rate::Pps(r.pps(mean_frame_bytes))
 }
 
+/// The path through the built-in `chain` topology: the generator's port,
+/// the DUT's ingress, the sink's port.
+pub(crate) struct ChainPath {
+    pub from: Endpoint,
+    pub dut_in: Endpoint,
+    pub sink: Endpoint,
+}
+
+impl ChainPath {
+    pub fn new() -> ChainPath {
+        let ep = |host: &str, iface: &str| Endpoint {
+            host: host.into(),
+            iface: iface.into(),
+        };
+        ChainPath {
+            from: ep("gen", "eth0"),
+            dut_in: ep("dut", "in0"),
+            sink: ep("sink", "eth0"),
+        }
+    }
+}
+
 /// The label of `contender`'s run in `scenario`, `round` (a `RunKey`),
 /// printed as the run starts.
 pub(crate) fn announce(contender: &str, scenario: &str, round: u32) -> String {

@@ -27,13 +27,13 @@ use peregrine_lab::compare::median;
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{Placement, ResultFile, Run, RunParams, Trial};
 use peregrine_lab::traffic::{Generator, TrafficSpec};
-use peregrine_lab::{Endpoint, Lab, Lifetime};
+use peregrine_lab::{Lab, Lifetime};
 use peregrine_qos::attach as policer;
 use peregrine_qos::PolicerHook;
 
 use crate::common::{
     builtin_topology, command_line, frame_for, lab_sink, params, path_drops, place, progress_line,
-    shown_trial, trial_setup, PlacementConfig, ResultOutput,
+    shown_trial, trial_setup, ChainPath, PlacementConfig, ResultOutput,
 };
 use crate::tcp::{self, TcpTransfer};
 
@@ -265,18 +265,11 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
     let topo = builtin_topology("chain", "benchqos")?;
     eprintln!("building lab {} (gen -> dut -> sink)", topo.name);
     let lab = Lab::up(topo, Lifetime::Ephemeral)?;
-    let from = Endpoint {
-        host: "gen".into(),
-        iface: "eth0".into(),
-    };
-    let sink_ep = Endpoint {
-        host: "sink".into(),
-        iface: "eth0".into(),
-    };
-    let dut_in = Endpoint {
-        host: "dut".into(),
-        iface: "in0".into(),
-    };
+    let ChainPath {
+        from,
+        dut_in,
+        sink: sink_ep,
+    } = ChainPath::new();
     let sink = lab_sink(lab.name(), &lab.ns("sink"), &sink_ep, XdpAction::Drop)?;
     let drops = path_drops(&lab, Some(&dut_in), &sink_ep)?;
     let (src, dst): (IpAddr, IpAddr) = ("198.18.1.100".parse()?, "198.19.0.1".parse()?);

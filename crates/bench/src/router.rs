@@ -21,11 +21,11 @@ use peregrine_lab::pacing::Rate;
 use peregrine_lab::results::{Placement, ResultFile, Rfc2544, Run, RunParams};
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::rfc2544_search;
-use peregrine_lab::{Endpoint, Lab, Lifetime};
+use peregrine_lab::{Lab, Lifetime};
 
 use crate::common::{
     builtin_topology, command_line, dut_search, frame_for, lab_sink, params, path_drops, place,
-    progress_line, shown_trial, trial_setup, PlacementConfig, RateSetting, ResultOutput,
+    progress_line, shown_trial, trial_setup, ChainPath, PlacementConfig, RateSetting, ResultOutput,
 };
 use crate::tcp::{self, TcpTransfer};
 
@@ -205,20 +205,13 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     );
     let lab = Lab::up(topo, Lifetime::Ephemeral)?;
     let mut nl = Netlink::new()?;
-    let from = Endpoint {
-        host: "gen".into(),
-        iface: "eth0".into(),
-    };
-    let sink_ep = Endpoint {
-        host: "sink".into(),
-        iface: "eth0".into(),
-    };
+    let ChainPath {
+        from,
+        dut_in,
+        sink: sink_ep,
+    } = ChainPath::new();
     let sink = lab_sink(lab.name(), &lab.ns("sink"), &sink_ep, XdpAction::Drop)?;
     let dut = lab.ns("dut");
-    let dut_in = Endpoint {
-        host: "dut".into(),
-        iface: "in0".into(),
-    };
     let drops = path_drops(&lab, Some(&dut_in), &sink_ep)?;
     let mut figures: Vec<Figure> = Vec::new();
 

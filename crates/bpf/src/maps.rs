@@ -41,3 +41,49 @@ pub fn read_pinned_per_cpu<T: Counters>(path: &Path, key: &[u8], missing: &str) 
     )))?;
     read_per_cpu(&map, key)
 }
+
+/// The maps program `prog_id` uses, by name (as the kernel keeps it: at
+/// most 15 characters). Lets a later command find a running program's
+/// state from its link alone, so it can never disagree with what runs.
+pub fn maps_of_program(prog_id: u32) -> Result<Vec<(String, MapHandle)>> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let io = |what: String, rc: i32| BpfError::Io {
+        what,
+        source: std::io::Error::from_raw_os_error(-rc),
+    };
+    // Safety: a plain syscall wrapper; a non-negative return is a new fd.
+    let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(prog_id) };
+    if fd < 0 {
+        return Err(io(format!("opening program {prog_id}"), fd));
+    }
+    // Safety: `fd` was just returned to us and is owned from here on.
+    let prog = unsafe { OwnedFd::from_raw_fd(fd) };
+    let info_of = |ids: &mut [u32]| -> Result<u32> {
+        use std::os::fd::AsRawFd;
+        // Safety: zeroed is a valid empty info struct.
+        let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+        info.nr_map_ids = ids.len() as u32;
+        info.map_ids = ids.as_mut_ptr() as u64;
+        let mut len = std::mem::size_of_val(&info) as u32;
+        // Safety: `info` and `ids` outlive the call; the kernel writes at
+        // most `nr_map_ids` ids and `len` bytes.
+        let rc =
+            unsafe { libbpf_sys::bpf_prog_get_info_by_fd(prog.as_raw_fd(), &mut info, &mut len) };
+        if rc < 0 {
+            return Err(io(format!("reading program {prog_id}'s maps"), rc));
+        }
+        Ok(info.nr_map_ids)
+    };
+    let n = info_of(&mut [])?;
+    let mut ids = vec![0u32; n as usize];
+    let n = info_of(&mut ids)?.min(n) as usize;
+    ids[..n]
+        .iter()
+        .map(|&id| {
+            let m = MapHandle::from_map_id(id).map_err(BpfError::libbpf(format!(
+                "opening map {id} of program {prog_id}"
+            )))?;
+            Ok((m.name().to_string_lossy().into_owned(), m))
+        })
+        .collect()
+}

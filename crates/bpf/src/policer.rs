@@ -3,7 +3,6 @@
 //! as users write them, and every change and read of its maps, whether the
 //! maps come from a program just loaded or from pins another process made.
 use std::net::IpAddr;
-use std::path::Path;
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use peregrine_wire::Prefix;
@@ -26,7 +25,7 @@ pub const MAX_RULES: u32 = policer_limits::POLICER_MAX_RULES.0;
 pub const MAX_MASKS: u32 = policer_limits::POLICER_MAX_MASKS.0;
 const COST_SHIFT: u32 = policer_limits::POLICER_COST_SHIFT.0;
 
-/// The names of the policer's maps, which are also their pins' names.
+/// The names of the policer's maps (as the kernel keeps them).
 pub const MAP_NAMES: [&str; 4] = [
     "policer_masks",
     "policer_rules",
@@ -316,7 +315,7 @@ impl InstalledRule {
     }
 }
 
-/// The policer's maps, from a loaded program or from pins. Every change and
+/// The policer's maps, of a program just loaded or of the one a link runs. Every change and
 /// read of the rules goes through here, so the rules a file installs and
 /// those `qos rule add` adds later follow one set of invariants: a rule's
 /// mask is in the mask table before the rule, and leaves it after the last
@@ -333,40 +332,25 @@ fn libbpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> BpfError 
 }
 
 impl PolicerMaps {
-    /// The maps pinned in `dir` (by `pin`).
-    pub fn open_pinned(dir: &Path) -> Result<PolicerMaps> {
-        let open = |name: &str| {
-            let path = dir.join(name);
-            MapHandle::from_pinned_path(&path).map_err(libbpf(format!(
-                "opening {} (is a policer attached?)",
-                path.display()
-            )))
+    /// The maps of the policer program `prog_id` (the one a link runs): a
+    /// later command finds them from the link, so they are always the
+    /// running program's, also right after `apply` swapped it.
+    pub fn of_program(prog_id: u32) -> Result<PolicerMaps> {
+        let mut found = crate::maps::maps_of_program(prog_id)?;
+        let mut take = |name: &str| {
+            let i = found.iter().position(|(n, _)| n == name).ok_or_else(|| {
+                invalid(format!(
+                    "program {prog_id} has no map {name}: not a policer"
+                ))
+            })?;
+            Ok::<_, BpfError>(found.swap_remove(i).1)
         };
         Ok(PolicerMaps {
-            masks: open(MAP_NAMES[0])?,
-            rules: open(MAP_NAMES[1])?,
-            state: open(MAP_NAMES[2])?,
-            totals: open(MAP_NAMES[3])?,
+            masks: take(MAP_NAMES[0])?,
+            rules: take(MAP_NAMES[1])?,
+            state: take(MAP_NAMES[2])?,
+            totals: take(MAP_NAMES[3])?,
         })
-    }
-
-    /// Pins every map in `dir`, under its own name.
-    pub fn pin(&mut self, dir: &Path) -> Result<()> {
-        for (map, name) in [
-            &mut self.masks,
-            &mut self.rules,
-            &mut self.state,
-            &mut self.totals,
-        ]
-        .into_iter()
-        .zip(MAP_NAMES)
-        {
-            let path = dir.join(name);
-            let _ = std::fs::remove_file(&path);
-            map.pin(&path)
-                .map_err(libbpf(format!("pinning {}", path.display())))?;
-        }
-        Ok(())
     }
 
     /// The mask table: (slot, mask) of each slot in use.

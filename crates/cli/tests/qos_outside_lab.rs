@@ -534,3 +534,61 @@ fn stale_policers_are_listed_and_removed() {
     assert!(listed().is_empty(), "stale policer pins removed");
     t.remove();
 }
+
+/// `qos apply` killed with SIGKILL while it loads a 100,000-rule file:
+/// the interface keeps exactly one policer, running either the old rule
+/// set or the new one whole, never a mix, and later commands work.
+#[test]
+fn apply_killed_midway_leaves_one_whole_rule_set() {
+    if !privileged("apply_killed_midway_leaves_one_whole_rule_set") {
+        return;
+    }
+    let t = Topo::up("pgq6");
+    let r = t.ns("R");
+    ok(
+        &apply(
+            &t,
+            "kill-old",
+            "[[rule]]\ndst = \"198.18.2.0/24\"\nrate = \"1Gbit\"\n",
+            &[],
+        ),
+        "qos apply",
+    );
+    let mut big = String::new();
+    for k in 0..100_000u32 {
+        let a = std::net::Ipv4Addr::from(0xC613_0000u32 + k);
+        big.push_str(&format!("[[rule]]\ndst = \"{a}\"\nrate = \"1Gbit\"\n"));
+    }
+    let dir = tmp("kill-new");
+    let f = dir.join("big.toml");
+    std::fs::write(&f, big).unwrap();
+    let mut child = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &r,
+            env!("CARGO_BIN_EXE_peregrine"),
+            "qos",
+            "apply",
+        ])
+        .arg(&f)
+        .args(["--iface", "a1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Parsing and loading 100,000 rules takes well over this.
+    std::thread::sleep(Duration::from_millis(400));
+    let killed_early = child.try_wait().unwrap().is_none();
+    // `ip netns exec` execs peregrine in place: the child is peregrine.
+    let _ = child.kill();
+    let _ = child.wait();
+    let rules = stats(&t)["rules"].as_array().unwrap().len();
+    eprintln!("killed while running: {killed_early}; rules now {rules}");
+    assert!(rules == 1 || rules == 100_000, "{rules} rules: a mix");
+    assert_eq!(hooked(&t), (None, 1), "one policer program on a1");
+    assert!(t.ping("198.18.2.1"), "traffic still passes");
+    ok(&pg_in(&r, &["qos", "detach", "a1"]), "qos detach");
+    assert_eq!(hooked(&t), (None, 0));
+    t.remove();
+}

@@ -1,7 +1,8 @@
 //! Policer attachments: one per interface, in the network namespace the
 //! command runs in, pinned in the host's bpffs so it outlives the command
 //! (`ip netns exec` included) and every later command finds it:
-//! `<pin root>/_qos/<netns cookie>/<iface>/` holds the link and the maps.
+//! `<pin root>/_qos/<netns cookie>/<iface>/link`. The maps are found from
+//! the program that link runs, never pinned apart from it.
 //!
 //! `apply` replaces a running policer's whole rule set in one step: the new
 //! rules go into a freshly loaded program, which then takes the old one's
@@ -166,12 +167,12 @@ pub fn apply(iface: &str, hook: PolicerHook, rules: &[Rule]) -> Result<Applied> 
         }
     }
     let prog = PolicerProgram::load()?;
-    let mut maps = prog.maps()?;
-    maps.install_fresh(rules)?;
+    prog.maps()?.install_fresh(rules)?;
     let link_pin = dir.join(LINK_PIN);
     if existing.link.is_some_and(|l| l.live()) {
+        // One step: from here on the link runs the new program, and every
+        // later command finds the new maps through it.
         Link::from_pin(&link_pin)?.replace_program(prog.prog(hook.hook()))?;
-        maps.pin(&dir)?;
         return Ok(Applied {
             hook,
             rules: rules.len(),
@@ -185,9 +186,9 @@ pub fn apply(iface: &str, hook: PolicerHook, rules: &[Rule]) -> Result<Applied> 
     let link = prog.attach(iface, hook.hook())?;
     std::fs::create_dir_all(&dir)
         .map_err(|e| QosError::Other(format!("creating {}: {e}", bpffs::display(&dir))))?;
-    // Pinned, or undone: the link detaches when dropped unpinned.
-    let pinned = link.pin(&link_pin).and_then(|_| maps.pin(&dir));
-    if let Err(e) = pinned {
+    // Pinned, or undone: the link detaches when dropped unpinned. Only
+    // the link is pinned: the program and its maps live as long as it.
+    if let Err(e) = link.pin(&link_pin) {
         let _ = link.unpin();
         let _ = bpffs::remove_pin_dir(&dir);
         return Err(e.into());
@@ -199,25 +200,28 @@ pub fn apply(iface: &str, hook: PolicerHook, rules: &[Rule]) -> Result<Applied> 
     })
 }
 
-/// The maps of the policer on `iface` here.
-fn maps_here(iface: &str) -> Result<PolicerMaps> {
+/// The running policer on `iface` here and its maps.
+fn running_here(iface: &str) -> Result<(Attachment, PolicerMaps)> {
     let dir = dir_here(iface)?;
-    if !attachment(&dir, 0, iface).link.is_some_and(|l| l.live()) {
+    let a = attachment(&dir, 0, iface);
+    if !a.link.is_some_and(|l| l.live()) {
         return Err(QosError::Other(format!(
             "no policer on {iface} in this network namespace (`peregrine qos apply` puts one there)"
         )));
     }
-    Ok(PolicerMaps::open_pinned(&dir)?)
+    let prog_id = a.link.map(|l| l.prog_id).unwrap_or_default();
+    let maps = PolicerMaps::of_program(prog_id)?;
+    Ok((a, maps))
 }
 
 /// Adds `rule` to the running policer on `iface`; its id.
 pub fn add_rule(iface: &str, rule: &Rule) -> Result<u32> {
-    Ok(maps_here(iface)?.add(rule)?)
+    Ok(running_here(iface)?.1.add(rule)?)
 }
 
 /// Removes rule `id` from the running policer on `iface`.
 pub fn remove_rule(iface: &str, id: u32) -> Result<()> {
-    Ok(maps_here(iface)?.remove(id)?)
+    Ok(running_here(iface)?.1.remove(id)?)
 }
 
 /// A policer's counters: the program's own and each rule's.
@@ -231,9 +235,7 @@ pub struct PolicerStats {
 
 /// The counters of the policer on `iface` here.
 pub fn stats(iface: &str) -> Result<PolicerStats> {
-    let dir = dir_here(iface)?;
-    let a = attachment(&dir, 0, iface);
-    let maps = maps_here(iface)?;
+    let (a, maps) = running_here(iface)?;
     let rules = maps
         .rules()?
         .into_iter()
