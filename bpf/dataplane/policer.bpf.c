@@ -14,9 +14,17 @@
  * What cannot be matched is passed unmetered and counted: non-IP frames,
  * frames whose IP header is cut short or inconsistent (the kernel judges
  * those). IPv4 fragments other than the first carry no ports: they match
- * rules that do not ask for ports. */
+ * rules that do not ask for ports.
+ *
+ * At XDP a rule may name a scheduler class (`qos serve`): its conforming
+ * packets, when the FIB routes them out of the scheduled interface, are
+ * forwarded here (TTL, MACs) and handed to the scheduler's AF_XDP socket
+ * with their class in the metadata. Whatever cannot be (no scheduler
+ * socket, another route, TTL expiring, no neighbour yet) goes to the
+ * kernel untouched and is counted `unscheduled`. */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
+#include "peregrine/forward.h"
 #include "peregrine/hook.h"
 #include "peregrine/maps.h"
 #include "peregrine/parse.h"
@@ -35,6 +43,14 @@ PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, POLICER_MAX_RULES, __u32, struct policer_state
 
 PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct policer_totals) policer_totals SEC(".maps");
 
+PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, 1, __u32, struct sched_port) sched_port SEC(".maps");
+
+PEREGRINE_MAP(BPF_MAP_TYPE_XSKMAP, SCHED_MAX_QUEUES, __u32, __u32) sched_xsks SEC(".maps");
+
+PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, SCHED_MAX_CLASSES, __u32, struct sched_class) sched_classes SEC(".maps");
+
+PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, SCHED_MAX_CLASSES, __u32, struct sched_counters) sched_stats SEC(".maps");
+
 /* Type anchors: make the skeleton carry these for user space. */
 struct policer_key policer_key_anchor;
 struct policer_mask policer_mask_anchor;
@@ -46,6 +62,11 @@ struct policer_totals policer_totals_anchor;
 enum policer_limits policer_limits_anchor;
 enum policer_unit policer_unit_anchor;
 enum policer_exceed policer_exceed_anchor;
+struct sched_port sched_port_anchor;
+struct sched_meta sched_meta_anchor;
+struct sched_class sched_class_anchor;
+struct sched_counters sched_counters_anchor;
+enum sched_limits sched_limits_anchor;
 
 /* Headers read: Ethernet, two tags, IPv4 with the longest options (or
  * IPv6), the L4 ports. */
@@ -156,6 +177,65 @@ static __always_inline void remark(void *ctx, const int tc, struct ip_hdr *l3, _
 	}
 }
 
+/* Hands a class's packet to the scheduler: routed out of its interface,
+ * TTL taken, MACs set, class in front; or XDP_PASS, untouched. */
+static __always_inline int steer(struct xdp_md *ctx, const struct ip_hdr *l3, __u32 class_id,
+				 struct policer_totals *t)
+{
+	__u32 queue = ctx->rx_queue_index;
+	struct sched_port *port = map_first(&sched_port);
+	struct bpf_fib_lookup fib = {};
+
+	if (!port || !port->egress_ifindex || !bpf_map_lookup_elem(&sched_xsks, &queue))
+		goto unscheduled;
+	/* A class deleted after its rule was read, or an id out of range.
+	 * (Both maps belong to the program this way, so user space finds
+	 * them from the program a pinned link runs.) */
+	struct sched_class *class = bpf_map_lookup_elem(&sched_classes, &class_id);
+	if (!class || !class->used || !bpf_map_lookup_elem(&sched_stats, &class_id))
+		goto unscheduled;
+	if (l3->family == 4) {
+		if (l3->v4->ttl <= 1)
+			goto unscheduled;
+		fib_key_ip4(&fib, l3->v4, bpf_ntohs(l3->v4->tot_len));
+	} else {
+		if (l3->v6->hop_limit <= 1)
+			goto unscheduled;
+		fib_key_ip6(&fib, l3->v6, sizeof(struct ipv6hdr) + bpf_ntohs(l3->v6->payload_len));
+	}
+	fib.ifindex = ctx->ingress_ifindex;
+	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS ||
+	    fib.ifindex != port->egress_ifindex)
+		goto unscheduled;
+	/* Room for the class in front: every packet pointer is void after. */
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct sched_meta)))
+		goto unscheduled;
+	struct sched_meta *meta = (void *)(long)ctx->data_meta;
+	struct cursor c = xdp_cursor(ctx);
+	if ((void *)(meta + 1) > c.pos)
+		goto unscheduled;
+	meta->class_id = class_id;
+	struct ethhdr *eth;
+	struct ip_hdr ip;
+	int vlans;
+	/* Parsed whole a moment ago; the verifier wants the bounds again. */
+	if (parse_ip(&c, parse_eth(&c, &eth, &vlans), &ip) < 0)
+		goto unscheduled;
+	if (ip.family == 4)
+		ipv4_decrease_ttl(ip.v4);
+	else
+		ip.v6->hop_limit--;
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	if (t)
+		t->steered++;
+	return bpf_redirect_map(&sched_xsks, queue, XDP_PASS);
+unscheduled:
+	if (t)
+		t->unscheduled++;
+	return XDP_PASS;
+}
+
 static __always_inline int police(void *ctx, const int tc)
 {
 	struct policer_totals *t = map_first(&policer_totals);
@@ -213,13 +293,14 @@ static __always_inline int police(void *ctx, const int tc)
 			t->unmatched++;
 		return verdict_pass(tc);
 	}
-	if (meter(r, len))
-		return verdict_pass(tc);
-	if (r->exceed == POLICER_EXCEED_REMARK) {
+	if (!meter(r, len)) {
+		if (r->exceed != POLICER_EXCEED_REMARK)
+			return hook_drop(tc);
 		remark(ctx, tc, &l3, r->remark_dscp);
-		return verdict_pass(tc);
 	}
-	return hook_drop(tc);
+	if (!tc && r->class_id)
+		return steer(ctx, &l3, r->class_id, t);
+	return verdict_pass(tc);
 }
 
 SEC("xdp")

@@ -31,13 +31,11 @@
 #include <linux/if_packet.h>
 #include <linux/pkt_cls.h>
 #include <linux/rtnetlink.h>
+#include "peregrine/forward.h"
 #include "peregrine/hook.h"
 #include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/router_kern_user.h"
-
-#define AF_INET 2
-#define AF_INET6 10
 
 /* 0: full lookup (policy routing rules); BPF_FIB_LOOKUP_DIRECT: the table
  * of the ingress device (main unless an l3mdev says otherwise). */
@@ -199,15 +197,6 @@ static __always_inline int send(const int tc, struct router_port_stats *st, __u3
 	if (!hook_pick(tc, egress))
 		return done(st, ROUTER_PASS_NO_PORT, len, hook_pass(tc));
 	return sent(st, egress, a, len, tc ? bpf_redirect(egress, 0) : XDP_REDIRECT);
-}
-
-static __always_inline void ipv4_decrease_ttl(struct iphdr *ip)
-{
-	__u32 check = ip->check;
-
-	check += bpf_htons(0x0100);
-	ip->check = (__u16)(check + (check >= 0xFFFF));
-	ip->ttl--;
 }
 
 /* `l4` is the cursor at the L4 header. */
@@ -392,12 +381,7 @@ static __always_inline int route(void *ctx, const int tc)
 		if (ip->ttl <= 1)
 			return done(st, ROUTER_PASS_TTL, len, hook_pass(tc));
 
-		fib.family = AF_INET;
-		fib.tos = ip->tos;
-		fib.l4_protocol = ip->protocol;
-		fib.tot_len = hook_fib_len(tc, dgram);
-		fib.ipv4_src = ip->saddr;
-		fib.ipv4_dst = ip->daddr;
+		fib_key_ip4(&fib, ip, hook_fib_len(tc, dgram));
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6;
 		v6 = 1;
@@ -433,14 +417,7 @@ static __always_inline int route(void *ctx, const int tc)
 		if (ip6->hop_limit <= 1)
 			return done(st, ROUTER_PASS_TTL, len, hook_pass(tc));
 
-		struct in6_addr *src = (struct in6_addr *)fib.ipv6_src;
-		struct in6_addr *dst = (struct in6_addr *)fib.ipv6_dst;
-		fib.family = AF_INET6;
-		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
-		fib.l4_protocol = ip6->nexthdr;
-		fib.tot_len = hook_fib_len(tc, dgram);
-		*src = ip6->saddr;
-		*dst = ip6->daddr;
+		fib_key_ip6(&fib, ip6, hook_fib_len(tc, dgram));
 	} else {
 		return done(st, ROUTER_PASS_NOT_IP, len, hook_pass(tc));
 	}

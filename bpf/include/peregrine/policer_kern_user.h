@@ -59,7 +59,12 @@ struct policer_rule {
 	__u8 unit;      /* enum policer_unit */
 	__u8 exceed;    /* enum policer_exceed */
 	__u8 remark_dscp;
-	__u8 pad[5];
+	__u8 pad;
+	/* The scheduler class (1..SCHED_MAX_CLASSES-1) conforming packets go
+	 * to (XDP only, `qos serve`); 0: none, the packet passes on. A rule
+	 * with cost 0 has no meter: a filter, which only steers and counts. */
+	__u16 class_id;
+	__u8 pad2[2];
 	/* Nanoseconds one unit (bit or packet) takes at the rate, << POLICER_COST_SHIFT. */
 	__u64 cost;
 	/* The burst in nanoseconds of rate: how far the meter's theoretical
@@ -93,6 +98,62 @@ struct policer_totals {
 	__u64 unmatched; /* IP, no rule matched: passed */
 	__u64 not_ip;    /* passed */
 	__u64 malformed; /* an IP header cut short or inconsistent: passed, unmetered */
+	__u64 steered;   /* handed to the scheduler's AF_XDP socket */
+	/* A class rule matched but the packet went to the kernel instead: no
+	 * scheduler socket, not routed out of the scheduled interface, TTL
+	 * expiring, no neighbour yet (the kernel resolves it), too big. */
+	__u64 unscheduled;
+};
+
+/* The egress scheduler (`qos serve`), fed by the XDP policer: packets of
+ * class rules routed out of `egress_ifindex` are forwarded here (FIB
+ * lookup, TTL, MACs) and redirected to the AF_XDP socket of their RX queue
+ * with a `sched_meta` in front; the scheduler queues them by class and
+ * sends them out of the egress interface when the class may. */
+enum sched_limits {
+	SCHED_MAX_CLASSES = 64, /* class ids 1..63; 0 is "no class" */
+	SCHED_MAX_QUEUES = 64,  /* RX queues of the ingress interface */
+	SCHED_NAME_LEN = 32,
+};
+
+/* Entry 0 of sched_port: where the scheduler sends, and who runs it. */
+struct sched_port {
+	__u32 egress_ifindex; /* 0: no scheduler, class rules only count */
+	__u32 owner_pid;      /* the `qos serve` process */
+	__u64 generation;     /* bumped after each change of sched_classes */
+	__u64 link_bps;       /* the rate the egress is shaped to */
+	__u64 link_burst;     /* bytes */
+};
+
+/* In front of a steered frame (XDP metadata, copied by AF_XDP). */
+struct sched_meta {
+	__u32 class_id;
+};
+
+/* A class as configured (sched_classes[class_id]); written by `qos serve`
+ * and `qos class`, read by the scheduler when the generation changes. */
+struct sched_class {
+	char name[SCHED_NAME_LEN];
+	__u32 used;
+	__u32 parent;      /* class id; 0: the link */
+	__u64 rate_bps;    /* assured */
+	__u64 ceil_bps;    /* the most, borrowing */
+	__u64 burst;       /* bytes */
+	__u32 weight;      /* DRR weight within a priority level */
+	__u32 queue_limit; /* packets */
+	__u8 priority;     /* lower first */
+	__u8 pad[7];
+};
+
+/* A class's counters (sched_stats[class_id]), written by the scheduler. */
+struct sched_counters {
+	__u64 enqueued_packets;
+	__u64 sent_packets;
+	__u64 sent_bytes;
+	__u64 dropped_packets; /* queue full */
+	__u64 dropped_bytes;
+	__u64 borrowed_packets;
+	__u64 queue_depth;     /* packets queued now */
 };
 
 #endif

@@ -174,6 +174,7 @@ fn sink_rule(rate: u64, burst: u64) -> Rule {
         burst,
         exceed: Exceed::Drop,
         priority: 0,
+        class: 0,
     }
 }
 

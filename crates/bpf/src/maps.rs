@@ -14,6 +14,20 @@ pub(crate) fn update(map: &impl MapCore, key: &[u8], value: &[u8], doing: &str) 
         .map_err(BpfError::libbpf(doing))
 }
 
+/// The value at `key` of `map` (the type's default when there is none);
+/// `doing` names the read for the error.
+pub(crate) fn read<T: crate::pod::Pod + Default>(
+    map: &impl MapCore,
+    key: &[u8],
+    doing: &str,
+) -> Result<T> {
+    Ok(map
+        .lookup(key, MapFlags::ANY)
+        .map_err(BpfError::libbpf(doing))?
+        .and_then(|b| T::from_bytes(&b))
+        .unwrap_or_default())
+}
+
 /// Removes `key` from `map`; `doing` names the change for the error.
 pub(crate) fn delete(map: &impl MapCore, key: &[u8], doing: &str) -> Result<()> {
     map.delete(key).map_err(BpfError::libbpf(doing))

@@ -6,6 +6,7 @@ use crate::skel::gen::types::{gen_meta, gen_pace, gen_state, xdp_md};
 use crate::skel::nf::types::nf_stats;
 use crate::skel::policer::types::{
     policer_counters, policer_key, policer_mask, policer_rule, policer_state, policer_totals,
+    sched_class, sched_counters, sched_meta, sched_port,
 };
 use crate::skel::replycheck::types::replycheck_stats;
 use crate::skel::router::types::{
@@ -71,9 +72,9 @@ macro_rules! plain_data {
 plain_data! {
     pod: gen_pace, gen_meta, xdp_md, router_port, steer_v4_key, steer_v6_key, steer_l4_key,
         steer_mac_key, steer_target, dispatch_func, policer_key, policer_mask, policer_rule,
-        policer_state;
+        policer_state, sched_port, sched_meta, sched_class;
     counters: sink_stats, gen_state, router_port_stats, nf_stats, dispatch_stats,
-        replycheck_stats, policer_counters, policer_totals, u64,
+        replycheck_stats, policer_counters, policer_totals, sched_counters, u64,
 }
 
 /// The sum over CPUs of a per-CPU map's values (as `lookup_percpu` returns

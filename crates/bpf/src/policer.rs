@@ -10,27 +10,40 @@ use peregrine_wire::Prefix;
 use crate::error::{BpfError, Result};
 use crate::link::{Hook, Link};
 use crate::loader::{open_and_load, Loaded};
+use crate::maps;
 use crate::pod::Pod;
 use crate::skel::policer::types::{
     policer_exceed, policer_key, policer_limits, policer_mask, policer_rule, policer_state,
-    policer_unit,
+    policer_unit, sched_limits,
 };
 use crate::skel::policer::{PolicerSkel, PolicerSkelBuilder};
 
 pub use crate::skel::policer::types::{
-    policer_counters as RuleCounters, policer_totals as PolicerTotals,
+    policer_counters as RuleCounters, policer_totals as PolicerTotals, sched_class as ClassSlot,
+    sched_counters as ClassCounters, sched_meta as SchedMeta, sched_port as SchedPort,
 };
 
 pub const MAX_RULES: u32 = policer_limits::POLICER_MAX_RULES.0;
 pub const MAX_MASKS: u32 = policer_limits::POLICER_MAX_MASKS.0;
 const COST_SHIFT: u32 = policer_limits::POLICER_COST_SHIFT.0;
+/// Scheduler class ids are 1..MAX_CLASSES (0: no class).
+pub const MAX_CLASSES: u32 = sched_limits::SCHED_MAX_CLASSES.0;
+/// RX queues of an interface the scheduler can be fed from.
+pub const MAX_QUEUES: u32 = sched_limits::SCHED_MAX_QUEUES.0;
+/// Bytes of a class name, NUL included.
+pub const CLASS_NAME_LEN: usize = sched_limits::SCHED_NAME_LEN.0 as usize;
 
-/// The names of the policer's maps (as the kernel keeps them).
-pub const MAP_NAMES: [&str; 4] = [
+/// The names of the policer's maps (as the kernel keeps them; 15
+/// characters at most).
+pub const MAP_NAMES: [&str; 8] = [
     "policer_masks",
     "policer_rules",
     "policer_state",
     "policer_totals",
+    "sched_port",
+    "sched_xsks",
+    "sched_classes",
+    "sched_stats",
 ];
 
 /// What a rule matches; `None` matches anything. Ports need `proto` TCP or
@@ -47,11 +60,13 @@ pub struct Match {
 }
 
 /// A rate: of Ethernet frame bits (header included, no FCS or preamble) or
-/// of packets, per second.
+/// of packets, per second; or none (a filter: counts and steers to a
+/// scheduler class, never drops).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rate {
     Bits(u64),
     Packets(u64),
+    Unmetered,
 }
 
 /// What a packet that exceeds its rule's rate gets.
@@ -64,8 +79,9 @@ pub enum Exceed {
 }
 
 /// One rule: match, meter (rate and burst: bytes for a bit rate, packets
-/// for a packet rate), what happens on exceed, and its priority among
-/// rules that match the same packet (lower wins).
+/// for a packet rate), what happens on exceed, its priority among rules
+/// that match the same packet (lower wins), and the scheduler class its
+/// conforming packets go to (0: none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
     pub matches: Match,
@@ -73,6 +89,7 @@ pub struct Rule {
     pub burst: u64,
     pub exceed: Exceed,
     pub priority: u32,
+    pub class: u16,
 }
 
 fn invalid(msg: String) -> BpfError {
@@ -198,10 +215,31 @@ impl Rule {
     /// The settings the program's meter reads: nanoseconds per unit
     /// (fixed point) and the burst as nanoseconds of rate.
     fn meter(&self) -> Result<policer_rule> {
+        if u32::from(self.class) >= MAX_CLASSES {
+            return Err(invalid(format!(
+                "class {}: ids run from 1 to {}",
+                self.class,
+                MAX_CLASSES - 1
+            )));
+        }
+        if self.rate == Rate::Unmetered {
+            if self.class == 0 {
+                return Err(invalid(
+                    "a rule without a rate must name a class (a filter)".into(),
+                ));
+            }
+            // Cost 0: no credit is ever spent, every packet conforms.
+            return Ok(policer_rule {
+                priority: self.priority,
+                class_id: self.class,
+                ..Default::default()
+            });
+        }
         let (unit, per_second, ns_per_unit_of_burst) = match self.rate {
             // A bit rate meters bits; its burst is given in bytes.
             Rate::Bits(bps) => (policer_unit::POLICER_BITS, bps, 8u64),
             Rate::Packets(pps) => (policer_unit::POLICER_PACKETS, pps, 1u64),
+            Rate::Unmetered => unreachable!("returned above"),
         };
         match self.rate {
             Rate::Bits(b) if !(1_000..=1_000_000_000_000).contains(&b) => {
@@ -236,6 +274,7 @@ impl Rule {
         };
         Ok(policer_rule {
             priority: self.priority,
+            class_id: self.class,
             unit: unit.0 as u8,
             exceed: exceed.0 as u8,
             remark_dscp,
@@ -296,6 +335,9 @@ impl InstalledRule {
 
     /// The rate, burst and exceed action, read back.
     pub fn meter(&self) -> (Rate, u64, Exceed) {
+        if self.meter.cost == 0 {
+            return (Rate::Unmetered, 0, Exceed::Drop);
+        }
         let per_second =
             ((1_000_000_000u128 << COST_SHIFT) / u128::from(self.meter.cost.max(1))) as u64;
         let (rate, per) = if self.meter.unit == policer_unit::POLICER_PACKETS.0 as u8 {
@@ -315,6 +357,13 @@ impl InstalledRule {
     }
 }
 
+impl InstalledRule {
+    /// The scheduler class its conforming packets go to (0: none).
+    pub fn class(&self) -> u16 {
+        self.meter.class_id
+    }
+}
+
 /// The policer's maps, of a program just loaded or of the one a link runs. Every change and
 /// read of the rules goes through here, so the rules a file installs and
 /// those `qos rule add` adds later follow one set of invariants: a rule's
@@ -325,6 +374,10 @@ pub struct PolicerMaps {
     rules: MapHandle,
     state: MapHandle,
     totals: MapHandle,
+    sched_port: MapHandle,
+    sched_xsks: MapHandle,
+    sched_classes: MapHandle,
+    sched_stats: MapHandle,
 }
 
 fn libbpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> BpfError {
@@ -350,6 +403,10 @@ impl PolicerMaps {
             rules: take(MAP_NAMES[1])?,
             state: take(MAP_NAMES[2])?,
             totals: take(MAP_NAMES[3])?,
+            sched_port: take(MAP_NAMES[4])?,
+            sched_xsks: take(MAP_NAMES[5])?,
+            sched_classes: take(MAP_NAMES[6])?,
+            sched_stats: take(MAP_NAMES[7])?,
         })
     }
 
@@ -565,6 +622,71 @@ impl PolicerMaps {
     pub fn totals(&self) -> Result<PolicerTotals> {
         crate::maps::read_per_cpu(&self.totals, &0u32.to_ne_bytes())
     }
+
+    /// Where class traffic goes (egress_ifindex 0: nowhere yet).
+    pub fn sched_port(&self) -> Result<SchedPort> {
+        maps::read(
+            &self.sched_port,
+            &0u32.to_ne_bytes(),
+            "reading the scheduler's port",
+        )
+    }
+
+    pub fn set_sched_port(&self, port: &SchedPort) -> Result<()> {
+        maps::update(
+            &self.sched_port,
+            &0u32.to_ne_bytes(),
+            port.as_bytes(),
+            "writing the scheduler's port",
+        )
+    }
+
+    /// Feeds RX queue `queue`'s class traffic to AF_XDP socket `fd` (None:
+    /// to nobody; it goes to the kernel, counted unscheduled).
+    pub fn set_sched_socket(&self, queue: u32, fd: Option<std::os::fd::RawFd>) -> Result<()> {
+        let key = queue.to_ne_bytes();
+        match fd {
+            Some(fd) => self
+                .sched_xsks
+                .update(&key, &(fd as u32).to_ne_bytes(), MapFlags::ANY)
+                .map_err(libbpf(format!(
+                    "giving RX queue {queue} to the scheduler's socket"
+                ))),
+            None => match self.sched_xsks.delete(&key) {
+                Err(e) if e.kind() != libbpf_rs::ErrorKind::NotFound => Err(BpfError::libbpf(
+                    format!("taking RX queue {queue} from the scheduler"),
+                )(e)),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Class slot `id` (`used` 0: free).
+    pub fn class_slot(&self, id: u32) -> Result<ClassSlot> {
+        let doing = format!("reading scheduler class {id}");
+        maps::read(&self.sched_classes, &id.to_ne_bytes(), &doing)
+    }
+
+    pub fn set_class_slot(&self, id: u32, slot: &ClassSlot) -> Result<()> {
+        let doing = format!("writing scheduler class {id}");
+        maps::update(
+            &self.sched_classes,
+            &id.to_ne_bytes(),
+            slot.as_bytes(),
+            &doing,
+        )
+    }
+
+    /// Class `id`'s counters, as the scheduler last wrote them.
+    pub fn class_counters(&self, id: u32) -> Result<ClassCounters> {
+        let doing = format!("reading the counters of class {id}");
+        maps::read(&self.sched_stats, &id.to_ne_bytes(), &doing)
+    }
+
+    pub fn set_class_counters(&self, id: u32, c: &ClassCounters) -> Result<()> {
+        let doing = format!("writing the counters of class {id}");
+        maps::update(&self.sched_stats, &id.to_ne_bytes(), c.as_bytes(), &doing)
+    }
 }
 
 /// The loaded policer: one object, an XDP and a tc program, shared maps.
@@ -602,6 +724,10 @@ impl PolicerProgram {
             rules: handle(&m.policer_rules)?,
             state: handle(&m.policer_state)?,
             totals: handle(&m.policer_totals)?,
+            sched_port: handle(&m.sched_port)?,
+            sched_xsks: handle(&m.sched_xsks)?,
+            sched_classes: handle(&m.sched_classes)?,
+            sched_stats: handle(&m.sched_stats)?,
         })
     }
 }
@@ -680,6 +806,7 @@ mod fixtures {
             burst: burst_bytes,
             exceed,
             priority,
+            class: 0,
         }
     }
 
@@ -765,6 +892,7 @@ mod fixtures {
                 burst: 2,
                 exceed: Exceed::Drop,
                 priority: 0,
+                class: 0,
             };
             let cases = vec![
                 Case::new(
@@ -979,6 +1107,95 @@ mod fixtures {
         }
     }
 
+    /// A filter (a rule with a class and no rate) counts every packet as
+    /// conforming and never drops. At XDP, with no scheduler socket on the
+    /// queue (BPF_PROG_RUN has none), its packets go to the kernel
+    /// untouched and are counted unscheduled, whether or not a scheduler
+    /// port is set; at tc classes do not apply (nothing is steered there).
+    #[test]
+    fn filters_count_and_pass_untouched_without_a_scheduler_socket() {
+        if !privileged("filters_count_and_pass_untouched_without_a_scheduler_socket") {
+            return;
+        }
+        for tc in [false, true] {
+            let (pass, _) = verdicts(tc);
+            let p = PolicerProgram::load().unwrap();
+            let maps = p.maps().unwrap();
+            let filter = |dst: (&str, u8)| Rule {
+                rate: Rate::Unmetered,
+                burst: 0,
+                class: 1,
+                ..slow(udp9(dst), 0, Exceed::Drop, 0)
+            };
+            maps.install_fresh(&[filter(("198.19.0.0", 16)), filter(("2001:db8:2::", 48))])
+                .unwrap();
+            let hook = if tc {
+                Hook::Tcx(crate::TcxDirection::Ingress)
+            } else {
+                Hook::Xdp(XdpMode::Native)
+            };
+            // [conform packets, conform bytes of rule 0 + 1, steered, unscheduled]
+            let read = || {
+                let (a, b) = (maps.counters(0).unwrap(), maps.counters(1).unwrap());
+                let t = maps.totals().unwrap();
+                [
+                    a.conform_packets + b.conform_packets,
+                    a.conform_bytes + b.conform_bytes,
+                    a.exceed_packets + b.exceed_packets,
+                    t.steered,
+                    t.unscheduled,
+                ]
+            };
+            let moved =
+                |b: &[u64; 5], a: &[u64; 5]| -> [u64; 5] { std::array::from_fn(|i| a[i] - b[i]) };
+            let unsched = u64::from(!tc);
+            let mut cases = Vec::new();
+            for (setting, port, class_used) in [
+                ("no scheduler port", 0u32, 1u32),
+                ("a port, no socket", 1, 1),
+                ("a deleted class", 1, 0),
+            ] {
+                for dst in ["198.19.0.1", "2001:db8:2::1"] {
+                    let f = udp_to(dst, 9);
+                    cases.push((
+                        setting,
+                        port,
+                        class_used,
+                        Case::new(
+                            Fixture::new(
+                                format!("{setting}, {dst}"),
+                                f.clone(),
+                                pass,
+                                Expect::Unchanged,
+                            ),
+                            [1, f.len() as u64, 0, 0, unsched],
+                        ),
+                    ));
+                }
+            }
+            for (_, port, used, case) in cases {
+                maps.set_sched_port(&SchedPort {
+                    egress_ifindex: port,
+                    ..Default::default()
+                })
+                .unwrap();
+                maps.set_class_slot(
+                    1,
+                    &ClassSlot {
+                        used,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                let bad = check_table(p.prog(hook), std::slice::from_ref(&case), read, moved);
+                assert_passed(if tc { "policer_tc" } else { "policer" }, &bad);
+            }
+            let back = maps.rules().unwrap();
+            assert_eq!(back[0].class(), 1);
+            assert_eq!(back[0].meter().0, Rate::Unmetered);
+        }
+    }
+
     /// Rules read back as written; a second rule with the same match is
     /// refused and changes nothing; removing the last rule of a mask frees
     /// it; a 17th distinct match shape is refused.
@@ -1001,6 +1218,7 @@ mod fixtures {
             burst: 64_000,
             exceed: Exceed::Remark(0),
             priority: 5,
+            class: 0,
         };
         let id = maps.add(&r).unwrap();
         assert_eq!(id, 0);
@@ -1070,6 +1288,7 @@ mod fixtures {
             burst: 10_000,
             exceed: Exceed::Drop,
             priority: 0,
+            class: 0,
         };
         let cases = [
             (

@@ -8,7 +8,8 @@ use peregrine_bpf::policer::{Exceed, InstalledRule, Rate};
 use peregrine_host::netns;
 use peregrine_qos::attach::{self, PolicerHook, PolicerStats};
 use peregrine_qos::config::Proto;
-use peregrine_qos::{PolicerConfig, RuleFields};
+use peregrine_qos::serve::{self, ClassChange, SchedulerStats};
+use peregrine_qos::{ClassFields, PolicerConfig, RuleFields};
 
 use crate::dp::{require_caps, StatsOutput};
 use crate::table::Table;
@@ -29,9 +30,25 @@ pub enum QosCmd {
         #[arg(long)]
         hook: Option<PolicerHook>,
     },
+    /// Apply a file with a [scheduler] and classes and run the egress
+    /// scheduler (AF_XDP) in the foreground until Ctrl-C or SIGTERM; then
+    /// detach. Class rules on IFACE feed it; the rest bypasses it.
+    Serve {
+        /// The rules, filters and classes (TOML; see docs/QOS.md).
+        file: PathBuf,
+        /// The interface class traffic comes in by (the policer's, XDP).
+        #[arg(long)]
+        iface: String,
+        /// Pin the scheduler's loop to this CPU.
+        #[arg(long)]
+        cpu: Option<usize>,
+    },
     /// Add or remove one rule of a running policer.
     #[command(subcommand)]
     Rule(RuleCmd),
+    /// Add, change or delete a class of a running scheduler.
+    #[command(subcommand)]
+    Class(ClassCmd),
     /// Per-rule counters (conforming and exceeding packets and bytes) and
     /// the policer's own; --watch prints rates per interval.
     Stats {
@@ -79,6 +96,79 @@ pub enum RuleCmd {
     },
 }
 
+#[derive(Subcommand)]
+pub enum ClassCmd {
+    /// Add a class; prints its id.
+    Add {
+        /// The interface whose scheduler gets the class.
+        #[arg(long)]
+        iface: String,
+        #[command(flatten)]
+        class: ClassArgs,
+    },
+    /// Change a class's settings (every setting, as for add).
+    Change {
+        /// The interface whose scheduler has the class.
+        #[arg(long)]
+        iface: String,
+        #[command(flatten)]
+        class: ClassArgs,
+    },
+    /// Delete a class (no rule may send to it, it may have no children).
+    Del {
+        /// The interface whose scheduler has the class.
+        #[arg(long)]
+        iface: String,
+        /// The class's name.
+        name: String,
+    },
+}
+
+/// One class's fields as flags; the same names as a file's `[[class]]`.
+#[derive(Args, Clone)]
+pub struct ClassArgs {
+    /// The class's name.
+    name: String,
+    /// The parent class's name (default: the link).
+    #[arg(long)]
+    parent: Option<String>,
+    /// Assured rate, bit/s of frames (10Mbit).
+    #[arg(long)]
+    rate: String,
+    /// The most it may take, borrowing (default: its rate).
+    #[arg(long)]
+    ceil: Option<String>,
+    /// Bucket depth (default: 10 ms of the ceiling, at least 15140 B).
+    #[arg(long)]
+    burst: Option<String>,
+    /// Lower is served first (default 0).
+    #[arg(long)]
+    priority: Option<u8>,
+    /// DRR weight within its priority level (default 1).
+    #[arg(long)]
+    weight: Option<u32>,
+    /// Packets queued at most (default 1000).
+    #[arg(long)]
+    queue: Option<usize>,
+}
+
+impl ClassArgs {
+    fn config(&self) -> Result<peregrine_qos::sched::ClassConfig> {
+        ClassFields {
+            name: self.name.clone(),
+            parent: self.parent.clone(),
+            rate: Some(self.rate.clone()),
+            ceil: self.ceil.clone(),
+            burst: self.burst.clone(),
+            priority: self.priority,
+            weight: self.weight,
+            queue: self.queue,
+        }
+        .to_class()
+        .map_err(|e| anyhow::Error::new(usage::UsageError(format!("class {:?}: {e}", self.name))))
+    }
+}
+
 /// One rule's fields as flags; the same names and values as a file's
 /// `[[rule]]` table.
 #[derive(Args, Clone)]
@@ -104,9 +194,13 @@ pub struct RuleArgs {
     /// DSCP 0..63.
     #[arg(long)]
     dscp: Option<u8>,
-    /// 10Mbit (bit/s of Ethernet frames) or 1000pps.
+    /// 10Mbit (bit/s of Ethernet frames) or 1000pps; none: a filter
+    /// (needs --class).
+    #[arg(long, required_unless_present = "class")]
+    rate: Option<String>,
+    /// The scheduler class conforming packets go to (`qos serve`).
     #[arg(long)]
-    rate: String,
+    class: Option<String>,
     /// Bytes (64KiB) for a bit rate, packets for a packet rate; default 10
     /// ms of the rate, at least 64 KiB or 32 packets.
     #[arg(long)]
@@ -134,10 +228,11 @@ impl RuleArgs {
             sport: self.sport,
             dport: self.dport,
             dscp: self.dscp,
-            rate: Some(self.rate.clone()),
+            rate: self.rate.clone(),
             burst: self.burst.clone(),
             exceed: self.exceed.clone(),
             priority: self.priority,
+            class: self.class.clone(),
         })
     }
 }
@@ -169,11 +264,57 @@ pub fn run(cmd: QosCmd) -> Result<()> {
             );
             Ok(())
         }
+        QosCmd::Serve { file, iface, cpu } => {
+            require_caps("qos serve")?;
+            let cfg = PolicerConfig::read(&file)?;
+            check_iface(&iface)?;
+            if cfg.scheduler.is_none() {
+                usage!(
+                    "{}: no [scheduler] table; `qos apply` installs rules alone",
+                    file.display()
+                );
+            }
+            peregrine_host::signals::install();
+            let sum = serve::serve(&iface, &cfg, &serve::ServeOptions { cpu }, || {
+                let sc = cfg.scheduler.as_ref().expect("checked above");
+                println!(
+                    "scheduling {} class(es) from {iface} out of {} at {} bit/s; Ctrl-C stops",
+                    sc.classes.len(),
+                    sc.egress,
+                    sc.link_bps
+                );
+            })?;
+            println!(
+                "scheduler stopped: {} packets received, {} sent, {} reconfiguration(s); detached from {iface}",
+                sum.received, sum.sent, sum.reconfigured
+            );
+            Ok(())
+        }
+        QosCmd::Class(cmd) => {
+            require_caps("qos class")?;
+            let (iface, change) = match cmd {
+                ClassCmd::Add { iface, class } => (iface, ClassChange::Add(class.config()?)),
+                ClassCmd::Change { iface, class } => (iface, ClassChange::Change(class.config()?)),
+                ClassCmd::Del { iface, name } => (iface, ClassChange::Delete(name)),
+            };
+            let id = serve::change_class(&iface, &change)?;
+            let (what, name) = match &change {
+                ClassChange::Add(c) => ("added", &c.name),
+                ClassChange::Change(c) => ("changed", &c.name),
+                ClassChange::Delete(n) => ("deleted", n),
+            };
+            println!("class {name} (id {id}) {what} on {iface}");
+            Ok(())
+        }
         QosCmd::Rule(RuleCmd::Add { iface, rule }) => {
             require_caps("qos rule add")?;
+            let classes = match attach::maps_here(&iface) {
+                Ok(m) => serve::installed_classes(&m)?,
+                Err(_) => Vec::new(),
+            };
             let r = rule
                 .fields()?
-                .to_rule(0)
+                .to_rule(0, &classes)
                 .map_err(|e| anyhow::Error::new(usage::UsageError(e)))?;
             let id = attach::add_rule(&iface, &r)?;
             println!("rule {id} added on {iface}");
@@ -242,6 +383,7 @@ fn describe_meter(r: &InstalledRule) -> (String, String, String) {
     let (rate, burst) = match rate {
         Rate::Bits(b) => (format!("{b} bit/s"), format!("{burst} B")),
         Rate::Packets(p) => (format!("{p} pps"), format!("{burst} packets")),
+        Rate::Unmetered => return ("-".into(), "-".into(), "-".into()),
     };
     let exceed = match exceed {
         Exceed::Drop => "drop".to_string(),
@@ -261,6 +403,7 @@ fn stats_json(all: &[PolicerStats]) -> serde_json::Value {
                     let (rate, burst, exceed) = describe_meter(r);
                     serde_json::json!({
                         "id": r.id, "priority": r.priority, "match": describe_match(r),
+                        "class": class_name(s.scheduler.as_ref(), r.class()),
                         "rate": rate, "burst": burst, "exceed": exceed,
                         "conform_packets": c.conform_packets, "conform_bytes": c.conform_bytes,
                         "exceed_packets": c.exceed_packets, "exceed_bytes": c.exceed_bytes,
@@ -271,15 +414,53 @@ fn stats_json(all: &[PolicerStats]) -> serde_json::Value {
             serde_json::json!({
                 "iface": s.iface, "hook": s.hook.to_string(),
                 "packets": t.packets, "unmatched": t.unmatched, "not_ip": t.not_ip,
-                "malformed": t.malformed, "rules": rules,
+                "malformed": t.malformed, "steered": t.steered, "unscheduled": t.unscheduled,
+                "rules": rules,
+                "scheduler": s.scheduler.as_ref().map(scheduler_json),
             })
         })
         .collect();
     serde_json::json!({ "policers": v })
 }
 
+/// The name of class `id` (None: no class).
+fn class_name(sched: Option<&SchedulerStats>, id: u16) -> Option<String> {
+    if id == 0 {
+        return None;
+    }
+    Some(
+        sched
+            .and_then(|s| s.classes.iter().find(|(i, _, _)| *i == u32::from(id)))
+            .map_or_else(|| format!("#{id}"), |(_, c, _)| c.name.clone()),
+    )
+}
+
+fn scheduler_json(s: &SchedulerStats) -> serde_json::Value {
+    let classes: Vec<_> = s
+        .classes
+        .iter()
+        .map(|(id, c, k)| {
+            serde_json::json!({
+                "id": id, "name": c.name, "parent": c.parent,
+                "rate_bps": c.rate_bps, "ceil_bps": c.ceil_bps, "burst": c.burst,
+                "priority": c.priority, "weight": c.weight, "queue_limit": c.queue_limit,
+                "enqueued_packets": k.enqueued_packets, "sent_packets": k.sent_packets,
+                "sent_bytes": k.sent_bytes, "dropped_packets": k.dropped_packets,
+                "dropped_bytes": k.dropped_bytes, "borrowed_packets": k.borrowed_packets,
+                "queue_depth": k.queue_depth,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "egress_ifindex": s.egress_ifindex, "owner_pid": s.owner, "running": s.owner.is_some(),
+        "link_bps": s.link_bps, "classes": classes,
+        "unclassified_dropped_packets": s.unclassified.dropped_packets,
+    })
+}
+
 /// Counters for --watch and Prometheus: per interface and rule, conform
-/// and exceed; per interface, the policer's own.
+/// and exceed; per interface, the policer's own; per class, sent and
+/// dropped (queue depth is a gauge, in --json).
 fn counters(all: &[PolicerStats]) -> Vec<Counter> {
     let mut out = Vec::new();
     for s in all {
@@ -296,11 +477,32 @@ fn counters(all: &[PolicerStats]) -> Vec<Counter> {
                 Some(c.exceed_bytes),
             ));
         }
+        if let Some(sc) = &s.scheduler {
+            for (_, c, k) in &sc.classes {
+                let class = format!("class:{}", c.name);
+                out.push(Counter::new(
+                    &[("iface", &s.iface), ("rule", &class), ("counter", "sent")],
+                    k.sent_packets,
+                    Some(k.sent_bytes),
+                ));
+                out.push(Counter::new(
+                    &[
+                        ("iface", &s.iface),
+                        ("rule", &class),
+                        ("counter", "dropped"),
+                    ],
+                    k.dropped_packets,
+                    Some(k.dropped_bytes),
+                ));
+            }
+        }
         let t = &s.totals;
         for (name, v) in [
             ("unmatched", t.unmatched),
             ("not_ip", t.not_ip),
             ("malformed", t.malformed),
+            ("steered", t.steered),
+            ("unscheduled", t.unscheduled),
         ] {
             out.push(Counter::new(
                 &[("iface", &s.iface), ("rule", "-"), ("counter", name)],
@@ -361,6 +563,49 @@ fn stats(iface: Option<String>, out: &StatsOutput) -> Result<()> {
             }
         }
         print!("{}", t.render());
+        for s in &now {
+            let Some(sc) = &s.scheduler else { continue };
+            let mut t = Table::new(&[
+                "iface",
+                "class",
+                "parent",
+                "rate",
+                "ceil",
+                "prio",
+                "weight",
+                "sent pkts",
+                "sent bytes",
+                "borrowed",
+                "dropped",
+                "queued",
+            ]);
+            for (_, c, k) in &sc.classes {
+                t.row(vec![
+                    s.iface.clone(),
+                    c.name.clone(),
+                    c.parent.clone().unwrap_or_else(|| "-".into()),
+                    format!("{} bit/s", c.rate_bps),
+                    format!("{} bit/s", c.ceil_bps),
+                    c.priority.to_string(),
+                    c.weight.to_string(),
+                    k.sent_packets.to_string(),
+                    k.sent_bytes.to_string(),
+                    k.borrowed_packets.to_string(),
+                    k.dropped_packets.to_string(),
+                    k.queue_depth.to_string(),
+                ]);
+            }
+            print!("{}", t.render());
+            println!(
+                "{}: scheduler {}, link {} bit/s; {} steered, {} class packets left to the kernel (unscheduled)",
+                s.iface,
+                sc.owner
+                    .map_or_else(|| "not running".to_string(), |p| format!("pid {p}")),
+                sc.link_bps,
+                s.totals.steered,
+                s.totals.unscheduled
+            );
+        }
         for s in &now {
             let t = &s.totals;
             println!(

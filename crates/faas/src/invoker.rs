@@ -436,16 +436,7 @@ impl AfXdpInvoker {
         // A request can only reach an AF_XDP socket bound to the queue it
         // arrived on: serving fewer queues than the device has would lose
         // every request hashed to the others.
-        let rx_dir = format!("/sys/class/net/{iface}/queues");
-        let count_rx = || {
-            std::fs::read_dir(&rx_dir)
-                .map(|rd| {
-                    rd.flatten()
-                        .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-                        .count() as u32
-                })
-                .unwrap_or(0)
-        };
+        let count_rx = || peregrine_host::netdev::rx_queues_here(iface);
         let device_queues = match ns {
             Some(n) => netns::with_sysfs(n, count_rx)?,
             None => count_rx(),

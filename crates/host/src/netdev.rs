@@ -233,3 +233,17 @@ impl Drop for Rps {
         }
     }
 }
+
+/// RX queues of `iface` in the calling thread's namespace, as its sysfs
+/// directory lists them (0 when it cannot be read). An AF_XDP consumer
+/// must bind one socket per queue: a packet reaches only a socket bound to
+/// the queue it arrived on. Under `ip netns exec` /sys is the namespace's.
+pub fn rx_queues_here(iface: &str) -> u32 {
+    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                .count() as u32
+        })
+        .unwrap_or(0)
+}

@@ -101,10 +101,14 @@ pub struct Attachment {
 }
 
 impl Attachment {
-    /// Nothing of it runs any more: its interface or namespace is gone, or
-    /// it was killed before its link was pinned.
+    /// Nothing of it runs any more: its interface or namespace is gone, it
+    /// was killed before its link was pinned, or the `qos serve` process
+    /// that owned it is gone.
     pub fn stale(&self) -> bool {
-        !self.link.is_some_and(|l| l.live())
+        match self.link.filter(|l| l.live()) {
+            None => true,
+            Some(l) => orphaned(l.prog_id),
+        }
     }
 
     pub fn hook(&self) -> Option<PolicerHook> {
@@ -214,6 +218,35 @@ fn running_here(iface: &str) -> Result<(Attachment, PolicerMaps)> {
     Ok((a, maps))
 }
 
+/// The maps of the running policer on `iface` here.
+pub fn maps_here(iface: &str) -> Result<PolicerMaps> {
+    Ok(running_here(iface)?.1)
+}
+
+/// The pid of the live `qos serve` process scheduling for the policer
+/// on `iface` here, if there is one.
+pub fn scheduler_owner(iface: &str) -> Result<Option<u32>> {
+    let dir = dir_here(iface)?;
+    Ok(attachment(&dir, 0, iface)
+        .link
+        .filter(|l| l.live())
+        .and_then(|l| live_owner(l.prog_id)))
+}
+
+/// Whether a program was set up by a `qos serve` that is gone.
+fn orphaned(prog_id: u32) -> bool {
+    PolicerMaps::of_program(prog_id)
+        .and_then(|m| m.sched_port())
+        .is_ok_and(|p| p.owner_pid != 0 && live_owner(prog_id).is_none())
+}
+
+/// The owner of a program's scheduler, when that process is alive.
+fn live_owner(prog_id: u32) -> Option<u32> {
+    let port = PolicerMaps::of_program(prog_id).ok()?.sched_port().ok()?;
+    let pid = port.owner_pid;
+    (pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(pid)
+}
+
 /// Adds `rule` to the running policer on `iface`; its id.
 pub fn add_rule(iface: &str, rule: &Rule) -> Result<u32> {
     Ok(running_here(iface)?.1.add(rule)?)
@@ -231,6 +264,8 @@ pub struct PolicerStats {
     pub hook: PolicerHook,
     pub totals: PolicerTotals,
     pub rules: Vec<(InstalledRule, RuleCounters)>,
+    /// The scheduler it feeds (`qos serve`), if any.
+    pub scheduler: Option<crate::serve::SchedulerStats>,
 }
 
 /// The counters of the policer on `iface` here.
@@ -241,11 +276,13 @@ pub fn stats(iface: &str) -> Result<PolicerStats> {
         .into_iter()
         .map(|r| Ok((r, maps.counters(r.id)?)))
         .collect::<Result<Vec<_>>>()?;
+    let owner = a.link.and_then(|l| live_owner(l.prog_id));
     Ok(PolicerStats {
         iface: iface.to_string(),
         hook: a.hook().unwrap_or_default(),
         totals: maps.totals()?,
         rules,
+        scheduler: crate::serve::scheduler_stats(&maps, owner)?,
     })
 }
 

@@ -22,6 +22,7 @@ use peregrine_wire::Prefix;
 
 use crate::attach::PolicerHook;
 use crate::error::{QosError, Result};
+use crate::sched::ClassConfig;
 
 /// One rule's fields, as text: a `[[rule]]` table of a file, or `qos rule
 /// add`'s flags.
@@ -43,6 +44,8 @@ pub struct RuleFields {
     /// position in its file counted from 1 (earlier wins), 0 for `rule
     /// add` (a rule added at runtime overrides the file's).
     pub priority: Option<u32>,
+    /// The scheduler class conforming packets go to (`qos serve`).
+    pub class: Option<String>,
 }
 
 /// An IP protocol by name or number.
@@ -87,6 +90,7 @@ fn default_burst(rate: Rate) -> u64 {
     match rate {
         Rate::Bits(b) => (b / 8 / 100).max(64 * 1024),
         Rate::Packets(p) => (p / 100).max(32),
+        Rate::Unmetered => 0,
     }
 }
 
@@ -105,19 +109,35 @@ fn parse_prefix(field: &str, s: &str) -> std::result::Result<Prefix, String> {
 impl RuleFields {
     /// The rule these fields describe; `default_priority` when they give
     /// none. Errors are one line, without the rule's position.
-    pub fn to_rule(&self, default_priority: u32) -> std::result::Result<Rule, String> {
-        let rate_text = self
-            .rate
-            .as_deref()
-            .ok_or("rate missing: give rate = \"10Mbit\" (bit/s) or \"1000pps\"")?;
-        let rate = match rate_text.parse::<RateSetting>()? {
-            RateSetting::Bps(b) => Rate::Bits(b.round() as u64),
-            RateSetting::Pps(p) => Rate::Packets(p.round() as u64),
+    /// `classes`: the scheduler's classes by id (a file's, or a running
+    /// scheduler's), for a rule that names one.
+    pub fn to_rule(
+        &self,
+        default_priority: u32,
+        classes: &[(u32, ClassConfig)],
+    ) -> std::result::Result<Rule, String> {
+        let class = match &self.class {
+            None => 0,
+            Some(name) => leaf_class_id(classes, name)?,
+        };
+        let rate = match (self.rate.as_deref(), class) {
+            (None, 0) => {
+                return Err("rate missing: give rate = \"10Mbit\" (bit/s) or \"1000pps\"".into())
+            }
+            (None, _) => Rate::Unmetered,
+            (Some(text), _) => match text.parse::<RateSetting>()? {
+                RateSetting::Bps(b) => Rate::Bits(b.round() as u64),
+                RateSetting::Pps(p) => Rate::Packets(p.round() as u64),
+            },
         };
         let burst = match (&self.burst, rate) {
+            (_, Rate::Unmetered) if self.burst.is_some() || self.exceed.is_some() => {
+                return Err("burst and exceed need a rate".into())
+            }
+            (_, Rate::Unmetered) => 0,
             (None, r) => default_burst(r),
             (Some(b), Rate::Bits(_)) => b.parse::<ByteSize>().map_err(|e| format!("burst: {e}"))?.0,
-            (Some(b), Rate::Packets(_)) => b.parse::<u64>().map_err(|_| {
+            (Some(b), _) => b.parse::<u64>().map_err(|_| {
                 format!("burst {b:?}: a packet rate's burst is a whole number of packets")
             })?,
         };
@@ -156,10 +176,116 @@ impl RuleFields {
             burst,
             exceed,
             priority: self.priority.unwrap_or(default_priority),
+            class,
         };
         rule.check().map_err(|e| e.to_string())?;
         Ok(rule)
     }
+}
+
+/// The id of leaf class `name`.
+fn leaf_class_id(classes: &[(u32, ClassConfig)], name: &str) -> std::result::Result<u16, String> {
+    let (id, _) = classes
+        .iter()
+        .find(|(_, c)| c.name == name)
+        .ok_or_else(|| format!("class {name:?} is not defined"))?;
+    if classes
+        .iter()
+        .any(|(_, c)| c.parent.as_deref() == Some(name))
+    {
+        return Err(format!(
+            "class {name:?} has child classes: packets go to leaf classes"
+        ));
+    }
+    Ok(*id as u16)
+}
+
+/// The scheduler's link: `[scheduler]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerFields {
+    /// The interface class traffic leaves by.
+    pub egress: String,
+    /// The rate the link is shaped to (bit/s of frames).
+    pub rate: String,
+    pub burst: Option<String>,
+}
+
+/// One class: a `[[class]]` table, or `qos class add`'s flags.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassFields {
+    pub name: String,
+    pub parent: Option<String>,
+    /// Assured rate.
+    pub rate: Option<String>,
+    /// The most it may take, borrowing (default: its rate).
+    pub ceil: Option<String>,
+    /// Bucket depth of rate and ceil (default: 10 ms of the ceiling, at
+    /// least ten 1514-byte frames).
+    pub burst: Option<String>,
+    /// Lower is served first (strict), default 0.
+    pub priority: Option<u8>,
+    /// DRR weight within a priority level, default 1.
+    pub weight: Option<u32>,
+    /// Packets queued at most, default 1000.
+    pub queue: Option<usize>,
+}
+
+fn bit_rate(field: &str, text: &str) -> std::result::Result<u64, String> {
+    match text.parse::<RateSetting>()? {
+        RateSetting::Bps(b) => Ok(b.round() as u64),
+        RateSetting::Pps(_) => Err(format!(
+            "{field} {text:?}: a class is shaped in bit/s, not packets"
+        )),
+    }
+}
+
+impl ClassFields {
+    /// The class as the scheduler takes it.
+    pub fn to_class(&self) -> std::result::Result<ClassConfig, String> {
+        if self.name.is_empty() || self.name.len() >= peregrine_bpf::policer::CLASS_NAME_LEN {
+            return Err(format!(
+                "class name {:?}: 1 to {} characters",
+                self.name,
+                peregrine_bpf::policer::CLASS_NAME_LEN - 1
+            ));
+        }
+        let rate = bit_rate(
+            "rate",
+            self.rate
+                .as_deref()
+                .ok_or("rate missing: give rate = \"10Mbit\"")?,
+        )?;
+        let ceil = match &self.ceil {
+            Some(c) => bit_rate("ceil", c)?,
+            None => rate,
+        };
+        let burst = match &self.burst {
+            Some(b) => b.parse::<ByteSize>().map_err(|e| format!("burst: {e}"))?.0,
+            None => (ceil / 8 / 100).max(10 * 1514),
+        };
+        Ok(ClassConfig {
+            name: self.name.clone(),
+            parent: self.parent.clone(),
+            rate_bps: rate,
+            ceil_bps: ceil,
+            burst,
+            priority: self.priority.unwrap_or(0),
+            weight: self.weight.unwrap_or(1),
+            queue_limit: self.queue.unwrap_or(1000),
+        })
+    }
+}
+
+/// The scheduler's part of a file: its link and its classes (class id =
+/// position + 1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerConfig {
+    pub egress: String,
+    pub link_bps: u64,
+    pub link_burst: u64,
+    pub classes: Vec<ClassConfig>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -168,14 +294,22 @@ struct FileToml {
     hook: Option<String>,
     #[serde(default)]
     rule: Vec<RuleFields>,
+    scheduler: Option<SchedulerFields>,
+    #[serde(default)]
+    class: Vec<ClassFields>,
+    /// Rules that only steer to a class: no rate, a class.
+    #[serde(default)]
+    filter: Vec<RuleFields>,
 }
 
 /// A rules file, parsed and checked whole.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PolicerConfig {
     /// The hook the file asks for, if it does.
     pub hook: Option<PolicerHook>,
+    /// Rules, then filters (file order: default priorities 1, 2, ...).
     pub rules: Vec<Rule>,
+    pub scheduler: Option<SchedulerConfig>,
 }
 
 impl PolicerConfig {
@@ -193,16 +327,96 @@ impl PolicerConfig {
             QosError::Config(format!("rules file: {msg}{at}"))
         })?;
         let hook = file.hook.as_deref().map(str::parse).transpose()?;
-        let rules = file
+        let cfg_err = |what: String| QosError::Config(what);
+        let classes = file
+            .class
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                c.to_class()
+                    .map(|c| (i as u32 + 1, c))
+                    .map_err(|e| cfg_err(format!("class {:?}: {e}", c.name)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut rules = file
             .rule
             .iter()
             .enumerate()
             .map(|(i, f)| {
-                f.to_rule(i as u32 + 1)
-                    .map_err(|e| QosError::Config(format!("rule {}: {e}", i + 1)))
+                f.to_rule(i as u32 + 1, &classes)
+                    .map_err(|e| cfg_err(format!("rule {}: {e}", i + 1)))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(PolicerConfig { hook, rules })
+        for (i, f) in file.filter.iter().enumerate() {
+            let what = |e: String| cfg_err(format!("filter {}: {e}", i + 1));
+            if f.class.is_none() || f.rate.is_some() {
+                return Err(what(
+                    "a filter names a class and no rate (a rate makes it a [[rule]])".into(),
+                ));
+            }
+            let priority = (file.rule.len() + i) as u32 + 1;
+            rules.push(f.to_rule(priority, &classes).map_err(what)?);
+        }
+        let scheduler = match (&file.scheduler, file.class.is_empty()) {
+            (None, true) => None,
+            (None, false) => {
+                return Err(cfg_err(
+                    "classes need a [scheduler] table (egress, rate)".into(),
+                ))
+            }
+            (Some(_), true) => {
+                return Err(cfg_err("[scheduler] needs at least one [[class]]".into()))
+            }
+            (Some(s), false) => {
+                if hook == Some(PolicerHook::Tc) {
+                    return Err(cfg_err(
+                        "the scheduler is fed at the XDP hook: hook = \"xdp\" (or leave it out)"
+                            .into(),
+                    ));
+                }
+                if file.class.len() >= peregrine_bpf::policer::MAX_CLASSES as usize {
+                    return Err(cfg_err(format!(
+                        "{} classes: at most {}",
+                        file.class.len(),
+                        peregrine_bpf::policer::MAX_CLASSES - 1
+                    )));
+                }
+                let link_bps =
+                    bit_rate("rate", &s.rate).map_err(|e| cfg_err(format!("[scheduler]: {e}")))?;
+                let link_burst = match &s.burst {
+                    Some(b) => {
+                        b.parse::<ByteSize>()
+                            .map_err(|e| cfg_err(format!("[scheduler]: burst: {e}")))?
+                            .0
+                    }
+                    None => (link_bps / 8 / 1000).max(10 * 1514),
+                };
+                let classes: Vec<ClassConfig> = classes.into_iter().map(|(_, c)| c).collect();
+                // The scheduler's own checks (parents, ceilings), now,
+                // so a bad file changes nothing.
+                crate::sched::Scheduler::<()>::new(link_bps, link_burst, classes.clone(), 0)
+                    .map_err(|e| cfg_err(e.to_string()))?;
+                Some(SchedulerConfig {
+                    egress: s.egress.clone(),
+                    link_bps,
+                    link_burst,
+                    classes,
+                })
+            }
+        };
+        if scheduler.is_none() {
+            if let Some(i) = file.rule.iter().position(|r| r.class.is_some()) {
+                return Err(cfg_err(format!(
+                    "rule {}: names a class, but the file has no [scheduler]",
+                    i + 1
+                )));
+            }
+        }
+        Ok(PolicerConfig {
+            hook,
+            rules,
+            scheduler,
+        })
     }
 
     pub fn read(path: &std::path::Path) -> Result<PolicerConfig> {
@@ -263,6 +477,78 @@ priority = 7
             (cfg.rules[1].rate, cfg.rules[1].burst),
             (Rate::Packets(1000), 100)
         );
+    }
+
+    #[test]
+    fn a_scheduler_file_parses_into_classes_and_filters() {
+        let cfg = PolicerConfig::parse(
+            r#"
+[scheduler]
+egress = "b0"
+rate = "1Gbit"
+[[class]]
+name = "all"
+rate = "1Gbit"
+[[class]]
+name = "voice"
+parent = "all"
+rate = "100Mbit"
+ceil = "1Gbit"
+priority = 0
+[[class]]
+name = "bulk"
+parent = "all"
+rate = "10Mbit"
+ceil = "1Gbit"
+priority = 7
+weight = 3
+queue = 200
+[[rule]]
+dst = "198.19.0.0/16"
+rate = "500Mbit"
+class = "bulk"
+[[filter]]
+class = "voice"
+dscp = 46
+"#,
+        )
+        .unwrap();
+        let s = cfg.scheduler.unwrap();
+        assert_eq!((s.egress.as_str(), s.link_bps), ("b0", 1_000_000_000));
+        assert_eq!(s.classes.len(), 3);
+        assert_eq!(s.classes[2].parent.as_deref(), Some("all"));
+        assert_eq!((s.classes[2].weight, s.classes[2].queue_limit), (3, 200));
+        assert_eq!(
+            s.classes[0].ceil_bps, 1_000_000_000,
+            "ceil defaults to rate"
+        );
+        assert_eq!(cfg.rules.len(), 2);
+        assert_eq!((cfg.rules[0].class, cfg.rules[0].priority), (3, 1));
+        assert_eq!(cfg.rules[1].rate, Rate::Unmetered);
+        assert_eq!((cfg.rules[1].class, cfg.rules[1].priority), (2, 2));
+    }
+
+    #[test]
+    fn bad_scheduler_files_are_refused_in_one_line() {
+        let head = "[scheduler]\negress = \"b0\"\nrate = \"100Mbit\"\n";
+        let class = "[[class]]\nname = \"a\"\nrate = \"10Mbit\"\n";
+        let cases = [
+            (class.to_string(), "classes need a [scheduler]"),
+            (head.to_string(), "at least one [[class]]"),
+            (format!("{head}{class}[[filter]]\nclass = \"b\"\n"), "class \"b\" is not defined"),
+            (format!("{head}{class}[[filter]]\nclass = \"a\"\nrate = \"1M\"\n"), "a filter names a class and no rate"),
+            (format!("{head}{class}[[class]]\nname = \"c\"\nparent = \"a\"\nrate = \"1Mbit\"\n[[filter]]\nclass = \"a\"\n"), "has child classes"),
+            (format!("{head}[[class]]\nname = \"a\"\nrate = \"10Mbit\"\nceil = \"1Mbit\"\n"), "ceil at least the rate"),
+            (format!("{head}[[class]]\nname = \"a\"\nrate = \"10kpps\"\n"), "bit/s, not packets"),
+            (format!("hook = \"tc\"\n{head}{class}"), "fed at the XDP hook"),
+            (format!("{head}{class}[[rule]]\nclass = \"a\"\nburst = \"1k\"\n"), "burst and exceed need a rate"),
+            ("[[rule]]\nrate = \"1M\"\nclass = \"a\"\n".to_string(), "class \"a\" is not defined"),
+        ];
+        for (text, want) in cases {
+            let e = PolicerConfig::parse(&text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e} (want {want})");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 
     #[test]

@@ -10,6 +10,8 @@ pub enum QosError {
     Host(#[from] peregrine_host::HostError),
     #[error(transparent)]
     Bpf(#[from] peregrine_bpf::BpfError),
+    #[error(transparent)]
+    Xsk(#[from] peregrine_xsk::XskError),
     #[error("{0}")]
     Other(String),
 }

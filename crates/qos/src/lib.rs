@@ -10,12 +10,15 @@
 //!   atomically, changed rule by rule, read, listed and removed;
 //! - `sched`: the egress scheduler's core, sans I/O (HTB-like rate/ceil
 //!   borrowing, strict priority, DRR by weight, link shaping, queue
-//!   limits), tested with simulated time; its AF_XDP worker is next.
+//!   limits), tested with simulated time;
+//! - `serve`: the scheduler's AF_XDP loop (`qos serve`), fed by the XDP
+//!   policer's class rules, sending out of the egress interface.
 pub mod attach;
 pub mod config;
 pub mod error;
 pub mod sched;
+pub mod serve;
 
 pub use attach::{PolicerHook, PolicerStats};
-pub use config::{PolicerConfig, RuleFields};
+pub use config::{ClassFields, PolicerConfig, RuleFields, SchedulerConfig};
 pub use error::{QosError, Result};

@@ -12,7 +12,9 @@
 //! - its `rate` bucket covers the packet (it sends within its assurance), or
 //! - its `ceil` bucket covers it and some ancestor's `rate` bucket does
 //!   (it borrows that ancestor's spare assurance), every ancestor up to
-//!   that one also within its `ceil`.
+//!   that one also within its `ceil`; a top-level class borrows from the
+//!   link itself (HTB's root classes cannot: there the link is one more
+//!   class whose rate the top classes share).
 //!
 //! Sending charges the leaf's and every ancestor's buckets (both), as HTB
 //! does. Among leaves that may send, those within their assurance go
@@ -235,6 +237,50 @@ impl<P> Scheduler<P> {
         self.classes[class].queue.len()
     }
 
+    /// Every class's name and counters, in configuration order (index =
+    /// the class's index), interior classes included.
+    pub fn classes(&self) -> impl Iterator<Item = (&str, ClassStats, usize)> {
+        self.classes
+            .iter()
+            .map(|c| (c.cfg.name.as_str(), c.stats, c.queue.len()))
+    }
+
+    /// Whether class `class` is a leaf (takes packets).
+    pub fn is_leaf(&self, class: usize) -> bool {
+        self.classes[class].is_leaf
+    }
+
+    pub fn queue_limit(&self, class: usize) -> usize {
+        self.classes[class].cfg.queue_limit
+    }
+
+    /// Queues a packet moved from a scheduler this one replaces: like
+    /// `enqueue`, but not counted as enqueued again.
+    pub fn requeue(&mut self, class: usize, pkt: P, len: usize) -> Result<(), Refused<P>> {
+        let r = self.enqueue(class, pkt, len);
+        if r.is_ok() {
+            self.classes[class].stats.enqueued_packets -= 1;
+        }
+        r
+    }
+
+    /// Takes every packet queued in `class` out, oldest first: a
+    /// reconfiguration moves them to the new scheduler's class.
+    pub fn take_queue(&mut self, class: usize) -> VecDeque<(P, usize)> {
+        std::mem::take(&mut self.classes[class].queue)
+    }
+
+    /// Adds counters a class had in a scheduler this one replaces.
+    pub fn carry_stats(&mut self, class: usize, s: ClassStats) {
+        let c = &mut self.classes[class].stats;
+        c.enqueued_packets += s.enqueued_packets;
+        c.sent_packets += s.sent_packets;
+        c.sent_bytes += s.sent_bytes;
+        c.dropped_packets += s.dropped_packets;
+        c.dropped_bytes += s.dropped_bytes;
+        c.borrowed_packets += s.borrowed_packets;
+    }
+
     /// Queues `pkt` (`len` bytes) in leaf `class`, or hands it back.
     pub fn enqueue(&mut self, class: usize, pkt: P, len: usize) -> Result<(), Refused<P>> {
         let Some(c) = self.classes.get_mut(class).filter(|c| c.is_leaf) else {
@@ -286,6 +332,11 @@ impl<P> Scheduler<P> {
                 return Some(true);
             }
             a = pc.parent;
+        }
+        // Above the top class is the link (checked by the caller): a class
+        // without a parent borrows from it, up to its ceiling.
+        if c.parent.is_none() {
+            return Some(true);
         }
         None
     }
@@ -383,6 +434,10 @@ impl<P> Scheduler<P> {
         {
             // Its ceiling must clear, and its own or an ancestor's rate.
             let mut rate = c.rate.ready_at(now);
+            if c.parent.is_none() {
+                // It may borrow from the link.
+                rate = rate.min(self.link.ready_at(now));
+            }
             let mut a = c.parent;
             while let Some(p) = a {
                 rate = rate.min(self.classes[p].rate.ready_at(now));
@@ -491,6 +546,29 @@ mod tests {
         let share = a / (a + b);
         eprintln!("drr 80/20: a {a:.2} Mbit/s, b {b:.2}, a's share {share:.4}");
         assert!((share - 0.8).abs() <= 0.01, "a's share {share:.4}");
+    }
+
+    /// Without a parent class, classes borrow from the link itself: two
+    /// top-level classes with tiny assured rates still fill the link, 80/20.
+    #[test]
+    fn top_level_classes_borrow_from_the_link() {
+        let mut s = Scheduler::new(
+            100_000_000,
+            15_140,
+            vec![
+                class("a", None, 1_000_000, 100_000_000, 1, 80),
+                class("b", None, 1_000_000, 100_000_000, 1, 20),
+            ],
+            0,
+        )
+        .unwrap();
+        let out = simulate(&mut s, &[("a", u64::MAX, 1514), ("b", u64::MAX, 1514)], 2.0);
+        let (a, b) = (mbit(out[0].0, 2.0), mbit(out[1].0, 2.0));
+        eprintln!("top level: a {a:.2} b {b:.2}");
+        assert!(a + b >= 99.0 && a + b <= 100.2, "{a} + {b}");
+        // Each first gets its own 1 Mbit/s, the rest goes 80/20.
+        let share = a / (a + b);
+        assert!((share - 0.794).abs() <= 0.01, "a's share {share:.4}");
     }
 
     /// A high-priority class offered less than its rate keeps all of it,

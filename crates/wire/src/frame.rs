@@ -3,7 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 pub use crate::error::{FrameError, Layer};
-use crate::{ethernet, ip, ipproto, udp, vlan, MacAddr, ETH_HLEN, VLAN_HLEN};
+use crate::{checksum, ethernet, ip, ipproto, udp, vlan, MacAddr, ETH_HLEN, VLAN_HLEN};
 
 /// What a UDP frame should contain. `frame_len` excludes the FCS, so a
 /// "64-byte frame" in benchmark terms is `frame_len = 60`.
@@ -148,12 +148,7 @@ pub struct UdpFrame<'a> {
 /// ignored.
 pub fn parse_udp_frame(f: &[u8]) -> Result<UdpFrame<'_>, FrameError> {
     let eth = ethernet::Frame::new_checked(f)?;
-    let (et, vlan, l3) = if vlan::is_tag_protocol(eth.ethertype()) {
-        let tag = vlan::Tag::new_checked(eth.payload())?;
-        (tag.ethertype(), Some(tag.vlan_id()), ETH_HLEN + VLAN_HLEN)
-    } else {
-        (eth.ethertype(), None, ETH_HLEN)
-    };
+    let (et, vlan, l3) = link_header(f)?;
     let (ip, ip_hlen) = ip::Repr::parse(et, &f[l3..])?;
     if ip.protocol() != ipproto::UDP {
         return Err(FrameError::NotUdp(ip.protocol()));
@@ -176,6 +171,58 @@ pub fn parse_udp_frame(f: &[u8]) -> Result<UdpFrame<'_>, FrameError> {
         l4_offset: l4,
         payload: &datagram[udp::HEADER_LEN..r.buffer_len()],
     })
+}
+
+/// The link layer of a frame: the EtherType after one optional
+/// 802.1Q/802.1ad tag, the tag's VLAN id, and where the network header
+/// starts.
+pub fn link_header(f: &[u8]) -> Result<(u16, Option<u16>, usize), FrameError> {
+    let eth = ethernet::Frame::new_checked(f)?;
+    if vlan::is_tag_protocol(eth.ethertype()) {
+        let tag = vlan::Tag::new_checked(eth.payload())?;
+        Ok((tag.ethertype(), Some(tag.vlan_id()), ETH_HLEN + VLAN_HLEN))
+    } else {
+        Ok((eth.ethertype(), None, ETH_HLEN))
+    }
+}
+
+/// Finishes the TCP or UDP checksum of a frame that a local sender left
+/// CHECKSUM_PARTIAL (veth's default TX offload: the field holds only the
+/// folded pseudo-header sum, for the device to complete). XDP and AF_XDP
+/// see such frames as they are; whoever sends one on from user space must
+/// finish it, or the receiver drops it. A frame whose field holds anything
+/// else is left alone: a full checksum stays, a wrong one stays wrong.
+/// (A full checksum that happens to equal the partial value is recomputed
+/// to the same sum.) Returns whether it changed the frame.
+pub fn finish_partial_checksum(f: &mut [u8]) -> bool {
+    let Ok((et, _, l3)) = link_header(f) else {
+        return false;
+    };
+    let Ok((ip, hlen)) = ip::Repr::parse(et, &f[l3..]) else {
+        return false;
+    };
+    let field = match ip.protocol() {
+        ipproto::TCP => 16,
+        ipproto::UDP => 6,
+        _ => return false,
+    };
+    let (l4, len) = (l3 + hlen, ip.payload_len());
+    if len < field + 2 || l4 + len > f.len() {
+        return false;
+    }
+    let pseudo = checksum::pseudo_header_sum(ip.src_addr(), ip.dst_addr(), ip.protocol(), len);
+    let at = l4 + field;
+    if u16::from_be_bytes([f[at], f[at + 1]]) != !checksum::finish(pseudo) {
+        return false;
+    }
+    f[at..at + 2].fill(0);
+    let sum = match checksum::finish(checksum::sum_words(pseudo, &f[l4..l4 + len])) {
+        // UDP sends a computed zero as all ones (zero means "none").
+        0 if ip.protocol() == ipproto::UDP => 0xffff,
+        c => c,
+    };
+    f[at..at + 2].copy_from_slice(&sum.to_be_bytes());
+    true
 }
 
 #[cfg(test)]
@@ -220,6 +267,8 @@ mod tests {
             let s =
                 UdpFrameSpec::between(src.parse().unwrap(), dst.parse().unwrap(), payload.len());
             let mut f = s.build(payload).unwrap();
+            let full = f.clone();
+            assert!(!finish_partial_checksum(&mut f), "a full checksum stays");
             let l4 = f.len() - payload.len() - 8;
             let ulen = payload.len() + 8;
             // What a CHECKSUM_PARTIAL frame carries: the folded pseudo-header
@@ -233,12 +282,16 @@ mod tests {
             f[l4 + 6..l4 + 8].copy_from_slice(&pseudo.to_be_bytes());
             let p = parse_udp_frame(&f).expect("partial checksum accepted");
             assert_eq!(p.payload, payload);
+            let mut finished = f.clone();
+            assert!(finish_partial_checksum(&mut finished));
+            assert_eq!(finished, full, "finished = what a full sender sends");
             // Anything else that is not the full checksum is refused.
             f[l4 + 6..l4 + 8].copy_from_slice(&pseudo.wrapping_add(1).to_be_bytes());
             assert!(matches!(
                 parse_udp_frame(&f),
                 Err(FrameError::BadChecksum(Layer::Udp))
             ));
+            assert!(!finish_partial_checksum(&mut f), "a wrong one stays wrong");
         }
     }
 

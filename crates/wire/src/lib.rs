@@ -25,7 +25,9 @@ pub mod vlan;
 
 pub use bytes::Field;
 pub use error::{FrameError, Layer};
-pub use frame::{parse_udp_frame, reply_in_place, UdpFrame, UdpFrameSpec};
+pub use frame::{
+    finish_partial_checksum, link_header, parse_udp_frame, reply_in_place, UdpFrame, UdpFrameSpec,
+};
 pub use mac::MacAddr;
 pub use prefix::Prefix;
 

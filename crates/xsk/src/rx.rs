@@ -64,3 +64,40 @@ impl Xsk {
         Ok((n, sent))
     }
 }
+
+impl Xsk {
+    /// Takes up to `max` received frames, hands each to `f(meta, frame)`
+    /// and gives every one back for receiving: for a consumer that copies
+    /// what it keeps (a scheduler queueing frames for another interface).
+    /// `meta` is the `meta_len` bytes the XDP program put in front of the
+    /// frame (bpf_xdp_adjust_meta; AF_XDP copies them into the headroom),
+    /// empty when the frame starts too close to its UMEM frame's start.
+    /// Returns the frames received.
+    pub fn receive(&mut self, max: u32, meta_len: usize, mut f: impl FnMut(&[u8], &[u8])) -> u32 {
+        let n = self.rx.acquire(1).min(max);
+        self.back.clear();
+        if n > 0 {
+            let frame_size = u64::from(self.cfg.frame_size);
+            let (a, b) = self.rx.data();
+            for d in a.iter().chain(b.iter()).take(n as usize) {
+                let headroom = (d.address % frame_size) as usize;
+                let before = if headroom >= meta_len { meta_len } else { 0 };
+                let whole = RxTxDescriptor {
+                    address: d.address - before as u64,
+                    len: d.len + before as u32,
+                    ..*d
+                };
+                // Safety: the kernel handed this descriptor to us; its UMEM
+                // frame (metadata in its headroom included) is ours until it
+                // goes back to the pool below.
+                let buf = unsafe { self.umem.get_mut(whole) };
+                let (meta, frame) = buf.split_at(before);
+                f(meta, frame);
+                self.back.push(UmemDescriptor::from(*d));
+            }
+            self.rx.release(n);
+        }
+        self.finish_batch();
+        n
+    }
+}

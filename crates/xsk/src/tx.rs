@@ -51,6 +51,13 @@ impl Xsk {
         Ok(sent)
     }
 
+    /// Descriptors the TX ring has room for now: what `transmit` can
+    /// queue without leaving a built frame behind.
+    pub fn tx_free(&mut self) -> u32 {
+        let cap = self.tx.capacity() as u32;
+        self.tx.acquire(cap).min(cap)
+    }
+
     /// Descriptors still waiting in this socket's TX ring.
     pub(crate) fn tx_pending(&mut self) -> u32 {
         let cap = self.tx.capacity() as u32;

@@ -1,0 +1,355 @@
+//! The egress scheduler (`qos serve`) outside labs, as users run it:
+//! namespaces made with plain `ip`, veths at their default offloads (TCP
+//! arrives with partial checksums), every command through its own `ip
+//! netns exec`, real iperf3 flows. The scheduler is fed on R's a1 and
+//! sends out of b0; its shares are read at the receivers.
+//!
+//! Topology (common::Topo): A (a0, 198.18.1.1) <-> (a1) R (b0) <-> (b1,
+//! 198.18.2.1) B.
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use peregrine_bpf::testing::privileged;
+use peregrine_bpf::xdp;
+use peregrine_host::netns;
+
+mod common;
+use common::{iperf_bytes, ok, pg_in, sh, tmp, Topo};
+
+/// Two classes of one level sharing a 100 Mbit/s link by weight; every
+/// class gets its flows by port, TCP and UDP.
+fn wfq_file(gold: u32, silver: u32) -> String {
+    let mut f = format!(
+        r#"
+[scheduler]
+egress = "b0"
+rate = "100Mbit"
+
+[[class]]
+name = "gold"
+rate = "1Mbit"
+ceil = "100Mbit"
+weight = {gold}
+
+[[class]]
+name = "silver"
+rate = "1Mbit"
+ceil = "100Mbit"
+weight = {silver}
+"#
+    );
+    for (class, port) in [("gold", 5401), ("silver", 5402)] {
+        for proto in ["tcp", "udp"] {
+            f += &format!(
+                "\n[[filter]]\nclass = \"{class}\"\nproto = \"{proto}\"\ndport = {port}\n"
+            );
+        }
+    }
+    f
+}
+
+/// A `qos serve` process, stopped with SIGTERM (then killed) when a test
+/// ends, failing or not, so no scheduler outlives its test.
+struct Server(Child);
+
+impl Server {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `peregrine qos serve` in R, once it says it is scheduling.
+fn serve(t: &Topo, name: &str, toml: &str) -> Server {
+    let f = tmp(name).join("qos.toml");
+    std::fs::write(&f, toml).unwrap();
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &t.ns("R")])
+        .arg(env!("CARGO_BIN_EXE_peregrine"))
+        .args(["qos", "serve", f.to_str().unwrap(), "--iface", "a1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            eprintln!("qos serve: {line}");
+            let _ = tx.send(line);
+        }
+    });
+    let first = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("qos serve says it is scheduling");
+    assert!(first.starts_with("scheduling 2 class(es)"), "{first}");
+    Server(child)
+}
+
+/// Bytes each class sent, from the scheduler's counters.
+fn sent(t: &Topo) -> (u64, u64) {
+    let st = stats(t);
+    let by = |name: &str| {
+        st["scheduler"]["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no class {name} in {st}"))["sent_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    (by("gold"), by("silver"))
+}
+
+/// What two concurrent flows got.
+struct Flows {
+    /// Bytes each receiver got (gold, silver) after the omitted second.
+    received: (u64, u64),
+    /// Bytes each class sent in the middle two seconds, when both flows
+    /// surely ran (the clients start and stop some ms apart).
+    window: (u64, u64),
+}
+
+/// Two iperf3 flows from A to B at once, for 4 s after 1 s omitted, to
+/// ports 5401 (gold) and 5402 (silver), `args` for both.
+fn two_flows(t: &Topo, args: &[&str]) -> Flows {
+    let servers: Vec<Child> = [5401, 5402]
+        .iter()
+        .map(|p| {
+            Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &t.ns("B"),
+                    "timeout",
+                    "30",
+                    "iperf3",
+                    "-s",
+                    "-1",
+                ])
+                .args(["-p", &p.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(400));
+    let clients: Vec<_> = [5401, 5402]
+        .iter()
+        .map(|p| {
+            let a = t.ns("A");
+            let mut full: Vec<String> = ["ip", "netns", "exec", &a, "iperf3", "--json"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            full.extend(
+                [
+                    "-c",
+                    "198.18.2.1",
+                    "-p",
+                    &p.to_string(),
+                    "-t",
+                    "4",
+                    "-O",
+                    "1",
+                ]
+                .map(String::from),
+            );
+            full.extend(args.iter().map(|s| s.to_string()));
+            std::thread::spawn(move || {
+                let v: Vec<&str> = full.iter().map(String::as_str).collect();
+                sh(&v, Duration::from_secs(25))
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = sent(t);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = sent(t);
+    let got: Vec<u64> = clients
+        .into_iter()
+        .map(|c| {
+            let o = c.join().unwrap();
+            ok(&o, "iperf3 client");
+            iperf_bytes(&o).0
+        })
+        .collect();
+    for mut s in servers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    Flows {
+        received: (got[0], got[1]),
+        window: (after.0 - before.0, after.1 - before.1),
+    }
+}
+
+fn share(gold: u64, silver: u64) -> f64 {
+    gold as f64 / (gold + silver) as f64
+}
+
+fn stats(t: &Topo) -> serde_json::Value {
+    let o = pg_in(&t.ns("R"), &["qos", "stats", "--iface", "a1", "--json"]);
+    ok(&o, "qos stats --json");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["policers"][0].clone()
+}
+
+/// WFQ 80/20 under overload, UDP and TCP (default offloads: TCP's partial
+/// checksums are finished by the scheduler, or B would drop every
+/// segment): the receivers' shares are within 2 points of the weights and
+/// the link is not exceeded. A weight changed at runtime (`qos class
+/// change`) takes effect; SIGTERM stops the scheduler and detaches it.
+#[test]
+fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
+    if !privileged("weighted_shares_hold_for_udp_and_tcp_and_follow_a_change") {
+        return;
+    }
+    let t = Topo::up("pgs1");
+    let mut server = serve(&t, "wfq", &wfq_file(80, 20));
+
+    // UDP, each flow offering the whole link (1400 B datagrams), then TCP.
+    for (what, args) in [
+        ("udp", &["-u", "-b", "100M", "-l", "1400"][..]),
+        ("tcp", &[][..]),
+    ] {
+        let f = two_flows(&t, args);
+        let ((g, s), (wg, ws)) = (f.received, f.window);
+        // Frames on the link in the window (2 s), Ethernet header included.
+        let link_mbit = (wg + ws) as f64 * 8.0 / 2.0 / 1e6;
+        eprintln!(
+            "{what}: in the window gold's share {:.4}, {link_mbit:.2} Mbit/s of frames; \
+             receivers: gold {g} B, silver {s} B, gold's share {:.4}",
+            share(wg, ws),
+            share(g, s)
+        );
+        assert!(
+            (share(wg, ws) - 0.8).abs() <= 0.02,
+            "{what} share {}",
+            share(wg, ws)
+        );
+        assert!(
+            (95.0..=101.0).contains(&link_mbit),
+            "{what}: the link is 100 Mbit/s: {link_mbit}"
+        );
+        // Whole runs, start and stop skew included.
+        assert!(
+            (share(g, s) - 0.8).abs() <= 0.04,
+            "{what} received {}",
+            share(g, s)
+        );
+    }
+
+    let st = stats(&t);
+    let classes = st["scheduler"]["classes"].as_array().unwrap();
+    assert_eq!(classes.len(), 2, "{st}");
+    assert!(st["scheduler"]["running"].as_bool().unwrap(), "{st}");
+    for c in classes {
+        assert!(c["sent_packets"].as_u64().unwrap() > 1000, "{c}");
+    }
+    assert!(st["steered"].as_u64().unwrap() > 0, "{st}");
+    // Only packets sent before R knew B's MAC (the FIB lookup says "no
+    // neighbour"; the kernel resolves it, forwarding them) go unscheduled.
+    assert!(st["unscheduled"].as_u64().unwrap() <= 4, "{st}");
+
+    // Equal weights now, at runtime.
+    let o = pg_in(
+        &t.ns("R"),
+        &[
+            "qos", "class", "change", "gold", "--iface", "a1", "--rate", "1Mbit", "--ceil",
+            "100Mbit", "--weight", "20",
+        ],
+    );
+    ok(&o, "qos class change");
+    std::thread::sleep(Duration::from_millis(200));
+    let (g, s) = two_flows(&t, &["-u", "-b", "100M", "-l", "1400"]).window;
+    eprintln!("udp after the change: gold's share {:.4}", share(g, s));
+    assert!((share(g, s) - 0.5).abs() <= 0.02, "share {}", share(g, s));
+
+    // A bad change is refused in one line and changes nothing.
+    let o = pg_in(
+        &t.ns("R"),
+        &[
+            "qos", "class", "add", "x", "--iface", "a1", "--rate", "1Mbit", "--parent", "nope",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(
+        stats(&t)["scheduler"]["classes"].as_array().unwrap().len(),
+        2
+    );
+
+    // SIGTERM: stops, detaches, leaves nothing on a1.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = server.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < end, "qos serve did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let left = netns::run_in(&t.ns("R"), || {
+        xdp::attached_prog_id(peregrine_bpf::link::ifindex("a1").unwrap()).unwrap()
+    })
+    .unwrap();
+    assert_eq!(left, None, "XDP left on a1");
+    t.remove();
+}
+
+/// Killed with SIGKILL, the scheduler cannot clean up: its sockets close
+/// and class traffic goes to the kernel (fails open, counted
+/// unscheduled), the attachment shows as stale and `qos detach --all`
+/// removes it.
+#[test]
+fn a_killed_scheduler_fails_open_and_is_found_stale() {
+    if !privileged("a_killed_scheduler_fails_open_and_is_found_stale") {
+        return;
+    }
+    let t = Topo::up("pgs2");
+    let mut server = serve(&t, "killed", &wfq_file(80, 20));
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
+    // Class traffic still gets through, by the kernel.
+    let (g, s) = two_flows(&t, &["-u", "-b", "20M", "-l", "1000"]).received;
+    assert!(g > 1_000_000 && s > 1_000_000, "gold {g} silver {s}");
+    let o = pg_in(&t.ns("R"), &["qos", "list", "--json"]);
+    ok(&o, "qos list");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mine: Vec<_> = v["policers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["iface"] == "a1" && p["namespace"] == t.ns("R").as_str())
+        .collect();
+    assert_eq!(mine.len(), 1, "{v}");
+    assert_eq!(mine[0]["stale"], true, "{v}");
+    let o = pg_in(&t.ns("R"), &["qos", "detach", "a1"]);
+    ok(&o, "qos detach");
+    t.remove();
+}

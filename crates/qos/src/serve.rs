@@ -1,0 +1,638 @@
+//! `qos serve`: the egress scheduler on AF_XDP. The XDP policer on the
+//! ingress interface forwards the packets of class rules that leave by the
+//! scheduled interface (FIB lookup, TTL, MACs) to an AF_XDP socket per RX
+//! queue, their class in front (`sched_meta`); this loop copies each into
+//! its class's queue, asks the scheduler (`sched`) what may go now, and
+//! sends that out of the egress interface from an AF_XDP socket there,
+//! finishing checksums a local sender left partial on the way.
+//!
+//! Everything else (unclassified packets, routes elsewhere) the kernel
+//! forwards as before: the bypass. If this process dies, its sockets close
+//! and the program hands class traffic to the kernel too (counted
+//! `unscheduled`): it fails open, never into a black hole.
+//!
+//! The classes live in the program's `sched_classes` map, the counters in
+//! `sched_stats`: `qos class` changes a slot and bumps the generation in
+//! `sched_port`, which this loop checks every `HOUSEKEEPING`; `qos stats`
+//! reads the counters from any process or namespace.
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use peregrine_bpf::policer::{
+    ClassCounters, ClassSlot, PolicerMaps, SchedPort, CLASS_NAME_LEN, MAX_CLASSES, MAX_QUEUES,
+};
+use peregrine_host::cpu::monotonic_ns;
+use peregrine_host::{netdev, signals};
+use peregrine_xsk::{Xsk, XskConfig, ZeroCopy};
+
+use crate::attach::{self, PolicerHook};
+use crate::config::PolicerConfig;
+use crate::error::{QosError, Result};
+use crate::sched::{ClassConfig, Refused, Scheduler};
+
+/// How often counters are published and class changes picked up.
+const HOUSEKEEPING: Duration = Duration::from_millis(50);
+/// Frames per ring access.
+const BATCH: u32 = 64;
+/// Bytes of a queued frame's slot (the UMEM frame size).
+const SLOT: usize = 2048;
+/// Busy polling this long after the last packet before sleeping: at high
+/// rates the loop never sleeps; when idle it costs no CPU.
+const SPIN_NS: u64 = 200_000;
+
+/// Options of one run.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// Pin the loop to this CPU.
+    pub cpu: Option<usize>,
+}
+
+/// What a run did, at its end.
+#[derive(Debug, Clone, Default)]
+pub struct ServeSummary {
+    pub received: u64,
+    pub sent: u64,
+    pub reconfigured: u64,
+}
+
+/// The name in a class slot.
+pub fn slot_name(s: &ClassSlot) -> String {
+    let bytes: Vec<u8> = s
+        .name
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&c| c != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The slot of class `c` whose parent has id `parent`.
+pub fn class_slot(c: &ClassConfig, parent: u32) -> ClassSlot {
+    let mut s = ClassSlot {
+        used: 1,
+        parent,
+        rate_bps: c.rate_bps,
+        ceil_bps: c.ceil_bps,
+        burst: c.burst,
+        weight: c.weight,
+        queue_limit: c.queue_limit as u32,
+        priority: c.priority,
+        ..Default::default()
+    };
+    for (d, b) in s
+        .name
+        .iter_mut()
+        .zip(c.name.bytes().take(CLASS_NAME_LEN - 1))
+    {
+        *d = b as _;
+    }
+    s
+}
+
+/// The classes in the maps, by id, parents before children (the order
+/// the scheduler needs); a class whose parent is gone is left out.
+pub fn installed_classes(maps: &PolicerMaps) -> Result<Vec<(u32, ClassConfig)>> {
+    let mut slots = Vec::new();
+    for id in 1..MAX_CLASSES {
+        let s = maps.class_slot(id)?;
+        if s.used != 0 {
+            slots.push((id, s));
+        }
+    }
+    let mut out: Vec<(u32, ClassConfig)> = Vec::new();
+    // Parents first: each pass adds the classes whose parent is in.
+    while !slots.is_empty() {
+        let before = slots.len();
+        let mut rest = Vec::new();
+        for (id, s) in slots {
+            let parent = match s.parent {
+                0 => Some(None),
+                p => out
+                    .iter()
+                    .find(|(i, _)| *i == p)
+                    .map(|(_, c)| Some(c.name.clone())),
+            };
+            match parent {
+                Some(parent) => out.push((
+                    id,
+                    ClassConfig {
+                        name: slot_name(&s),
+                        parent,
+                        rate_bps: s.rate_bps,
+                        ceil_bps: s.ceil_bps,
+                        burst: s.burst,
+                        priority: s.priority,
+                        weight: s.weight,
+                        queue_limit: s.queue_limit as usize,
+                    },
+                )),
+                None => rest.push((id, s)),
+            }
+        }
+        if rest.len() == before {
+            break;
+        }
+        slots = rest;
+    }
+    Ok(out)
+}
+
+/// A change `qos class` asks of a running scheduler.
+#[derive(Debug, Clone)]
+pub enum ClassChange {
+    /// A new class (the next free id).
+    Add(ClassConfig),
+    /// New settings for the class of that name (same name, same id).
+    Change(ClassConfig),
+    Delete(String),
+}
+
+/// Applies `change` to the scheduler running for `iface` here: checked
+/// whole first (a class set the scheduler would refuse changes nothing),
+/// then one slot is written and the generation bumped, which the
+/// scheduler picks up within `HOUSEKEEPING`. Returns the class's id.
+pub fn change_class(iface: &str, change: &ClassChange) -> Result<u32> {
+    let maps = attach::maps_here(iface)?;
+    let mut port = maps.sched_port()?;
+    if port.egress_ifindex == 0 || attach::scheduler_owner(iface)?.is_none() {
+        return Err(QosError::Other(format!(
+            "no scheduler serves {iface} (`peregrine qos serve` runs one)"
+        )));
+    }
+    let mut classes = installed_classes(&maps)?;
+    let find = |classes: &[(u32, ClassConfig)], name: &str| {
+        classes
+            .iter()
+            .position(|(_, c)| c.name == name)
+            .ok_or_else(|| QosError::Config(format!("no class {name:?} on {iface}")))
+    };
+    let id = match change {
+        ClassChange::Add(c) => {
+            if classes.iter().any(|(_, o)| o.name == c.name) {
+                return Err(QosError::Config(format!("class {:?} exists", c.name)));
+            }
+            let id = (1..MAX_CLASSES)
+                .find(|i| !classes.iter().any(|(u, _)| u == i))
+                .ok_or_else(|| QosError::Config("every class id is in use".into()))?;
+            classes.push((id, c.clone()));
+            id
+        }
+        ClassChange::Change(c) => {
+            let k = find(&classes, &c.name)?;
+            classes[k].1 = c.clone();
+            classes[k].0
+        }
+        ClassChange::Delete(name) => {
+            let k = find(&classes, name)?;
+            if classes
+                .iter()
+                .any(|(_, c)| c.parent.as_deref() == Some(name))
+            {
+                return Err(QosError::Config(format!(
+                    "class {name:?} has child classes: delete them first"
+                )));
+            }
+            let id = classes[k].0;
+            if let Some(r) = maps.rules()?.iter().find(|r| u32::from(r.class()) == id) {
+                return Err(QosError::Config(format!(
+                    "rule {} sends packets to class {name:?}: `qos rule del` it first",
+                    r.id
+                )));
+            }
+            classes.remove(k);
+            id
+        }
+    };
+    // Parents before children, as the scheduler wants them.
+    let mut ordered: Vec<(u32, ClassConfig)> = Vec::new();
+    while ordered.len() < classes.len() {
+        let before = ordered.len();
+        for (i, c) in &classes {
+            let parent_in = c
+                .parent
+                .as_ref()
+                .is_none_or(|p| ordered.iter().any(|(_, o)| &o.name == p));
+            if parent_in && !ordered.iter().any(|(o, _)| o == i) {
+                ordered.push((*i, c.clone()));
+            }
+        }
+        if ordered.len() == before {
+            return Err(QosError::Config("a class's parent is not defined".into()));
+        }
+    }
+    Scheduler::<()>::new(
+        port.link_bps,
+        port.link_burst,
+        ordered.iter().map(|(_, c)| c.clone()).collect(),
+        0,
+    )
+    .map_err(|e| QosError::Config(e.to_string()))?;
+    let slot = match change {
+        ClassChange::Delete(_) => ClassSlot::default(),
+        ClassChange::Add(c) | ClassChange::Change(c) => {
+            let parent = c
+                .parent
+                .as_ref()
+                .and_then(|p| ordered.iter().find(|(_, o)| &o.name == p))
+                .map_or(0, |(i, _)| *i);
+            class_slot(c, parent)
+        }
+    };
+    maps.set_class_slot(id, &slot)?;
+    if matches!(change, ClassChange::Delete(_)) {
+        maps.set_class_counters(id, &ClassCounters::default())?;
+    }
+    port.generation += 1;
+    maps.set_sched_port(&port)?;
+    Ok(id)
+}
+
+/// The scheduler's side of `qos stats`.
+#[derive(Debug, Clone)]
+pub struct SchedulerStats {
+    pub egress_ifindex: u32,
+    /// The serving process, when alive.
+    pub owner: Option<u32>,
+    pub link_bps: u64,
+    /// (id, class, counters).
+    pub classes: Vec<(u32, ClassConfig, ClassCounters)>,
+    /// Steered packets of no class the scheduler knows (or with no room).
+    pub unclassified: ClassCounters,
+}
+
+/// The scheduler's classes and counters in `maps`, if it has one.
+pub fn scheduler_stats(maps: &PolicerMaps, owner: Option<u32>) -> Result<Option<SchedulerStats>> {
+    let port = maps.sched_port()?;
+    if port.egress_ifindex == 0 {
+        return Ok(None);
+    }
+    let classes = installed_classes(maps)?
+        .into_iter()
+        .map(|(id, c)| Ok((id, c, maps.class_counters(id)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(SchedulerStats {
+        egress_ifindex: port.egress_ifindex,
+        owner,
+        link_bps: port.link_bps,
+        classes,
+        unclassified: maps.class_counters(0)?,
+    }))
+}
+
+/// Queued frames' bytes: one slot per packet the queues can hold.
+struct Slab {
+    bytes: Vec<u8>,
+    len: Vec<u16>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    fn new(slots: usize) -> Slab {
+        Slab {
+            bytes: vec![0; slots * SLOT],
+            len: vec![0; slots],
+            free: (0..slots as u32).rev().collect(),
+        }
+    }
+
+    fn put(&mut self, frame: &[u8]) -> Option<u32> {
+        if frame.len() > SLOT {
+            return None;
+        }
+        let i = self.free.pop()?;
+        let at = i as usize * SLOT;
+        self.bytes[at..at + frame.len()].copy_from_slice(frame);
+        self.len[i as usize] = frame.len() as u16;
+        Some(i)
+    }
+
+    fn get(&self, i: u32) -> &[u8] {
+        let at = i as usize * SLOT;
+        &self.bytes[at..at + usize::from(self.len[i as usize])]
+    }
+}
+
+/// The scheduler of the classes now configured, with the class id of
+/// each of its indexes and the index of each id.
+struct Running {
+    sched: Scheduler<u32>,
+    ids: Vec<u32>,
+    index: Vec<Option<usize>>,
+}
+
+impl Running {
+    fn build(maps: &PolicerMaps, port: &SchedPort, now: u64) -> Result<Running> {
+        let classes = installed_classes(maps)?;
+        let ids: Vec<u32> = classes.iter().map(|(i, _)| *i).collect();
+        let sched = Scheduler::new(
+            port.link_bps,
+            port.link_burst,
+            classes.into_iter().map(|(_, c)| c).collect(),
+            now,
+        )
+        .map_err(|e| QosError::Config(e.to_string()))?;
+        let mut index = vec![None; MAX_CLASSES as usize];
+        for (k, &id) in ids.iter().enumerate() {
+            if sched.is_leaf(k) {
+                index[id as usize] = Some(k);
+            }
+        }
+        Ok(Running { sched, ids, index })
+    }
+
+    /// Moves queued packets and counters from `old` to the classes of the
+    /// same id here; packets of a class that is gone are dropped and freed.
+    fn take_over(&mut self, mut old: Running, slab: &mut Slab, lost: &mut u64) {
+        for (k, &id) in old.ids.clone().iter().enumerate() {
+            let q = old.sched.take_queue(k);
+            let stats = old.sched.stats(k);
+            match self.ids.iter().position(|&i| i == id) {
+                Some(n) => {
+                    self.sched.carry_stats(n, stats);
+                    for (slot, len) in q {
+                        if self.sched.requeue(n, slot, len).is_err() {
+                            slab.free.push(slot);
+                        }
+                    }
+                }
+                None => {
+                    *lost += q.len() as u64;
+                    slab.free.extend(q.into_iter().map(|(s, _)| s));
+                }
+            }
+        }
+    }
+
+    fn publish(&self, maps: &PolicerMaps, unclassified: &ClassCounters) -> Result<()> {
+        maps.set_class_counters(0, unclassified)?;
+        for ((_, s, depth), &id) in self.sched.classes().zip(&self.ids) {
+            maps.set_class_counters(
+                id,
+                &ClassCounters {
+                    enqueued_packets: s.enqueued_packets,
+                    sent_packets: s.sent_packets,
+                    sent_bytes: s.sent_bytes,
+                    dropped_packets: s.dropped_packets,
+                    dropped_bytes: s.dropped_bytes,
+                    borrowed_packets: s.borrowed_packets,
+                    queue_depth: depth as u64,
+                },
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the scheduler's classes and link into a policer's maps.
+fn install(maps: &PolicerMaps, cfg: &PolicerConfig, egress_ifindex: u32) -> Result<()> {
+    let sc = cfg
+        .scheduler
+        .as_ref()
+        .ok_or_else(|| QosError::Config("the file has no [scheduler]".into()))?;
+    for id in 1..MAX_CLASSES {
+        let slot = match sc.classes.get(id as usize - 1) {
+            Some(c) => {
+                let parent = c
+                    .parent
+                    .as_ref()
+                    .and_then(|p| sc.classes.iter().position(|o| &o.name == p))
+                    .map_or(0, |i| i as u32 + 1);
+                class_slot(c, parent)
+            }
+            None => ClassSlot::default(),
+        };
+        maps.set_class_slot(id, &slot)?;
+        maps.set_class_counters(id, &ClassCounters::default())?;
+    }
+    maps.set_sched_port(&SchedPort {
+        egress_ifindex,
+        owner_pid: std::process::id(),
+        generation: 1,
+        link_bps: sc.link_bps,
+        link_burst: sc.link_burst,
+    })?;
+    Ok(())
+}
+
+/// Detaches the run's policer when the run ends, however it ends.
+struct Attached(String);
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        if let Err(e) = attach::detach(&self.0) {
+            tracing::warn!("detaching the policer of {}: {e}", self.0);
+        }
+    }
+}
+
+/// Applies `cfg` on `iface` (its rules and filters at the XDP hook) and
+/// schedules its classes out of its egress interface until a stop is
+/// requested (Ctrl-C, SIGTERM); then detaches. `ready` is called once
+/// traffic is being scheduled.
+pub fn serve(
+    iface: &str,
+    cfg: &PolicerConfig,
+    opts: &ServeOptions,
+    ready: impl FnOnce(),
+) -> Result<ServeSummary> {
+    let sc = cfg.scheduler.as_ref().ok_or_else(|| {
+        QosError::Config(
+            "the file has no [scheduler] table: `qos apply` installs rules alone".into(),
+        )
+    })?;
+    if sc.egress == iface {
+        return Err(QosError::Config(format!(
+            "the scheduler's egress {iface} is the interface it is fed from: traffic is \
+             classified where it comes in and scheduled where it leaves"
+        )));
+    }
+    let egress_ifindex = peregrine_bpf::link::ifindex(&sc.egress)
+        .map_err(|_| QosError::Config(format!("no interface {} here", sc.egress)))?;
+    let queues = netdev::rx_queues_here(iface).max(1);
+    if queues > MAX_QUEUES {
+        return Err(QosError::Config(format!(
+            "{iface} has {queues} RX queues; the scheduler serves at most {MAX_QUEUES}"
+        )));
+    }
+    if let Some(pid) = attach::scheduler_owner(iface)? {
+        return Err(QosError::Other(format!(
+            "a scheduler (pid {pid}) already serves {iface}: stop it first"
+        )));
+    }
+    let xcfg = XskConfig {
+        zero_copy: ZeroCopy::Off,
+        ..XskConfig::default()
+    };
+    // The egress socket first: an interface that cannot take one fails the
+    // run before anything is attached.
+    // Copy-mode TX moves frames only in sendto(): without the wake-up
+    // flag the socket kicks after every batch that left frames waiting.
+    let mut tx = Xsk::open(
+        &sc.egress,
+        0,
+        XskConfig {
+            need_wakeup: false,
+            ..xcfg
+        },
+    )?;
+    attach::apply(iface, PolicerHook::Xdp, &cfg.rules)?;
+    let _attached = Attached(iface.to_string());
+    let maps = attach::maps_here(iface)?;
+    install(&maps, cfg, egress_ifindex)?;
+    let mut rx = Vec::new();
+    for q in 0..queues {
+        let x = Xsk::open(iface, q, xcfg)?;
+        maps.set_sched_socket(q, Some(x.fd()))?;
+        rx.push(x);
+    }
+    if let Some(cpu) = opts.cpu {
+        peregrine_host::cpu::pin_to_cpu(cpu)?;
+    }
+    let mut port = maps.sched_port()?;
+    let mut run = Running::build(&maps, &port, monotonic_ns())?;
+    let room: usize = run
+        .sched
+        .classes()
+        .enumerate()
+        .filter(|(k, _)| run.sched.is_leaf(*k))
+        .map(|(k, _)| run.sched.queue_limit(k))
+        .sum();
+    let mut slab = Slab::new(room + 4 * BATCH as usize);
+    let mut unclassified = ClassCounters::default();
+    let mut pending: VecDeque<u32> = VecDeque::new();
+    let mut summary = ServeSummary::default();
+    let meta_len = std::mem::size_of::<peregrine_bpf::policer::SchedMeta>();
+    let mut next_housekeeping = 0u64;
+    let mut last_busy = monotonic_ns();
+    ready();
+    while !signals::stop_requested() {
+        let now = monotonic_ns();
+        let mut got = 0u32;
+        for x in rx.iter_mut() {
+            got += x.receive(BATCH, meta_len, |meta, frame| {
+                let id = meta
+                    .get(..4)
+                    .map_or(0, |b| u32::from_ne_bytes(b.try_into().expect("4 bytes")));
+                let class = run.index.get(id as usize).copied().flatten();
+                let (Some(class), Some(slot)) = (class, class.and_then(|_| slab.put(frame))) else {
+                    unclassified.dropped_packets += 1;
+                    unclassified.dropped_bytes += frame.len() as u64;
+                    return;
+                };
+                match run.sched.enqueue(class, slot, frame.len()) {
+                    Ok(()) => {}
+                    Err(Refused::QueueFull(s)) | Err(Refused::NoClass(s)) => slab.free.push(s),
+                }
+            });
+        }
+        summary.received += u64::from(got);
+        if pending.is_empty() {
+            while pending.len() < BATCH as usize {
+                match run.sched.dequeue(now) {
+                    Some((_, slot)) => pending.push_back(slot),
+                    None => break,
+                }
+            }
+        }
+        let mut sent = 0;
+        if !pending.is_empty() {
+            let room = tx.tx_free().min(pending.len() as u32);
+            sent = tx.transmit(room, |buf| {
+                let Some(slot) = pending.pop_front() else {
+                    return 0;
+                };
+                let frame = slab.get(slot);
+                let len = frame.len();
+                buf[..len].copy_from_slice(frame);
+                peregrine_wire::finish_partial_checksum(&mut buf[..len]);
+                slab.free.push(slot);
+                len
+            })?;
+            summary.sent += u64::from(sent);
+        }
+        if now >= next_housekeeping {
+            next_housekeeping = now + HOUSEKEEPING.as_nanos() as u64;
+            let p = maps.sched_port()?;
+            if p.generation != port.generation {
+                match Running::build(&maps, &p, now) {
+                    Ok(mut new) => {
+                        let old = std::mem::replace(&mut run, Running::empty(now));
+                        new.take_over(old, &mut slab, &mut unclassified.dropped_packets);
+                        run = new;
+                        summary.reconfigured += 1;
+                    }
+                    Err(e) => tracing::warn!("classes changed to something unusable: {e}"),
+                }
+                port = p;
+            }
+            run.publish(&maps, &unclassified)?;
+        }
+        if got > 0 || sent > 0 || !pending.is_empty() {
+            last_busy = now;
+            continue;
+        }
+        if now - last_busy < SPIN_NS {
+            std::hint::spin_loop();
+            continue;
+        }
+        // Idle: sleep until a frame arrives or the next packet may go.
+        let wait = run
+            .sched
+            .next_send_at(now)
+            .map_or(HOUSEKEEPING.as_nanos() as u64, |t| t.saturating_sub(now))
+            .min(HOUSEKEEPING.as_nanos() as u64);
+        wait_for_frames(&rx, wait);
+    }
+    for q in 0..queues {
+        let _ = maps.set_sched_socket(q, None);
+    }
+    let _ = run.publish(&maps, &unclassified);
+    Ok(summary)
+}
+
+/// Sleeps up to `ns` or until one of `rx` has a frame.
+fn wait_for_frames(rx: &[Xsk], ns: u64) {
+    let mut fds: Vec<libc::pollfd> = rx
+        .iter()
+        .map(|x| libc::pollfd {
+            fd: x.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ts = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // Safety: `fds` holds valid pollfds for the call's duration; a null
+    // signal mask keeps the thread's own.
+    unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        );
+    }
+}
+
+impl Running {
+    /// A placeholder while a reconfiguration swaps schedulers.
+    fn empty(now: u64) -> Running {
+        let cfg = ClassConfig {
+            name: "-".into(),
+            parent: None,
+            rate_bps: 1,
+            ceil_bps: 1,
+            burst: 1,
+            priority: 0,
+            weight: 1,
+            queue_limit: 1,
+        };
+        Running {
+            sched: Scheduler::new(1, 1, vec![cfg], now).expect("a valid placeholder"),
+            ids: Vec::new(),
+            index: Vec::new(),
+        }
+    }
+}
