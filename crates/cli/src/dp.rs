@@ -110,6 +110,27 @@ impl StatsOutput {
         !self.watch.on() && self.metrics.is_none()
     }
 
+    /// Prints the counters once (`json`, or `table` rendered) when `once`;
+    /// else watches them as `watch` does.
+    pub(crate) fn show(
+        &self,
+        json: impl FnOnce() -> serde_json::Value,
+        table: impl FnOnce() -> Table,
+        prefix: &str,
+        what: &str,
+        sample: impl FnMut() -> Result<Vec<Counter>> + Clone + Send + 'static,
+    ) -> Result<()> {
+        if !self.once() {
+            return self.watch(prefix, what, sample);
+        }
+        if self.json {
+            println!("{}", json());
+        } else {
+            print!("{}", table().render());
+        }
+        Ok(())
+    }
+
     /// Watches `sample`'s counters, serving them to Prometheus at --metrics
     /// (named `prefix`_..., described by `what`) while watching.
     pub(crate) fn watch(
@@ -469,10 +490,9 @@ fn stats(scope: &Scope, out: &StatsOutput) -> Result<()> {
         );
     }
     let now = read_all(&dir)?;
-    if out.once() {
-        if out.json {
-            println!("{}", stats_json(&now));
-        } else {
+    out.show(
+        || stats_json(&now),
+        || {
             let mut t = Table::new(&["port", "counter", "packets", "bytes"]);
             for (n, _, s) in &now {
                 t.row(vec![
@@ -490,11 +510,8 @@ fn stats(scope: &Scope, out: &StatsOutput) -> Result<()> {
                     ]);
                 }
             }
-            print!("{}", t.render());
-        }
-        return Ok(());
-    }
-    out.watch(
+            t
+        },
         "peregrine_router",
         "seen by the router, per port and counter (rx_<action>, tx)",
         move || Ok(router_counters(&read_all(&dir)?)),
@@ -529,8 +546,9 @@ fn chain_stats(file: &Path, out: &StatsOutput) -> Result<()> {
     let cfg = DataplaneConfig::from_file(file)
         .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
     let now = pinned_nf_stats(&cfg)?;
-    if out.once() {
-        if out.json {
+    let lab = cfg.lab.clone();
+    out.show(
+        || {
             let fs: Vec<_> = now
                 .iter()
                 .map(|(n, s)| {
@@ -541,8 +559,9 @@ fn chain_stats(file: &Path, out: &StatsOutput) -> Result<()> {
                     })
                 })
                 .collect();
-            println!("{}", serde_json::json!({ "lab": cfg.lab, "functions": fs }));
-        } else {
+            serde_json::json!({ "lab": lab, "functions": fs })
+        },
+        || {
             let mut t = Table::new(&["function", "kind", "received", "bytes", "sent", "dropped"]);
             for (n, s) in &now {
                 t.row(vec![
@@ -554,11 +573,8 @@ fn chain_stats(file: &Path, out: &StatsOutput) -> Result<()> {
                     s.dropped.to_string(),
                 ]);
             }
-            print!("{}", t.render());
-        }
-        return Ok(());
-    }
-    out.watch(
+            t
+        },
         "peregrine_nf",
         "of the chain's network functions, per function and counter (received, sent, dropped)",
         move || Ok(nf_counters(&pinned_nf_stats(&cfg)?)),
