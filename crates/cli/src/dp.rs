@@ -310,6 +310,21 @@ fn attach(
     Ok(())
 }
 
+/// The pin directory of the router attached in `scope`'s namespace; an
+/// error, ending with `hint`, when there is none.
+fn attached_dir(scope: &Scope, hint: &str) -> Result<PathBuf> {
+    let ns = scope.ns()?;
+    let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
+    if !dir.exists() {
+        bail!(
+            "no router attached in {} ({} does not exist){hint}",
+            scope.pins().describe(),
+            peregrine_bpf::bpffs::display(&dir)
+        );
+    }
+    Ok(dir)
+}
+
 fn detach(all: bool, scope: &Scope) -> Result<()> {
     require_caps("router detach")?;
     if all {
@@ -324,15 +339,7 @@ fn detach(all: bool, scope: &Scope) -> Result<()> {
         println!("detached {} router attachment(s)", n + labs.len());
         return Ok(());
     }
-    let ns = scope.ns()?;
-    let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
-    if !dir.exists() {
-        bail!(
-            "no router attached in {} ({} does not exist)",
-            scope.pins().describe(),
-            peregrine_bpf::bpffs::display(&dir)
-        );
-    }
+    let dir = attached_dir(scope, "")?;
     pins::remove(&dir)?;
     println!("router detached");
     Ok(())
@@ -480,15 +487,7 @@ fn router_counters(ports: &[(String, u32, PortStats)]) -> Vec<Counter> {
 
 fn stats(scope: &Scope, out: &StatsOutput) -> Result<()> {
     require_caps("router stats")?;
-    let ns = scope.ns()?;
-    let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
-    if !dir.exists() {
-        bail!(
-            "no router attached in {} ({} does not exist); attach one with `router attach`",
-            scope.pins().describe(),
-            peregrine_bpf::bpffs::display(&dir)
-        );
-    }
+    let dir = attached_dir(scope, "; attach one with `router attach`")?;
     let now = read_all(&dir)?;
     out.show(
         || stats_json(&now),
