@@ -612,6 +612,16 @@ pub mod frames {
         f
     }
 
+    /// The ARP request the tables use as "not IP": from `MacAddr::local(1)`,
+    /// 198.18.0.1 asking for 198.18.0.2.
+    pub fn arp() -> Vec<u8> {
+        arp_request(
+            MacAddr::local(1),
+            Ipv4Addr::new(198, 18, 0, 1),
+            Ipv4Addr::new(198, 18, 0, 2),
+        )
+    }
+
     /// `len` bytes of noise whose EtherType is neither IP nor a VLAN tag.
     pub fn garbage(len: usize) -> Vec<u8> {
         let f: Vec<u8> = (0..len as u32)

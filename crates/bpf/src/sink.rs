@@ -165,14 +165,14 @@ pub(crate) mod checksums {
 mod fixtures {
     use super::*;
     use crate::fixture::frames::{
-        arp_request, bad_ip4_checksum, garbage, ip4_fragment, ip4_options, ip_first_byte, udp,
-        vlan, with_protocol,
+        arp, bad_ip4_checksum, garbage, ip4_fragment, ip4_options, ip_first_byte, udp, vlan,
+        with_protocol,
     };
     use crate::fixture::{assert_counters, truncations, Case, Expect, Fixture};
     use crate::gen::{FrameSizes, GenSetup};
     use crate::testing::privileged;
     use crate::XdpProgram;
-    use peregrine_wire::{ethertype, ipproto, MacAddr, UdpFrameSpec};
+    use peregrine_wire::{ethertype, ipproto, UdpFrameSpec};
 
     /// What one frame adds to the counters.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,15 +302,7 @@ mod fixtures {
                 with_protocol(&v6, ipproto::ICMPV6),
                 Other,
             ),
-            (
-                "arp".into(),
-                arp_request(
-                    MacAddr::local(1),
-                    "198.18.0.1".parse().unwrap(),
-                    "198.18.0.2".parse().unwrap(),
-                ),
-                Other,
-            ),
+            ("arp".into(), arp(), Other),
             ("garbage".into(), garbage(64), Other),
         ];
         // Issue 9: the checksum rule of wire's parse_udp_frame (full, or
