@@ -408,24 +408,36 @@ fn list(json: bool) -> Result<()> {
         println!("{}", serde_json::json!({ "attachments": v }));
         return Ok(());
     }
+    print_attachments(
+        "router",
+        rows.into_iter()
+            .map(|r| (r.namespace, r.iface, r.hook.to_string(), r.prog_id, r.stale))
+            .collect(),
+    );
+    Ok(())
+}
+
+/// The table a list command prints: one attachment a row (namespace,
+/// iface, hook, program id, stale), or that no `what` is attached.
+pub(crate) fn print_attachments(
+    what: &str,
+    rows: Vec<(String, String, String, Option<u32>, bool)>,
+) {
     if rows.is_empty() {
-        println!("no router attached");
-        return Ok(());
+        println!("no {what} attached");
+        return;
     }
     let mut t = Table::new(&["namespace", "iface", "hook", "prog id", "state"]);
-    for r in rows {
+    for (namespace, iface, hook, prog_id, stale) in rows {
         t.row(vec![
-            r.namespace,
-            r.iface,
-            r.hook.to_string(),
-            r.prog_id
-                .map(|i| i.to_string())
-                .unwrap_or_else(|| "-".into()),
-            if r.stale { "stale" } else { "attached" }.to_string(),
+            namespace,
+            iface,
+            hook,
+            prog_id.map_or_else(|| "-".into(), |i| i.to_string()),
+            if stale { "stale" } else { "attached" }.to_string(),
         ]);
     }
     print!("{}", t.render());
-    Ok(())
 }
 
 pub fn router(cmd: RouterCmd) -> Result<()> {
