@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use peregrine_bpf::testing::{ip, privileged, wait_until, NsPair};
+use peregrine_bpf::testing::{ip, privileged, privileged_here, wait_until, NsPair};
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::invoker::{AfXdpInvoker, Counters, InvokerConfig, ADDRESS_REFRESH};
 use peregrine_faas::Registry;
@@ -402,12 +402,14 @@ fn one_cpu() -> Vec<usize> {
     vec![1 % std::thread::available_parallelism().map_or(1, |n| n.get())]
 }
 
-#[test]
-fn afxdp_invoker_answers_only_unicast_requests_to_its_own_addresses() {
-    if !privileged("afxdp_invoker_answers_only_unicast_requests_to_its_own_addresses") {
-        return;
+/// How the invoker tests start: the namespaces (`pair(prefix)`) and the
+/// AF_XDP invoker serving echo on `PORT` at the server's eth0, one worker;
+/// None, building nothing, when the test cannot run here.
+fn echo_invoker(prefix: &str) -> Option<(NsPair, AfXdpInvoker)> {
+    if !privileged_here() {
+        return None;
     }
-    let pair = pair("pg-i9ref");
+    let pair = pair(prefix);
     let inv = AfXdpInvoker::start(
         Some(&pair.b),
         "eth0",
@@ -418,6 +420,15 @@ fn afxdp_invoker_answers_only_unicast_requests_to_its_own_addresses() {
         },
     )
     .unwrap();
+    Some((pair, inv))
+}
+
+#[test]
+fn afxdp_invoker_answers_only_unicast_requests_to_its_own_addresses() {
+    // Dropped in reverse: the invoker stops before its namespaces go.
+    let Some((pair, inv)) = echo_invoker("pg-i9ref") else {
+        return;
+    };
     let local = inv.local_addrs();
     assert_eq!(local.mac, Some(SERVER_MAC));
     assert!(local.broadcast.contains(&"198.18.0.255".parse().unwrap()));
@@ -505,20 +516,10 @@ fn socket_backends_answer_only_unicast_requests() {
 
 #[test]
 fn requests_larger_than_one_frame_are_counted_not_lost() {
-    if !privileged("requests_larger_than_one_frame_are_counted_not_lost") {
+    // Dropped in reverse: the invoker stops before its namespaces go.
+    let Some((pair, inv)) = echo_invoker("pg-i9frag") else {
         return;
-    }
-    let pair = pair("pg-i9frag");
-    let inv = AfXdpInvoker::start(
-        Some(&pair.b),
-        "eth0",
-        Registry::parse("1232=echo").unwrap(),
-        InvokerConfig {
-            cpus: one_cpu(),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    };
     let c = &inv.counters;
     let mut sent = 0u64;
     for (bind, server) in [
