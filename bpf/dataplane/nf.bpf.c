@@ -9,6 +9,8 @@
 #include "peregrine/parse.h"
 #include "peregrine/nf_kern_user.h"
 
+COUNTS_FRAMES(struct nf_stats);
+
 const volatile struct nf_config cfg = {};
 
 PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct nf_stats) nf_stats_map SEC(".maps");
@@ -53,12 +55,10 @@ static __always_inline int acl(__u8 family, __u8 proto, __u16 dport, const __u8 
 SEC("xdp")
 int nf(struct xdp_md *ctx)
 {
-	struct nf_stats *st = map_first(&nf_stats_map);
+	struct cursor c = xdp_cursor(ctx);
+	struct nf_stats *st = count_frame(&nf_stats_map, c.end - c.pos);
 	if (!st)
 		return XDP_ABORTED;
-	struct cursor c = xdp_cursor(ctx);
-	st->packets++;
-	st->bytes += c.end - c.pos;
 
 	if (cfg.rules) {
 		__u8 src[16] = {}, dst[16] = {};

@@ -17,6 +17,8 @@
 #include "peregrine/gen_kern_user.h"
 #include "peregrine/sink_kern_user.h"
 
+COUNTS_FRAMES(struct sink_stats);
+
 const volatile __u32 sink_verdict = XDP_DROP;
 
 PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct sink_stats) sink_stats_map SEC(".maps");
@@ -148,14 +150,11 @@ static __always_inline int classify(struct xdp_md *ctx, struct cursor *c)
 SEC("xdp")
 int sink(struct xdp_md *ctx)
 {
-	struct sink_stats *st = map_first(&sink_stats_map);
-	if (!st)
-		return XDP_ABORTED;
-
 	struct cursor c = xdp_cursor(ctx);
 	__u64 len = c.end - c.pos;
-	st->packets++;
-	st->bytes += len;
+	struct sink_stats *st = count_frame(&sink_stats_map, len);
+	if (!st)
+		return XDP_ABORTED;
 
 	int kind = classify(ctx, &c);
 	if (kind > 0) {

@@ -35,4 +35,33 @@ static __always_inline void *map_first(void *map)
 	return bpf_map_lookup_elem(map, &zero);
 }
 
+/* What the counters of the programs that count every frame (nf, sink) begin
+ * with, so that one function counts a frame for each of them. */
+struct frame_counts {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* Counts a frame of `len` bytes in entry 0 of `map`, whose value begins with
+ * struct frame_counts; that entry, NULL if the map is not what the program
+ * declared. */
+static __always_inline void *count_frame(void *map, __u64 len)
+{
+	struct frame_counts *n = map_first(map);
+
+	if (n) {
+		n->packets++;
+		n->bytes += len;
+	}
+	return n;
+}
+
+/* Asserts that `type` begins with struct frame_counts, as count_frame needs. */
+#define COUNTS_FRAMES(type)                                                    \
+	_Static_assert(__builtin_offsetof(type, packets) == 0 &&               \
+			       __builtin_offsetof(type, bytes) ==              \
+				       __builtin_offsetof(struct frame_counts, \
+							  bytes),              \
+		       #type " begins with struct frame_counts")
+
 #endif

@@ -99,6 +99,19 @@ impl ChainPath {
             sink: ep("sink", "eth0"),
         }
     }
+
+    /// An XDP drop sink at the sink's port of `lab`, and the drop probes
+    /// along the path to it: what every run through the chain counts with.
+    pub fn drop_sink(&self, lab: &Lab) -> Result<(XdpSink, DropProbes)> {
+        let sink = lab_sink(
+            lab.name(),
+            &lab.ns(&self.sink.host),
+            &self.sink,
+            XdpAction::Drop,
+        )?;
+        let drops = path_drops(lab, Some(&self.dut_in), &self.sink)?;
+        Ok((sink, drops))
+    }
 }
 
 /// The label of `contender`'s run in `scenario`, `round` (a `RunKey`),

@@ -148,7 +148,11 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
     // Contenders at full speed into the XDP drop sink.
     {
         let sink = lab_sink(lab.name(), &sink_ns, &peer, XdpAction::Drop)?;
-        let sink_desc = format!("xdp drop sink {peer}");
+        let xdp = Counted {
+            sink: &sink,
+            desc: format!("xdp drop sink {peer}"),
+            drops: &drops,
+        };
         let mut contenders = vec![("xdp live frames, 1 thread".to_string(), base.clone())];
         if ncpu > 1 {
             let mut s = base.clone();
@@ -169,32 +173,17 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
         for (label, spec) in contenders {
             signals::check()?;
             eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
-            let gen = Generator::new(spec.clone(), Some((sink_ns.clone(), peer.iface.clone())))?;
-            let setup = trial_setup(&gen, &sink, &drops, dur, mean, 0.0);
-            runs.push(one_trial_run(
-                label,
-                &setup,
-                "max",
-                Rate::Max,
-                params(&spec, &sink_desc),
-                Some(placement(&spec.cpus)),
-            )?);
+            let to = Some((sink_ns.clone(), peer.iface.clone()));
+            let p = placement(&spec.cpus);
+            runs.push(gen_run(label, &spec, to, &xdp, dur, Rate::Max, p)?);
         }
         // Rate accuracy: a set rate, judged per 1 s window at the sink.
         let pps = a.rate_check.pps(mean);
         let label = format!("xdp live frames at {:.3} Mpps", pps / 1e6);
         let dur3 = dur.max(Duration::from_secs(3));
         eprintln!("{label}: paced for {:.1}s", dur3.as_secs_f64());
-        let gen = Generator::new(base.clone(), None)?;
-        let setup = trial_setup(&gen, &sink, &drops, dur3, mean, 0.0);
-        runs.push(one_trial_run(
-            label,
-            &setup,
-            "fixed",
-            Rate::Pps(pps),
-            params(&base, &sink_desc),
-            Some(placement(&base.cpus)),
-        )?);
+        let p = placement(&base.cpus);
+        runs.push(gen_run(label, &base, None, &xdp, dur3, Rate::Pps(pps), p)?);
     }
     // Live frames into AF_XDP sockets (copy mode on veth): every frame checked.
     {
@@ -204,21 +193,17 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
         let xsk = peregrine_lab::sinks::XskSink::start(&sink_ns, &peer.iface, 9, queues, &cpus)?;
         let label = format!("xdp live frames -> AF_XDP ({}), 1 thread", xsk.mode);
         eprintln!("{label}: unpaced for {:.1}s", dur.as_secs_f64());
-        let gen = Generator::new(base.clone(), None)?;
-        let setup = trial_setup(&gen, &xsk, &drops, dur, mean, 0.0);
         let mut p = placement(&base.cpus);
         p.sink_cpus = cpus.clone();
         p.notes[0] = format!(
             "no DUT; the kernel's receive runs on the sending CPU, the AF_XDP reader threads on cpu {cpus:?}"
         );
-        runs.push(one_trial_run(
-            label,
-            &setup,
-            "max",
-            Rate::Max,
-            params(&base, &xsk.describe()),
-            Some(p),
-        )?);
+        let at = Counted {
+            sink: &xsk,
+            desc: xsk.describe(),
+            drops: &drops,
+        };
+        runs.push(gen_run(label, &base, None, &at, dur, Rate::Max, p)?);
         if xsk.corrupt() > 0 {
             bail!(
                 "{} frames arrived at the AF_XDP sink corrupted",
@@ -235,15 +220,20 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
         spec.stamp = true;
         let label = "xdp live frames -> UDP socket, 100 kpps".to_string();
         eprintln!("{label}: latency for {:.1}s", dur.as_secs_f64());
-        let gen = Generator::new(spec.clone(), None)?;
-        let setup = trial_setup(&gen, &sock, &drops, dur, mean, 0.0);
-        runs.push(one_trial_run(
+        let at = Counted {
+            sink: &sock,
+            desc: sock.describe(),
+            drops: &drops,
+        };
+        let p = placement(&spec.cpus);
+        runs.push(gen_run(
             label,
-            &setup,
-            "fixed",
+            &spec,
+            None,
+            &at,
+            dur,
             Rate::Pps(100_000.0),
-            params(&spec, &sock.describe()),
-            Some(placement(&spec.cpus)),
+            p,
         )?);
     }
 
@@ -251,6 +241,38 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
     drop(lab);
     let result = ResultFile::new("bench-gen", command_line(), runs);
     a.output.write(&result)
+}
+
+/// Where a `bench gen` trial's frames are counted: the sink, its name in
+/// the result, and the drop probes on the way.
+struct Counted<'a> {
+    sink: &'a dyn Sink,
+    desc: String,
+    drops: &'a DropProbes,
+}
+
+/// One run of one trial: `spec`'s generator (live frames anchored at the
+/// namespace and interface `to` when given) counted `at`, for `dur`,
+/// unpaced (`Rate::Max`) or at a fixed rate.
+fn gen_run(
+    label: String,
+    spec: &TrafficSpec,
+    to: Option<(String, String)>,
+    at: &Counted,
+    dur: Duration,
+    rate: Rate,
+    placement: Placement,
+) -> Result<Run> {
+    let gen = Generator::new(spec.clone(), to)?;
+    let mean = spec.sizes.mean_size();
+    let setup = trial_setup(&gen, at.sink, at.drops, dur, mean, 0.0);
+    let phase = if matches!(rate, Rate::Max) {
+        "max"
+    } else {
+        "fixed"
+    };
+    let params = params(spec, &at.desc);
+    one_trial_run(label, &setup, phase, rate, params, Some(placement))
 }
 
 /// `peregrine gen`: send in an existing lab, optionally counting at a sink.

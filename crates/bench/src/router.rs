@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::FibMode;
-use peregrine_bpf::{XdpAction, XdpMode};
+use peregrine_bpf::XdpMode;
 use peregrine_dataplane::{
     ChainConfig, ChainMatch, Dataplane, DataplaneConfig, NfConfig, NfKind, RouterHook,
 };
@@ -24,8 +24,8 @@ use peregrine_lab::trial::rfc2544_search;
 use peregrine_lab::{Lab, Lifetime};
 
 use crate::common::{
-    builtin_topology, command_line, dut_search, frame_for, lab_sink, params, path_drops, place,
-    progress_line, shown_trial, trial_setup, ChainPath, PlacementConfig, RateSetting, ResultOutput,
+    builtin_topology, command_line, dut_search, frame_for, params, place, progress_line,
+    shown_trial, trial_setup, ChainPath, PlacementConfig, RateSetting, ResultOutput,
 };
 use crate::tcp::{self, TcpTransfer};
 
@@ -205,14 +205,9 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     );
     let lab = Lab::up(topo, Lifetime::Ephemeral)?;
     let mut nl = Netlink::new()?;
-    let ChainPath {
-        from,
-        dut_in,
-        sink: sink_ep,
-    } = ChainPath::new();
-    let sink = lab_sink(lab.name(), &lab.ns("sink"), &sink_ep, XdpAction::Drop)?;
+    let path = ChainPath::new();
+    let (sink, drops) = path.drop_sink(&lab)?;
     let dut = lab.ns("dut");
-    let drops = path_drops(&lab, Some(&dut_in), &sink_ep)?;
     let mut figures: Vec<Figure> = Vec::new();
 
     let both = vec![Contender::Linux, Contender::Xdp];
@@ -294,7 +289,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
         } else {
             ("198.18.1.100".parse()?, "198.19.0.1".parse()?)
         };
-        let (frame, peer) = frame_for(&lab, &from, src, dst, 9)?;
+        let (frame, peer) = frame_for(&lab, &path.from, src, dst, 9)?;
         // 64 B frames; IPv6 cannot fit UDP in 64 B, its minimum is 78 B (RFC 5180).
         let sizes = FrameSizes::Fixed(if cfg.v6 { 78 } else { 64 });
         let mean = sizes.mean_size();
@@ -317,7 +312,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
                     Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
                 // After the data plane and the generator's pass-through are
                 // attached: attaching recreates the DUT's NAPI workers.
-                let placement = place(&lab, &spec.cpus, &dut_in, dut_cpu)?;
+                let placement = place(&lab, &spec.cpus, &path.dut_in, dut_cpu)?;
                 let label = announce(c, &cfg.name, round);
                 let search = dut_search(loss, a.resolution.pps(mean), trial);
                 let setup = trial_setup(&gen, &sink, &drops, trial, mean, search.loss_tolerance);
@@ -335,7 +330,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
                 });
                 runs.push(Run {
                     label,
-                    params: params(&spec, &format!("xdp drop sink {}", sink_ep)),
+                    params: params(&spec, &format!("xdp drop sink {}", path.sink)),
                     trials,
                     rfc2544: Some(summary),
                     placement: Some(placement),

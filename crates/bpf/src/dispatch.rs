@@ -138,13 +138,13 @@ pub fn read_stats(map: &MapHandle, id: u32) -> Result<DispatchStats> {
 mod fixtures {
     use super::*;
     use crate::fixture::frames::{
-        arp_request, garbage, ip4_fragment, ip4_options, udp_ports, vlan, with_protocol,
+        arp, garbage, ip4_fragment, ip4_options, udp_ports, vlan, with_protocol,
     };
     use crate::fixture::{assert_counters, truncations, Case, Expect, Fixture};
     use crate::testing::privileged;
     use crate::XdpAction;
     use crate::XdpProgram;
-    use peregrine_wire::{ethertype, ipproto, MacAddr};
+    use peregrine_wire::{ethertype, ipproto};
 
     fn udp_frame(dst: &str, port: u16) -> Vec<u8> {
         let v6 = dst.contains(':');
@@ -233,15 +233,7 @@ mod fixtures {
                 udp_frame("198.18.0.2", 53),
                 nothing,
             ),
-            pass(
-                "arp",
-                arp_request(
-                    MacAddr::local(1),
-                    "198.18.0.1".parse().unwrap(),
-                    "198.18.0.2".parse().unwrap(),
-                ),
-                nothing,
-            ),
+            pass("arp", arp(), nothing),
             pass("garbage", garbage(64), nothing),
             // Issue 9: a request larger than one frame is counted and
             // dropped (was: passed to a kernel with no socket on the port).

@@ -373,32 +373,11 @@ mod fixtures {
     use std::net::IpAddr;
 
     use super::*;
-    use crate::fixture::frames::spec;
+    use crate::fixture::gen_setup as setup;
     use crate::fixture::{assert_passed, check, check_all, run_once, truncations, Expect, Fixture};
     use crate::testing::privileged;
     use crate::XdpAction;
     use peregrine_wire::parse_udp_frame;
-
-    /// ifindex of `lo`, which BPF_PROG_RUN reports as ingress without a ctx.
-    const LO: u32 = 1;
-
-    fn setup(v6: bool, sizes: FrameSizes, flows: u32, stamp: bool) -> GenSetup {
-        let (s, d) = if v6 {
-            ("2001:db8::1", "2001:db8:2::2")
-        } else {
-            ("198.18.0.1", "198.19.0.1")
-        };
-        GenSetup {
-            spec: spec(s, d),
-            sizes,
-            flows,
-            stamp,
-            latency_sample: 1,
-            ifindex: LO,
-            dry_run: false,
-            vary: FlowVary::Source,
-        }
-    }
 
     /// Smallest frame with FCS: 64 bytes, 78 for IPv6's longer header.
     fn min_size(v6: bool) -> usize {

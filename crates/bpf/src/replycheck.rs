@@ -114,8 +114,7 @@ impl ReplyCheckProgram {
 mod fixtures {
     use super::*;
     use crate::fixture::frames::{
-        arp_request, bad_ip4_checksum, bad_udp_checksum, garbage, ip4_fragment, spec, udp,
-        with_protocol,
+        arp, bad_ip4_checksum, bad_udp_checksum, garbage, ip4_fragment, spec, udp, with_protocol,
     };
     use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::gen::PEREGRINE_MAGIC;
@@ -324,14 +323,7 @@ mod fixtures {
                     reply(false, 53, &answer(request(len, 3, now))),
                 ),
                 pass(format!("{tag} garbage"), garbage(64)),
-                pass(
-                    format!("{tag} arp"),
-                    arp_request(
-                        MacAddr::local(1),
-                        "198.18.0.1".parse().unwrap(),
-                        "198.18.0.2".parse().unwrap(),
-                    ),
-                ),
+                pass(format!("{tag} arp"), arp()),
             ];
             others.push(pass(format!("{tag} tcp"), with_protocol(&ok, ipproto::TCP)));
             others.push(pass(format!("{tag} fragment"), ip4_fragment(&ok, true, 0)));

@@ -165,14 +165,14 @@ pub(crate) mod checksums {
 mod fixtures {
     use super::*;
     use crate::fixture::frames::{
-        arp_request, bad_ip4_checksum, garbage, ip4_fragment, ip4_options, ip_first_byte, udp,
-        vlan, with_protocol,
+        arp, bad_ip4_checksum, garbage, ip4_fragment, ip4_options, ip_first_byte, udp_ports, vlan,
+        with_protocol,
     };
-    use crate::fixture::{assert_counters, truncations, Case, Expect, Fixture};
-    use crate::gen::{FrameSizes, GenSetup};
+    use crate::fixture::{assert_counters, gen_setup, truncations, Case, Expect, Fixture};
+    use crate::gen::FrameSizes;
     use crate::testing::privileged;
     use crate::XdpProgram;
-    use peregrine_wire::{ethertype, ipproto, MacAddr, UdpFrameSpec};
+    use peregrine_wire::{ethertype, ipproto};
 
     /// What one frame adds to the counters.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,31 +184,11 @@ mod fixtures {
         BadChecksum,
     }
 
-    fn spec(v6: bool, len: usize) -> UdpFrameSpec {
-        let (s, d) = if v6 {
-            ("2001:db8::1", "2001:db8::2")
-        } else {
-            ("198.18.0.1", "198.18.0.2")
-        };
-        UdpFrameSpec {
-            frame_len: len,
-            ..crate::fixture::frames::spec(s, d)
-        }
-    }
-
     /// A frame exactly as the generator makes it (`len` without FCS).
     fn gen_frame(v6: bool, len: usize) -> Vec<u8> {
-        let setup = GenSetup {
-            spec: spec(v6, 0),
-            sizes: FrameSizes::Fixed(len + 4),
-            flows: 1,
-            stamp: false,
-            latency_sample: 1,
-            ifindex: 1,
-            dry_run: false,
-            vary: crate::gen::FlowVary::Source,
-        };
-        setup.frame(len + 4).unwrap()
+        gen_setup(v6, FrameSizes::Fixed(len + 4), 1, false)
+            .frame(len + 4)
+            .unwrap()
     }
 
     fn tagged(frame: &[u8]) -> Vec<u8> {
@@ -254,12 +234,17 @@ mod fixtures {
             ),
             (
                 "udp without the magic".into(),
-                udp(&spec(false, 60), b"hello, not ours!"),
+                udp_ports(
+                    ("198.18.0.1", "198.18.0.2"),
+                    (1024, 9),
+                    60,
+                    b"hello, not ours!",
+                ),
                 Other,
             ),
             (
                 "udp payload too short for meta".into(),
-                udp(&spec(false, 50), &[]),
+                udp_ports(("198.18.0.1", "198.18.0.2"), (1024, 9), 50, &[]),
                 Other,
             ),
             ("ipv4 with options".into(), opt.clone(), Generator),
@@ -302,15 +287,7 @@ mod fixtures {
                 with_protocol(&v6, ipproto::ICMPV6),
                 Other,
             ),
-            (
-                "arp".into(),
-                arp_request(
-                    MacAddr::local(1),
-                    "198.18.0.1".parse().unwrap(),
-                    "198.18.0.2".parse().unwrap(),
-                ),
-                Other,
-            ),
+            ("arp".into(), arp(), Other),
             ("garbage".into(), garbage(64), Other),
         ];
         // Issue 9: the checksum rule of wire's parse_udp_frame (full, or

@@ -92,6 +92,59 @@ pub fn wait_until(timeout: std::time::Duration, mut done: impl FnMut() -> bool) 
     }
 }
 
+/// Runs `ip args` to the end; panics with what ip said if it fails.
+pub fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip runs");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Namespaces `a` and `b` joined by a veth pair, eth0 at both ends, made
+/// with plain `ip` as a user's own would be (the kernel's default
+/// offloads), nothing set on either end yet. Removed on drop, and first
+/// when a killed run left them.
+pub struct NsPair {
+    pub a: String,
+    pub b: String,
+}
+
+impl NsPair {
+    pub fn new(a: &str, b: &str) -> NsPair {
+        let p = NsPair {
+            a: a.into(),
+            b: b.into(),
+        };
+        p.remove();
+        ip(&["netns", "add", a]);
+        ip(&["netns", "add", b]);
+        ip(&[
+            "link", "add", "eth0", "netns", a, "type", "veth", "peer", "name", "eth0", "netns", b,
+        ]);
+        p
+    }
+
+    fn remove(&self) {
+        for ns in [&self.a, &self.b] {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .output();
+        }
+    }
+}
+
+impl Drop for NsPair {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

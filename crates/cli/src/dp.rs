@@ -110,6 +110,27 @@ impl StatsOutput {
         !self.watch.on() && self.metrics.is_none()
     }
 
+    /// Prints the counters once (`json`, or `table` rendered) when `once`;
+    /// else watches them as `watch` does.
+    pub(crate) fn show(
+        &self,
+        json: impl FnOnce() -> serde_json::Value,
+        table: impl FnOnce() -> Table,
+        prefix: &str,
+        what: &str,
+        sample: impl FnMut() -> Result<Vec<Counter>> + Clone + Send + 'static,
+    ) -> Result<()> {
+        if !self.once() {
+            return self.watch(prefix, what, sample);
+        }
+        if self.json {
+            println!("{}", json());
+        } else {
+            print!("{}", table().render());
+        }
+        Ok(())
+    }
+
     /// Watches `sample`'s counters, serving them to Prometheus at --metrics
     /// (named `prefix`_..., described by `what`) while watching.
     pub(crate) fn watch(
@@ -289,6 +310,21 @@ fn attach(
     Ok(())
 }
 
+/// The pin directory of the router attached in `scope`'s namespace; an
+/// error, ending with `hint`, when there is none.
+fn attached_dir(scope: &Scope, hint: &str) -> Result<PathBuf> {
+    let ns = scope.ns()?;
+    let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
+    if !dir.exists() {
+        bail!(
+            "no router attached in {} ({} does not exist){hint}",
+            scope.pins().describe(),
+            peregrine_bpf::bpffs::display(&dir)
+        );
+    }
+    Ok(dir)
+}
+
 fn detach(all: bool, scope: &Scope) -> Result<()> {
     require_caps("router detach")?;
     if all {
@@ -303,15 +339,7 @@ fn detach(all: bool, scope: &Scope) -> Result<()> {
         println!("detached {} router attachment(s)", n + labs.len());
         return Ok(());
     }
-    let ns = scope.ns()?;
-    let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
-    if !dir.exists() {
-        bail!(
-            "no router attached in {} ({} does not exist)",
-            scope.pins().describe(),
-            peregrine_bpf::bpffs::display(&dir)
-        );
-    }
+    let dir = attached_dir(scope, "")?;
     pins::remove(&dir)?;
     println!("router detached");
     Ok(())
@@ -380,24 +408,36 @@ fn list(json: bool) -> Result<()> {
         println!("{}", serde_json::json!({ "attachments": v }));
         return Ok(());
     }
+    print_attachments(
+        "router",
+        rows.into_iter()
+            .map(|r| (r.namespace, r.iface, r.hook.to_string(), r.prog_id, r.stale))
+            .collect(),
+    );
+    Ok(())
+}
+
+/// The table a list command prints: one attachment a row (namespace,
+/// iface, hook, program id, stale), or that no `what` is attached.
+pub(crate) fn print_attachments(
+    what: &str,
+    rows: Vec<(String, String, String, Option<u32>, bool)>,
+) {
     if rows.is_empty() {
-        println!("no router attached");
-        return Ok(());
+        println!("no {what} attached");
+        return;
     }
     let mut t = Table::new(&["namespace", "iface", "hook", "prog id", "state"]);
-    for r in rows {
+    for (namespace, iface, hook, prog_id, stale) in rows {
         t.row(vec![
-            r.namespace,
-            r.iface,
-            r.hook.to_string(),
-            r.prog_id
-                .map(|i| i.to_string())
-                .unwrap_or_else(|| "-".into()),
-            if r.stale { "stale" } else { "attached" }.to_string(),
+            namespace,
+            iface,
+            hook,
+            prog_id.map_or_else(|| "-".into(), |i| i.to_string()),
+            if stale { "stale" } else { "attached" }.to_string(),
         ]);
     }
     print!("{}", t.render());
-    Ok(())
 }
 
 pub fn router(cmd: RouterCmd) -> Result<()> {
@@ -459,20 +499,11 @@ fn router_counters(ports: &[(String, u32, PortStats)]) -> Vec<Counter> {
 
 fn stats(scope: &Scope, out: &StatsOutput) -> Result<()> {
     require_caps("router stats")?;
-    let ns = scope.ns()?;
-    let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
-    if !dir.exists() {
-        bail!(
-            "no router attached in {} ({} does not exist); attach one with `router attach`",
-            scope.pins().describe(),
-            peregrine_bpf::bpffs::display(&dir)
-        );
-    }
+    let dir = attached_dir(scope, "; attach one with `router attach`")?;
     let now = read_all(&dir)?;
-    if out.once() {
-        if out.json {
-            println!("{}", stats_json(&now));
-        } else {
+    out.show(
+        || stats_json(&now),
+        || {
             let mut t = Table::new(&["port", "counter", "packets", "bytes"]);
             for (n, _, s) in &now {
                 t.row(vec![
@@ -490,11 +521,8 @@ fn stats(scope: &Scope, out: &StatsOutput) -> Result<()> {
                     ]);
                 }
             }
-            print!("{}", t.render());
-        }
-        return Ok(());
-    }
-    out.watch(
+            t
+        },
         "peregrine_router",
         "seen by the router, per port and counter (rx_<action>, tx)",
         move || Ok(router_counters(&read_all(&dir)?)),
@@ -529,8 +557,9 @@ fn chain_stats(file: &Path, out: &StatsOutput) -> Result<()> {
     let cfg = DataplaneConfig::from_file(file)
         .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
     let now = pinned_nf_stats(&cfg)?;
-    if out.once() {
-        if out.json {
+    let lab = cfg.lab.clone();
+    out.show(
+        || {
             let fs: Vec<_> = now
                 .iter()
                 .map(|(n, s)| {
@@ -541,8 +570,9 @@ fn chain_stats(file: &Path, out: &StatsOutput) -> Result<()> {
                     })
                 })
                 .collect();
-            println!("{}", serde_json::json!({ "lab": cfg.lab, "functions": fs }));
-        } else {
+            serde_json::json!({ "lab": lab, "functions": fs })
+        },
+        || {
             let mut t = Table::new(&["function", "kind", "received", "bytes", "sent", "dropped"]);
             for (n, s) in &now {
                 t.row(vec![
@@ -554,11 +584,8 @@ fn chain_stats(file: &Path, out: &StatsOutput) -> Result<()> {
                     s.dropped.to_string(),
                 ]);
             }
-            print!("{}", t.render());
-        }
-        return Ok(());
-    }
-    out.watch(
+            t
+        },
         "peregrine_nf",
         "of the chain's network functions, per function and counter (received, sent, dropped)",
         move || Ok(nf_counters(&pinned_nf_stats(&cfg)?)),

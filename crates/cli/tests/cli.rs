@@ -10,7 +10,7 @@ use peregrine_bpf::testing::privileged;
 
 mod common;
 use common::{
-    assert_live_metrics, ok, pair_lab_up, pair_topology, run, scrape, tmp, topology_file,
+    assert_live_metrics, json, ok, pair_lab_up, pair_topology, run, scrape, tmp, topology_file,
 };
 
 fn namespaces(lab: &str) -> Vec<String> {
@@ -134,9 +134,10 @@ fn main_job_runs_and_leaves_nothing() {
     assert!(!pins("showcase"));
     // `report` redraws the plots from the file.
     let json = dir.join("showcase.json");
-    let out = run(&["report", "--json", json.to_str().unwrap()]);
-    ok(&out, "report");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::json(
+        &run(&["report", "--json", json.to_str().unwrap()]),
+        "report",
+    );
     assert_eq!(v["plots"].as_array().unwrap().len(), 4);
 }
 
@@ -301,8 +302,7 @@ fn bad_input_gets_one_line_errors_and_changes_nothing() {
         "198.18.0.2",
         &["--count", "1000", "--sink", "b:eth0", "--json"],
     );
-    ok(&out, "gen --json");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json(&out, "gen --json");
     // gen --json prints a peregrine.result/1 file: one run, one trial.
     let t = &v["runs"][0]["trials"][0];
     assert_eq!(t["offered_packets"], 1000, "{v}");
@@ -353,9 +353,10 @@ fn router_and_chain_commands_work_and_leave_nothing() {
     assert!(ping_sink_from_gen(), "ping through the data plane");
     assert!(in0_rx("steer") >= 2, "the ping entered the chain");
     // Per-function counters: c1 reflected the pings, c2 forwarded them.
-    let out = run(&["chain", "stats", chain_file, "--json"]);
-    ok(&out, "chain stats --json");
-    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let st = json(
+        &run(&["chain", "stats", chain_file, "--json"]),
+        "chain stats --json",
+    );
     let fns = st["functions"].as_array().unwrap();
     assert_eq!(fns.len(), 2, "{st}");
     for f in fns {

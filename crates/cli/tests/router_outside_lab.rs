@@ -12,15 +12,20 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use peregrine_bpf::testing::privileged;
 use peregrine_bpf::{tcx, xdp, TcxDirection};
 use peregrine_host::netns;
 
 mod common;
-use common::{iperf_bytes, ok, pg_in, sh, text, Topo};
+use common::{iperf_bytes, json, ok, pg_in, sh_in, text, Topo};
 
 /// What the router tests ask of a topology.
 trait RouterTopo {
+    /// `peregrine router args` in R.
+    fn router(&self, args: &[&str]) -> Output;
+    /// `router attach a1 b0` in R, which must succeed.
+    fn attach(&self);
+    /// `router detach` in R, which must succeed.
+    fn detach(&self);
     fn hooked(&self) -> Vec<(Option<u32>, u32)>;
     fn listed(&self) -> Vec<serde_json::Value>;
     fn forwarded(&self, port: &str) -> (u64, u64);
@@ -28,6 +33,20 @@ trait RouterTopo {
 }
 
 impl RouterTopo for Topo {
+    fn router(&self, args: &[&str]) -> Output {
+        let mut a = vec!["router"];
+        a.extend_from_slice(args);
+        pg_in(&self.ns("R"), &a)
+    }
+
+    fn attach(&self) {
+        ok(&self.router(&["attach", "a1", "b0"]), "router attach");
+    }
+
+    fn detach(&self) {
+        ok(&self.router(&["detach"]), "router detach");
+    }
+
     fn hooked(&self) -> Vec<(Option<u32>, u32)> {
         ["a1", "b0"]
             .iter()
@@ -46,9 +65,10 @@ impl RouterTopo for Topo {
 
     /// The attachments `router list --json` shows in R.
     fn listed(&self) -> Vec<serde_json::Value> {
-        let out = pg_in(&self.ns("B"), &["router", "list", "--json"]);
-        ok(&out, "router list --json");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = json(
+            &pg_in(&self.ns("B"), &["router", "list", "--json"]),
+            "router list --json",
+        );
         v["attachments"]
             .as_array()
             .unwrap()
@@ -60,9 +80,7 @@ impl RouterTopo for Topo {
 
     /// (packets, bytes) forwarded from port `port`, from `stats --json`.
     fn forwarded(&self, port: &str) -> (u64, u64) {
-        let out = pg_in(&self.ns("R"), &["router", "stats", "--json"]);
-        ok(&out, "router stats --json");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = json(&self.router(&["stats", "--json"]), "router stats --json");
         let p = v["ports"]
             .as_array()
             .unwrap()
@@ -103,15 +121,10 @@ impl Drop for Topo {
 /// from a third: nothing is left after.
 #[test]
 fn attach_stats_detach_from_separate_ip_netns_exec() {
-    if !privileged("attach_stats_detach_from_separate_ip_netns_exec") {
+    let Some(t) = Topo::privileged_up("pgo1") else {
         return;
-    }
-    let t = Topo::up("pgo1");
-    let r = t.ns("R");
-    ok(
-        &pg_in(&r, &["router", "attach", "a1", "b0"]),
-        "router attach",
-    );
+    };
+    t.attach();
     assert_eq!(t.listed().len(), 2, "both ports listed");
     let before = t.forwarded("a1");
     assert!(t.ping("198.18.2.1"), "ping v4 through the router");
@@ -123,17 +136,12 @@ fn attach_stats_detach_from_separate_ip_netns_exec() {
         after.0 > before.0,
         "forward counters moved: {before:?} -> {after:?}"
     );
-    let w = pg_in(
-        &r,
-        &[
-            "router", "stats", "--watch", "-i", "200ms", "-c", "2", "--json",
-        ],
-    );
+    let w = t.router(&["stats", "--watch", "-i", "200ms", "-c", "2", "--json"]);
     ok(&w, "router stats --watch");
     assert_eq!(text(&w.stdout).lines().count(), 2, "two samples");
-    ok(&pg_in(&r, &["router", "detach"]), "router detach");
+    t.detach();
     t.assert_clean();
-    let again = pg_in(&r, &["router", "detach"]);
+    let again = t.router(&["detach"]);
     assert!(!again.status.success(), "a second detach finds nothing");
 }
 
@@ -141,33 +149,26 @@ fn attach_stats_detach_from_separate_ip_netns_exec() {
 /// R still forwards and its counters still move.
 #[test]
 fn two_namespaces_have_their_own_routers() {
-    if !privileged("two_namespaces_have_their_own_routers") {
+    let Some(r) = Topo::privileged_up("pgo2r") else {
         return;
-    }
-    let r = Topo::up("pgo2r");
+    };
     let s = Topo::up("pgo2s");
-    ok(
-        &pg_in(&r.ns("R"), &["router", "attach", "a1", "b0"]),
-        "attach in R",
-    );
-    ok(
-        &pg_in(&s.ns("R"), &["router", "attach", "a1", "b0"]),
-        "attach in S",
-    );
-    let twice = pg_in(&s.ns("R"), &["router", "attach", "a1", "b0"]);
+    r.attach();
+    s.attach();
+    let twice = s.router(&["attach", "a1", "b0"]);
     assert!(!twice.status.success(), "S already has one");
     assert!(
         text(&twice.stderr).contains("already attached"),
         "{}",
         text(&twice.stderr)
     );
-    ok(&pg_in(&s.ns("R"), &["router", "detach"]), "detach in S");
+    s.detach();
     s.assert_clean();
     assert_eq!(r.listed().len(), 2, "R's router is still there");
     let before = r.forwarded("a1");
     assert!(r.ping("198.18.2.1"), "R still forwards");
     assert!(r.forwarded("a1").0 > before.0, "through R's router");
-    assert!(!pg_in(&s.ns("R"), &["router", "stats"]).status.success());
+    assert!(!s.router(&["stats"]).status.success());
 }
 
 /// `attach` killed with -9 (at several moments, and after it finished):
@@ -175,10 +176,9 @@ fn two_namespaces_have_their_own_routers() {
 /// stale pins included.
 #[test]
 fn sigkilled_attach_is_found_and_removed_by_detach_all() {
-    if !privileged("sigkilled_attach_is_found_and_removed_by_detach_all") {
+    let Some(t) = Topo::privileged_up("pgo3") else {
         return;
-    }
-    let t = Topo::up("pgo3");
+    };
     let bin = env!("CARGO_BIN_EXE_peregrine");
     for delay_ms in [5u64, 30, 80, 3000] {
         let mut c = Command::new("ip")
@@ -212,10 +212,7 @@ fn sigkilled_attach_is_found_and_removed_by_detach_all() {
     // A namespace removed under its router leaves stale pins; --all
     // removes them too.
     let gone = Topo::up("pgo3g");
-    ok(
-        &pg_in(&gone.ns("R"), &["router", "attach", "a1", "b0"]),
-        "attach",
-    );
+    gone.attach();
     for n in ["A", "R", "B"] {
         netns::delete(&gone.ns(n)).unwrap();
     }
@@ -249,13 +246,11 @@ fn sigkilled_attach_is_found_and_removed_by_detach_all() {
 /// bytes; explicit XDP warns, naming the peer's setting.
 #[test]
 fn iperf3_tcp_through_the_tc_router() {
-    if !privileged("iperf3_tcp_through_the_tc_router") {
+    let Some(t) = Topo::privileged_up("pgo4") else {
         return;
-    }
-    let t = Topo::up("pgo4");
-    let r = t.ns("R");
+    };
     for hook in ["tc", "auto"] {
-        let a = pg_in(&r, &["router", "attach", "--hook", hook, "a1", "b0"]);
+        let a = t.router(&["attach", "--hook", hook, "a1", "b0"]);
         ok(&a, "router attach");
         if hook == "auto" {
             let o = text(&a.stdout);
@@ -283,9 +278,9 @@ fn iperf3_tcp_through_the_tc_router() {
                 "{hook} {dst} -P {streams}: the router forwarded {fwd} B of the {bytes} B received"
             );
         }
-        ok(&pg_in(&r, &["router", "detach"]), "router detach");
+        t.detach();
     }
-    let x = pg_in(&r, &["router", "attach", "--hook", "xdp", "a1", "b0"]);
+    let x = t.router(&["attach", "--hook", "xdp", "a1", "b0"]);
     ok(&x, "attach --hook xdp");
     let e = text(&x.stderr);
     assert!(
@@ -294,7 +289,7 @@ fn iperf3_tcp_through_the_tc_router() {
             && e.contains("--hook tc"),
         "{e}"
     );
-    ok(&pg_in(&r, &["router", "detach"]), "router detach");
+    t.detach();
     t.assert_clean();
 }
 
@@ -302,10 +297,9 @@ fn iperf3_tcp_through_the_tc_router() {
 /// and nothing attached or pinned.
 #[test]
 fn attach_errors_are_one_line_and_leave_nothing() {
-    if !privileged("attach_errors_are_one_line_and_leave_nothing") {
+    let Some(t) = Topo::privileged_up("pgo5") else {
         return;
-    }
-    let t = Topo::up("pgo5");
+    };
     let r = t.ns("R");
     let bin = env!("CARGO_BIN_EXE_peregrine");
     let one_line = |o: &Output, needle: &str| {
@@ -314,59 +308,34 @@ fn attach_errors_are_one_line_and_leave_nothing() {
         assert_eq!(e.lines().count(), 1, "one line: {e}");
         assert!(e.contains(needle), "{needle}: {e}");
     };
-    let nocaps = sh(
-        &[
-            "ip",
-            "netns",
-            "exec",
-            &r,
-            "setpriv",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            bin,
-            "router",
-            "attach",
-            "a1",
-            "b0",
-        ],
-        Duration::from_secs(20),
-    );
-    one_line(&nocaps, "needs root (CAP_BPF and CAP_NET_ADMIN)");
-    let nobody = sh(
-        &[
-            "ip",
-            "netns",
-            "exec",
-            &r,
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            bin,
-            "router",
-            "attach",
-            "a1",
-            "b0",
-        ],
-        Duration::from_secs(20),
-    );
-    one_line(&nobody, "needs root");
+    // setpriv's options, and what the one line must say.
+    for (setpriv, needle) in [
+        (
+            &["--inh-caps=-all", "--bounding-set=-all"][..],
+            "needs root (CAP_BPF and CAP_NET_ADMIN)",
+        ),
+        (
+            &[
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ][..],
+            "needs root",
+        ),
+    ] {
+        let mut cmd = vec!["setpriv"];
+        cmd.extend_from_slice(setpriv);
+        cmd.extend_from_slice(&[bin, "router", "attach", "a1", "b0"]);
+        one_line(&sh_in(&r, &cmd, Duration::from_secs(20)), needle);
+    }
+    one_line(&t.router(&["attach", "a1", "a1"]), "same interface twice");
     one_line(
-        &pg_in(&r, &["router", "attach", "a1", "a1"]),
-        "same interface twice",
-    );
-    one_line(
-        &pg_in(&r, &["router", "attach", "a1", "nosuch0"]),
+        &t.router(&["attach", "a1", "nosuch0"]),
         "no interface \"nosuch0\"",
     );
     one_line(
-        &pg_in(
-            &r,
-            &[
-                "router", "attach", "--hook", "tc", "--mode", "generic", "a1", "b0",
-            ],
-        ),
+        &t.router(&["attach", "--hook", "tc", "--mode", "generic", "a1", "b0"]),
         "--hook tc takes none",
     );
     t.assert_clean();

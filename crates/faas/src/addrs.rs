@@ -162,58 +162,58 @@ mod tests {
         use Refusal::*;
         let ours = [2, 0, 0, 0, 0, 2];
         let bcast = [0xff; 6];
-        for (src, dst, mac, sport, want) in [
-            ("198.18.0.1", "198.18.0.2", ours, 40000, Ok(())),
-            ("2001:db8::1", "2001:db8::2", ours, 40000, Ok(())),
+        // Requests (source, destination, destination MAC; from port 40000),
+        // and what each group of them must get.
+        type Requests<'a> = &'a [(&'a str, &'a str, [u8; 6])];
+        let groups: [(Result<(), Refusal>, Requests); 4] = [
             (
-                "198.18.0.1",
-                "255.255.255.255",
-                bcast,
-                40000,
-                Err(NotUnicast),
+                Ok(()),
+                &[
+                    ("198.18.0.1", "198.18.0.2", ours),
+                    ("2001:db8::1", "2001:db8::2", ours),
+                ],
             ),
-            ("198.18.0.1", "198.18.0.255", bcast, 40000, Err(NotUnicast)),
-            ("198.18.0.1", "198.18.0.255", ours, 40000, Err(NotUnicast)),
             (
-                "198.18.0.1",
-                "239.1.1.1",
-                [1, 0, 0x5e, 1, 1, 1],
-                40000,
                 Err(NotUnicast),
+                &[
+                    ("198.18.0.1", "255.255.255.255", bcast),
+                    ("198.18.0.1", "198.18.0.255", bcast),
+                    ("198.18.0.1", "198.18.0.255", ours),
+                    ("198.18.0.1", "239.1.1.1", [1, 0, 0x5e, 1, 1, 1]),
+                    ("198.18.0.1", "198.18.0.2", bcast),
+                    ("2001:db8::1", "ff02::1", [0x33, 0x33, 0, 0, 0, 1]),
+                ],
             ),
-            ("198.18.0.1", "198.18.0.2", bcast, 40000, Err(NotUnicast)),
             (
-                "2001:db8::1",
-                "ff02::1",
-                [0x33, 0x33, 0, 0, 0, 1],
-                40000,
-                Err(NotUnicast),
-            ),
-            ("198.18.0.1", "198.18.0.3", ours, 40000, Err(NotOurs)),
-            (
-                "198.18.0.1",
-                "198.18.0.2",
-                [2, 0, 0, 0, 0, 9],
-                40000,
                 Err(NotOurs),
+                &[
+                    ("198.18.0.1", "198.18.0.3", ours),
+                    ("198.18.0.1", "198.18.0.2", [2, 0, 0, 0, 0, 9]),
+                    ("2001:db8::1", "2001:db8::3", ours),
+                ],
             ),
-            ("2001:db8::1", "2001:db8::3", ours, 40000, Err(NotOurs)),
-            ("255.255.255.255", "198.18.0.2", ours, 40000, Err(BadSource)),
-            ("239.1.1.1", "198.18.0.2", ours, 40000, Err(BadSource)),
-            ("0.0.0.0", "198.18.0.2", ours, 40000, Err(BadSource)),
-            ("127.0.0.1", "198.18.0.2", ours, 40000, Err(BadSource)),
-            ("198.18.0.255", "198.18.0.2", ours, 40000, Err(BadSource)),
-            ("198.18.0.2", "198.18.0.2", ours, 40000, Err(BadSource)),
-            ("ff02::1", "2001:db8::2", ours, 40000, Err(BadSource)),
-            ("::", "2001:db8::2", ours, 40000, Err(BadSource)),
-            ("198.18.0.1", "198.18.0.2", ours, 0, Err(SourcePortZero)),
-            ("2001:db8::1", "2001:db8::2", ours, 0, Err(SourcePortZero)),
-        ] {
-            assert_eq!(
-                check(src, dst, mac, sport),
-                want,
-                "{src} -> {dst} {mac:x?}:{sport}"
-            );
+            (
+                Err(BadSource),
+                &[
+                    ("255.255.255.255", "198.18.0.2", ours),
+                    ("239.1.1.1", "198.18.0.2", ours),
+                    ("0.0.0.0", "198.18.0.2", ours),
+                    ("127.0.0.1", "198.18.0.2", ours),
+                    ("198.18.0.255", "198.18.0.2", ours),
+                    ("198.18.0.2", "198.18.0.2", ours),
+                    ("ff02::1", "2001:db8::2", ours),
+                    ("::", "2001:db8::2", ours),
+                ],
+            ),
+        ];
+        for (want, requests) in groups {
+            for &(src, dst, mac) in requests {
+                assert_eq!(check(src, dst, mac, 40000), want, "{src} -> {dst} {mac:x?}");
+            }
+        }
+        // A request good but for its source port 0.
+        for (src, dst) in [("198.18.0.1", "198.18.0.2"), ("2001:db8::1", "2001:db8::2")] {
+            assert_eq!(check(src, dst, ours, 0), Err(SourcePortZero), "{src}");
         }
     }
 }

@@ -4,65 +4,36 @@
 //! ordinary kernel-socket client. Every reply must be the function's result;
 //! a request with a wrong checksum is counted `bad_checksum`, not answered.
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use peregrine_bpf::testing::{privileged, wait_until};
+use peregrine_bpf::testing::{ip, privileged, wait_until, NsPair};
 use peregrine_faas::functions::builtin;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
 use peregrine_faas::Registry;
 use peregrine_host::netns;
 
+mod common;
+use common::{raw_socket, send_all};
+
 const A: &str = "pg-tcsum-a";
 const B: &str = "pg-tcsum-b";
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip runs");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Two namespaces joined by a veth pair, built with `ip` only and left at
-/// the kernel's default offloads; removed on drop (and before, if a killed
-/// run left them).
-struct Pair;
-
-impl Pair {
-    fn new() -> Pair {
-        for ns in [A, B] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-        ip(&["netns", "add", A]);
-        ip(&["netns", "add", B]);
-        let p = Pair;
-        ip(&[
-            "link", "add", "eth0", "netns", A, "type", "veth", "peer", "name", "eth0", "netns", B,
-        ]);
-        for (ns, v4, v6) in [
-            (A, "198.18.0.1/24", "2001:db8::1/64"),
-            (B, "198.18.0.2/24", "2001:db8::2/64"),
-        ] {
-            ip(&["-n", ns, "addr", "add", v4, "dev", "eth0"]);
-            ip(&["-n", ns, "addr", "add", v6, "dev", "eth0", "nodad"]);
-            ip(&["-n", ns, "link", "set", "eth0", "up"]);
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-        }
-        p
+/// The client and server namespaces (`NsPair`), with both families'
+/// addresses.
+fn pair() -> NsPair {
+    let p = NsPair::new(A, B);
+    for (ns, v4, v6) in [
+        (A, "198.18.0.1/24", "2001:db8::1/64"),
+        (B, "198.18.0.2/24", "2001:db8::2/64"),
+    ] {
+        ip(&["-n", ns, "addr", "add", v4, "dev", "eth0"]);
+        ip(&["-n", ns, "addr", "add", v6, "dev", "eth0", "nodad"]);
+        ip(&["-n", ns, "link", "set", "eth0", "up"]);
+        ip(&["-n", ns, "link", "set", "lo", "up"]);
     }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        for ns in [A, B] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
+    p
 }
 
 /// TX checksum offload of `ns`'s eth0, as ethtool reports it.
@@ -80,11 +51,7 @@ fn tx_checksum_on(ns: &str) -> bool {
 /// socket in namespace `ns` (the kernel adds the IPv4 header only).
 fn send_bad_checksum(ns: &str, to: [u8; 4], port: u16) {
     netns::run_in(ns, || {
-        // Safety: plain socket(2); the fd is owned by `fd` at once.
-        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_UDP) };
-        assert!(raw >= 0, "raw socket: {}", std::io::Error::last_os_error());
-        // Safety: `raw` is a fresh, valid descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = raw_socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_UDP);
         let payload = b"corrupted";
         let mut dgram = Vec::new();
         dgram.extend_from_slice(&40000u16.to_be_bytes());
@@ -100,23 +67,7 @@ fn send_bad_checksum(ns: &str, to: [u8; 4], port: u16) {
             },
             sin_zero: [0; 8],
         };
-        // Safety: `dgram` and `sin` live across the call; the length is sin's.
-        let n = unsafe {
-            libc::sendto(
-                fd.as_raw_fd(),
-                dgram.as_ptr().cast(),
-                dgram.len(),
-                0,
-                (&sin as *const libc::sockaddr_in).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(
-            n,
-            dgram.len() as isize,
-            "{}",
-            std::io::Error::last_os_error()
-        );
+        send_all(&fd, &dgram, &sin);
     })
     .unwrap();
 }
@@ -126,7 +77,7 @@ fn kernel_socket_clients_at_default_offloads_are_answered() {
     if !privileged("kernel_socket_clients_at_default_offloads_are_answered") {
         return;
     }
-    let _pair = Pair::new();
+    let _pair = pair();
     assert!(
         tx_checksum_on(A),
         "the client's veth keeps the kernel's default TX checksum offload"

@@ -9,90 +9,53 @@
 //!   socket backends; the kernel drops some before any socket).
 //! - Requests larger than one frame (IP fragments) are counted.
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use peregrine_bpf::testing::{privileged, wait_until};
+use peregrine_bpf::testing::{ip, privileged, privileged_here, wait_until, NsPair};
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::invoker::{AfXdpInvoker, Counters, InvokerConfig, ADDRESS_REFRESH};
 use peregrine_faas::Registry;
 use peregrine_host::netns;
 use peregrine_wire::{parse_udp_frame, MacAddr, UdpFrameSpec};
 
+mod common;
+use common::{raw_socket, send_all};
+
 const PORT: u16 = 1232;
 const CLIENT_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 const SERVER_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip runs");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Client namespace `{prefix}-a` and server `{prefix}-b` joined by a veth
-/// pair (eth0 both ends, fixed MACs, default offloads), built with `ip`;
-/// removed on drop and before, when a killed run left them.
-struct Pair {
-    a: String,
-    b: String,
-}
-
-impl Pair {
-    fn new(prefix: &str) -> Pair {
-        let p = Pair {
-            a: format!("{prefix}-a"),
-            b: format!("{prefix}-b"),
-        };
-        p.remove();
-        ip(&["netns", "add", &p.a]);
-        ip(&["netns", "add", &p.b]);
-        ip(&[
-            "link", "add", "eth0", "netns", &p.a, "type", "veth", "peer", "name", "eth0", "netns",
-            &p.b,
-        ]);
-        for (ns, mac, v4, v6) in [
-            (&p.a, CLIENT_MAC, "198.18.0.1/24", "2001:db8::1/64"),
-            (&p.b, SERVER_MAC, "198.18.0.2/24", "2001:db8::2/64"),
-        ] {
-            ip(&["-n", ns, "link", "set", "eth0", "address", &mac.to_string()]);
-            ip(&["-n", ns, "addr", "add", v4, "brd", "+", "dev", "eth0"]);
-            ip(&["-n", ns, "addr", "add", v6, "dev", "eth0", "nodad"]);
-            ip(&["-n", ns, "link", "set", "eth0", "up"]);
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-        }
-        // IPv6 is settled once the link-local addresses pass DAD: until
-        // then the kernel does not deliver ff02::1 to sockets, and the
-        // cases would test the start-up rather than the server.
-        let settled = wait_until(Duration::from_secs(5), || {
-            [&p.a, &p.b].iter().all(|ns| {
-                let out = Command::new("ip")
-                    .args(["-n", ns, "-6", "addr", "show", "dev", "eth0", "tentative"])
-                    .output()
-                    .expect("ip runs");
-                out.stdout.is_empty()
-            })
-        });
-        assert!(settled, "IPv6 addresses still tentative after 5 s");
-        p
+/// Client namespace `{prefix}-a` and server `{prefix}-b` (`NsPair`), with
+/// fixed MACs, both families' addresses, and IPv6 settled.
+fn pair(prefix: &str) -> NsPair {
+    let p = NsPair::new(&format!("{prefix}-a"), &format!("{prefix}-b"));
+    for (ns, mac, v4, v6) in [
+        (&p.a, CLIENT_MAC, "198.18.0.1/24", "2001:db8::1/64"),
+        (&p.b, SERVER_MAC, "198.18.0.2/24", "2001:db8::2/64"),
+    ] {
+        ip(&["-n", ns, "link", "set", "eth0", "address", &mac.to_string()]);
+        ip(&["-n", ns, "addr", "add", v4, "brd", "+", "dev", "eth0"]);
+        ip(&["-n", ns, "addr", "add", v6, "dev", "eth0", "nodad"]);
+        ip(&["-n", ns, "link", "set", "eth0", "up"]);
+        ip(&["-n", ns, "link", "set", "lo", "up"]);
     }
-
-    fn remove(&self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        self.remove();
-    }
+    // IPv6 is settled once the link-local addresses pass DAD: until
+    // then the kernel does not deliver ff02::1 to sockets, and the
+    // cases would test the start-up rather than the server.
+    let settled = wait_until(Duration::from_secs(5), || {
+        [&p.a, &p.b].iter().all(|ns| {
+            let out = Command::new("ip")
+                .args(["-n", ns, "-6", "addr", "show", "dev", "eth0", "tentative"])
+                .output()
+                .expect("ip runs");
+            out.stdout.is_empty()
+        })
+    });
+    assert!(settled, "IPv6 addresses still tentative after 5 s");
+    p
 }
 
 /// A raw AF_PACKET socket on eth0 of a namespace: sends whole frames and
@@ -106,21 +69,11 @@ impl Raw {
     fn open(ns: &str) -> Raw {
         netns::run_in(ns, || {
             let proto = (libc::ETH_P_ALL as u16).to_be();
-            // Safety: plain socket(2); the fd is owned by `fd` at once.
-            let raw = unsafe {
-                libc::socket(
-                    libc::AF_PACKET,
-                    libc::SOCK_RAW | libc::SOCK_NONBLOCK,
-                    i32::from(proto),
-                )
-            };
-            assert!(
-                raw >= 0,
-                "packet socket: {}",
-                std::io::Error::last_os_error()
+            let fd = raw_socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK,
+                i32::from(proto),
             );
-            // Safety: `raw` is a fresh descriptor nobody else owns.
-            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
             let name = std::ffi::CString::new("eth0").unwrap();
             // Safety: a NUL-terminated name for the call.
             let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
@@ -152,23 +105,7 @@ impl Raw {
 
     fn send(&self, frame: &[u8]) {
         let sll = Self::addr(self.ifindex);
-        // Safety: `frame` and `sll` live across the call; lengths are theirs.
-        let n = unsafe {
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                frame.as_ptr().cast(),
-                frame.len(),
-                0,
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(
-            n,
-            frame.len() as isize,
-            "{}",
-            std::io::Error::last_os_error()
-        );
+        send_all(&self.fd, frame, &sll);
     }
 
     /// UDP frames from `PORT` that arrived since the last call (frames this
@@ -465,12 +402,14 @@ fn one_cpu() -> Vec<usize> {
     vec![1 % std::thread::available_parallelism().map_or(1, |n| n.get())]
 }
 
-#[test]
-fn afxdp_invoker_answers_only_unicast_requests_to_its_own_addresses() {
-    if !privileged("afxdp_invoker_answers_only_unicast_requests_to_its_own_addresses") {
-        return;
+/// How the invoker tests start: the namespaces (`pair(prefix)`) and the
+/// AF_XDP invoker serving echo on `PORT` at the server's eth0, one worker;
+/// None, building nothing, when the test cannot run here.
+fn echo_invoker(prefix: &str) -> Option<(NsPair, AfXdpInvoker)> {
+    if !privileged_here() {
+        return None;
     }
-    let pair = Pair::new("pg-i9ref");
+    let pair = pair(prefix);
     let inv = AfXdpInvoker::start(
         Some(&pair.b),
         "eth0",
@@ -481,6 +420,15 @@ fn afxdp_invoker_answers_only_unicast_requests_to_its_own_addresses() {
         },
     )
     .unwrap();
+    Some((pair, inv))
+}
+
+#[test]
+fn afxdp_invoker_answers_only_unicast_requests_to_its_own_addresses() {
+    // Dropped in reverse: the invoker stops before its namespaces go.
+    let Some((pair, inv)) = echo_invoker("pg-i9ref") else {
+        return;
+    };
     let local = inv.local_addrs();
     assert_eq!(local.mac, Some(SERVER_MAC));
     assert!(local.broadcast.contains(&"198.18.0.255".parse().unwrap()));
@@ -538,7 +486,7 @@ fn socket_backends_answer_only_unicast_requests() {
     if !privileged("socket_backends_answer_only_unicast_requests") {
         return;
     }
-    let pair = Pair::new("pg-i9sock");
+    let pair = pair("pg-i9sock");
     let raw = Raw::open(&pair.a);
     let cases = cases();
     let frames: Vec<Vec<u8>> = cases.iter().map(|c| c.1.clone()).collect();
@@ -568,20 +516,10 @@ fn socket_backends_answer_only_unicast_requests() {
 
 #[test]
 fn requests_larger_than_one_frame_are_counted_not_lost() {
-    if !privileged("requests_larger_than_one_frame_are_counted_not_lost") {
+    // Dropped in reverse: the invoker stops before its namespaces go.
+    let Some((pair, inv)) = echo_invoker("pg-i9frag") else {
         return;
-    }
-    let pair = Pair::new("pg-i9frag");
-    let inv = AfXdpInvoker::start(
-        Some(&pair.b),
-        "eth0",
-        Registry::parse("1232=echo").unwrap(),
-        InvokerConfig {
-            cpus: one_cpu(),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    };
     let c = &inv.counters;
     let mut sent = 0u64;
     for (bind, server) in [

@@ -22,13 +22,7 @@ pub fn exists(name: &str) -> bool {
 
 /// Names of all namespaces under /run/netns.
 pub fn list() -> Vec<String> {
-    std::fs::read_dir(NETNS_RUN_DIR)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    peregrine_bpf::bpffs::list_dir(Path::new(NETNS_RUN_DIR))
 }
 
 pub fn open(name: &str) -> Result<File> {

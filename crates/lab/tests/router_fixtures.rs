@@ -8,7 +8,7 @@ use peregrine_bpf::fixture::frames::{
     bad_ip4_checksum, ip6_ext_header, spec, with_protocol, with_trailer, IPV6_DSTOPTS,
 };
 use peregrine_bpf::fixture::{
-    assert_passed, check, check_table, router_actions_moved, Case, Expect, Fixture, TcAction,
+    assert_passed, check_all, check_table, router_actions_moved, Case, Expect, Fixture, TcAction,
     Verdict,
 };
 use peregrine_bpf::router::{action_name, FibMode, RouterProgram, ACTIONS};
@@ -133,49 +133,54 @@ fn fixture(via: Via, in0: u32, name: &str, input: Vec<u8>, out: &Outcome) -> Fix
         Via::TcNeigh => routed_neigh(s.clone()),
         _ => routed(s.clone()),
     };
-    let (verdict, output): (Verdict, Expect) = match out {
+    // The same verdict is spelled differently at each hook.
+    let at_hook = |x: XdpAction, t: TcAction| -> Verdict {
+        if tc {
+            t.into()
+        } else {
+            x.into()
+        }
+    };
+    let (verdict, output) = match out {
         Outcome::Forward(s) => (
-            if tc {
-                TcAction::Redirect.into()
-            } else {
-                XdpAction::Redirect.into()
-            },
+            at_hook(XdpAction::Redirect, TcAction::Redirect),
             Expect::Frame(routed_for(s)),
         ),
         Outcome::ForwardEdited(s, edit) => (
-            if tc {
-                TcAction::Redirect.into()
-            } else {
-                XdpAction::Redirect.into()
-            },
+            at_hook(XdpAction::Redirect, TcAction::Redirect),
             Expect::Frame(edit(&routed_for(s))),
         ),
-        Outcome::Pass => (
-            if tc {
-                TcAction::Ok.into()
-            } else {
-                XdpAction::Pass.into()
-            },
-            Expect::Unchanged,
-        ),
-        Outcome::Drop => (
-            if tc {
-                TcAction::Shot.into()
-            } else {
-                XdpAction::Drop.into()
-            },
-            Expect::Unchanged,
-        ),
+        Outcome::Pass => (at_hook(XdpAction::Pass, TcAction::Ok), Expect::Unchanged),
+        Outcome::Drop => (at_hook(XdpAction::Drop, TcAction::Shot), Expect::Unchanged),
     };
     Fixture::new(name, input, verdict, output).on(in0)
+}
+
+/// `fixture` for a table row (its action is the caller's to count).
+fn row_fixture(via: Via, in0: u32, (name, input, out, _): Row) -> Fixture {
+    fixture(via, in0, name, input, &out)
 }
 
 fn dstopts(f: &[u8]) -> Vec<u8> {
     ip6_ext_header(f, IPV6_DSTOPTS)
 }
 
-/// The FIB table: (name, input, outcome, action), the same for every hook.
-fn fib_table() -> Vec<(&'static str, Vec<u8>, Outcome, &'static str)> {
+/// One row of a table: (name, input, outcome, action counted).
+type Row = (&'static str, Vec<u8>, Outcome, &'static str);
+
+/// Host a's frame to `dst` with `ttl`, routed on to b.
+fn forwarded(name: &'static str, dst: &str, ttl: u8) -> Row {
+    let s = from_a(dst, ttl);
+    (name, build(&s), Outcome::Forward(s), "forward")
+}
+
+/// Host a's frame to `dst` with `ttl`, passed to the kernel as `action`.
+fn passed(name: &'static str, dst: &str, ttl: u8, action: &'static str) -> Row {
+    (name, build(&from_a(dst, ttl)), Outcome::Pass, action)
+}
+
+/// The FIB table, the same for every hook.
+fn fib_table() -> Vec<Row> {
     use Outcome::{Drop, Forward, ForwardEdited, Pass};
     // Neighbour solicitation (ICMPv6 to the solicited-node multicast group).
     let ns_frame = with_protocol(&build(&from_a("ff02::1:ff00:2", 255)), ipproto::ICMPV6);
@@ -190,24 +195,9 @@ fn fib_table() -> Vec<(&'static str, Vec<u8>, Outcome, &'static str)> {
     let mut martian = from_a("198.19.0.5", 64);
     martian.src_ip = "127.0.0.1".parse().unwrap();
     vec![
-        (
-            "ipv4 forward",
-            build(&from_a("198.19.0.5", 64)),
-            Forward(from_a("198.19.0.5", 64)),
-            "forward",
-        ),
-        (
-            "ipv6 forward",
-            build(&from_a("2001:db8:99::5", 64)),
-            Forward(from_a("2001:db8:99::5", 64)),
-            "forward",
-        ),
-        (
-            "ipv4 ttl 2 forward",
-            build(&from_a("198.19.0.5", 2)),
-            Forward(from_a("198.19.0.5", 2)),
-            "forward",
-        ),
+        forwarded("ipv4 forward", "198.19.0.5", 64),
+        forwarded("ipv6 forward", "2001:db8:99::5", 64),
+        forwarded("ipv4 ttl 2 forward", "198.19.0.5", 2),
         (
             "ipv4 trailing bytes trimmed",
             with_trailer(&build(&from_a("198.19.0.5", 64)), 10),
@@ -232,54 +222,19 @@ fn fib_table() -> Vec<(&'static str, Vec<u8>, Outcome, &'static str)> {
             Forward(other_port.clone()),
             "forward",
         ),
-        (
-            "unresolved neighbour",
-            build(&from_a("198.19.99.5", 64)),
-            Pass,
-            "pass_no_neigh",
-        ),
-        (
-            "ipv4 ttl 1",
-            build(&from_a("198.19.0.5", 1)),
-            Pass,
-            "pass_ttl",
-        ),
-        (
-            "ipv6 hop limit 1",
-            build(&from_a("2001:db8:99::5", 1)),
-            Pass,
-            "pass_ttl",
-        ),
-        (
-            "local destination",
-            build(&from_a("198.18.1.2", 64)),
-            Pass,
-            "pass_local",
-        ),
-        (
-            "ipv6 local destination",
-            build(&from_a("2001:db8:1::2", 64)),
-            Pass,
-            "pass_local",
-        ),
+        passed("unresolved neighbour", "198.19.99.5", 64, "pass_no_neigh"),
+        passed("ipv4 ttl 1", "198.19.0.5", 1, "pass_ttl"),
+        passed("ipv6 hop limit 1", "2001:db8:99::5", 1, "pass_ttl"),
+        passed("local destination", "198.18.1.2", 64, "pass_local"),
+        passed("ipv6 local destination", "2001:db8:1::2", 64, "pass_local"),
         // bpf_fib_lookup says NOT_FWDED for this as for local traffic; the
         // router's second lookup in the main table tells them apart.
-        (
-            "no route",
-            build(&from_a("198.18.200.1", 64)),
-            Pass,
-            "pass_no_route",
-        ),
-        (
-            "ipv6 no route",
-            build(&from_a("2001:db8:77::1", 64)),
-            Pass,
-            "pass_no_route",
-        ),
-        (
+        passed("no route", "198.18.200.1", 64, "pass_no_route"),
+        passed("ipv6 no route", "2001:db8:77::1", 64, "pass_no_route"),
+        passed(
             "egress not a router port",
-            build(&from_a("198.19.77.5", 64)),
-            Pass,
+            "198.19.77.5",
+            64,
             "pass_no_port",
         ),
         ("ipv6 neighbour solicitation", ns_frame, Pass, "pass_local"),
@@ -322,8 +277,9 @@ fn run_tables(router: &RouterProgram, via: Via, in0: u32, out0: u32) {
     let forwards = table.iter().filter(|r| r.3 == "forward").count() as u64;
     let cases: Vec<Case<Vec<&str>>> = table
         .into_iter()
-        .map(|(name, input, out, action)| {
-            Case::new(fixture(via, in0, name, input, &out), vec![action])
+        .map(|row| {
+            let action = row.3;
+            Case::new(row_fixture(via, in0, row), vec![action])
         })
         .collect();
     let tx_before = router.stats(out0).unwrap().tx_packets;
@@ -367,13 +323,7 @@ fn run_tables(router: &RouterProgram, via: Via, in0: u32, out0: u32) {
         ),
         steer("steer by udp port", build(&by_port)),
         steer("steer by source mac", build(&by_mac)),
-        fixture(
-            via,
-            in0,
-            "unmatched is routed",
-            build(&from_a("198.19.0.5", 64)),
-            &Outcome::Forward(from_a("198.19.0.5", 64)),
-        ),
+        row_fixture(via, in0, forwarded("unmatched is routed", "198.19.0.5", 64)),
     ];
     // Chain continuation: frames coming back on out0 go on to in0 unchanged
     // (addressed to in0's MAC, not out0's: no "other host" drop there).
@@ -387,13 +337,11 @@ fn run_tables(router: &RouterProgram, via: Via, in0: u32, out0: u32) {
     .on(out0);
     let steer_before = count_in(&router.stats(in0).unwrap(), "steer");
     let back_before = count_in(&router.stats(out0).unwrap(), "steer");
-    let failures: Vec<String> = steered
-        .iter()
-        .chain([&back])
-        .filter_map(|f| check(prog, f).err())
-        .map(|m| m.to_string())
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let steering: Vec<Fixture> = steered.into_iter().chain([back]).collect();
+    assert_passed(
+        &format!("router {via:?} steering"),
+        &check_all(prog, &steering),
+    );
     assert_eq!(
         count_in(&router.stats(in0).unwrap(), "steer") - steer_before,
         3
@@ -413,14 +361,18 @@ fn router_fixtures() {
     }
     let lab = Lab::up(Topology::from_toml(TOPO).unwrap(), Lifetime::Ephemeral).unwrap();
     let ns = lab.ns("r");
-    let dp = Dataplane::router(
-        Some(&ns),
-        &["in0".into(), "out0".into()],
-        RouterHook::Xdp(XdpMode::Native),
-        FibMode::Full,
-        false,
-    )
-    .unwrap();
+    // The router as `router attach in0 out0` sets it up in r, at XDP.
+    let xdp_router = |fib| {
+        Dataplane::router(
+            Some(&ns),
+            &["in0".into(), "out0".into()],
+            RouterHook::Xdp(XdpMode::Native),
+            fib,
+            false,
+        )
+        .unwrap()
+    };
+    let dp = xdp_router(FibMode::Full);
     let in0 = dp.ports[0].1.ifindex;
     let out0 = dp.ports[1].1.ifindex;
     let in_r = NetnsGuard::enter(&ns).unwrap();
@@ -429,44 +381,20 @@ fn router_fixtures() {
     // Direct FIB mode (BPF_FIB_LOOKUP_DIRECT) routes the same way here.
     drop(in_r);
     drop(dp);
-    let direct = Dataplane::router(
-        Some(&ns),
-        &["in0".into(), "out0".into()],
-        RouterHook::Xdp(XdpMode::Native),
-        FibMode::Direct,
-        false,
-    )
-    .unwrap();
+    let direct = xdp_router(FibMode::Direct);
     let in_r = NetnsGuard::enter(&ns).unwrap();
     let fx = [
-        fixture(
-            Via::Xdp,
-            in0,
-            "direct: ipv4 forward",
-            build(&from_a("198.19.0.5", 64)),
-            &Outcome::Forward(from_a("198.19.0.5", 64)),
-        ),
-        fixture(
-            Via::Xdp,
-            in0,
-            "direct: ipv6 forward",
-            build(&from_a("2001:db8:99::5", 64)),
-            &Outcome::Forward(from_a("2001:db8:99::5", 64)),
-        ),
-        fixture(
-            Via::Xdp,
-            in0,
+        forwarded("direct: ipv4 forward", "198.19.0.5", 64),
+        forwarded("direct: ipv6 forward", "2001:db8:99::5", 64),
+        passed(
             "direct: unresolved neighbour",
-            build(&from_a("198.19.99.5", 64)),
-            &Outcome::Pass,
+            "198.19.99.5",
+            64,
+            "pass_no_neigh",
         ),
-    ];
-    let failures: Vec<String> = fx
-        .iter()
-        .filter_map(|f| check(direct.router.prog(), f).err())
-        .map(|m| m.to_string())
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    ]
+    .map(|row| row_fixture(Via::Xdp, in0, row));
+    assert_passed("router direct", &check_all(direct.router.prog(), &fx));
     drop(in_r);
     drop(direct);
 

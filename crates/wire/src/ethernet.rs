@@ -1,8 +1,8 @@
 //! Ethernet II header: a zero-copy view and its parsed form. The frame check
 //! sequence is never in our buffers (see `FCS_LEN`).
-use crate::bytes::{get_u16, set_u16};
+use crate::bytes::{get_bytes, get_u16, set_u16};
 use crate::error::{Layer, Result};
-use crate::view::{ethertype_and_payload, header_view};
+use crate::view::{ethertype_and_payload, fixed_header_repr, header_view};
 use crate::MacAddr;
 
 header_view! {
@@ -14,19 +14,11 @@ ethertype_and_payload!(Frame);
 
 impl<T: AsRef<[u8]>> Frame<T> {
     pub fn dst_addr(&self) -> MacAddr {
-        MacAddr(
-            self.buffer.as_ref()[field::DESTINATION]
-                .try_into()
-                .expect("6 bytes"),
-        )
+        MacAddr(get_bytes(self.buffer.as_ref(), field::DESTINATION))
     }
 
     pub fn src_addr(&self) -> MacAddr {
-        MacAddr(
-            self.buffer.as_ref()[field::SOURCE]
-                .try_into()
-                .expect("6 bytes"),
-        )
+        MacAddr(get_bytes(self.buffer.as_ref(), field::SOURCE))
     }
 }
 
@@ -40,33 +32,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     }
 }
 
-/// The header's contents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Repr {
-    pub src_addr: MacAddr,
-    pub dst_addr: MacAddr,
-    pub ethertype: u16,
-}
-
-impl Repr {
-    pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Result<Repr> {
-        frame.check_len()?;
-        Ok(Repr {
-            src_addr: frame.src_addr(),
-            dst_addr: frame.dst_addr(),
-            ethertype: frame.ethertype(),
-        })
-    }
-
-    /// Bytes the header takes.
-    pub const fn buffer_len(&self) -> usize {
-        HEADER_LEN
-    }
-
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, frame: &mut Frame<T>) {
-        frame.set_dst_addr(self.dst_addr);
-        frame.set_src_addr(self.src_addr);
-        frame.set_ethertype(self.ethertype);
+fixed_header_repr! {
+    /// The header's contents.
+    Frame {
+        src_addr: MacAddr => set_src_addr,
+        dst_addr: MacAddr => set_dst_addr,
+        ethertype: u16 => set_ethertype,
     }
 }
 

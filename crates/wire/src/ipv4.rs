@@ -4,7 +4,7 @@
 //! kernel to reassemble).
 use std::net::Ipv4Addr;
 
-use crate::bytes::{get_u16, set_u16};
+use crate::bytes::{get_bytes, get_u16, set_u16};
 use crate::checksum;
 use crate::error::{FrameError, Layer, Result};
 use crate::view::header_view;
@@ -17,17 +17,14 @@ const FRAG_OFFSET_MASK: u16 = 0x1fff;
 header_view! {
     /// A view of an IPv4 packet at the start of `buffer` (which may run on past
     /// the packet: Ethernet padding).
-    Packet, Layer::Ipv4, kernel = ipv4, header_len = OPTIONS
+    Packet, Layer::Ipv4, kernel = ipv4, header_len = OPTIONS, ip_version = 4
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// Version 4; header length at least 20 and inside the buffer; total
     /// length at least the header length and inside the buffer.
     pub fn check_len(&self) -> Result<()> {
-        let len = self.buffer_len_checked()?;
-        if self.version() != 4 {
-            return Err(FrameError::Malformed(Layer::Ipv4, "version is not 4"));
-        }
+        let len = self.ip_len_checked()?;
         let hl = self.header_len();
         if hl < HEADER_LEN {
             return Err(FrameError::Malformed(Layer::Ipv4, "header length below 20"));
@@ -48,13 +45,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
-    /// The first byte's high nibble (its low one is the header length in
-    /// 32-bit words).
-    pub fn version(&self) -> u8 {
-        self.buffer.as_ref()[field::VER_IHL] >> 4
-    }
-
-    /// Header length in bytes, options included.
+    /// Header length in bytes, options included: the first byte's low
+    /// nibble (its high one is the version), in 32-bit words.
     pub fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field::VER_IHL] & 0x0f) * 4
     }
@@ -109,17 +101,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     pub fn src_addr(&self) -> Ipv4Addr {
-        let a: [u8; 4] = self.buffer.as_ref()[field::SRC_ADDR]
-            .try_into()
-            .expect("4 bytes");
-        Ipv4Addr::from(a)
+        Ipv4Addr::from(get_bytes::<4>(self.buffer.as_ref(), field::SRC_ADDR))
     }
 
     pub fn dst_addr(&self) -> Ipv4Addr {
-        let a: [u8; 4] = self.buffer.as_ref()[field::DST_ADDR]
-            .try_into()
-            .expect("4 bytes");
-        Ipv4Addr::from(a)
+        Ipv4Addr::from(get_bytes::<4>(self.buffer.as_ref(), field::DST_ADDR))
     }
 
     /// The options (empty without).

@@ -4,32 +4,25 @@
 //! as not UDP, as the BPF programs (sink, dispatch, replycheck) do.
 use std::net::Ipv6Addr;
 
-use crate::bytes::{get_u16, set_u16};
+use crate::bytes::{get_bytes, get_u16, set_u16};
 use crate::error::{FrameError, Layer, Result};
 use crate::view::header_view;
 
 header_view! {
     /// A view of an IPv6 packet at the start of `buffer` (which may run on past
     /// the packet: Ethernet padding).
-    Packet, Layer::Ipv6, kernel = ipv6, header_len = PAYLOAD
+    Packet, Layer::Ipv6, kernel = ipv6, header_len = PAYLOAD, ip_version = 6
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
     /// The buffer holds the header; version 6; the payload length inside
     /// the buffer.
     pub fn check_len(&self) -> Result<()> {
-        let len = self.buffer_len_checked()?;
-        if self.version() != 6 {
-            return Err(FrameError::Malformed(Layer::Ipv6, "version is not 6"));
-        }
+        let len = self.ip_len_checked()?;
         if usize::from(self.payload_len()) > len - HEADER_LEN {
             return Err(FrameError::Truncated(Layer::Ipv6));
         }
         Ok(())
-    }
-
-    pub fn version(&self) -> u8 {
-        self.buffer.as_ref()[field::VER_TC_FLOW.start] >> 4
     }
 
     pub fn traffic_class(&self) -> u8 {
@@ -37,10 +30,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     pub fn flow_label(&self) -> u32 {
-        let b: [u8; 4] = self.buffer.as_ref()[field::VER_TC_FLOW]
-            .try_into()
-            .expect("4 bytes");
-        u32::from_be_bytes(b) & 0x000f_ffff
+        u32::from_be_bytes(get_bytes(self.buffer.as_ref(), field::VER_TC_FLOW)) & 0x000f_ffff
     }
 
     /// Bytes after the fixed header.
@@ -57,17 +47,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     pub fn src_addr(&self) -> Ipv6Addr {
-        let a: [u8; 16] = self.buffer.as_ref()[field::SRC_ADDR]
-            .try_into()
-            .expect("16 bytes");
-        Ipv6Addr::from(a)
+        Ipv6Addr::from(get_bytes::<16>(self.buffer.as_ref(), field::SRC_ADDR))
     }
 
     pub fn dst_addr(&self) -> Ipv6Addr {
-        let a: [u8; 16] = self.buffer.as_ref()[field::DST_ADDR]
-            .try_into()
-            .expect("16 bytes");
-        Ipv6Addr::from(a)
+        Ipv6Addr::from(get_bytes::<16>(self.buffer.as_ref(), field::DST_ADDR))
     }
 
     /// The payload length's bytes after the header (padding left out).

@@ -59,3 +59,28 @@ pub const fn udp_frame_size(ipv6: bool, payload: usize) -> usize {
     let ip = if ipv6 { IPV6_HLEN } else { IPV4_HLEN };
     ETH_HLEN + ip + UDP_HLEN + payload + FCS_LEN
 }
+
+/// What the tests of the text forms (MAC addresses, prefixes) share.
+#[cfg(test)]
+mod text_tests {
+    use std::fmt::{Debug, Display};
+    use std::str::FromStr;
+
+    /// `text` parsed as a `T`, after checking that it prints as `shown`.
+    pub fn parses_as<T>(text: &str, shown: &str) -> T
+    where
+        T: FromStr + Display,
+        T::Err: Debug,
+    {
+        let v: T = text.parse().unwrap();
+        assert_eq!(v.to_string(), shown, "{text}");
+        v
+    }
+
+    /// Every one of `bad` is refused as a `T`.
+    pub fn refuses<T: FromStr>(bad: &[&str]) {
+        for b in bad {
+            assert!(b.parse::<T>().is_err(), "{b} accepted");
+        }
+    }
+}

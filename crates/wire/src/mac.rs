@@ -59,13 +59,16 @@ impl FromStr for MacAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text_tests::{parses_as, refuses};
 
     #[test]
     fn parse_and_print_round_trip() {
-        let m: MacAddr = "02:50:0a:0B:0c:ff".parse().unwrap();
-        assert_eq!(m.to_string(), "02:50:0a:0b:0c:ff");
-        assert!("02:50:0a:0b:0c".parse::<MacAddr>().is_err());
-        assert!("02:50:0a:0b:0c:ff:00".parse::<MacAddr>().is_err());
-        assert!("zz:50:0a:0b:0c:ff".parse::<MacAddr>().is_err());
+        let m: MacAddr = parses_as("02:50:0a:0B:0c:ff", "02:50:0a:0b:0c:ff");
+        assert_eq!(m, MacAddr([0x02, 0x50, 0x0a, 0x0b, 0x0c, 0xff]));
+        refuses::<MacAddr>(&[
+            "02:50:0a:0b:0c",
+            "02:50:0a:0b:0c:ff:00",
+            "zz:50:0a:0b:0c:ff",
+        ]);
     }
 }

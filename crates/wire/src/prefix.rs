@@ -60,20 +60,18 @@ impl FromStr for Prefix {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text_tests::{parses_as, refuses};
 
     #[test]
     fn parses_checks_and_matches() {
-        let p: Prefix = "198.18.0.0/15".parse().unwrap();
-        assert_eq!(p.to_string(), "198.18.0.0/15");
+        let p: Prefix = parses_as("198.18.0.0/15", "198.18.0.0/15");
         assert!(p.contains("198.19.255.1".parse().unwrap()));
         assert!(!p.contains("198.20.0.1".parse().unwrap()));
         assert!(!p.contains("2001:db8::1".parse().unwrap()));
         let p6: Prefix = "2001:db8::/32".parse().unwrap();
         assert!(p6.contains("2001:db8:ffff::1".parse().unwrap()));
         assert!(!p6.contains("2001:db9::1".parse().unwrap()));
-        for bad in ["10.0.0.1", "10.0.0.1/33", "x/8", "::/129", "1.2.3.4/-1"] {
-            assert!(bad.parse::<Prefix>().is_err(), "{bad}");
-        }
+        refuses::<Prefix>(&["10.0.0.1", "10.0.0.1/33", "x/8", "::/129", "1.2.3.4/-1"]);
         let all: Prefix = "0.0.0.0/0".parse().unwrap();
         assert!(all.contains("8.8.8.8".parse().unwrap()));
     }

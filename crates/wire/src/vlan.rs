@@ -4,7 +4,7 @@
 use crate::bytes::{get_u16, set_u16};
 use crate::error::{Layer, Result};
 use crate::ethertype;
-use crate::view::{ethertype_and_payload, header_view};
+use crate::view::{ethertype_and_payload, fixed_header_repr, header_view};
 
 /// Byte ranges of the tag's fields, from the end of the tag protocol
 /// identifier (which sits in the Ethernet ethertype field).
@@ -46,29 +46,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Tag<T> {
     }
 }
 
-/// The tag's contents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Repr {
-    pub tci: u16,
-    pub ethertype: u16,
-}
-
-impl Repr {
-    pub fn parse<T: AsRef<[u8]>>(tag: &Tag<T>) -> Result<Repr> {
-        tag.check_len()?;
-        Ok(Repr {
-            tci: tag.tci(),
-            ethertype: tag.ethertype(),
-        })
-    }
-
-    pub const fn buffer_len(&self) -> usize {
-        HEADER_LEN
-    }
-
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, tag: &mut Tag<T>) {
-        tag.set_tci(self.tci);
-        tag.set_ethertype(self.ethertype);
+fixed_header_repr! {
+    /// The tag's contents.
+    Tag {
+        tci: u16 => set_tci,
+        ethertype: u16 => set_ethertype,
     }
 }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use peregrine_bpf::testing::privileged_here;
 use peregrine_host::netns;
 
 /// The `peregrine` binary under test, without RUST_BACKTRACE (errors are
@@ -41,6 +42,13 @@ pub fn ok(out: &Output, what: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `out`'s stdout as JSON, after asserting that `out` succeeded.
+pub fn json(out: &Output, what: &str) -> serde_json::Value {
+    ok(out, what);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{what}: {e}: {}", text(&out.stdout)))
 }
 
 /// The built-in pair topology (a:eth0 <-> b:eth0) renamed `name`.
@@ -86,12 +94,18 @@ pub fn ip(args: &[&str]) {
     ok(&sh(&a, Duration::from_secs(10)), &a.join(" "));
 }
 
+/// `sh` of `args` through `ip netns exec ns`.
+pub fn sh_in(ns: &str, args: &[&str], timeout: Duration) -> Output {
+    let mut a = vec!["ip", "netns", "exec", ns];
+    a.extend_from_slice(args);
+    sh(&a, timeout)
+}
+
 /// `peregrine args` through `ip netns exec ns`, as a user would.
 pub fn pg_in(ns: &str, args: &[&str]) -> Output {
-    let bin = env!("CARGO_BIN_EXE_peregrine");
-    let mut a = vec!["ip", "netns", "exec", ns, bin];
+    let mut a = vec![env!("CARGO_BIN_EXE_peregrine")];
     a.extend_from_slice(args);
-    sh(&a, Duration::from_secs(30))
+    sh_in(ns, &a, Duration::from_secs(30))
 }
 
 pub fn text(o: &[u8]) -> String {
@@ -107,6 +121,13 @@ pub struct Topo {
 impl Topo {
     pub fn ns(&self, n: &str) -> String {
         format!("{}-{n}", self.p)
+    }
+
+    /// How a privileged test starts: `up(p)`, or None, building nothing,
+    /// when the test cannot run here (reported under the test's name:
+    /// `privileged_here`).
+    pub fn privileged_up(p: &str) -> Option<Topo> {
+        privileged_here().then(|| Topo::up(p))
     }
 
     pub fn up(p: &str) -> Topo {
@@ -155,12 +176,9 @@ impl Topo {
             "via",
             "2001:db8:2::2",
         ]);
-        let fwd = sh(
+        let fwd = sh_in(
+            &r,
             &[
-                "ip",
-                "netns",
-                "exec",
-                &r,
                 "sysctl",
                 "-qw",
                 "net.ipv4.ip_forward=1",
@@ -187,21 +205,9 @@ impl Topo {
     }
 
     pub fn ping(&self, dst: &str) -> bool {
-        sh(
-            &[
-                "ip",
-                "netns",
-                "exec",
-                &self.ns("A"),
-                "ping",
-                "-c",
-                "5",
-                "-i",
-                "0.2",
-                "-W",
-                "3",
-                dst,
-            ],
+        sh_in(
+            &self.ns("A"),
+            &["ping", "-c", "5", "-i", "0.2", "-W", "3", dst],
             Duration::from_secs(10),
         )
         .status
