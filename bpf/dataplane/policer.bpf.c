@@ -303,16 +303,6 @@ static __always_inline int police(void *ctx, const int tc)
 	return verdict_pass(tc);
 }
 
-SEC("xdp")
-int policer(struct xdp_md *ctx)
-{
-	return police(ctx, 0);
-}
-
-SEC("tc")
-int policer_tc(struct __sk_buff *ctx)
-{
-	return police(ctx, 1);
-}
+PEREGRINE_HOOK_PROGRAMS(policer, policer_tc, police)
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -442,18 +442,8 @@ static __always_inline int route(void *ctx, const int tc)
 	}
 }
 
-SEC("xdp")
-int router(struct xdp_md *ctx)
-{
-	return route(ctx, 0);
-}
-
-/* The same router at tcx ingress (attach with BPF_TCX_INGRESS only:
- * bpf_redirect_peer works from ingress alone). */
-SEC("tc")
-int router_tc(struct __sk_buff *skb)
-{
-	return route(skb, 1);
-}
+/* `router` at XDP, `router_tc` at tcx ingress (attach with BPF_TCX_INGRESS
+ * only: bpf_redirect_peer works from ingress alone). */
+PEREGRINE_HOOK_PROGRAMS(router, router_tc, route)
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

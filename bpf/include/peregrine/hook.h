@@ -40,4 +40,16 @@ static __always_inline struct cursor hook_cursor(void *ctx, const int tc, __u32 
 	return skb_cursor(skb);
 }
 
+/* The two programs of a function `body(ctx, tc)` compiled for both hooks:
+ * `xdp_name` at XDP, `tc_name` at tcx. */
+#define PEREGRINE_HOOK_PROGRAMS(xdp_name, tc_name, body)                        \
+	SEC("xdp") int xdp_name(struct xdp_md *ctx)                            \
+	{                                                                      \
+		return body(ctx, 0);                                           \
+	}                                                                      \
+	SEC("tc") int tc_name(struct __sk_buff *ctx)                           \
+	{                                                                      \
+		return body(ctx, 1);                                           \
+	}
+
 #endif

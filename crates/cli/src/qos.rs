@@ -275,7 +275,11 @@ pub fn run(cmd: QosCmd) -> Result<()> {
                 );
             }
             peregrine_host::signals::install();
-            let sum = serve::serve(&iface, &cfg, &serve::ServeOptions { cpu }, || {
+            let opts = serve::ServeOptions {
+                cpu,
+                ..Default::default()
+            };
+            let sum = serve::serve(&iface, &cfg, &opts, || {
                 let sc = cfg.scheduler.as_ref().expect("checked above");
                 println!(
                     "scheduling {} class(es) from {iface} out of {} at {} bit/s; Ctrl-C stops",

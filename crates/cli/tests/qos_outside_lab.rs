@@ -26,6 +26,12 @@ fn apply(t: &Topo, name: &str, toml: &str, extra: &[&str]) -> std::process::Outp
     pg_in(&t.ns("R"), &args)
 }
 
+/// Applies one generous rule (traffic to B's prefix at 1 Gbit/s) on a1.
+fn apply_one_rule(t: &Topo, name: &str) {
+    let one = "[[rule]]\ndst = \"198.18.2.0/24\"\nrate = \"1Gbit\"\n";
+    ok(&apply(t, name, one, &[]), "qos apply");
+}
+
 /// The policer's stats on a1, from `qos stats --json` in its own `ip netns
 /// exec`.
 fn stats(t: &Topo) -> serde_json::Value {
@@ -67,10 +73,9 @@ fn hooked(t: &Topo) -> (Option<u32>, u32) {
 /// exceeding ones are counted.
 #[test]
 fn udp_through_the_policer_gets_the_rate_at_both_hooks() {
-    if !privileged("udp_through_the_policer_gets_the_rate_at_both_hooks") {
+    let Some(t) = Topo::privileged_up("pgq1") else {
         return;
-    }
-    let t = Topo::up("pgq1");
+    };
     const RATE: f64 = 20e6;
     const LEN: u64 = 1000; // UDP payload; frame = 1000 + 8 + 20 + 14
     const FRAME: u64 = LEN + 42;
@@ -265,10 +270,9 @@ fn two_cpus_never_overdraw_one_bucket() {
 /// only rules out a stall (shaping without loss is the scheduler's job).
 #[test]
 fn tcp_through_the_tc_policer_at_default_offloads() {
-    if !privileged("tcp_through_the_tc_policer_at_default_offloads") {
+    let Some(t) = Topo::privileged_up("pgq3") else {
         return;
-    }
-    let t = Topo::up("pgq3");
+    };
     const RATE: f64 = 100e6;
     const BURST: f64 = 4e6;
     for (dst, v) in [("198.18.2.1", "4"), ("2001:db8:2::1", "6")] {
@@ -322,20 +326,11 @@ fn tcp_through_the_tc_policer_at_default_offloads() {
 /// detach leaving nothing.
 #[test]
 fn rules_change_at_runtime_and_bad_input_changes_nothing() {
-    if !privileged("rules_change_at_runtime_and_bad_input_changes_nothing") {
+    let Some(t) = Topo::privileged_up("pgq4") else {
         return;
-    }
-    let t = Topo::up("pgq4");
+    };
     let r = t.ns("R");
-    ok(
-        &apply(
-            &t,
-            "rt",
-            "[[rule]]\ndst = \"198.18.2.0/24\"\nrate = \"1Gbit\"\n",
-            &[],
-        ),
-        "qos apply",
-    );
+    apply_one_rule(&t, "rt");
     assert!(t.ping("198.18.2.1"), "traffic passes a generous policer");
     let l = pg_in(&t.ns("B"), &["qos", "list", "--json"]);
     ok(&l, "qos list --json");
@@ -498,10 +493,9 @@ fn rules_change_at_runtime_and_bad_input_changes_nothing() {
 /// `lab down --all` removes its pins (as `qos detach --all` would).
 #[test]
 fn stale_policers_are_listed_and_removed() {
-    if !privileged("stale_policers_are_listed_and_removed") {
+    let Some(t) = Topo::privileged_up("pgq5") else {
         return;
-    }
-    let t = Topo::up("pgq5");
+    };
     ok(
         &apply(&t, "stale", "[[rule]]\nrate = \"1Gbit\"\nfamily = 4\n", &[]),
         "qos apply",
@@ -540,20 +534,11 @@ fn stale_policers_are_listed_and_removed() {
 /// set or the new one whole, never a mix, and later commands work.
 #[test]
 fn apply_killed_midway_leaves_one_whole_rule_set() {
-    if !privileged("apply_killed_midway_leaves_one_whole_rule_set") {
+    let Some(t) = Topo::privileged_up("pgq6") else {
         return;
-    }
-    let t = Topo::up("pgq6");
+    };
     let r = t.ns("R");
-    ok(
-        &apply(
-            &t,
-            "kill-old",
-            "[[rule]]\ndst = \"198.18.2.0/24\"\nrate = \"1Gbit\"\n",
-            &[],
-        ),
-        "qos apply",
-    );
+    apply_one_rule(&t, "kill-old");
     let mut big = String::new();
     for k in 0..100_000u32 {
         let a = std::net::Ipv4Addr::from(0xC613_0000u32 + k);

@@ -10,7 +10,6 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use peregrine_bpf::testing::privileged;
 use peregrine_bpf::xdp;
 use peregrine_host::netns;
 
@@ -220,10 +219,9 @@ fn stats(t: &Topo) -> serde_json::Value {
 /// change`) takes effect; SIGTERM stops the scheduler and detaches it.
 #[test]
 fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
-    if !privileged("weighted_shares_hold_for_udp_and_tcp_and_follow_a_change") {
+    let Some(t) = Topo::privileged_up("pgs1") else {
         return;
-    }
-    let t = Topo::up("pgs1");
+    };
     let mut server = serve(&t, "wfq", &wfq_file(80, 20));
 
     // UDP, each flow offering the whole link (1400 B datagrams), then TCP.
@@ -328,10 +326,9 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
 /// removes it.
 #[test]
 fn a_killed_scheduler_fails_open_and_is_found_stale() {
-    if !privileged("a_killed_scheduler_fails_open_and_is_found_stale") {
+    let Some(t) = Topo::privileged_up("pgs2") else {
         return;
-    }
-    let t = Topo::up("pgs2");
+    };
     let mut server = serve(&t, "killed", &wfq_file(80, 20));
     server.0.kill().unwrap();
     server.0.wait().unwrap();

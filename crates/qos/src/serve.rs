@@ -22,8 +22,8 @@ use peregrine_bpf::policer::{
     ClassCounters, ClassSlot, PolicerMaps, SchedPort, CLASS_NAME_LEN, MAX_CLASSES, MAX_QUEUES,
 };
 use peregrine_host::cpu::monotonic_ns;
-use peregrine_host::{netdev, signals};
-use peregrine_xsk::{Xsk, XskConfig, ZeroCopy};
+use peregrine_host::signals;
+use peregrine_xsk::{Xsk, XskConfig, XskError, ZeroCopy};
 
 use crate::attach::{self, PolicerHook};
 use crate::config::PolicerConfig;
@@ -45,6 +45,19 @@ const SPIN_NS: u64 = 200_000;
 pub struct ServeOptions {
     /// Pin the loop to this CPU.
     pub cpu: Option<usize>,
+    /// Set to stop the run (besides Ctrl-C and SIGTERM): for a scheduler
+    /// run in a thread of a larger program (a benchmark).
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl ServeOptions {
+    fn stopped(&self) -> bool {
+        signals::stop_requested()
+            || self
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 /// What a run did, at its end.
@@ -448,12 +461,6 @@ pub fn serve(
     }
     let egress_ifindex = peregrine_bpf::link::ifindex(&sc.egress)
         .map_err(|_| QosError::Config(format!("no interface {} here", sc.egress)))?;
-    let queues = netdev::rx_queues_here(iface).max(1);
-    if queues > MAX_QUEUES {
-        return Err(QosError::Config(format!(
-            "{iface} has {queues} RX queues; the scheduler serves at most {MAX_QUEUES}"
-        )));
-    }
     if let Some(pid) = attach::scheduler_owner(iface)? {
         return Err(QosError::Other(format!(
             "a scheduler (pid {pid}) already serves {iface}: stop it first"
@@ -479,12 +486,25 @@ pub fn serve(
     let _attached = Attached(iface.to_string());
     let maps = attach::maps_here(iface)?;
     install(&maps, cfg, egress_ifindex)?;
+    // A socket per RX queue (a packet reaches only a socket bound to its
+    // queue): bound until the kernel says the queue does not exist, which
+    // works in any namespace (sysfs shows the namespace's devices only
+    // under `ip netns exec`).
     let mut rx = Vec::new();
-    for q in 0..queues {
-        let x = Xsk::open(iface, q, xcfg)?;
+    for q in 0..MAX_QUEUES {
+        let x = match Xsk::open(iface, q, xcfg) {
+            Ok(x) => x,
+            Err(XskError::Sys { source, .. })
+                if q > 0 && source.raw_os_error() == Some(libc::EINVAL) =>
+            {
+                break
+            }
+            Err(e) => return Err(e.into()),
+        };
         maps.set_sched_socket(q, Some(x.fd()))?;
         rx.push(x);
     }
+    let queues = rx.len() as u32;
     if let Some(cpu) = opts.cpu {
         peregrine_host::cpu::pin_to_cpu(cpu)?;
     }
@@ -505,7 +525,7 @@ pub fn serve(
     let mut next_housekeeping = 0u64;
     let mut last_busy = monotonic_ns();
     ready();
-    while !signals::stop_requested() {
+    while !opts.stopped() {
         let now = monotonic_ns();
         let mut got = 0u32;
         for x in rx.iter_mut() {
