@@ -7,8 +7,9 @@ use clap::{Args, Subcommand};
 use peregrine_bpf::policer::{Exceed, InstalledRule, Rate};
 use peregrine_host::netns;
 use peregrine_qos::attach::{self, PolicerHook, PolicerStats};
+use peregrine_qos::classes::{installed_classes, SchedulerStats};
 use peregrine_qos::config::Proto;
-use peregrine_qos::serve::{self, ClassChange, SchedulerStats};
+use peregrine_qos::serve::{self, ClassChange};
 use peregrine_qos::{ClassFields, PolicerConfig, RuleFields};
 
 use crate::dp::{require_caps, StatsOutput};
@@ -313,7 +314,7 @@ pub fn run(cmd: QosCmd) -> Result<()> {
         QosCmd::Rule(RuleCmd::Add { iface, rule }) => {
             require_caps("qos rule add")?;
             let classes = match attach::maps_here(&iface) {
-                Ok(m) => serve::installed_classes(&m)?,
+                Ok(m) => installed_classes(&m)?,
                 Err(_) => Vec::new(),
             };
             let r = rule

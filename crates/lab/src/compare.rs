@@ -72,17 +72,8 @@ impl ContenderFigures {
     }
 }
 
-/// The median of `v` (the mean of the middle two for an even count); 0 for
-/// none.
-pub fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
+/// The median (re-exported: results and comparisons share one).
+pub use crate::results::median;
 
 /// Every contender of one scenario, the baseline first.
 #[derive(Debug, Clone, PartialEq)]

@@ -231,7 +231,7 @@ impl Trial {
         if w.is_empty() {
             self.delivered_pps
         } else {
-            crate::compare::median(&w)
+            median(&w)
         }
     }
 
@@ -594,6 +594,18 @@ fn check_node(v: &serde_json::Value, s: &serde_json::Value, path: &str, out: &mu
         for (i, x) in arr.iter().enumerate() {
             check_node(x, items, &format!("{path}[{i}]"), out);
         }
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count); 0 for
+/// none.
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 

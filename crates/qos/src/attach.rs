@@ -265,7 +265,7 @@ pub struct PolicerStats {
     pub totals: PolicerTotals,
     pub rules: Vec<(InstalledRule, RuleCounters)>,
     /// The scheduler it feeds (`qos serve`), if any.
-    pub scheduler: Option<crate::serve::SchedulerStats>,
+    pub scheduler: Option<crate::classes::SchedulerStats>,
 }
 
 /// The counters of the policer on `iface` here.
@@ -282,7 +282,7 @@ pub fn stats(iface: &str) -> Result<PolicerStats> {
         hook: a.hook().unwrap_or_default(),
         totals: maps.totals()?,
         rules,
-        scheduler: crate::serve::scheduler_stats(&maps, owner)?,
+        scheduler: crate::classes::scheduler_stats(&maps, owner)?,
     })
 }
 

@@ -11,9 +11,11 @@
 //! - `sched`: the egress scheduler's core, sans I/O (HTB-like rate/ceil
 //!   borrowing, strict priority, DRR by weight, link shaping, queue
 //!   limits), tested with simulated time;
+//! - `classes`: the scheduler's classes and counters in the maps;
 //! - `serve`: the scheduler's AF_XDP loop (`qos serve`), fed by the XDP
 //!   policer's class rules, sending out of the egress interface.
 pub mod attach;
+pub mod classes;
 pub mod config;
 pub mod error;
 pub mod sched;
