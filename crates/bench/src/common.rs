@@ -302,6 +302,7 @@ pub(crate) fn one_trial_run(
         rfc2544: None,
         placement,
         tcp: None,
+        values: Default::default(),
     })
 }
 

@@ -322,6 +322,7 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
                 rfc2544: Some(summary),
                 placement: Some(placement),
                 tcp: None,
+                values: Default::default(),
             });
             drop(lab);
         }

@@ -392,6 +392,7 @@ pub fn gen(a: GenConfig) -> Result<()> {
             ..Default::default()
         }),
         tcp: None,
+        values: Default::default(),
     };
     let result = ResultFile::new("gen", command_line(), vec![run]);
     if a.json {

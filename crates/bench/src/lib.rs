@@ -30,6 +30,7 @@ pub mod common;
 pub mod faas;
 pub mod gen;
 pub mod qos;
+mod qos_sched;
 pub mod report;
 pub mod router;
 pub mod showcase;

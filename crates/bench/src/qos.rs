@@ -21,7 +21,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::policer::{Exceed, Match, Rate as PolicerRate, Rule};
-use peregrine_bpf::XdpAction;
 use peregrine_host::{netns, signals};
 use peregrine_lab::compare::median;
 use peregrine_lab::pacing::Rate;
@@ -32,8 +31,8 @@ use peregrine_qos::attach as policer;
 use peregrine_qos::PolicerHook;
 
 use crate::common::{
-    builtin_topology, command_line, frame_for, lab_sink, params, path_drops, place, progress_line,
-    shown_trial, trial_setup, ChainPath, PlacementConfig, ResultOutput,
+    builtin_topology, command_line, frame_for, params, place, progress_line, shown_trial,
+    trial_setup, ChainPath, PlacementConfig, ResultOutput,
 };
 use crate::tcp::{self, TcpTransfer};
 
@@ -51,6 +50,30 @@ pub struct QosBenchConfig {
     pub rounds: u32,
     pub placement: PlacementConfig,
     pub output: ResultOutput,
+    /// Which half runs: the policer's experiments, the scheduler's, or both.
+    pub part: QosPart,
+    /// The scheduler part's link (root class) rate, bit/s.
+    pub sched_link: u64,
+}
+
+/// `bench qos --part`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QosPart {
+    Policer,
+    Scheduler,
+    All,
+}
+
+impl std::str::FromStr for QosPart {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<QosPart, String> {
+        match s {
+            "policer" => Ok(QosPart::Policer),
+            "scheduler" => Ok(QosPart::Scheduler),
+            "all" => Ok(QosPart::All),
+            _ => Err(format!("part {s:?}: expected policer, scheduler or all")),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -148,7 +171,7 @@ impl Drop for Attached {
     }
 }
 
-fn tc(ns: &str, args: &[&str]) -> Result<()> {
+pub(crate) fn tc(ns: &str, args: &[&str]) -> Result<()> {
     let out = netns::command(ns, "tc")?
         .args(args)
         .output()
@@ -266,19 +289,37 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
     let topo = builtin_topology("chain", "benchqos")?;
     eprintln!("building lab {} (gen -> dut -> sink)", topo.name);
     let lab = Lab::up(topo, Lifetime::Ephemeral)?;
+    let path = ChainPath::new();
+    let (sink, drops) = path.drop_sink(&lab)?;
     let ChainPath {
         from,
         dut_in,
         sink: sink_ep,
-    } = ChainPath::new();
-    let sink = lab_sink(lab.name(), &lab.ns("sink"), &sink_ep, XdpAction::Drop)?;
-    let drops = path_drops(&lab, Some(&dut_in), &sink_ep)?;
+    } = path;
     let (src, dst): (IpAddr, IpAddr) = ("198.18.1.100".parse()?, "198.19.0.1".parse()?);
     let (frame, peer) = frame_for(&lab, &from, src, dst, 9)?;
     let mut runs = Vec::new();
     let mut figures = Vec::new();
 
+    let mut sched_figures = Vec::new();
     for round in 1..=a.rounds.max(1) {
+        if a.part != QosPart::Policer {
+            let path = crate::qos_sched::Path {
+                lab: &lab,
+                sink: &sink,
+                drops: &drops,
+                frame: &frame,
+                peer: &peer,
+                dut_in: &dut_in,
+                dut_cpu,
+                trial: a.trial,
+                tcp_time: a.tcp_time,
+            };
+            crate::qos_sched::round(&path, a.sched_link, round, &mut runs, &mut sched_figures)?;
+        }
+        if a.part == QosPart::Scheduler {
+            continue;
+        }
         // Rate accuracy and CPU, UDP at twice the rate.
         for &rate in &a.rates {
             let scenario = format!("udp at 2x {} Mbit/s", rate as f64 / 1e6);
@@ -321,6 +362,7 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
                     rfc2544: None,
                     placement: Some(note(placement, c, rate)),
                     tcp: None,
+                    values: Default::default(),
                 });
             }
         }
@@ -377,6 +419,7 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
                         ..Default::default()
                     }),
                     tcp: Some(fig),
+                    values: Default::default(),
                 });
             }
         }
@@ -421,6 +464,7 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
                 rfc2544: None,
                 placement: Some(placement),
                 tcp: None,
+                values: Default::default(),
             });
         }
     }
@@ -429,7 +473,12 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
     drop(lab);
     let result = ResultFile::new("bench-qos", command_line(), runs);
     if !a.output.json {
-        summary(&figures);
+        if !figures.is_empty() {
+            summary(&figures);
+        }
+        if !sched_figures.is_empty() {
+            crate::qos_sched::summary(&sched_figures);
+        }
     }
     a.output.write(&result)
 }

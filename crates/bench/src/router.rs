@@ -335,6 +335,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
                     rfc2544: Some(summary),
                     placement: Some(placement),
                     tcp: None,
+                    values: Default::default(),
                 });
             }
         }
@@ -486,6 +487,7 @@ fn tcp_run(
             notes,
         }),
         tcp: Some(fig),
+        values: Default::default(),
     })
 }
 

@@ -119,6 +119,7 @@ pub fn showcase(a: ShowcaseConfig) -> Result<()> {
             rfc2544: Some(summary),
             placement: Some(placement),
             tcp: None,
+            values: Default::default(),
         });
     }
 

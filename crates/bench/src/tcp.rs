@@ -29,7 +29,7 @@ const SLACK: Duration = Duration::from_secs(15);
 
 /// A child process killed (and reaped) when dropped: no iperf3 outlives
 /// the benchmark, on error or Ctrl-C.
-struct Reaped(Child);
+pub(crate) struct Reaped(pub(crate) Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -41,7 +41,7 @@ impl Drop for Reaped {
 /// Waits for `child` to exit within `limit`; its stdout. The report is
 /// read while the child runs: a long transfer's JSON outgrows the pipe, and
 /// a child blocked writing it would never exit.
-fn finish(mut child: Reaped, limit: Duration, what: &str) -> Result<String> {
+pub(crate) fn finish(mut child: Reaped, limit: Duration, what: &str) -> Result<String> {
     let reader = child.0.stdout.take().map(|mut o| {
         std::thread::spawn(move || {
             let mut out = String::new();

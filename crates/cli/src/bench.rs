@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use peregrine_bench::faas::{FaasBenchConfig, FaasContender};
 use peregrine_bench::gen::{GenBenchConfig, GenConfig};
-use peregrine_bench::qos::QosBenchConfig;
+use peregrine_bench::qos::{QosBenchConfig, QosPart};
 use peregrine_bench::report::ReportConfig;
 use peregrine_bench::router::RouterBenchConfig;
 use peregrine_bench::showcase::ShowcaseConfig;
@@ -23,8 +23,9 @@ pub enum BenchCmd {
     Router(BenchRouterArgs),
     /// The function invoker: socket, mmsg and AF_XDP, per request size and workers.
     Faas(BenchFaasArgs),
-    /// The QoS policer (tc and XDP hooks) vs tc HTB: rate accuracy, CPU,
-    /// TCP goodput, and the cost of 100,000 rules.
+    /// QoS vs tc HTB: the policer (tc and XDP hooks: rate accuracy, CPU,
+    /// TCP goodput, the cost of 100,000 rules) and the AF_XDP scheduler
+    /// (WFQ shares with UDP and TCP, strict priority, saturation).
     Qos(BenchQosArgs),
 }
 
@@ -46,6 +47,13 @@ pub struct BenchQosArgs {
     /// Rounds; contenders alternate within each round. Ratios use medians.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+    /// policer, scheduler or all.
+    #[arg(long, default_value = "all")]
+    pub part: QosPart,
+    /// The scheduler part's link rate (its root class; bit/s): low enough
+    /// that the DUT's CPU is not what limits either contender.
+    #[arg(long, default_value = "200Mbit")]
+    pub sched_link: RateArg,
     #[command(flatten)]
     pub placement: PlacementArgs,
     /// Directory for the result file and plots.
@@ -303,7 +311,13 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                     _ => crate::usage!("--rates {r}: give bit rates (10Mbit, 1Gbit)"),
                 }
             }
+            let sched_link = match a.sched_link {
+                RateArg::Bps(b) if b >= 1e6 => b.round() as u64,
+                r => crate::usage!("--sched-link {r}: give a bit rate of at least 1Mbit"),
+            };
             peregrine_bench::qos::bench_qos(QosBenchConfig {
+                part: a.part,
+                sched_link,
                 rates,
                 trial: a.trial.into(),
                 tcp_time: a.tcp_time.into(),

@@ -565,6 +565,7 @@ fn load_result(
         rfc2544: None,
         placement: None,
         tcp: None,
+        values: Default::default(),
     };
     ResultFile::new("faas-load", peregrine_bench::command_line(), vec![run])
 }

@@ -129,6 +129,11 @@ struct Flows {
 /// Two iperf3 flows from A to B at once, for 4 s after 1 s omitted, to
 /// ports 5401 (gold) and 5402 (silver), `args` for both.
 fn two_flows(t: &Topo, args: &[&str]) -> Flows {
+    two_flows_each(t, [args, args])
+}
+
+/// `two_flows` with each flow's own arguments (gold's, silver's).
+fn two_flows_each(t: &Topo, args: [&[&str]; 2]) -> Flows {
     let servers: Vec<Child> = [5401, 5402]
         .iter()
         .map(|p| {
@@ -153,7 +158,8 @@ fn two_flows(t: &Topo, args: &[&str]) -> Flows {
     std::thread::sleep(Duration::from_millis(400));
     let clients: Vec<_> = [5401, 5402]
         .iter()
-        .map(|p| {
+        .zip(args)
+        .map(|(p, args)| {
             let a = t.ns("A");
             let mut full: Vec<String> = ["ip", "netns", "exec", &a, "iperf3", "--json"]
                 .iter()
@@ -348,5 +354,43 @@ fn a_killed_scheduler_fails_open_and_is_found_stale() {
     assert_eq!(mine[0]["stale"], true, "{v}");
     let o = pg_in(&t.ns("R"), &["qos", "detach", "a1"]);
     ok(&o, "qos detach");
+    t.remove();
+}
+
+/// Strict priority: gold at priority 0 (assured 40 Mbit/s) offered 30
+/// Mbit/s keeps all of it while silver at priority 7 floods the 100
+/// Mbit/s link; silver gets the rest.
+#[test]
+fn a_priority_class_keeps_its_rate_under_a_flood() {
+    let Some(t) = Topo::privileged_up("pgs3") else {
+        return;
+    };
+    let file = wfq_file(1, 1)
+        .replace(
+            "name = \"gold\"\nrate = \"1Mbit\"",
+            "name = \"gold\"\npriority = 0\nrate = \"40Mbit\"",
+        )
+        .replace(
+            "name = \"silver\"\nrate = \"1Mbit\"",
+            "name = \"silver\"\npriority = 7\nrate = \"1Mbit\"",
+        );
+    let _server = serve(&t, "prio", &file);
+    let f = two_flows_each(
+        &t,
+        [
+            &["-u", "-b", "30M", "-l", "1000"],
+            &["-u", "-b", "150M", "-l", "1000"],
+        ],
+    );
+    let (g, s) = f.received;
+    // 4 s at 30 Mbit/s of payload.
+    let gold = g as f64 * 8.0 / 4.0 / 1e6;
+    let (wg, ws) = f.window;
+    let link = (wg + ws) as f64 * 8.0 / 2.0 / 1e6;
+    eprintln!(
+        "priority: gold received {gold:.2} Mbit/s of 30, silver {s} B; link {link:.2} Mbit/s"
+    );
+    assert!(gold >= 30.0 * 0.99, "gold kept {gold} of 30 Mbit/s");
+    assert!((95.0..=101.0).contains(&link), "link {link}");
     t.remove();
 }

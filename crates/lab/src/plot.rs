@@ -740,18 +740,12 @@ where
 /// rate in steady state ("accuracy", Mbit/s of frames without FCS) and
 /// the DUT CPU's busy share ("cpu"), medians over rounds with min-max.
 fn qos_groups(r: &ResultFile, cpu: bool) -> (Vec<String>, Vec<BarGroup>) {
-    let mut names: Vec<String> = Vec::new();
-    // (scenario, [(contender index, one value per round)])
-    type Rounds = Vec<(usize, Vec<f64>)>;
-    let mut groups: Vec<(String, Rounds)> = Vec::new();
-    for run in &r.runs {
-        let (Some(key), Some(t)) = (RunKey::parse(&run.label), run.trials.first()) else {
-            continue;
-        };
-        if !key.scenario.starts_with("udp ") {
-            continue;
+    value_groups(r, |scenario, run| {
+        if !scenario.starts_with("udp ") {
+            return None;
         }
-        let v = if cpu {
+        let t = run.trials.first()?;
+        Some(if cpu {
             let core = run
                 .placement
                 .as_ref()
@@ -759,6 +753,27 @@ fn qos_groups(r: &ResultFile, cpu: bool) -> (Vec<String>, Vec<BarGroup>) {
             core.map_or(f64::NAN, |c| t.busy_pct(c))
         } else {
             t.steady_delivered_pps() * (run.params.mean_frame_bytes - 4.0) * 8.0 / 1e6
+        })
+    })
+}
+
+/// Bars per scenario and contender of what `value` reads from each run
+/// (None: the run is not in the figure), medians over rounds with
+/// min-max whiskers; notes give the ratio to the first contender.
+fn value_groups(
+    r: &ResultFile,
+    value: impl Fn(&str, &crate::results::Run) -> Option<f64>,
+) -> (Vec<String>, Vec<BarGroup>) {
+    let mut names: Vec<String> = Vec::new();
+    // (scenario, [(contender index, one value per round)])
+    type Rounds = Vec<(usize, Vec<f64>)>;
+    let mut groups: Vec<(String, Rounds)> = Vec::new();
+    for run in &r.runs {
+        let Some(key) = RunKey::parse(&run.label) else {
+            continue;
+        };
+        let Some(v) = value(&key.scenario, run) else {
+            continue;
         };
         let ci = match names.iter().position(|n| *n == key.contender) {
             Some(i) => i,
@@ -807,6 +822,66 @@ fn qos_groups(r: &ResultFile, cpu: bool) -> (Vec<String>, Vec<BarGroup>) {
         })
         .collect();
     (names, groups)
+}
+
+/// `bench qos`'s scheduler figures: (file suffix, title, y axis, the
+/// value key of the runs, the scenarios' prefix).
+const SCHED_FIGURES: [(&str, &str, &str, &str, &str); 4] = [
+    (
+        "shares",
+        "WFQ 80/20 under overload: the gold class's share of what left",
+        "gold share",
+        "gold share",
+        "wfq",
+    ),
+    (
+        "wfq-cpu",
+        "WFQ 80/20, UDP: DUT CPU busy per Gbit/s delivered",
+        "DUT CPU % per Gbit/s",
+        "dut cpu % per gbit/s",
+        "wfq",
+    ),
+    (
+        "priority",
+        "Strict priority: voice's ping p99 under a bulk flood over its idle p99",
+        "p99 loaded / idle",
+        "ping p99 loaded / idle",
+        "priority",
+    ),
+    (
+        "saturation",
+        "Saturation: delivered with one class that never binds",
+        "delivered (Mpps)",
+        "delivered mpps",
+        "saturation",
+    ),
+];
+
+fn draw_sched<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    r: &ResultFile,
+    fig: (&str, &str, &str, &str, &str),
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let area = with_caption(root, r)?;
+    let (_, title, y, key, prefix) = fig;
+    let (names, groups) = value_groups(r, |scenario, run| {
+        if !scenario.starts_with(prefix) {
+            return None;
+        }
+        run.values.get(key).copied()
+    });
+    let base = names.first().map(String::as_str).unwrap_or("-");
+    draw_bars(
+        &area,
+        &format!("{}: {title}; ratio to {base}", r.kind),
+        y,
+        &names,
+        &groups,
+    )?;
+    root.present().map_err(perr)
 }
 
 fn draw_qos<DB: DrawingBackend>(
@@ -858,7 +933,18 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
     if r.kind == "bench-qos" {
         // Its runs compare contenders per rate: the per-trial scatter and
         // timeline of 75 runs say nothing there.
-        figures = vec![("accuracy", None), ("cpu", None)];
+        figures = Vec::new();
+        if r.runs
+            .iter()
+            .any(|run| RunKey::parse(&run.label).is_some_and(|k| k.scenario.starts_with("udp ")))
+        {
+            figures = vec![("accuracy", None), ("cpu", None)];
+        }
+        for f in SCHED_FIGURES {
+            if r.runs.iter().any(|run| run.values.contains_key(f.3)) {
+                figures.push((f.0, None));
+            }
+        }
     }
     if !scenarios_of(r, compare::Metric::Tcp).is_empty() {
         figures.push(("tcp", None));
@@ -878,6 +964,11 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
             ("tcp", None) => {
                 draw_tcp(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
                 draw_tcp(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
+            }
+            (k, None) if SCHED_FIGURES.iter().any(|f| f.0 == k) => {
+                let f = *SCHED_FIGURES.iter().find(|f| f.0 == k).expect("found");
+                draw_sched(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r, f)?;
+                draw_sched(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r, f)?;
             }
             (k @ ("accuracy" | "cpu"), None) => {
                 let cpu = k == "cpu";

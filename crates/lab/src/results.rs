@@ -54,6 +54,10 @@ pub struct Run {
     /// generated frames (then `trials` is empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpFigure>,
+    /// Figures a benchmark measured beside the trials, by name (bench qos's
+    /// scheduler part: a class's share, latency percentiles, CPU per Gbit/s).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub values: std::collections::BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -693,6 +697,7 @@ mod tests {
                 notes: vec!["threaded NAPI".into()],
             }),
             tcp: None,
+            values: Default::default(),
         };
         ResultFile::new(
             "test",

@@ -37,9 +37,6 @@ const HOUSEKEEPING: Duration = Duration::from_millis(50);
 const BATCH: u32 = 64;
 /// Bytes of a queued frame's slot (the UMEM frame size).
 const SLOT: usize = 2048;
-/// Busy polling this long after the last packet before sleeping: at high
-/// rates the loop never sleeps; when idle it costs no CPU.
-const SPIN_NS: u64 = 200_000;
 
 /// Options of one run.
 #[derive(Debug, Clone, Default)]
@@ -410,7 +407,6 @@ pub fn serve(
     let mut summary = ServeSummary::default();
     let meta_len = std::mem::size_of::<peregrine_bpf::policer::SchedMeta>();
     let mut next_housekeeping = 0u64;
-    let mut last_busy = monotonic_ns();
     ready();
     while !opts.stopped() {
         let now = monotonic_ns();
@@ -475,14 +471,14 @@ pub fn serve(
             run.publish(&maps, &unclassified)?;
         }
         if got > 0 || sent > 0 || !pending.is_empty() {
-            last_busy = now;
             continue;
         }
-        if now - last_busy < SPIN_NS {
-            std::hint::spin_loop();
-            continue;
-        }
-        // Idle: sleep until a frame arrives or the next packet may go.
+        // Nothing to do now. The loop never busy-polls: it shares its CPU
+        // with the NAPI thread that feeds it, and spinning delays that
+        // thread by a time slice (measured in bench qos: voice's ping p99
+        // 21x its idle p99 with a 20 us spin, 2x with none). It sleeps in
+        // ppoll until a frame arrives or the next packet may go; the
+        // link's burst absorbs the timer's slack.
         let wait = run
             .sched
             .next_send_at(now)
