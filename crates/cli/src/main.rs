@@ -49,8 +49,9 @@ enum Cmd {
     /// Service chains through containers: apply or remove a declaration, counters.
     #[command(subcommand)]
     Chain(dp::ChainCmd),
-    /// QoS: the per-rule policer (XDP or tc): apply a rules file, add and
-    /// remove rules, counters.
+    /// QoS: the per-rule policer (XDP or tc) and the AF_XDP egress
+    /// scheduler (classes, priority, WFQ): apply or serve a file, change
+    /// rules and classes, counters.
     #[command(subcommand)]
     Qos(qos::QosCmd),
     /// The serverless function invoker (AF_XDP, with socket baselines).

@@ -1,5 +1,7 @@
 //! `peregrine qos ...`: the policer, attached per interface in the network
-//! namespace the command runs in and left running (pinned) until detached.
+//! namespace the command runs in and left running (pinned) until detached;
+//! the scheduler (`qos serve`) running in the foreground, its classes
+//! changed from other commands (`qos class`).
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};

@@ -244,17 +244,37 @@ fn gen_names_a_missing_interface() {
 
 /// `bench qos` with one rate and a small rule set: every contender's UDP
 /// run delivers the rate in steady state (HTB and the policer alike),
-/// TCP runs carry traffic, and the scale runs are there.
+/// TCP runs carry traffic, and the scale runs are there; in the scheduler
+/// part, both HTB and the scheduler hold the 80/20 shares (UDP, TCP), the
+/// voice class keeps its rate, and the saturation runs deliver.
 #[test]
 fn bench_qos_quick_run_holds_together() {
     let Some((r, _)) = run_result(
-        "bench qos --rounds 1 --trial 3s --tcp-time 2s --rates 100Mbit --rules 1000",
+        "bench qos --rounds 1 --trial 3s --tcp-time 3s --rates 100Mbit --rules 1000 --sched-link 100Mbit",
         "bench-qos",
     ) else {
         return;
     };
-    // 5 UDP (4 contenders and the no-QoS baseline), 4 TCP, 2 scale.
-    assert_eq!(r.runs.len(), 11, "{:#?}", r.runs);
+    // Policer: 5 UDP (4 contenders and the no-QoS baseline), 4 TCP, 2
+    // scale. Scheduler: 2 WFQ UDP, 2 WFQ TCP, 2 priority, 6 saturation.
+    assert_eq!(r.runs.len(), 23, "{:#?}", r.runs);
+    for run in r.runs.iter().filter(|x| x.label.contains("wfq 80/20")) {
+        let share = run.values["gold share"];
+        assert!(
+            (share - 0.8).abs() <= 0.03,
+            "{}: gold's share {share}",
+            run.label
+        );
+    }
+    for run in r.runs.iter().filter(|x| x.label.contains("priority")) {
+        let voice = run.values["voice delivered / offered"];
+        assert!(voice >= 0.98, "{}: voice got {voice}", run.label);
+    }
+    for run in r.runs.iter().filter(|x| x.label.contains("saturation")) {
+        assert!(run.values["delivered mpps"] > 0.01, "{}", run.label);
+    }
+    let policer_runs: Vec<_> = r.runs.iter().filter(|x| x.values.is_empty()).collect();
+    assert_eq!(policer_runs.len(), 11);
     for run in r.runs.iter().filter(|x| x.label.contains("udp at")) {
         let t = &run.trials[0];
         let mbit = t.steady_delivered_pps() * (run.params.mean_frame_bytes - 4.0) * 8.0 / 1e6;

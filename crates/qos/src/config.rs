@@ -528,6 +528,18 @@ dscp = 46
         assert_eq!((cfg.rules[1].class, cfg.rules[1].priority), (2, 2));
     }
 
+    /// The scheduler example shipped in examples/ stays valid.
+    #[test]
+    fn the_scheduler_example_parses() {
+        let cfg =
+            PolicerConfig::parse(include_str!("../../../examples/qos-scheduler.toml")).unwrap();
+        let s = cfg.scheduler.unwrap();
+        assert_eq!((s.egress.as_str(), s.classes.len()), ("b0", 4));
+        assert_eq!(cfg.rules.len(), 3);
+        assert_eq!(cfg.rules[0].class, 4, "the rule steers to bulk");
+        assert_eq!(cfg.rules[1].class, 2, "dscp 46 to voice");
+    }
+
     #[test]
     fn bad_scheduler_files_are_refused_in_one_line() {
         let head = "[scheduler]\negress = \"b0\"\nrate = \"100Mbit\"\n";
