@@ -374,10 +374,16 @@ pub struct PolicerMaps {
     rules: MapHandle,
     state: MapHandle,
     totals: MapHandle,
-    sched_port: MapHandle,
-    sched_xsks: MapHandle,
-    sched_classes: MapHandle,
-    sched_stats: MapHandle,
+    /// The scheduler's maps: the XDP program's only (the tc program steers
+    /// nothing, so a tc policer's program holds none of them).
+    sched: Option<SchedMaps>,
+}
+
+struct SchedMaps {
+    port: MapHandle,
+    xsks: MapHandle,
+    classes: MapHandle,
+    stats: MapHandle,
 }
 
 fn libbpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> BpfError {
@@ -403,10 +409,15 @@ impl PolicerMaps {
             rules: take(MAP_NAMES[1])?,
             state: take(MAP_NAMES[2])?,
             totals: take(MAP_NAMES[3])?,
-            sched_port: take(MAP_NAMES[4])?,
-            sched_xsks: take(MAP_NAMES[5])?,
-            sched_classes: take(MAP_NAMES[6])?,
-            sched_stats: take(MAP_NAMES[7])?,
+            sched: match take(MAP_NAMES[4]) {
+                Ok(port) => Some(SchedMaps {
+                    port,
+                    xsks: take(MAP_NAMES[5])?,
+                    classes: take(MAP_NAMES[6])?,
+                    stats: take(MAP_NAMES[7])?,
+                }),
+                Err(_) => None,
+            },
         })
     }
 
@@ -623,18 +634,28 @@ impl PolicerMaps {
         crate::maps::read_per_cpu(&self.totals, &0u32.to_ne_bytes())
     }
 
-    /// Where class traffic goes (egress_ifindex 0: nowhere yet).
+    /// The scheduler's maps, for a change: a tc policer has none.
+    fn sched(&self) -> Result<&SchedMaps> {
+        self.sched.as_ref().ok_or_else(|| {
+            invalid(
+                "the policer runs at the tc hook, which steers nothing: classes need the XDP hook"
+                    .into(),
+            )
+        })
+    }
+
+    /// Where class traffic goes (egress_ifindex 0: nowhere; always so for a
+    /// tc policer).
     pub fn sched_port(&self) -> Result<SchedPort> {
-        maps::read(
-            &self.sched_port,
-            &0u32.to_ne_bytes(),
-            "reading the scheduler's port",
-        )
+        match &self.sched {
+            Some(m) => maps::read(&m.port, &0u32.to_ne_bytes(), "reading the scheduler's port"),
+            None => Ok(SchedPort::default()),
+        }
     }
 
     pub fn set_sched_port(&self, port: &SchedPort) -> Result<()> {
         maps::update(
-            &self.sched_port,
+            &self.sched()?.port,
             &0u32.to_ne_bytes(),
             port.as_bytes(),
             "writing the scheduler's port",
@@ -645,14 +666,15 @@ impl PolicerMaps {
     /// to nobody; it goes to the kernel, counted unscheduled).
     pub fn set_sched_socket(&self, queue: u32, fd: Option<std::os::fd::RawFd>) -> Result<()> {
         let key = queue.to_ne_bytes();
+        let xsks = &self.sched()?.xsks;
         match fd {
-            Some(fd) => self
-                .sched_xsks
-                .update(&key, &(fd as u32).to_ne_bytes(), MapFlags::ANY)
-                .map_err(libbpf(format!(
-                    "giving RX queue {queue} to the scheduler's socket"
-                ))),
-            None => match self.sched_xsks.delete(&key) {
+            Some(fd) => maps::update(
+                xsks,
+                &key,
+                &(fd as u32).to_ne_bytes(),
+                &format!("giving RX queue {queue} to the scheduler's socket"),
+            ),
+            None => match xsks.delete(&key) {
                 Err(e) if e.kind() != libbpf_rs::ErrorKind::NotFound => Err(BpfError::libbpf(
                     format!("taking RX queue {queue} from the scheduler"),
                 )(e)),
@@ -661,16 +683,21 @@ impl PolicerMaps {
         }
     }
 
-    /// Class slot `id` (`used` 0: free).
+    /// Class slot `id` (`used` 0: free; always so for a tc policer).
     pub fn class_slot(&self, id: u32) -> Result<ClassSlot> {
-        let doing = format!("reading scheduler class {id}");
-        maps::read(&self.sched_classes, &id.to_ne_bytes(), &doing)
+        match &self.sched {
+            Some(m) => {
+                let doing = format!("reading scheduler class {id}");
+                maps::read(&m.classes, &id.to_ne_bytes(), &doing)
+            }
+            None => Ok(ClassSlot::default()),
+        }
     }
 
     pub fn set_class_slot(&self, id: u32, slot: &ClassSlot) -> Result<()> {
         let doing = format!("writing scheduler class {id}");
         maps::update(
-            &self.sched_classes,
+            &self.sched()?.classes,
             &id.to_ne_bytes(),
             slot.as_bytes(),
             &doing,
@@ -679,13 +706,23 @@ impl PolicerMaps {
 
     /// Class `id`'s counters, as the scheduler last wrote them.
     pub fn class_counters(&self, id: u32) -> Result<ClassCounters> {
-        let doing = format!("reading the counters of class {id}");
-        maps::read(&self.sched_stats, &id.to_ne_bytes(), &doing)
+        match &self.sched {
+            Some(m) => {
+                let doing = format!("reading the counters of class {id}");
+                maps::read(&m.stats, &id.to_ne_bytes(), &doing)
+            }
+            None => Ok(ClassCounters::default()),
+        }
     }
 
     pub fn set_class_counters(&self, id: u32, c: &ClassCounters) -> Result<()> {
         let doing = format!("writing the counters of class {id}");
-        maps::update(&self.sched_stats, &id.to_ne_bytes(), c.as_bytes(), &doing)
+        maps::update(
+            &self.sched()?.stats,
+            &id.to_ne_bytes(),
+            c.as_bytes(),
+            &doing,
+        )
     }
 }
 
@@ -724,10 +761,12 @@ impl PolicerProgram {
             rules: handle(&m.policer_rules)?,
             state: handle(&m.policer_state)?,
             totals: handle(&m.policer_totals)?,
-            sched_port: handle(&m.sched_port)?,
-            sched_xsks: handle(&m.sched_xsks)?,
-            sched_classes: handle(&m.sched_classes)?,
-            sched_stats: handle(&m.sched_stats)?,
+            sched: Some(SchedMaps {
+                port: handle(&m.sched_port)?,
+                xsks: handle(&m.sched_xsks)?,
+                classes: handle(&m.sched_classes)?,
+                stats: handle(&m.sched_stats)?,
+            }),
         })
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use peregrine_lab::load::prometheus_client::metrics::counter::Counter as PromCounter;
 use peregrine_lab::load::prometheus_client::metrics::family::Family;
+use peregrine_lab::load::prometheus_client::metrics::gauge::Gauge as PromGauge;
 use peregrine_lab::load::prometheus_client::registry::Registry;
 
 use crate::watch::Counter;
@@ -27,7 +28,8 @@ pub fn set(fam: &CounterFamily, labels: &Labels, v: u64) {
 
 /// Serves `sample`'s counters at `addr` until `stop` as two families,
 /// `<prefix>_packets_total` and `<prefix>_bytes_total`, labelled as the
-/// counters are; `sample` runs at every scrape.
+/// counters are, and the levels some carry as the gauge
+/// `<prefix>_queue_depth`; `sample` runs at every scrape.
 pub fn serve_counters(
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -48,12 +50,21 @@ pub fn serve_counters(
         format!("Bytes {what}"),
         bytes.clone(),
     );
+    let depth = Family::<Labels, PromGauge>::default();
+    reg.register(
+        format!("{prefix}_queue_depth"),
+        format!("Packets queued now, {what}"),
+        depth.clone(),
+    );
     let refresh = move || {
         if let Ok(cs) = sample() {
             for c in cs {
                 set(&packets, &c.labels, c.packets);
                 if let Some(b) = c.bytes {
                     set(&bytes, &c.labels, b);
+                }
+                if let Some(d) = c.depth {
+                    depth.get_or_create(&c.labels).set(d as i64);
                 }
             }
         }

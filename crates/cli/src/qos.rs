@@ -253,6 +253,12 @@ pub fn run(cmd: QosCmd) -> Result<()> {
             require_caps("qos apply")?;
             let cfg = PolicerConfig::read(&file)?;
             check_iface(&iface)?;
+            if cfg.scheduler.is_some() {
+                usage!(
+                    "{}: has a [scheduler] and classes: run it with `peregrine qos serve`",
+                    file.display()
+                );
+            }
             let hook = hook.or(cfg.hook).unwrap_or_default();
             let a = attach::apply(&iface, hook, &cfg.rules)?;
             println!(
@@ -487,11 +493,14 @@ fn counters(all: &[PolicerStats]) -> Vec<Counter> {
         if let Some(sc) = &s.scheduler {
             for (_, c, k) in &sc.classes {
                 let class = format!("class:{}", c.name);
-                out.push(Counter::new(
-                    &[("iface", &s.iface), ("rule", &class), ("counter", "sent")],
-                    k.sent_packets,
-                    Some(k.sent_bytes),
-                ));
+                out.push(
+                    Counter::new(
+                        &[("iface", &s.iface), ("rule", &class), ("counter", "sent")],
+                        k.sent_packets,
+                        Some(k.sent_bytes),
+                    )
+                    .with_depth(k.queue_depth),
+                );
                 out.push(Counter::new(
                     &[
                         ("iface", &s.iface),

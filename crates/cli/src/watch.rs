@@ -51,6 +51,9 @@ pub struct Counter {
     pub labels: Vec<(String, String)>,
     pub packets: u64,
     pub bytes: Option<u64>,
+    /// A level beside the counts (a queue's depth, packets), exported as a
+    /// gauge.
+    pub depth: Option<u64>,
 }
 
 impl Counter {
@@ -62,7 +65,14 @@ impl Counter {
                 .collect(),
             packets,
             bytes,
+            depth: None,
         }
+    }
+
+    /// The counter with a level beside it (`depth`).
+    pub fn with_depth(mut self, depth: u64) -> Counter {
+        self.depth = Some(depth);
+        self
     }
 
     fn name(&self) -> String {

@@ -234,6 +234,7 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
     for (what, args) in [
         ("udp", &["-u", "-b", "100M", "-l", "1400"][..]),
         ("tcp", &[][..]),
+        ("tcp, 4 flows per class", &["-P", "4"][..]),
     ] {
         let f = two_flows(&t, args);
         let ((g, s), (wg, ws)) = (f.received, f.window);
@@ -274,6 +275,34 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
     // neighbour"; the kernel resolves it, forwarding them) go unscheduled.
     assert!(st["unscheduled"].as_u64().unwrap() <= 4, "{st}");
 
+    // The class figures on the Prometheus endpoint (scraped inside R),
+    // promtool-clean: sent per class and the queue depth gauge.
+    let r = t.ns("R");
+    let mut metrics = Command::new("ip")
+        .args(["netns", "exec", &r, env!("CARGO_BIN_EXE_peregrine")])
+        .args(["qos", "stats", "--iface", "a1"])
+        .args(["--metrics", "127.0.0.1:19481", "-c", "4", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    let ready = || netns::run_in(&r, || !common::scrape("127.0.0.1:19481").is_empty()).unwrap();
+    while !ready() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for metric in [
+        "peregrine_qos_packets_total{iface=\"a1\",rule=\"class:gold\",counter=\"sent\"}",
+        "peregrine_qos_queue_depth{iface=\"a1\",rule=\"class:silver\",counter=\"sent\"}",
+    ] {
+        netns::run_in(&r, || {
+            common::assert_live_metrics("127.0.0.1:19481", metric, "qos stats --metrics")
+        })
+        .unwrap();
+    }
+    let _ = metrics.kill();
+    let _ = metrics.wait();
+
     // Equal weights now, at runtime.
     let o = pg_in(
         &t.ns("R"),
@@ -288,6 +317,24 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
     eprintln!("udp after the change: gold's share {:.4}", share(g, s));
     assert!((share(g, s) - 0.5).abs() <= 0.02, "share {}", share(g, s));
 
+    // A file applied over a running scheduler would starve it: refused.
+    let f = tmp("over").join("qos.toml");
+    std::fs::write(&f, "[[rule]]\nrate = \"1Gbit\"\n").unwrap();
+    let o = pg_in(
+        &t.ns("R"),
+        &[
+            "qos",
+            "apply",
+            f.to_str().unwrap(),
+            "--iface",
+            "a1",
+            "--hook",
+            "xdp",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("a scheduler (qos serve, pid"), "{err}");
     // A bad change is refused in one line and changes nothing.
     let o = pg_in(
         &t.ns("R"),

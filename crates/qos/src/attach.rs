@@ -163,6 +163,14 @@ pub fn apply(iface: &str, hook: PolicerHook, rules: &[Rule]) -> Result<Applied> 
     let dir = dir_here(iface)?;
     let existing = attachment(&dir, 0, iface);
     if let Some(l) = existing.link.filter(|l| l.live()) {
+        if let Some(pid) = live_owner(l.prog_id) {
+            // A new program would leave the scheduler's sockets behind in
+            // the old one's map: its class traffic would stop being fed.
+            return Err(QosError::Config(format!(
+                "a scheduler (qos serve, pid {pid}) runs on {iface}: change its rules with \
+                 `qos rule` and its classes with `qos class`, or stop it to apply a file"
+            )));
+        }
         let running = PolicerHook::of_link(&l);
         if running != hook {
             return Err(QosError::Config(format!(
