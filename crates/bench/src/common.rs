@@ -301,8 +301,7 @@ pub(crate) fn one_trial_run(
         trials: vec![t],
         rfc2544: None,
         placement,
-        tcp: None,
-        values: Default::default(),
+        ..Default::default()
     })
 }
 
@@ -383,6 +382,18 @@ fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: bool) -> Res
         }
     }
     Ok(())
+}
+
+/// The distinct items of `items`, in the order they first appear (the
+/// scenarios of a summary, as they ran).
+pub(crate) fn in_first_seen_order<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for i in items {
+        if !out.contains(&i) {
+            out.push(i);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

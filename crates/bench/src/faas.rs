@@ -321,8 +321,7 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
                 trials,
                 rfc2544: Some(summary),
                 placement: Some(placement),
-                tcp: None,
-                values: Default::default(),
+                ..Default::default()
             });
             drop(lab);
         }

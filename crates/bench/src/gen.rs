@@ -391,8 +391,7 @@ pub fn gen(a: GenConfig) -> Result<()> {
             notes: vec!["receive work runs where frames are sent (veth default)".into()],
             ..Default::default()
         }),
-        tcp: None,
-        values: Default::default(),
+        ..Default::default()
     };
     let result = ResultFile::new("gen", command_line(), vec![run]);
     if a.json {

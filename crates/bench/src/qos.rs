@@ -361,8 +361,7 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
                     trials: vec![t],
                     rfc2544: None,
                     placement: Some(note(placement, c, rate)),
-                    tcp: None,
-                    values: Default::default(),
+                    ..Default::default()
                 });
             }
         }
@@ -463,8 +462,7 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
                 trials: vec![t],
                 rfc2544: None,
                 placement: Some(placement),
-                tcp: None,
-                values: Default::default(),
+                ..Default::default()
             });
         }
     }
@@ -515,12 +513,7 @@ fn note(mut p: Placement, c: Contender, rate: u64) -> Placement {
 /// for CPU also each contender's own cost (its busy share less the
 /// baseline's, which carries the same delivered load without QoS).
 fn summary(figures: &[Figure]) {
-    let mut scenarios: Vec<&str> = Vec::new();
-    for f in figures {
-        if !scenarios.contains(&f.scenario.as_str()) {
-            scenarios.push(&f.scenario);
-        }
-    }
+    let scenarios = crate::common::in_first_seen_order(figures.iter().map(|f| f.scenario.as_str()));
     println!("Medians over rounds (accuracy and TCP: delivered / configured rate; cpu: DUT cpu busy %; qos cost: busy % above the no-qos baseline):");
     for s in scenarios {
         let of = |c: Contender, cpu: bool| {

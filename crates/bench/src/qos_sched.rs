@@ -398,7 +398,7 @@ fn run_of(
     params: RunParams,
     trials: Vec<peregrine_lab::results::Trial>,
     placement: Placement,
-    values: &BTreeMap<String, f64>,
+    values: BTreeMap<String, f64>,
 ) -> Run {
     Run {
         label,
@@ -407,7 +407,46 @@ fn run_of(
         rfc2544: None,
         placement: Some(placement),
         tcp: None,
-        values: values.clone(),
+        values,
+    }
+}
+
+/// Where a round's runs go, and their figures for the summary.
+struct Rec<'a> {
+    runs: &'a mut Vec<Run>,
+    figures: &'a mut Vec<SchedFigure>,
+}
+
+impl Rec<'_> {
+    /// Keeps `run` and its figures under `scenario`.
+    fn add(&mut self, scenario: &str, contender: SchedContender, run: Run) {
+        self.figures.push(SchedFigure {
+            scenario: scenario.to_string(),
+            contender,
+            values: run.values.clone(),
+        });
+        self.runs.push(run);
+    }
+
+    /// Keeps the run of generator trial `t` (of `spec`, into the XDP drop
+    /// sink) with `values`.
+    #[allow(clippy::too_many_arguments)]
+    fn trial(
+        &mut self,
+        scenario: &str,
+        c: SchedContender,
+        label: String,
+        spec: &TrafficSpec,
+        t: peregrine_lab::results::Trial,
+        placement: Placement,
+        values: BTreeMap<String, f64>,
+    ) {
+        let params = params(spec, "xdp drop sink sink:eth0");
+        self.add(
+            scenario,
+            c,
+            run_of(label, params, vec![t], placement, values),
+        );
     }
 }
 
@@ -426,6 +465,7 @@ pub(crate) fn round(
     runs: &mut Vec<Run>,
     figures: &mut Vec<SchedFigure>,
 ) -> Result<()> {
+    let mut rec = Rec { runs, figures };
     let dut = p.lab.ns("dut");
     let gen_for = |spec: &TrafficSpec| {
         Generator::new(
@@ -519,18 +559,7 @@ pub(crate) fn round(
             gbit * 1e3,
             values["dut cpu % per gbit/s"]
         );
-        runs.push(run_of(
-            label,
-            params(&spec, "xdp drop sink sink:eth0"),
-            vec![t],
-            placement,
-            &values,
-        ));
-        figures.push(SchedFigure {
-            scenario: scenario.clone(),
-            contender: c,
-            values,
-        });
+        rec.trial(&scenario, c, label, &spec, t, placement, values);
     }
 
     // WFQ 80/20, TCP: an iperf3 flow per class (by port).
@@ -570,18 +599,9 @@ pub(crate) fn round(
         ]);
         eprintln!("  gold's share {gold:.4}, {link_mbit:.1} Mbit/s of frames on the link");
         let placement = notes(p.lab, c, &format!("two iperf3 TCP flows gen -> sink, ports 5401 (gold) / 5402 (silver), {} s; share from the class counters over the middle {} s", p.tcp_time.as_secs(), mid.as_secs()));
-        runs.push(run_of(
-            label,
-            tcp_params("2 iperf3 flows"),
-            Vec::new(),
-            placement,
-            &values,
-        ));
-        figures.push(SchedFigure {
-            scenario: scenario.clone(),
-            contender: c,
-            values,
-        });
+        let params = tcp_params("2 iperf3 flows");
+        let run = run_of(label, params, Vec::new(), placement, values);
+        rec.add(&scenario, c, run);
     }
 
     // Strict priority: voice (iperf3 UDP at 30% + pings) under a bulk flood.
@@ -670,18 +690,7 @@ pub(crate) fn round(
         ]);
         eprintln!("  voice got {delivered:.4} of what it offered; ping p99 {loaded:.0} us loaded vs {idle:.0} us idle ({:.2}x), {:.1}% of pings lost", loaded / idle.max(1e-9),
             ping_lost * 100.0);
-        runs.push(run_of(
-            label,
-            params(&spec, "xdp drop sink sink:eth0"),
-            vec![t],
-            placement,
-            &values,
-        ));
-        figures.push(SchedFigure {
-            scenario: scenario.clone(),
-            contender: c,
-            values,
-        });
+        rec.trial(&scenario, c, label, &spec, t, placement, values);
     }
 
     // Saturation: one class that never binds, unpaced, 64 B and 1500 B.
@@ -722,18 +731,7 @@ pub(crate) fn round(
             let values =
                 BTreeMap::from([("delivered mpps".to_string(), t.steady_delivered_pps() / 1e6)]);
             eprintln!("  delivered {:.3} Mpps", t.steady_delivered_pps() / 1e6);
-            runs.push(run_of(
-                label,
-                params(&spec, "xdp drop sink sink:eth0"),
-                vec![t],
-                placement,
-                &values,
-            ));
-            figures.push(SchedFigure {
-                scenario: scenario.clone(),
-                contender: c,
-                values,
-            });
+            rec.trial(&scenario, c, label, &spec, t, placement, values);
         }
     }
     Ok(())
@@ -859,12 +857,7 @@ fn ping_p99_in(ns: &str, count: u32) -> Result<(f64, f64)> {
 
 /// Medians over rounds per scenario and contender, with the goals' ratios.
 pub(crate) fn summary(figures: &[SchedFigure]) {
-    let mut scenarios: Vec<&str> = Vec::new();
-    for f in figures {
-        if !scenarios.contains(&f.scenario.as_str()) {
-            scenarios.push(&f.scenario);
-        }
-    }
+    let scenarios = crate::common::in_first_seen_order(figures.iter().map(|f| f.scenario.as_str()));
     println!("Scheduler part, medians over rounds:");
     for s in scenarios {
         let mut line = format!("{s}:");

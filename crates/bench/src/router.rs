@@ -334,8 +334,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
                     trials,
                     rfc2544: Some(summary),
                     placement: Some(placement),
-                    tcp: None,
-                    values: Default::default(),
+                    ..Default::default()
                 });
             }
         }

@@ -118,8 +118,7 @@ pub fn showcase(a: ShowcaseConfig) -> Result<()> {
             trials,
             rfc2544: Some(summary),
             placement: Some(placement),
-            tcp: None,
-            values: Default::default(),
+            ..Default::default()
         });
     }
 

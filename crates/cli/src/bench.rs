@@ -297,11 +297,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             flows: a.flows,
             ipv6: a.ipv6,
             rate_check: a.rate_check,
-            output: ResultOutput {
-                dir: a.out,
-                stem: a.name,
-                json: a.json,
-            },
+            output: output(a.out, a.name, a.json),
         }),
         BenchCmd::Qos(a) => {
             let mut rates = Vec::new();
@@ -324,11 +320,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 rules: a.rules,
                 rounds: a.rounds,
                 placement: (&a.placement).into(),
-                output: ResultOutput {
-                    dir: a.out,
-                    stem: a.name,
-                    json: a.json,
-                },
+                output: output(a.out, a.name, a.json),
             })
         }
         BenchCmd::Router(a) => peregrine_bench::router::bench_router(RouterBenchConfig {
@@ -341,11 +333,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             xdp_forward: a.xdp_forward,
             rounds: a.rounds,
             placement: (&a.placement).into(),
-            output: ResultOutput {
-                dir: a.out,
-                stem: a.name,
-                json: a.json,
-            },
+            output: output(a.out, a.name, a.json),
         }),
         BenchCmd::Faas(a) => {
             // Errors of --configs are exit status 1, as they always were.
@@ -361,11 +349,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 loss: a.loss,
                 saturate: a.saturate,
                 latency_rate: a.latency_rate,
-                output: ResultOutput {
-                    dir: a.out,
-                    stem: a.name,
-                    json: a.json,
-                },
+                output: output(a.out, a.name, a.json),
             })
         }
     }
@@ -413,4 +397,9 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
             json: a.json,
         },
     })
+}
+
+/// Where a benchmark writes its result, from its --out, --name and --json.
+fn output(dir: PathBuf, stem: String, json: bool) -> ResultOutput {
+    ResultOutput { dir, stem, json }
 }

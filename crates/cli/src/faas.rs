@@ -564,8 +564,7 @@ fn load_result(
         trials: vec![trial],
         rfc2544: None,
         placement: None,
-        tcp: None,
-        values: Default::default(),
+        ..Default::default()
     };
     ResultFile::new("faas-load", peregrine_bench::command_line(), vec![run])
 }

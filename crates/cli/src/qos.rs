@@ -102,21 +102,9 @@ pub enum RuleCmd {
 #[derive(Subcommand)]
 pub enum ClassCmd {
     /// Add a class; prints its id.
-    Add {
-        /// The interface whose scheduler gets the class.
-        #[arg(long)]
-        iface: String,
-        #[command(flatten)]
-        class: ClassArgs,
-    },
+    Add(ClassOn),
     /// Change a class's settings (every setting, as for add).
-    Change {
-        /// The interface whose scheduler has the class.
-        #[arg(long)]
-        iface: String,
-        #[command(flatten)]
-        class: ClassArgs,
-    },
+    Change(ClassOn),
     /// Delete a class (no rule may send to it, it may have no children).
     Del {
         /// The interface whose scheduler has the class.
@@ -125,6 +113,16 @@ pub enum ClassCmd {
         /// The class's name.
         name: String,
     },
+}
+
+/// A class and the interface whose scheduler has it (or gets it).
+#[derive(Args, Clone)]
+pub struct ClassOn {
+    /// The interface whose scheduler has the class.
+    #[arg(long)]
+    iface: String,
+    #[command(flatten)]
+    class: ClassArgs,
 }
 
 /// One class's fields as flags; the same names as a file's `[[class]]`.
@@ -247,18 +245,29 @@ fn check_iface(iface: &str) -> Result<()> {
     Ok(())
 }
 
+/// The file for `qos serve` (`scheduler`: it must have a [scheduler]) or
+/// `qos apply` (it must not), on `iface` here.
+fn read_for(file: &std::path::Path, iface: &str, scheduler: bool) -> Result<PolicerConfig> {
+    let cfg = PolicerConfig::read(file)?;
+    check_iface(iface)?;
+    match (scheduler, cfg.scheduler.is_some()) {
+        (true, false) => usage!(
+            "{}: no [scheduler] table; `qos apply` installs rules alone",
+            file.display()
+        ),
+        (false, true) => usage!(
+            "{}: has a [scheduler] and classes: run it with `peregrine qos serve`",
+            file.display()
+        ),
+        _ => Ok(cfg),
+    }
+}
+
 pub fn run(cmd: QosCmd) -> Result<()> {
     match cmd {
         QosCmd::Apply { file, iface, hook } => {
             require_caps("qos apply")?;
-            let cfg = PolicerConfig::read(&file)?;
-            check_iface(&iface)?;
-            if cfg.scheduler.is_some() {
-                usage!(
-                    "{}: has a [scheduler] and classes: run it with `peregrine qos serve`",
-                    file.display()
-                );
-            }
+            let cfg = read_for(&file, &iface, false)?;
             let hook = hook.or(cfg.hook).unwrap_or_default();
             let a = attach::apply(&iface, hook, &cfg.rules)?;
             println!(
@@ -275,14 +284,7 @@ pub fn run(cmd: QosCmd) -> Result<()> {
         }
         QosCmd::Serve { file, iface, cpu } => {
             require_caps("qos serve")?;
-            let cfg = PolicerConfig::read(&file)?;
-            check_iface(&iface)?;
-            if cfg.scheduler.is_none() {
-                usage!(
-                    "{}: no [scheduler] table; `qos apply` installs rules alone",
-                    file.display()
-                );
-            }
+            let cfg = read_for(&file, &iface, true)?;
             peregrine_host::signals::install();
             let opts = serve::ServeOptions {
                 cpu,
@@ -306,8 +308,8 @@ pub fn run(cmd: QosCmd) -> Result<()> {
         QosCmd::Class(cmd) => {
             require_caps("qos class")?;
             let (iface, change) = match cmd {
-                ClassCmd::Add { iface, class } => (iface, ClassChange::Add(class.config()?)),
-                ClassCmd::Change { iface, class } => (iface, ClassChange::Change(class.config()?)),
+                ClassCmd::Add(on) => (on.iface, ClassChange::Add(on.class.config()?)),
+                ClassCmd::Change(on) => (on.iface, ClassChange::Change(on.class.config()?)),
                 ClassCmd::Del { iface, name } => (iface, ClassChange::Delete(name)),
             };
             let id = serve::change_class(&iface, &change)?;

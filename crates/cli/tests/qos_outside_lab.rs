@@ -26,6 +26,11 @@ fn apply(t: &Topo, name: &str, toml: &str, extra: &[&str]) -> std::process::Outp
     pg_in(&t.ns("R"), &args)
 }
 
+/// Detaches the policer on a1, which must succeed.
+fn qos_detach(t: &Topo) {
+    ok(&pg_in(&t.ns("R"), &["qos", "detach", "a1"]), "qos detach");
+}
+
 /// Applies one generous rule (traffic to B's prefix at 1 Gbit/s) on a1.
 fn apply_one_rule(t: &Topo, name: &str) {
     let one = "[[rule]]\ndst = \"198.18.2.0/24\"\nrate = \"1Gbit\"\n";
@@ -141,7 +146,7 @@ fn udp_through_the_policer_gets_the_rate_at_both_hooks() {
             "{hook}: only {exceed} of {sent} exceeded"
         );
         assert_eq!(n(&s, "malformed"), 0);
-        ok(&pg_in(&t.ns("R"), &["qos", "detach", "a1"]), "qos detach");
+        qos_detach(&t);
         assert_eq!(hooked(&t), (None, 0), "{hook}: nothing left on a1");
     }
     t.remove();
@@ -257,7 +262,7 @@ fn two_cpus_never_overdraw_one_bucket() {
         "every conforming datagram reaches B's socket"
     );
     assert_eq!(drops, 0, "B's socket kept up");
-    ok(&pg_in(&t.ns("R"), &["qos", "detach", "a1"]), "qos detach");
+    qos_detach(&t);
     t.remove();
 }
 
@@ -315,7 +320,7 @@ fn tcp_through_the_tc_policer_at_default_offloads() {
             "v{v}: the policer metered the bytes"
         );
         assert!(bps >= 20e6, "v{v}: TCP stalled at {bps} bit/s");
-        ok(&pg_in(&t.ns("R"), &["qos", "detach", "a1"]), "qos detach");
+        qos_detach(&t);
     }
     t.remove();
 }

@@ -40,7 +40,7 @@ impl Machine {
 }
 
 /// One contender / configuration and its trials.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Run {
     pub label: String,
@@ -60,7 +60,7 @@ pub struct Run {
     pub values: std::collections::BTreeMap<String, f64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RunParams {
     /// The generator's backend: "xdp" (live frames), "socket" (sendmmsg) or
@@ -696,8 +696,7 @@ mod tests {
                 sink_cpus: vec![1],
                 notes: vec!["threaded NAPI".into()],
             }),
-            tcp: None,
-            values: Default::default(),
+            ..Default::default()
         };
         ResultFile::new(
             "test",
