@@ -31,8 +31,9 @@ use crate::config::PolicerConfig;
 use crate::error::{QosError, Result};
 use crate::sched::{ClassConfig, Refused, Scheduler};
 
-/// How often counters are published and class changes picked up.
-const HOUSEKEEPING: Duration = Duration::from_millis(50);
+/// How often counters are published and class changes picked up: a
+/// reader's window over the counters is off by at most this at each edge.
+const HOUSEKEEPING: Duration = Duration::from_millis(20);
 /// Frames per ring access.
 const BATCH: u32 = 64;
 /// Bytes of a queued frame's slot (the UMEM frame size).
