@@ -385,37 +385,11 @@ fn rules_change_at_runtime_and_bad_input_changes_nothing() {
     );
     // Prometheus figures while watching, scraped inside R (where the
     // endpoint listens), promtool-clean.
-    let mut watch = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &r,
-            env!("CARGO_BIN_EXE_peregrine"),
-            "qos",
-            "stats",
-            "--iface",
-            "a1",
-        ])
-        .args(["--metrics", "127.0.0.1:19480", "-c", "4", "--json"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(5);
-    let ready = || netns::run_in(&r, || !common::scrape("127.0.0.1:19480").is_empty()).unwrap();
-    while !ready() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    netns::run_in(&r, || {
-        common::assert_live_metrics(
-            "127.0.0.1:19480",
-            "peregrine_qos_packets_total{iface=\"a1\",rule=\"1\",counter=\"exceed\"}",
-            "qos stats --metrics",
-        )
-    })
-    .unwrap();
-    let _ = watch.kill();
-    let _ = watch.wait();
+    common::assert_qos_metrics_in(
+        &r,
+        "127.0.0.1:19480",
+        &["peregrine_qos_packets_total{iface=\"a1\",rule=\"1\",counter=\"exceed\"}"],
+    );
     ok(
         &pg_in(&r, &["qos", "rule", "del", "--iface", "a1", "1"]),
         "qos rule del",

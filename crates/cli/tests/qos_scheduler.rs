@@ -286,31 +286,14 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
 
     // The class figures on the Prometheus endpoint (scraped inside R),
     // promtool-clean: sent per class and the queue depth gauge.
-    let r = t.ns("R");
-    let mut metrics = Command::new("ip")
-        .args(["netns", "exec", &r, env!("CARGO_BIN_EXE_peregrine")])
-        .args(["qos", "stats", "--iface", "a1"])
-        .args(["--metrics", "127.0.0.1:19481", "-c", "4", "--json"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(5);
-    let ready = || netns::run_in(&r, || !common::scrape("127.0.0.1:19481").is_empty()).unwrap();
-    while !ready() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    for metric in [
-        "peregrine_qos_packets_total{iface=\"a1\",rule=\"class:gold\",counter=\"sent\"}",
-        "peregrine_qos_queue_depth{iface=\"a1\",rule=\"class:silver\",counter=\"sent\"}",
-    ] {
-        netns::run_in(&r, || {
-            common::assert_live_metrics("127.0.0.1:19481", metric, "qos stats --metrics")
-        })
-        .unwrap();
-    }
-    let _ = metrics.kill();
-    let _ = metrics.wait();
+    common::assert_qos_metrics_in(
+        &t.ns("R"),
+        "127.0.0.1:19481",
+        &[
+            "peregrine_qos_packets_total{iface=\"a1\",rule=\"class:gold\",counter=\"sent\"}",
+            "peregrine_qos_queue_depth{iface=\"a1\",rule=\"class:silver\",counter=\"sent\"}",
+        ],
+    );
 
     // Equal weights now, at runtime.
     let o = pg_in(

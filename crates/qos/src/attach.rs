@@ -243,16 +243,26 @@ pub fn scheduler_owner(iface: &str) -> Result<Option<u32>> {
 
 /// Whether a program was set up by a `qos serve` that is gone.
 fn orphaned(prog_id: u32) -> bool {
-    PolicerMaps::of_program(prog_id)
-        .and_then(|m| m.sched_port())
-        .is_ok_and(|p| p.owner_pid != 0 && live_owner(prog_id).is_none())
+    owner_of(prog_id).is_some_and(|pid| !alive(pid))
 }
 
 /// The owner of a program's scheduler, when that process is alive.
 fn live_owner(prog_id: u32) -> Option<u32> {
-    let port = PolicerMaps::of_program(prog_id).ok()?.sched_port().ok()?;
-    let pid = port.owner_pid;
-    (pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(pid)
+    owner_of(prog_id).filter(|&pid| alive(pid))
+}
+
+/// The pid of the `qos serve` that set up a program's scheduler, if one did.
+fn owner_of(prog_id: u32) -> Option<u32> {
+    let pid = PolicerMaps::of_program(prog_id)
+        .ok()?
+        .sched_port()
+        .ok()?
+        .owner_pid;
+    (pid != 0).then_some(pid)
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Adds `rule` to the running policer on `iface`; its id.
@@ -284,7 +294,8 @@ pub fn stats(iface: &str) -> Result<PolicerStats> {
         .into_iter()
         .map(|r| Ok((r, maps.counters(r.id)?)))
         .collect::<Result<Vec<_>>>()?;
-    let owner = a.link.and_then(|l| live_owner(l.prog_id));
+    // The maps are open already: the owner from them, not from the link again.
+    let owner = Some(maps.sched_port()?.owner_pid).filter(|&p| p != 0 && alive(p));
     Ok(PolicerStats {
         iface: iface.to_string(),
         hook: a.hook().unwrap_or_default(),

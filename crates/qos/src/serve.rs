@@ -459,10 +459,9 @@ pub fn serve(
             let p = maps.sched_port()?;
             if p.generation != port.generation {
                 match Running::build(&maps, &p, now) {
-                    Ok(mut new) => {
-                        let old = std::mem::replace(&mut run, Running::empty(now));
-                        new.take_over(old, &mut slab, &mut unclassified.dropped_packets);
-                        run = new;
+                    Ok(new) => {
+                        let old = std::mem::replace(&mut run, new);
+                        run.take_over(old, &mut slab, &mut unclassified.dropped_packets);
                         summary.reconfigured += 1;
                     }
                     Err(e) => tracing::warn!("classes changed to something unusable: {e}"),
@@ -517,26 +516,5 @@ fn wait_for_frames(rx: &[Xsk], ns: u64) {
             &ts,
             std::ptr::null(),
         );
-    }
-}
-
-impl Running {
-    /// A placeholder while a reconfiguration swaps schedulers.
-    fn empty(now: u64) -> Running {
-        let cfg = ClassConfig {
-            name: "-".into(),
-            parent: None,
-            rate_bps: 1,
-            ceil_bps: 1,
-            burst: 1,
-            priority: 0,
-            weight: 1,
-            queue_limit: 1,
-        };
-        Running {
-            sched: Scheduler::new(1, 1, vec![cfg], now).expect("a valid placeholder"),
-            ids: Vec::new(),
-            index: Vec::new(),
-        }
     }
 }

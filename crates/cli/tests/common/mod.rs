@@ -217,23 +217,10 @@ impl Topo {
     /// iperf3 from A (client, `args` after `iperf3`, `--json` added) to a
     /// one-off server in B on port 5301; the client's output.
     pub fn iperf3(&self, args: &[&str]) -> Output {
-        let server = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns("B"),
-                "timeout",
-                "30",
-                "iperf3",
-                "-s",
-                "-1",
-                "-p",
-                "5301",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let b = self.ns("B");
+        let server = spawn_quiet(&[
+            "ip", "netns", "exec", &b, "timeout", "30", "iperf3", "-s", "-1", "-p", "5301",
+        ]);
         std::thread::sleep(Duration::from_millis(300));
         let a = self.ns("A");
         let mut full = vec!["ip", "netns", "exec", &a, "iperf3", "-p", "5301", "--json"];
@@ -303,4 +290,50 @@ pub fn assert_live_metrics(addr: &str, metric: &str, what: &str) {
     );
     assert!(body.contains(metric), "{what}: {body}");
     promtool_check(body, what);
+}
+
+/// `qos stats --iface a1 --metrics ADDR` run through `ip netns exec ns`
+/// as a user would, scraped inside `ns` (where it listens) once it
+/// answers: every one of `metrics` is there and promtool accepts the
+/// page. The watcher is stopped after.
+pub fn assert_qos_metrics_in(ns: &str, addr: &str, metrics: &[&str]) {
+    let mut watch = spawn_quiet(&[
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        env!("CARGO_BIN_EXE_peregrine"),
+        "qos",
+        "stats",
+        "--iface",
+        "a1",
+        "--metrics",
+        addr,
+        "-c",
+        "4",
+        "--json",
+    ]);
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    let ready = || netns::run_in(ns, || !scrape(addr).is_empty()).unwrap();
+    while !ready() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for metric in metrics {
+        netns::run_in(ns, || {
+            assert_live_metrics(addr, metric, "qos stats --metrics")
+        })
+        .unwrap();
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
+/// `args` started in the background, its output discarded.
+pub fn spawn_quiet(args: &[&str]) -> std::process::Child {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {args:?}: {e}"))
 }
