@@ -3,10 +3,13 @@
  * optionally filters it with ACL rules, and sends the rest on: back out of
  * the interface it came in on (XDP_TX, the source's "reflect"), or to another
  * interface of the container ("forward"). Configured in rodata at load time.
+ * UDP and TCP checksums a local sender left partial (default veth offloads)
+ * are completed before the frame leaves (csum.h).
  */
 #include <linux/bpf.h>
 #include "peregrine/maps.h"
 #include "peregrine/parse.h"
+#include "peregrine/csum.h"
 #include "peregrine/nf_kern_user.h"
 
 COUNTS_FRAMES(struct nf_stats);
@@ -60,39 +63,42 @@ int nf(struct xdp_md *ctx)
 	if (!st)
 		return XDP_ABORTED;
 
-	if (cfg.rules) {
+	struct ethhdr *eth;
+	struct ip_hdr l3;
+	int vlans;
+	/* Tagged frames are judged by what they carry: a tag must not carry
+	 * traffic past the rules. Only the headers are judged, so a datagram
+	 * cut short after them is judged like a whole one. */
+	int eth_proto = parse_eth(&c, &eth, &vlans);
+	int proto = parse_ip(&c, eth_proto, &l3);
+	struct cursor l4 = c;
+
+	if (cfg.rules && proto >= 0) {
 		__u8 src[16] = {}, dst[16] = {};
-		__u8 family = 0;
-		int proto = -1;
 		__u16 dport = 0;
-		struct ethhdr *eth;
-		struct ip_hdr l3;
-		int vlans;
-		/* Tagged frames are judged by what they carry: a tag must not
-		 * carry traffic past the rules. Only the headers are judged, so
-		 * a datagram cut short after them is judged like a whole one. */
-		int eth_proto = parse_eth(&c, &eth, &vlans);
-		proto = parse_ip(&c, eth_proto, &l3);
-		if (proto >= 0 && l3.family == 4) {
-			family = 4;
+		__u8 family = l3.family;
+		if (family == 4) {
 			__builtin_memcpy(src, &l3.v4->saddr, 4);
 			__builtin_memcpy(dst, &l3.v4->daddr, 4);
-		} else if (proto >= 0) {
-			family = 6;
+		} else {
 			__builtin_memcpy(src, &l3.v6->saddr, 16);
 			__builtin_memcpy(dst, &l3.v6->daddr, 16);
 		}
-		if (family) {
-			st->ip++;
-			struct l4_ports *ports = parse_ports(&c, proto);
-			if (ports)
-				dport = ports->dest;
-			if (acl(family, proto, dport, src, dst) == ACL_DROP) {
-				st->dropped++;
-				return XDP_DROP;
-			}
+		st->ip++;
+		struct l4_ports *ports = parse_ports(&c, proto);
+		if (ports)
+			dport = ports->dest;
+		if (acl(family, proto, dport, src, dst) == ACL_DROP) {
+			st->dropped++;
+			return XDP_DROP;
 		}
 	}
+
+	/* What a local sender left with a partial checksum would reach the
+	 * next host invalid once sent on from here: complete it. */
+	if (proto >= 0 && !ip_cut_short(&l3, &l4) && !ip_is_fragment(&l3) &&
+	    finish_partial_csum(ctx, &l3, proto, &l4) > 0)
+		st->csum_completed++;
 
 	st->sent++;
 	if (cfg.out_ifindex)

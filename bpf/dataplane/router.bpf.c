@@ -113,8 +113,11 @@ static __always_inline __u32 hook_ingress(void *ctx, const int tc)
 /* A unicast frame for another host's MAC, which the kernel would drop as
  * PACKET_OTHERHOST. tc has the kernel's own answer; XDP compares with the
  * port's MAC when user space stored it. Either way a frame addressed to
- * another port of this router (coming back from a chain) is not foreign. */
-static __always_inline int hook_otherhost(void *ctx, const int tc, const struct ethhdr *eth,
+ * another port of this router (coming back from a chain) is not foreign:
+ * it is readdressed to this port (tc: and made PACKET_HOST), so that if
+ * it goes to the kernel after all (unresolved neighbour, TTL, local) the
+ * kernel takes it as its own instead of dropping it. */
+static __always_inline int hook_otherhost(void *ctx, const int tc, struct ethhdr *eth,
 					  const struct router_port *port)
 {
 	if (tc) {
@@ -130,7 +133,14 @@ static __always_inline int hook_otherhost(void *ctx, const int tc, const struct 
 	}
 	struct steer_mac_key k = {};
 	__builtin_memcpy(k.mac, eth->h_dest, ETH_ALEN);
-	return !bpf_map_lookup_elem(&port_macs, &k);
+	if (!bpf_map_lookup_elem(&port_macs, &k))
+		return 1;
+	if (port && (port->flags & ROUTER_PORT_MAC)) {
+		__builtin_memcpy(eth->h_dest, port->mac, ETH_ALEN);
+		if (tc)
+			bpf_skb_change_type(ctx, PACKET_HOST);
+	}
+	return 0;
 }
 
 /* Cuts the frame to `new_len` bytes (trailing bytes after the IP datagram,

@@ -14,6 +14,7 @@
 #include <linux/bpf.h>
 #include "peregrine/maps.h"
 #include "peregrine/parse.h"
+#include "peregrine/csum.h"
 #include "peregrine/gen_kern_user.h"
 #include "peregrine/sink_kern_user.h"
 
@@ -24,49 +25,6 @@ const volatile __u32 sink_verdict = XDP_DROP;
 PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct sink_stats) sink_stats_map SEC(".maps");
 
 struct sink_stats sink_stats_type_anchor;
-
-/* Longest UDP datagram summed: a 9000-byte MTU's, in csum_diff blocks. */
-#define SUM_BLOCK 256
-#define SUM_MAX_BLOCKS 36
-
-/* Ones'-complement sum (memory order, see parse.h) of the `len` bytes at
- * offset `off` of the frame. Copied out block by block with
- * bpf_xdp_load_bytes and summed with bpf_csum_diff: scalar offsets keep
- * the verifier's work linear (packet pointers walked in a loop made it
- * explore every length). Returns -1 if the bytes are not all there. */
-static __always_inline __s64 sum_bytes(struct xdp_md *ctx, __u32 off, __u32 len)
-{
-	/* A block, and room to round the last piece up to whole words. */
-	__u8 buf[SUM_BLOCK + 4];
-	__u64 sum = 0;
-
-	for (int i = 0; i < SUM_MAX_BLOCKS; i++) {
-		if (len < SUM_BLOCK)
-			break;
-		if (bpf_xdp_load_bytes(ctx, off, buf, SUM_BLOCK))
-			return -1;
-		sum += (__u32)bpf_csum_diff(0, 0, (__be32 *)buf, SUM_BLOCK, 0);
-		off += SUM_BLOCK;
-		len -= SUM_BLOCK;
-	}
-	if (len >= SUM_BLOCK)
-		return -1; /* longer than any frame summed */
-	/* Masked behind a barrier: the compiler knows len < SUM_BLOCK and would
-	 * drop the mask, leaving the verifier a copy of len without bounds. */
-	__u32 rest = len & (SUM_BLOCK - 1);
-	asm volatile("" : "+r"(rest));
-	rest &= SUM_BLOCK - 1;
-	if (rest) {
-		/* The rest, zero-padded to whole words: an odd last byte is the
-		 * first byte of a word padded with zero, as the checksum wants. */
-		__builtin_memset(buf, 0, sizeof(buf));
-		if (bpf_xdp_load_bytes(ctx, off, buf, rest))
-			return -1;
-		__u32 words = (rest + 3) & ~3u;
-		sum += (__u32)bpf_csum_diff(0, 0, (__be32 *)buf, words, 0);
-	}
-	return sum;
-}
 
 /* The IPv4 header checksum and the UDP checksum of a whole datagram: full,
  * or exactly the folded pseudo-header sum of a CHECKSUM_PARTIAL frame (what

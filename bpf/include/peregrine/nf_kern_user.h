@@ -43,6 +43,7 @@ struct nf_stats {
 	__u64 sent;    /* sent on (reflected or forwarded) */
 	__u64 dropped; /* by an ACL rule */
 	__u64 ip;      /* of the packets: IPv4 or IPv6 ones the ACL could judge */
+	__u64 csum_completed; /* UDP/TCP checksums a local sender left partial, completed */
 };
 
 #endif

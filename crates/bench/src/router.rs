@@ -176,7 +176,7 @@ fn chain_config(lab: &str) -> DataplaneConfig {
         acl: Vec::new(),
     };
     DataplaneConfig {
-        lab: lab.into(),
+        lab: Some(lab.into()),
         router: "dut".into(),
         ports: vec!["in0".into(), "out0".into()],
         mode: XdpMode::Native,

@@ -56,22 +56,31 @@ pub fn read_pinned_per_cpu<T: Counters>(path: &Path, key: &[u8], missing: &str) 
     read_per_cpu(&map, key)
 }
 
+/// A descriptor of the loaded program `prog_id` (e.g. the one a pinned
+/// link runs), to attach it elsewhere or read its info.
+pub fn program_by_id(prog_id: u32) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // Safety: a plain syscall wrapper; a non-negative return is a new fd.
+    let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(prog_id) };
+    if fd < 0 {
+        return Err(BpfError::Io {
+            what: format!("opening program {prog_id}"),
+            source: std::io::Error::from_raw_os_error(-fd),
+        });
+    }
+    // Safety: `fd` was just returned to us and is owned from here on.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// The maps program `prog_id` uses, by name (as the kernel keeps it: at
 /// most 15 characters). Lets a later command find a running program's
 /// state from its link alone, so it can never disagree with what runs.
 pub fn maps_of_program(prog_id: u32) -> Result<Vec<(String, MapHandle)>> {
-    use std::os::fd::{FromRawFd, OwnedFd};
     let io = |what: String, rc: i32| BpfError::Io {
         what,
         source: std::io::Error::from_raw_os_error(-rc),
     };
-    // Safety: a plain syscall wrapper; a non-negative return is a new fd.
-    let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(prog_id) };
-    if fd < 0 {
-        return Err(io(format!("opening program {prog_id}"), fd));
-    }
-    // Safety: `fd` was just returned to us and is owned from here on.
-    let prog = unsafe { OwnedFd::from_raw_fd(fd) };
+    let prog = program_by_id(prog_id)?;
     let info_of = |ids: &mut [u32]| -> Result<u32> {
         use std::os::fd::AsRawFd;
         // Safety: zeroed is a valid empty info struct.

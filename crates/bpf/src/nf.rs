@@ -129,8 +129,20 @@ mod fixtures {
         udp_ports((src, dst), (1000, dport), 90, b"payload")
     }
 
-    /// Counter deltas of one frame: packets, sent, dropped, judged as IP.
-    type Deltas = [u64; 4];
+    /// Counter deltas of one frame: packets, sent, dropped, judged as IP,
+    /// partial checksum completed.
+    type Deltas = [u64; 5];
+
+    /// Runs `cases` through `p`, each with its counter deltas.
+    fn check_cases(p: &NfProgram, cases: &[Case<Deltas>]) {
+        assert_counters(
+            "nf",
+            p.prog(),
+            cases,
+            || p.stats().unwrap(),
+            |s| [s.packets, s.sent, s.dropped, s.ip, s.csum_completed],
+        );
+    }
 
     /// Runs the table (name, frame, verdict, judged as IP) on a program
     /// loaded with `setup`: a sent frame counts as sent, a dropped one as
@@ -141,17 +153,133 @@ mod fixtures {
             .into_iter()
             .map(|(n, f, v, ip)| {
                 let dropped = v == XdpAction::Drop;
-                let effect = [1, u64::from(!dropped), u64::from(dropped), u64::from(ip)];
+                let effect = [1, u64::from(!dropped), u64::from(dropped), u64::from(ip), 0];
                 Case::new(Fixture::new(n, f, v, Expect::Unchanged), effect)
             })
             .collect();
-        assert_counters(
-            "nf",
-            p.prog(),
-            &cases,
-            || p.stats().unwrap(),
-            |s| [s.packets, s.sent, s.dropped, s.ip],
+        check_cases(&p, &cases);
+    }
+
+    /// `frame` (UDP, or TCP after `with_protocol`) with the partial
+    /// pseudo-header checksum a local sender at default veth offloads
+    /// leaves, where its protocol keeps the field.
+    fn partial_l4(frame: &[u8]) -> Vec<u8> {
+        use peregrine_wire::{checksum, ip, ipproto};
+        let eth = if u16::from_be_bytes([frame[12], frame[13]]) == ethertype::VLAN {
+            18
+        } else {
+            14
+        };
+        let et = u16::from_be_bytes([frame[eth - 2], frame[eth - 1]]);
+        let (repr, hlen) = ip::Repr::parse(et, &frame[eth..]).expect("an IP frame");
+        let at = eth
+            + hlen
+            + if repr.protocol() == ipproto::TCP {
+                16
+            } else {
+                6
+            };
+        let sum = checksum::pseudo_header_sum(
+            repr.src_addr(),
+            repr.dst_addr(),
+            repr.protocol(),
+            repr.payload_len(),
         );
+        let mut f = frame.to_vec();
+        f[at..at + 2].copy_from_slice(&(!checksum::finish(sum)).to_be_bytes());
+        f
+    }
+
+    /// What leaves the function: wire's completion of the same frame (an
+    /// independent implementation).
+    fn completed(frame: &[u8]) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        assert!(peregrine_wire::finish_partial_checksum(&mut f), "partial");
+        f
+    }
+
+    #[test]
+    fn partial_checksums_are_completed_before_sending_on() {
+        if !privileged("partial_checksums_are_completed_before_sending_on") {
+            return;
+        }
+        use crate::fixture::frames::{ip4_fragment, with_protocol};
+        let p = NfProgram::load(&NfSetup::default()).unwrap();
+        let mut cases: Vec<Case<Deltas>> = Vec::new();
+        let mut add = |name: String, input: Vec<u8>, expect: Expect, done: u64| {
+            let f = Fixture::new(name, input, XdpAction::Tx, expect);
+            cases.push(Case::new(f, [1, 1, 0, 0, done]));
+        };
+        for (src, dst) in [
+            ("198.18.0.1", "198.19.0.1"),
+            ("2001:db8::1", "2001:db8:2::1"),
+        ] {
+            // Payload lengths around csum.h's 256-byte blocks, odd and even.
+            for len in [1usize, 2, 7, 100, 247, 248, 249, 503, 1000, 1400] {
+                let hdr = if dst.contains(':') { 62 } else { 42 };
+                let full = udp_ports((src, dst), (40000, 7000), hdr + len, &vec![0xa5; len]);
+                let part = partial_l4(&full);
+                add(
+                    format!("udp {dst} {len} B partial"),
+                    part.clone(),
+                    Expect::Frame(full.clone()),
+                    1,
+                );
+                add(
+                    format!("udp {dst} {len} B full"),
+                    full.clone(),
+                    Expect::Unchanged,
+                    0,
+                );
+                // TCP: the same bytes under protocol 6, long enough for
+                // TCP's checksum field at offset 16.
+                if len >= 12 {
+                    let tcp = partial_l4(&with_protocol(&full, 6));
+                    add(
+                        format!("tcp {dst} {len} B partial"),
+                        tcp.clone(),
+                        Expect::Frame(completed(&tcp)),
+                        1,
+                    );
+                }
+                let tagged = partial_l4(&vlan(&full, ethertype::VLAN, 7));
+                add(
+                    format!("802.1Q udp {dst} {len} B partial"),
+                    tagged.clone(),
+                    Expect::Frame(completed(&tagged)),
+                    1,
+                );
+            }
+        }
+        let v4 = udp_ports(
+            ("198.18.0.1", "198.19.0.1"),
+            (40000, 7000),
+            342,
+            &[0x5a; 300],
+        );
+        let part = partial_l4(&v4);
+        // Left alone: a wrong checksum, a fragment, a datagram cut short,
+        // and every cut at a header boundary.
+        let mut wrong = part.clone();
+        let at = 14 + 20 + 6;
+        wrong[at] ^= 0x10;
+        add("udp wrong checksum".into(), wrong, Expect::Unchanged, 0);
+        add(
+            "ipv4 fragment".into(),
+            ip4_fragment(&part, true, 0),
+            Expect::Unchanged,
+            0,
+        );
+        add(
+            "datagram cut short".into(),
+            part[..200].to_vec(),
+            Expect::Unchanged,
+            0,
+        );
+        for (n, cut) in truncations(&part, 14 + 20 + 8) {
+            add(format!("partial cut at {n}"), cut, Expect::Unchanged, 0);
+        }
+        check_cases(&p, &cases);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use libbpf_rs::{MapCore, MapFlags};
+use std::os::fd::AsFd;
+
+use libbpf_rs::{MapCore, MapHandle};
 use peregrine_wire::MacAddr;
 
 use crate::error::{BpfError, Result};
@@ -69,13 +71,7 @@ impl std::str::FromStr for FibMode {
 
 /// Adds the steering rule `key` of `map`: matching frames go to port
 /// `ifindex` (`chain`: through that service chain first).
-fn steer(
-    map: &libbpf_rs::MapMut<'static>,
-    key: &[u8],
-    ifindex: u32,
-    chain: u32,
-    rule: &str,
-) -> Result<()> {
+fn steer(map: &MapHandle, key: &[u8], ifindex: u32, chain: u32, rule: &str) -> Result<()> {
     let t = steer_target { ifindex, chain };
     maps::update(
         map,
@@ -130,9 +126,19 @@ fn mac_of(iface: &str) -> Result<MacAddr> {
 
 /// The router, loaded: its XDP program (`prog`) and its tc program
 /// (`tc_prog`) share the ports, steering rules and counters, so a port
-/// can use either hook and `router stats` reads both alike.
+/// can use either hook and `router stats` reads both alike. Its maps are
+/// `RouterMaps` (through `Deref`): the same calls configure a router just
+/// loaded and one another process left running.
 pub struct RouterProgram {
     skel: Loaded<RouterSkel<'static>>,
+    maps: RouterMaps,
+}
+
+impl std::ops::Deref for RouterProgram {
+    type Target = RouterMaps;
+    fn deref(&self) -> &RouterMaps {
+        &self.maps
+    }
 }
 
 impl RouterProgram {
@@ -145,7 +151,22 @@ impl RouterProgram {
             };
             Ok(())
         })?;
-        Ok(RouterProgram { skel })
+        let m = &skel.maps;
+        let h = |map: &libbpf_rs::MapMut<'static>| {
+            libbpf_rs::MapHandle::try_from(map)
+                .map_err(BpfError::libbpf("opening a map of the router just loaded"))
+        };
+        let maps = RouterMaps {
+            port_stats: h(&m.port_stats)?,
+            ports: h(&m.ports)?,
+            tx_ports: h(&m.tx_ports)?,
+            steer_v4: h(&m.steer_v4)?,
+            steer_v6: h(&m.steer_v6)?,
+            steer_l4: h(&m.steer_l4)?,
+            steer_mac: h(&m.steer_mac)?,
+            port_macs: h(&m.port_macs)?,
+        };
+        Ok(RouterProgram { skel, maps })
     }
 
     /// The XDP program, for attaching and for BPF_PROG_RUN.
@@ -161,29 +182,120 @@ impl RouterProgram {
     /// The program that runs at `hook`: XDP, or tcx ingress (the router
     /// routes what arrives; it has no egress program).
     pub fn prog_at(&self, hook: Hook) -> Result<&libbpf_rs::ProgramMut<'static>> {
+        check_router_hook(hook)?;
         match hook {
             Hook::Xdp(_) => Ok(self.prog()),
-            Hook::Tcx(TcxDirection::Ingress) => Ok(self.tc_prog()),
-            Hook::Tcx(TcxDirection::Egress) => Err(BpfError::Invalid(
-                "the router runs at XDP or tcx ingress, not tcx egress".into(),
-            )),
+            Hook::Tcx(_) => Ok(self.tc_prog()),
         }
     }
 
     /// Attaches the router to `iface` at `hook` (an `XdpMode` means XDP in
     /// that mode; `Hook::Tcx(TcxDirection::Ingress)` the tc program) and
-    /// makes it a port: an egress frames may leave by, with its MAC stored
-    /// (XDP drops unicast frames for other MACs by it). `classify`: apply
-    /// steering rules to frames arriving here. Ports of one router may mix
-    /// hooks. For delivery into a container with bpf_redirect_peer, see
+    /// makes it a port (`RouterMaps::attach_port`). Ports of one router may
+    /// mix hooks. For delivery into a container with bpf_redirect_peer, see
     /// `set_peer_delivery`.
     pub fn attach(&self, iface: &str, hook: impl Into<Hook>, classify: bool) -> Result<Link> {
         let hook = hook.into();
+        self.maps
+            .attach_port(self.prog_at(hook)?, iface, hook, classify)
+    }
+
+    /// Pins the router's maps in `dir` so that it can be inspected and
+    /// changed after this process exits (with its links pinned too).
+    pub fn pin_maps(&mut self, dir: &Path) -> Result<()> {
+        let m = &mut self.skel.maps;
+        let maps: [(&str, &mut libbpf_rs::MapMut<'static>); 8] = [
+            ("port_stats", &mut m.port_stats),
+            ("ports", &mut m.ports),
+            ("tx_ports", &mut m.tx_ports),
+            ("steer_v4", &mut m.steer_v4),
+            ("steer_v6", &mut m.steer_v6),
+            ("steer_l4", &mut m.steer_l4),
+            ("steer_mac", &mut m.steer_mac),
+            ("port_macs", &mut m.port_macs),
+        ];
+        debug_assert_eq!(maps.len(), PINNED_MAPS.len());
+        for (name, map) in maps {
+            let p = dir.join(name);
+            let _ = std::fs::remove_file(&p);
+            map.pin(&p)
+                .map_err(BpfError::libbpf(format!("pinning {}", p.display())))?;
+        }
+        Ok(())
+    }
+}
+
+/// The router runs at XDP or tcx ingress, never tcx egress.
+fn check_router_hook(hook: Hook) -> Result<()> {
+    if hook == Hook::Tcx(TcxDirection::Egress) {
+        return Err(BpfError::Invalid(
+            "the router runs at XDP or tcx ingress, not tcx egress".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A router's maps: its ports, steering rules and counters, opened from a
+/// program just loaded (`RouterProgram` derefs to them) or from the pins of
+/// a running router (`pinned`), so a later command adds and removes ports
+/// the same way the attaching one made them.
+pub struct RouterMaps {
+    port_stats: MapHandle,
+    ports: MapHandle,
+    tx_ports: MapHandle,
+    steer_v4: MapHandle,
+    steer_v6: MapHandle,
+    steer_l4: MapHandle,
+    steer_mac: MapHandle,
+    port_macs: MapHandle,
+}
+
+impl RouterMaps {
+    /// The maps of the router pinned in `dir` (by `RouterProgram::pin_maps`).
+    pub fn pinned(dir: &Path) -> Result<RouterMaps> {
+        let open = |name: &str| {
+            let p = dir.join(name);
+            MapHandle::from_pinned_path(&p).map_err(BpfError::libbpf(format!(
+                "opening the router's map {} (is a router attached?)",
+                p.display()
+            )))
+        };
+        Ok(RouterMaps {
+            port_stats: open("port_stats")?,
+            ports: open("ports")?,
+            tx_ports: open("tx_ports")?,
+            steer_v4: open("steer_v4")?,
+            steer_v6: open("steer_v6")?,
+            steer_l4: open("steer_l4")?,
+            steer_mac: open("steer_mac")?,
+            port_macs: open("port_macs")?,
+        })
+    }
+
+    /// Attaches `prog` (this router's XDP or tc program, loaded here or
+    /// found by id from a running port's link) to `iface` at `hook` and
+    /// makes `iface` a port: an egress frames may leave by, with its MAC
+    /// stored (XDP drops unicast frames for other MACs by it). `classify`:
+    /// apply steering rules to frames arriving here. On error the new link
+    /// closes and the port is left as it was.
+    pub fn attach_port(
+        &self,
+        prog: &impl AsFd,
+        iface: &str,
+        hook: Hook,
+        classify: bool,
+    ) -> Result<Link> {
+        check_router_hook(hook)?;
         let mac = mac_of(iface)?;
-        let link = Link::attach(self.prog_at(hook)?, iface, hook)?;
-        self.add_port(link.ifindex)?;
-        self.set_port_mac(link.ifindex, mac)?;
-        self.set_port(link.ifindex, 0, classify)?;
+        let link = Link::attach(prog, iface, hook)?;
+        let made = self
+            .add_port(link.ifindex)
+            .and_then(|()| self.set_port_mac(link.ifindex, mac))
+            .and_then(|()| self.set_port(link.ifindex, 0, classify));
+        if let Err(e) = made {
+            let _ = self.remove_port(link.ifindex);
+            return Err(e);
+        }
         Ok(link)
     }
 
@@ -191,12 +303,34 @@ impl RouterProgram {
     pub fn add_port(&self, ifindex: u32) -> Result<()> {
         check_port(ifindex)?;
         maps::update(
-            &self.skel.maps.tx_ports,
+            &self.tx_ports,
             &ifindex.to_ne_bytes(),
             &ifindex.to_ne_bytes(),
             &format!("adding ifindex {ifindex} to the router's ports"),
         )?;
         self.update_port(ifindex, |p| p.flags |= router_port_flags::ROUTER_PORT_TX.0)
+    }
+
+    /// Takes `ifindex` out of the router: frames are no longer sent there
+    /// and its settings and MAC are forgotten (its counters stay until the
+    /// router goes). Steering rules and chain hops that name it make their
+    /// frames go to the kernel (no port).
+    pub fn remove_port(&self, ifindex: u32) -> Result<()> {
+        check_port(ifindex)?;
+        let p = self.port(ifindex)?;
+        let key = ifindex.to_ne_bytes();
+        let doing = format!("removing ifindex {ifindex} from the router's ports");
+        match self.tx_ports.delete(&key) {
+            Ok(()) => {}
+            // An array devmap entry that was never set reads as absent.
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => {}
+            Err(e) => return Err(BpfError::libbpf(doing.clone())(e)),
+        }
+        if p.flags & router_port_flags::ROUTER_PORT_MAC.0 != 0 {
+            let k = steer_mac_key { mac: p.mac, pad: 0 };
+            let _ = self.port_macs.delete(k.as_bytes());
+        }
+        maps::update(&self.ports, &key, router_port::default().as_bytes(), &doing)
     }
 
     /// Frames arriving on `ifindex` go on to `next_ifindex` (a service chain
@@ -213,12 +347,12 @@ impl RouterProgram {
     /// frames arriving there for a MAC that is neither this one nor another
     /// router port's (chains hand frames back addressed to the port they
     /// came in by), as the kernel drops PACKET_OTHERHOST frames; tc drops
-    /// those the kernel marked so, with the same exception (`attach` does
-    /// this).
+    /// those the kernel marked so, with the same exception (`attach_port`
+    /// does this).
     pub fn set_port_mac(&self, ifindex: u32, mac: MacAddr) -> Result<()> {
         let k = steer_mac_key { mac: mac.0, pad: 0 };
         maps::update(
-            &self.skel.maps.port_macs,
+            &self.port_macs,
             k.as_bytes(),
             &ifindex.to_ne_bytes(),
             &format!("recording the MAC of router port {ifindex}"),
@@ -252,21 +386,18 @@ impl RouterProgram {
     /// Port `ifindex`'s settings as the programs see them.
     pub fn port(&self, ifindex: u32) -> Result<router_port> {
         check_port(ifindex)?;
-        let v = self
-            .skel
-            .maps
-            .ports
-            .lookup(&ifindex.to_ne_bytes(), MapFlags::ANY)
-            .map_err(BpfError::libbpf(format!("reading router port {ifindex}")))?;
-        Ok(v.and_then(|b| router_port::from_bytes(&b))
-            .unwrap_or_default())
+        maps::read(
+            &self.ports,
+            &ifindex.to_ne_bytes(),
+            &format!("reading router port {ifindex}"),
+        )
     }
 
     fn update_port(&self, ifindex: u32, change: impl FnOnce(&mut router_port)) -> Result<()> {
         let mut p = self.port(ifindex)?;
         change(&mut p);
         maps::update(
-            &self.skel.maps.ports,
+            &self.ports,
             &ifindex.to_ne_bytes(),
             p.as_bytes(),
             &format!("configuring router port {ifindex}"),
@@ -276,21 +407,20 @@ impl RouterProgram {
     /// Steers frames to destinations in `net/plen` to port `ifindex`.
     pub fn steer_prefix(&self, net: IpAddr, plen: u8, ifindex: u32, chain: u32) -> Result<()> {
         let rule = format!("{net}/{plen}");
-        let m = &self.skel.maps;
         match net {
             IpAddr::V4(a) => {
                 let k = steer_v4_key {
                     prefixlen: u32::from(plen.min(32)),
                     addr: u32::from_ne_bytes(a.octets()),
                 };
-                steer(&m.steer_v4, k.as_bytes(), ifindex, chain, &rule)
+                steer(&self.steer_v4, k.as_bytes(), ifindex, chain, &rule)
             }
             IpAddr::V6(a) => {
                 let k = steer_v6_key {
                     prefixlen: u32::from(plen.min(128)),
                     addr: a.octets(),
                 };
-                steer(&m.steer_v6, k.as_bytes(), ifindex, chain, &rule)
+                steer(&self.steer_v6, k.as_bytes(), ifindex, chain, &rule)
             }
         }
     }
@@ -303,45 +433,19 @@ impl RouterProgram {
             port: port.to_be(),
         };
         let rule = format!("proto {proto} port {port}");
-        let m = &self.skel.maps;
-        steer(&m.steer_l4, k.as_bytes(), ifindex, chain, &rule)
+        steer(&self.steer_l4, k.as_bytes(), ifindex, chain, &rule)
     }
 
     /// Steers frames from source MAC `mac` (the source's method).
     pub fn steer_mac(&self, mac: MacAddr, ifindex: u32, chain: u32) -> Result<()> {
         let k = steer_mac_key { mac: mac.0, pad: 0 };
         let rule = format!("for source MAC {mac}");
-        let m = &self.skel.maps;
-        steer(&m.steer_mac, k.as_bytes(), ifindex, chain, &rule)
+        steer(&self.steer_mac, k.as_bytes(), ifindex, chain, &rule)
     }
 
     /// Counters of port `ifindex`, summed over CPUs.
     pub fn stats(&self, ifindex: u32) -> Result<PortStats> {
-        maps::read_per_cpu(&self.skel.maps.port_stats, &slot(ifindex).to_ne_bytes())
-    }
-
-    /// Pins the router's maps in `dir` so that it can be inspected and
-    /// changed after this process exits (with its links pinned too).
-    pub fn pin_maps(&mut self, dir: &Path) -> Result<()> {
-        let m = &mut self.skel.maps;
-        let maps: [(&str, &mut libbpf_rs::MapMut<'static>); 8] = [
-            ("port_stats", &mut m.port_stats),
-            ("ports", &mut m.ports),
-            ("tx_ports", &mut m.tx_ports),
-            ("steer_v4", &mut m.steer_v4),
-            ("steer_v6", &mut m.steer_v6),
-            ("steer_l4", &mut m.steer_l4),
-            ("steer_mac", &mut m.steer_mac),
-            ("port_macs", &mut m.port_macs),
-        ];
-        debug_assert_eq!(maps.len(), PINNED_MAPS.len());
-        for (name, map) in maps {
-            let p = dir.join(name);
-            let _ = std::fs::remove_file(&p);
-            map.pin(&p)
-                .map_err(BpfError::libbpf(format!("pinning {}", p.display())))?;
-        }
-        Ok(())
+        maps::read_per_cpu(&self.port_stats, &slot(ifindex).to_ne_bytes())
     }
 }
 

@@ -11,7 +11,10 @@ use peregrine_bpf::nf::NfStats;
 use peregrine_bpf::router::{action_name, read_pinned_stats, FibMode, PortStats, ACTIONS};
 use peregrine_bpf::XdpMode;
 use peregrine_dataplane::pins::{self, pinned_nf_stats, pinned_ports};
-use peregrine_dataplane::{hook, Dataplane, DataplaneConfig, HookChoice, NfConfig, PinScope};
+use peregrine_dataplane::{
+    hook, Dataplane, DataplaneConfig, HookChoice, NamedNamespaces, NfConfig, Pick, PinScope,
+    RouterHook, RunningRouter,
+};
 use peregrine_host::netns;
 use peregrine_lab::lab;
 
@@ -24,7 +27,8 @@ use crate::watch::{Counter, WatchArgs};
 #[derive(Subcommand)]
 pub enum RouterCmd {
     /// Attach the router to interfaces and leave it running (pinned in the
-    /// host's bpffs, keyed by this network namespace).
+    /// host's bpffs, keyed by this network namespace); where a router runs
+    /// already, the interfaces join it as ports.
     Attach {
         /// Interfaces (router ports) of the namespace to route between.
         #[arg(required = true)]
@@ -42,9 +46,14 @@ pub enum RouterCmd {
         #[command(flatten)]
         scope: Scope,
     },
-    /// Detach the router (all its ports) of this namespace, or with --all
-    /// every router attachment on the host (stale ones included).
+    /// Detach the router of this namespace (all its ports, or only the
+    /// ports named), or with --all every router attachment on the host
+    /// (stale ones included).
     Detach {
+        /// Ports to take out of the router (the others keep forwarding);
+        /// none: the whole router.
+        #[arg(conflicts_with = "all")]
+        ifaces: Vec<String>,
         /// Every router attached outside labs, in any namespace, and what
         /// killed runs or removed namespaces left behind.
         #[arg(long, conflicts_with_all = ["lab", "host"])]
@@ -158,8 +167,9 @@ impl StatsOutput {
     }
 }
 
+/// Refuses to deploy over a live data plane; removes a stale one.
 fn ensure_free(dir: &Path) -> Result<()> {
-    if dir.exists() {
+    if running_router(dir)?.is_some() {
         bail!(
             "a data plane is already attached here ({}); detach or remove it first",
             peregrine_bpf::bpffs::display(dir)
@@ -168,27 +178,71 @@ fn ensure_free(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Refuses to attach over a live router of this namespace; removes a
-/// stale one (its interfaces are gone, or a killed run left it half-made).
-fn ensure_free_router(dir: &Path, scope: &Scope) -> Result<()> {
+/// The live router of this namespace, if one runs (new ports join it);
+/// removes a stale one (its interfaces are gone, or a killed run left it
+/// half-made).
+fn running_router(dir: &Path) -> Result<Option<RunningRouter>> {
     if !dir.exists() {
-        return Ok(());
+        return Ok(None);
     }
-    let a = pins::attachment(dir);
-    if a.stale() {
+    if pins::attachment(dir).stale() {
         pins::remove(dir)?;
         eprintln!(
             "removed a stale router attachment ({})",
             peregrine_bpf::bpffs::display(dir)
         );
-        return Ok(());
+        return Ok(None);
     }
-    let on: Vec<&str> = a.ports.iter().map(|p| p.iface.as_str()).collect();
-    bail!(
-        "a router is already attached in {} (on {}); detach it first with `router detach`",
-        scope.pins().describe(),
-        on.join(" ")
+    Ok(Some(RunningRouter::open(dir)?))
+}
+
+/// `router attach` where a router runs: the interfaces join it as ports,
+/// at its hook. An explicit --hook naming the other hook, or `auto` on a
+/// port that needs tc next to an XDP router, is refused in one line.
+fn add_ports(
+    r: &RunningRouter,
+    ns: Option<&str>,
+    ifaces: &[String],
+    choice: HookChoice,
+    mode: Option<XdpMode>,
+    pick: Pick,
+    dir: &Path,
+) -> Result<()> {
+    let running_tc = r.hook_kind() == "tc";
+    if running_tc && mode.is_some() {
+        usage!("--mode is an XDP mode and the router here runs at tc; leave --mode out");
+    }
+    let hook = match (choice, pick.hook, running_tc) {
+        (HookChoice::Auto, RouterHook::Tc, false) => usage!(
+            "the router here runs at the XDP hook (on {}), and {} needs tc: {}; detach it and attach every port with --hook tc",
+            r.ports.join(" "),
+            ifaces.join(" "),
+            pick.why
+        ),
+        (HookChoice::Auto, _, true) => RouterHook::Tc,
+        (HookChoice::Xdp, _, true) | (HookChoice::Tc, _, false) => usage!(
+            "the router here runs at the {} hook (on {}); new ports join it there: leave --hook out or give --hook {}",
+            r.hook_kind(),
+            r.ports.join(" "),
+            r.hook_kind()
+        ),
+        (_, h, _) => h,
+    };
+    if let Some(w) = &pick.warning {
+        eprintln!("{w}");
+    }
+    r.add_ports(ns, ifaces, hook)?;
+    if let Err(e) = verify_attached(ifaces, dir) {
+        let _ = r.remove_ports(ns, ifaces);
+        return Err(e);
+    }
+    println!(
+        "added to the router ({hook}) here: {}; its ports: {} {}",
+        ifaces.join(" "),
+        r.ports.join(" "),
+        ifaces.join(" ")
     );
+    Ok(())
 }
 
 /// Pins a fresh deployment; on failure nothing stays attached or pinned
@@ -204,8 +258,8 @@ fn pin_or_undo(mut dp: Dataplane, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks that every port of a freshly pinned router runs its program (the
-/// attachment took); if one does not, removes everything and fails.
+/// Checks that every port in `ifaces` of the router pinned in `dir` runs
+/// its program (the attachment took).
 fn verify_attached(ifaces: &[String], dir: &Path) -> Result<()> {
     let a = pins::attachment(dir);
     for i in ifaces {
@@ -214,8 +268,7 @@ fn verify_attached(ifaces: &[String], dir: &Path) -> Result<()> {
             .iter()
             .any(|p| &p.iface == i && p.link.is_some_and(|l| l.live()));
         if !live {
-            let _ = pins::remove(dir);
-            bail!("the router did not take on {i}: its link is not attached after attaching; nothing left attached");
+            bail!("the router did not take on {i}: its link is not attached after attaching; nothing of this command left attached");
         }
     }
     Ok(())
@@ -286,8 +339,11 @@ fn attach(
         usage!("--mode is an XDP mode; --hook tc takes none (leave --mode out or use --hook xdp)");
     }
     let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
-    ensure_free_router(&dir, scope)?;
+    let running = running_router(&dir)?;
     let pick = netns::run_in_opt(ns.as_deref(), || hook::pick(hook, mode, ifaces))??;
+    if let Some(r) = running {
+        return add_ports(&r, ns.as_deref(), ifaces, hook, mode, pick, &dir);
+    }
     if hook == HookChoice::Auto {
         println!("hook: {} ({})", pick.hook, pick.why);
     }
@@ -300,7 +356,10 @@ fn attach(
         _ => dp.prepare_peers_here()?,
     }
     pin_or_undo(dp, &dir)?;
-    verify_attached(ifaces, &dir)?;
+    if let Err(e) = verify_attached(ifaces, &dir) {
+        let _ = pins::remove(&dir);
+        return Err(e);
+    }
     println!(
         "router attached ({}, fib {}) to {}",
         pick.hook,
@@ -325,7 +384,7 @@ fn attached_dir(scope: &Scope, hint: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn detach(all: bool, scope: &Scope) -> Result<()> {
+fn detach(all: bool, ifaces: &[String], scope: &Scope) -> Result<()> {
     require_caps("router detach")?;
     if all {
         let n = pins::remove_all_outside_labs()?;
@@ -340,6 +399,26 @@ fn detach(all: bool, scope: &Scope) -> Result<()> {
         return Ok(());
     }
     let dir = attached_dir(scope, "")?;
+    if !ifaces.is_empty() {
+        let r = RunningRouter::open(&dir)?;
+        let ns = scope.ns()?;
+        r.remove_ports(ns.as_deref(), ifaces)?;
+        let left: Vec<&str> = r
+            .ports
+            .iter()
+            .filter(|p| !ifaces.contains(p))
+            .map(|s| s.as_str())
+            .collect();
+        if !left.is_empty() {
+            println!(
+                "removed from the router: {}; its ports: {}",
+                ifaces.join(" "),
+                left.join(" ")
+            );
+            return Ok(());
+        }
+        // Every port named: the router goes as a whole, maps and all.
+    }
     pins::remove(&dir)?;
     println!("router detached");
     Ok(())
@@ -449,7 +528,7 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
             fib,
             scope,
         } => attach(&ifaces, hook, mode, fib, &scope),
-        RouterCmd::Detach { all, scope } => detach(all, &scope),
+        RouterCmd::Detach { all, ifaces, scope } => detach(all, &ifaces, &scope),
         RouterCmd::Stats { scope, out } => stats(&scope, &out),
         RouterCmd::List { json } => list(json),
     }
@@ -538,6 +617,7 @@ fn nf_counters(nfs: &[(NfConfig, NfStats)]) -> Vec<Counter> {
             ("received", s.packets, Some(s.bytes)),
             ("sent", s.sent, None),
             ("dropped", s.dropped, None),
+            ("csum_completed", s.csum_completed, None),
         ] {
             out.push(Counter::new(
                 &[
@@ -566,14 +646,22 @@ fn chain_stats(file: &Path, out: &StatsOutput) -> Result<()> {
                     serde_json::json!({
                         "host": n.host, "iface": n.iface, "kind": n.kind.name(),
                         "packets": s.packets, "bytes": s.bytes, "sent": s.sent,
-                        "dropped": s.dropped, "ip": s.ip,
+                        "dropped": s.dropped, "ip": s.ip, "csum_completed": s.csum_completed,
                     })
                 })
                 .collect();
             serde_json::json!({ "lab": lab, "functions": fs })
         },
         || {
-            let mut t = Table::new(&["function", "kind", "received", "bytes", "sent", "dropped"]);
+            let mut t = Table::new(&[
+                "function",
+                "kind",
+                "received",
+                "bytes",
+                "sent",
+                "dropped",
+                "csum completed",
+            ]);
             for (n, s) in &now {
                 t.row(vec![
                     format!("{}:{}", n.host, n.iface),
@@ -582,6 +670,7 @@ fn chain_stats(file: &Path, out: &StatsOutput) -> Result<()> {
                     s.bytes.to_string(),
                     s.sent.to_string(),
                     s.dropped.to_string(),
+                    s.csum_completed.to_string(),
                 ]);
             }
             t
@@ -598,24 +687,24 @@ pub fn chain(cmd: ChainCmd) -> Result<()> {
         ChainCmd::Apply { file } => {
             let cfg = DataplaneConfig::from_file(&file)
                 .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
-            let topo = lab::state(&cfg.lab)?.topology;
-            let scope = Scope {
-                lab: Some(cfg.lab.clone()),
-                host: Some(cfg.router.clone()),
-            };
-            let dir = scope.pins().dir()?;
+            require_caps("chain apply")?;
+            let pin_scope = PinScope::of(&cfg);
+            let dir = pin_scope.dir()?;
             ensure_free(&dir)?;
-            let dp = Dataplane::deploy(&topo, &cfg)?;
+            let dp = match &cfg.lab {
+                Some(l) => Dataplane::deploy(&lab::state(l)?.topology, &cfg)?,
+                None => Dataplane::deploy(&NamedNamespaces, &cfg)?,
+            };
             let nfs: Vec<String> = dp
                 .nfs
                 .iter()
                 .map(|n| format!("{}:{}", n.host, n.iface))
                 .collect();
+            let hook = dp.hook;
             pin_or_undo(dp, &dir)?;
             println!(
-                "applied: router on {}:{}, functions {}, chains {}",
-                cfg.lab,
-                cfg.router,
+                "applied: router ({hook}) in {}, functions {}, chains {}",
+                pin_scope.describe(),
                 nfs.join(" "),
                 cfg.chains
                     .iter()

@@ -145,6 +145,69 @@ fn attach_stats_detach_from_separate_ip_netns_exec() {
     assert!(!again.status.success(), "a second detach finds nothing");
 }
 
+/// A port joins a running router from a later `ip netns exec` (and leaves
+/// it again) while the other ports keep forwarding: attach a1 alone (A ->
+/// B then goes to the kernel: no port), add b0 (forwarded by the router),
+/// take b0 out (the kernel again), then a1 (the router is gone).
+#[test]
+fn ports_join_and_leave_a_running_router() {
+    let Some(t) = Topo::privileged_up("pgo5") else {
+        return;
+    };
+    ok(&t.router(&["attach", "a1"]), "router attach a1");
+    let no_port = |t: &Topo| {
+        let v = json(&t.router(&["stats", "--json"]), "router stats --json");
+        v["ports"][0]["rx"]["pass_no_port"]["packets"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(t.ping("198.18.2.1"), "the kernel forwards to B");
+    let (f0, n0) = (t.forwarded("a1").0, no_port(&t));
+    assert!(n0 >= 4, "b0 is no port yet: {n0} passed as no_port");
+
+    let add = t.router(&["attach", "b0"]);
+    ok(&add, "router attach b0 on a running router");
+    assert!(
+        text(&add.stdout).contains("its ports: a1 b0"),
+        "{}",
+        text(&add.stdout)
+    );
+    assert_eq!(t.listed().len(), 2, "both ports listed");
+    let ids: Vec<_> = t.listed().iter().map(|a| a["prog_id"].clone()).collect();
+    assert_eq!(ids[0], ids[1], "one program on both ports: {ids:?}");
+    assert!(t.ping("198.18.2.1"), "ping through the router");
+    assert!(
+        t.forwarded("a1").0 >= f0 + 4,
+        "a1 -> b0 forwarded by the router"
+    );
+    assert!(t.forwarded("b0").0 >= 4, "the replies too");
+    for (args, says) in [
+        (&["attach", "b0"][..], "b0 is already a port"),
+        (
+            &["attach", "b0", "--hook", "xdp"][..],
+            "runs at the tc hook",
+        ),
+        (&["detach", "nope"][..], "nope is not a port"),
+    ] {
+        let o = t.router(args);
+        assert!(!o.status.success(), "{args:?} refused");
+        let e = text(&o.stderr);
+        assert!(e.contains(says) && e.lines().count() == 1, "{args:?}: {e}");
+    }
+
+    ok(&t.router(&["detach", "b0"]), "router detach b0");
+    assert_eq!(t.hooked()[1], (None, 0), "b0 runs nothing");
+    assert_eq!(t.listed().len(), 1, "a1 is still attached");
+    let n1 = no_port(&t);
+    assert!(t.ping("198.18.2.1"), "the kernel forwards again");
+    assert!(no_port(&t) >= n1 + 4, "b0 is no port any more");
+    ok(
+        &t.router(&["detach", "a1"]),
+        "router detach a1 (the last port)",
+    );
+    t.assert_clean();
+}
+
 /// Routers of two namespaces are independent: attach in both, detach in S,
 /// R still forwards and its counters still move.
 #[test]
@@ -158,7 +221,7 @@ fn two_namespaces_have_their_own_routers() {
     let twice = s.router(&["attach", "a1", "b0"]);
     assert!(!twice.status.success(), "S already has one");
     assert!(
-        text(&twice.stderr).contains("already attached"),
+        text(&twice.stderr).contains("a1 is already a port"),
         "{}",
         text(&twice.stderr)
     );

@@ -14,11 +14,13 @@ use serde::Deserialize;
 use crate::error::{DataplaneError, Result};
 use crate::hook::HookChoice;
 
-/// A router (and optionally chains) for one host of a lab.
+/// A router (and optionally chains) for one host of a lab, or of network
+/// namespaces made by hand.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DataplaneConfig {
-    /// Lab the hosts belong to.
-    pub lab: String,
+    /// Lab the hosts belong to; None: hosts are network namespaces named
+    /// under /run/netns (as `ip netns add` makes them).
+    pub lab: Option<String>,
     /// Host that runs the router.
     pub router: String,
     /// Router ports facing the outside: routed, and classified for chains.
@@ -132,7 +134,7 @@ fn config(e: impl fmt::Display) -> DataplaneError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    lab: String,
+    lab: Option<String>,
     router: String,
     ports: Vec<String>,
     mode: Option<String>,

@@ -9,6 +9,7 @@
 //! - `hook`: XDP or tc on the router's ports, picked from the veth peers' offloads.
 //! - `peer`: pass-throughs that let a veth peer receive redirected frames.
 //! - `pins`: the one pin layout every command reads and writes.
+//! - `running`: ports added to and removed from a router left running.
 
 pub mod config;
 pub mod deploy;
@@ -17,11 +18,13 @@ pub mod hook;
 pub mod hosts;
 pub mod peer;
 pub mod pins;
+pub mod running;
 
 pub use config::{ChainConfig, ChainMatch, DataplaneConfig, NfConfig, NfKind};
 pub use deploy::{Dataplane, RunningNf};
 pub use error::{DataplaneError, Result};
 pub use hook::{HookChoice, Pick, RouterHook};
-pub use hosts::{HostIface, Hosts};
+pub use hosts::{HostIface, Hosts, NamedNamespaces};
 pub use peer::{ensure_xdp_receiver, PassThrough};
 pub use pins::PinScope;
+pub use running::RunningRouter;

@@ -30,12 +30,16 @@ pub fn ensure_peer_receives(port: &str) -> Result<Option<PassThrough>> {
         return Ok(None);
     };
     let iface = end.name()?;
-    // The label names the pin: no spaces ("pid 42" -> "pid42").
-    let label = match &end.ns {
+    end.run_in(|| receiver_here(&peer_label(&end), &iface))?
+}
+
+/// The name a port's peer's pass-through pin carries for the peer's
+/// namespace: no spaces ("pid 42" -> "pid42"), "here" for the caller's.
+pub(crate) fn peer_label(end: &peregrine_host::veth::PeerEnd) -> String {
+    match &end.ns {
         Some(n) => n.label.replace(' ', ""),
         None => "here".to_string(),
-    };
-    end.run_in(|| receiver_here(&label, &iface))?
+    }
 }
 
 fn receiver_here(ns: &str, iface: &str) -> Result<Option<PassThrough>> {

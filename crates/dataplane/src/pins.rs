@@ -15,8 +15,14 @@ use crate::error::{DataplaneError, Result};
 /// a container runtime, a plain shell).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PinScope {
-    LabHost { lab: String, host: String },
+    LabHost {
+        lab: String,
+        host: String,
+    },
     Here,
+    /// The network namespace named so under /run/netns: its pins are those
+    /// `Here` gives a command run in it (`router stats` there finds them).
+    Named(String),
 }
 
 /// Below the pin root: routers outside labs, one directory per network
@@ -29,9 +35,12 @@ pub const LEGACY_DIR: &str = "_root";
 impl PinScope {
     /// The deployment a declaration describes.
     pub fn of(cfg: &DataplaneConfig) -> PinScope {
-        PinScope::LabHost {
-            lab: cfg.lab.clone(),
-            host: cfg.router.clone(),
+        match &cfg.lab {
+            Some(lab) => PinScope::LabHost {
+                lab: lab.clone(),
+                host: cfg.router.clone(),
+            },
+            None => PinScope::Named(cfg.router.clone()),
         }
     }
 
@@ -41,6 +50,7 @@ impl PinScope {
         Ok(match self {
             PinScope::LabHost { lab, host } => format!("{lab}/dp-{host}"),
             PinScope::Here => format!("{NETNS_DIR}/{}", netns::cookie()?),
+            PinScope::Named(ns) => format!("{NETNS_DIR}/{}", netns::run_in(ns, netns::cookie)??),
         })
     }
 
@@ -54,6 +64,7 @@ impl PinScope {
         match self {
             PinScope::LabHost { lab, host } => format!("lab {lab} host {host}"),
             PinScope::Here => "this network namespace".into(),
+            PinScope::Named(ns) => format!("network namespace {ns}"),
         }
     }
 }
@@ -222,12 +233,12 @@ pub fn pinned_ports(dir: &Path) -> Result<Vec<(String, u32)>> {
 /// Counters of every network function `cfg` declares, as pinned by `chain
 /// apply`: (nf, counters), in the file's order.
 pub fn pinned_nf_stats(cfg: &DataplaneConfig) -> Result<Vec<(NfConfig, NfStats)>> {
-    let dir = PinScope::of(cfg).dir()?;
+    let scope = PinScope::of(cfg);
+    let dir = scope.dir()?;
     if !dir.exists() {
         return Err(DataplaneError::Other(format!(
-            "nothing applied for lab {} router {} ({} does not exist)",
-            cfg.lab,
-            cfg.router,
+            "nothing applied for the router of {} ({} does not exist)",
+            scope.describe(),
             peregrine_bpf::bpffs::display(&dir)
         )));
     }

@@ -122,6 +122,8 @@ enum Outcome {
     /// As Forward, the input and output frames changed alike by `edit`.
     ForwardEdited(UdpFrameSpec, fn(&[u8]) -> Vec<u8>),
     Pass,
+    /// Passed to the kernel as this spec's frame.
+    PassAs(UdpFrameSpec),
     Drop,
 }
 
@@ -151,6 +153,10 @@ fn fixture(via: Via, in0: u32, name: &str, input: Vec<u8>, out: &Outcome) -> Fix
             Expect::Frame(edit(&routed_for(s))),
         ),
         Outcome::Pass => (at_hook(XdpAction::Pass, TcAction::Ok), Expect::Unchanged),
+        Outcome::PassAs(s) => (
+            at_hook(XdpAction::Pass, TcAction::Ok),
+            Expect::Frame(build(s)),
+        ),
         Outcome::Drop => (at_hook(XdpAction::Drop, TcAction::Shot), Expect::Unchanged),
     };
     Fixture::new(name, input, verdict, output).on(in0)
@@ -181,15 +187,20 @@ fn passed(name: &'static str, dst: &str, ttl: u8, action: &'static str) -> Row {
 
 /// The FIB table, the same for every hook.
 fn fib_table() -> Vec<Row> {
-    use Outcome::{Drop, Forward, ForwardEdited, Pass};
+    use Outcome::{Drop, Forward, ForwardEdited, Pass, PassAs};
     // Neighbour solicitation (ICMPv6 to the solicited-node multicast group).
     let ns_frame = with_protocol(&build(&from_a("ff02::1:ff00:2", 255)), ipproto::ICMPV6);
     let mut foreign = from_a("198.19.0.5", 64);
     foreign.dst_mac = mac("02:50:00:00:01:99");
     // As a chain's container hands a frame back: addressed to the router
-    // port it first came in by, arriving on another. Routed, not foreign.
+    // port it first came in by, arriving on another. Routed, not foreign,
+    // and readdressed to the port it arrived on (the MAC from_a gives), so
+    // the kernel takes it as its own if it gets it: the unresolved
+    // neighbour case is passed so.
     let mut other_port = from_a("198.19.0.5", 64);
     other_port.dst_mac = mac("02:50:00:00:02:01");
+    let mut other_port_no_neigh = from_a("198.19.99.5", 64);
+    other_port_no_neigh.dst_mac = other_port.dst_mac;
     let mut bcast = from_a("198.19.0.5", 64);
     bcast.dst_mac = MacAddr::BROADCAST;
     let mut martian = from_a("198.19.0.5", 64);
@@ -219,8 +230,14 @@ fn fib_table() -> Vec<Row> {
         (
             "addressed to another router port's mac",
             build(&other_port),
-            Forward(other_port.clone()),
+            Forward(from_a("198.19.0.5", 64)),
             "forward",
+        ),
+        (
+            "another port's mac, unresolved neighbour",
+            build(&other_port_no_neigh),
+            PassAs(from_a("198.19.99.5", 64)),
+            "pass_no_neigh",
         ),
         passed("unresolved neighbour", "198.19.99.5", 64, "pass_no_neigh"),
         passed("ipv4 ttl 1", "198.19.0.5", 1, "pass_ttl"),

@@ -1,0 +1,161 @@
+//! A router another process attached and left running (found from its pins):
+//! ports added to it and taken out of it while it forwards, from any later
+//! command (`router attach` on a namespace that has a router,
+//! `router detach IFACE...`). The new port runs the same program the
+//! running ports run (found by id from a port's pinned link) on the same
+//! maps (their pins), so it is one router whichever command made a port.
+use std::path::{Path, PathBuf};
+
+use peregrine_bpf::link::PinnedLink;
+use peregrine_bpf::router::RouterMaps;
+use peregrine_bpf::{Hook, Link, TcxDirection};
+use peregrine_host::netns;
+
+use crate::error::{DataplaneError, Result};
+use crate::hook::RouterHook;
+use crate::peer::{ensure_peer_receives, peer_label};
+use crate::pins;
+
+/// A live router pinned in `dir`.
+pub struct RunningRouter {
+    dir: PathBuf,
+    maps: RouterMaps,
+    /// A live port's link: the program new ports run and its hook.
+    sample: PinnedLink,
+    /// Its ports' interface names.
+    pub ports: Vec<String>,
+}
+
+impl RunningRouter {
+    /// The router pinned in `dir`; an error when none of its ports is live.
+    pub fn open(dir: &Path) -> Result<RunningRouter> {
+        let a = pins::attachment(dir);
+        let sample = a
+            .ports
+            .iter()
+            .find_map(|p| p.link.filter(|l| l.live()))
+            .ok_or_else(|| {
+                DataplaneError::Other(format!(
+                    "no live router at {}",
+                    peregrine_bpf::bpffs::display(dir)
+                ))
+            })?;
+        Ok(RunningRouter {
+            dir: dir.to_path_buf(),
+            maps: RouterMaps::pinned(dir)?,
+            sample,
+            ports: a.ports.into_iter().map(|p| p.iface).collect(),
+        })
+    }
+
+    /// "xdp" or "tc": the hook its ports run at.
+    pub fn hook_kind(&self) -> &'static str {
+        self.sample.hook_kind()
+    }
+
+    /// Adds `ifaces` (interfaces of namespace `ns`, None: the caller's) as
+    /// ports at `hook`, which must be the hook the router runs at (its
+    /// other program is not reachable from its links). Each new link is
+    /// pinned beside the others; at the XDP hook each new port's veth peer
+    /// gets a pass-through as at attach. On error the ports added by this
+    /// call are taken out again and the running ones are untouched.
+    pub fn add_ports(&self, ns: Option<&str>, ifaces: &[String], hook: RouterHook) -> Result<()> {
+        let at = match hook {
+            RouterHook::Xdp(mode) => Hook::Xdp(mode),
+            RouterHook::Tc => Hook::Tcx(TcxDirection::Ingress),
+        };
+        if matches!(hook, RouterHook::Xdp(_)) != self.sample.xdp {
+            return Err(DataplaneError::Config(format!(
+                "the router here runs at the {} hook; a port cannot join it at {hook} (detach it and attach every port at one hook)",
+                self.hook_kind()
+            )));
+        }
+        if let Some(i) = ifaces.iter().find(|i| self.ports.contains(i)) {
+            return Err(DataplaneError::Config(format!(
+                "{i} is already a port of the router here"
+            )));
+        }
+        let prog = peregrine_bpf::maps::program_by_id(self.sample.prog_id)?;
+        let mut added: Vec<String> = Vec::new();
+        for iface in ifaces {
+            let made = self.add_port(ns, &prog, iface, hook, at);
+            if made.is_ok() || self.ports_pinned().contains(iface) {
+                added.push(iface.clone());
+            }
+            if let Err(e) = made {
+                let _ = self.remove_pinned(ns, &added);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn add_port(
+        &self,
+        ns: Option<&str>,
+        prog: &impl std::os::fd::AsFd,
+        iface: &str,
+        hook: RouterHook,
+        at: Hook,
+    ) -> Result<()> {
+        let link: Link = netns::run_in_opt(ns, || self.maps.attach_port(prog, iface, at, false))??;
+        if let Err(e) = link.pin(&pins::port_link(&self.dir, iface)) {
+            let _ = self.maps.remove_port(link.ifindex);
+            return Err(e.into());
+        }
+        if matches!(hook, RouterHook::Xdp(_)) {
+            if let Some(p) = netns::run_in_opt(ns, || ensure_peer_receives(iface))?? {
+                p.link.pin(&pins::peer_link(&self.dir, &p.ns, &p.iface))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Interfaces with a port link pinned now.
+    fn ports_pinned(&self) -> Vec<String> {
+        pins::attachment(&self.dir)
+            .ports
+            .into_iter()
+            .map(|p| p.iface)
+            .collect()
+    }
+
+    /// Takes `ifaces` out of the router: each one's link is detached at
+    /// once and unpinned, its entries leave the port maps, and the
+    /// pass-through on its veth peer (if the router put one there) goes.
+    /// Every name must be a port. Ports left keep forwarding.
+    pub fn remove_ports(&self, ns: Option<&str>, ifaces: &[String]) -> Result<()> {
+        if let Some(i) = ifaces.iter().find(|i| !self.ports.contains(i)) {
+            return Err(DataplaneError::Config(format!(
+                "{i} is not a port of the router here (its ports: {})",
+                self.ports.join(" ")
+            )));
+        }
+        self.remove_pinned(ns, ifaces)
+    }
+
+    fn remove_pinned(&self, ns: Option<&str>, ifaces: &[String]) -> Result<()> {
+        for iface in ifaces {
+            let path = pins::port_link(&self.dir, iface);
+            if let Ok(l) = peregrine_bpf::link::pinned_link(&path) {
+                if l.live() {
+                    self.maps.remove_port(l.ifindex)?;
+                }
+            }
+            peregrine_bpf::link::detach_pinned(&path)?;
+            // The pass-through the router put on this port's peer, if the
+            // port (and so its peer) is still there to be asked.
+            let peer = netns::run_in_opt(ns, || peregrine_host::veth::peer_end(iface))
+                .ok()
+                .and_then(|r| r.ok())
+                .flatten();
+            if let Some(end) = peer {
+                if let Ok(name) = end.name() {
+                    let p = pins::peer_link(&self.dir, &peer_label(&end), &name);
+                    peregrine_bpf::link::detach_pinned(&p)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
