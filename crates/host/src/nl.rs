@@ -76,6 +76,65 @@ impl Netlink {
         Ok(handle)
     }
 
+    /// A connection in the calling thread's namespace, not kept: the
+    /// thread may be in another namespace at the next call.
+    fn handle_here(&self) -> Result<Handle> {
+        let _enter = self.rt.enter();
+        let (conn, handle, _) = rtnetlink::new_connection()
+            .map_err(|e| HostError::Netlink(format!("opening netlink here: {e}")))?;
+        self.rt.spawn(conn);
+        Ok(handle)
+    }
+
+    /// Link `index` of the calling thread's namespace.
+    pub fn link_by_index_here(
+        &self,
+        index: u32,
+    ) -> Result<netlink_packet_route::link::LinkMessage> {
+        let h = self.handle_here()?;
+        self.block_on(async { h.link().get().match_index(index).execute().try_next().await })
+            .map_err(nl_err(format!("reading link {index}")))?
+            .ok_or_else(|| HostError::Netlink(format!("no interface with index {index}")))
+    }
+
+    /// The id the calling thread's namespace gives the namespace `ns`
+    /// (RTM_GETNSID by descriptor, so any namespace this process holds, not
+    /// only a /run/netns one); None when it has given it none.
+    pub fn nsid_here(&self, ns: &std::fs::File) -> Result<Option<i32>> {
+        use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST};
+        use netlink_packet_route::nsid::{NsidAttribute, NsidMessage};
+        use netlink_packet_route::RouteNetlinkMessage;
+        let mut h = self.handle_here()?;
+        let mut msg = NsidMessage::default();
+        msg.attributes
+            .push(NsidAttribute::Fd(ns.as_raw_fd() as u32));
+        let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetNsId(msg));
+        req.header.flags = NLM_F_REQUEST | NLM_F_ACK;
+        let mut answers = h
+            .request(req)
+            .map_err(|e| HostError::Netlink(format!("reading a namespace id: {e}")))?;
+        self.block_on(async {
+            use futures::StreamExt;
+            while let Some(m) = answers.next().await {
+                match m.payload {
+                    NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNsId(m)) => {
+                        return Ok(m.attributes.iter().find_map(|a| match a {
+                            NsidAttribute::Id(id) if *id >= 0 => Some(*id),
+                            _ => None,
+                        }));
+                    }
+                    NetlinkPayload::Error(e) if e.code.is_some() => {
+                        return Err(nl_err("reading a namespace id")(
+                            rtnetlink::Error::NetlinkError(e),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+            Ok(None)
+        })
+    }
+
     fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.rt.block_on(f)
     }

@@ -1,22 +1,15 @@
 //! A veth's other end, wherever it is: its interface index and, when it is
 //! in another network namespace, that namespace, found by asking the
 //! kernel which namespace carries the veth's link-netnsid (RTM_GETNSID on
-//! each namespace this process can find). Its offloads decide whether an
-//! XDP program on this end may redirect what it sends.
-use std::fs::File;
-use std::os::fd::AsRawFd;
-
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST,
-};
-use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkInfo, LinkMessage};
-use netlink_packet_route::nsid::{NsidAttribute, NsidMessage};
-use netlink_packet_route::RouteNetlinkMessage;
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+//! each namespace this process can find), asked through `nl`'s rtnetlink.
+//! Its offloads decide whether an XDP program on this end may redirect
+//! what it sends.
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkInfo};
 
 use crate::error::{HostError, Result};
 use crate::netdev::{tx_offloads, TxOffloads};
 use crate::netns;
+use crate::nl::Netlink;
 
 /// The other end of a veth.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,17 +51,8 @@ impl PeerEnd {
 pub fn peer_end(iface: &str) -> Result<Option<PeerEnd>> {
     let ifindex = nix::net::if_::if_nametoindex(iface)
         .map_err(|_| HostError::Other(format!("no interface {iface:?}")))?;
-    let mut msg = LinkMessage::default();
-    msg.header.index = ifindex;
-    let reply = request(
-        RouteNetlinkMessage::GetLink(msg),
-        &format!("reading link {iface}"),
-    )?;
-    let RouteNetlinkMessage::NewLink(link) = reply else {
-        return Err(HostError::Netlink(format!(
-            "reading link {iface}: unexpected reply"
-        )));
-    };
+    let nl = Netlink::new()?;
+    let link = nl.link_by_index_here(ifindex)?;
     let mut veth = false;
     let mut peer = None;
     let mut nsid = None;
@@ -94,7 +78,7 @@ pub fn peer_end(iface: &str) -> Result<Option<PeerEnd>> {
         }));
     };
     for f in netns::find_all() {
-        if nsid_of(&f.file).ok().flatten() == Some(nsid) {
+        if nl.nsid_here(&f.file).ok().flatten() == Some(nsid) {
             return Ok(Some(PeerEnd {
                 ifindex: peer,
                 ns: Some(f),
@@ -120,67 +104,4 @@ pub fn peer_of(iface: &str) -> Result<Option<VethPeer>> {
         ns: end.ns.map(|n| n.label),
         offloads,
     }))
-}
-
-/// The id the calling thread's namespace gives namespace `ns`, if any.
-fn nsid_of(ns: &File) -> Result<Option<i32>> {
-    let mut msg = NsidMessage::default();
-    msg.attributes
-        .push(NsidAttribute::Fd(ns.as_raw_fd() as u32));
-    let reply = request(RouteNetlinkMessage::GetNsId(msg), "reading a namespace id")?;
-    let RouteNetlinkMessage::NewNsId(m) = reply else {
-        return Ok(None);
-    };
-    Ok(m.attributes.iter().find_map(|a| match a {
-        NsidAttribute::Id(id) if *id >= 0 => Some(*id),
-        _ => None,
-    }))
-}
-
-/// One rtnetlink request, answered by one message, on a socket of the
-/// calling thread's namespace.
-fn request(msg: RouteNetlinkMessage, what: &str) -> Result<RouteNetlinkMessage> {
-    let err = |e: std::io::Error| HostError::Netlink(format!("{what}: {e}"));
-    let mut sock = Socket::new(NETLINK_ROUTE).map_err(err)?;
-    sock.bind_auto().map_err(err)?;
-    sock.connect(&SocketAddr::new(0, 0)).map_err(err)?;
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_ACK;
-    header.sequence_number = 1;
-    let mut req = NetlinkMessage::new(header, NetlinkPayload::from(msg));
-    req.finalize();
-    let mut buf = vec![0u8; req.buffer_len()];
-    req.serialize(&mut buf);
-    sock.send(&buf, 0).map_err(err)?;
-    let mut answer = None;
-    // The reply, then the ACK; bounded in case the kernel says more.
-    for _ in 0..8 {
-        let mut rbuf = vec![0u8; 32 * 1024];
-        let n = sock.recv(&mut &mut rbuf[..], 0).map_err(err)?;
-        let mut off = 0;
-        while off < n {
-            let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rbuf[off..n])
-                .map_err(|e| HostError::Netlink(format!("{what}: {e}")))?;
-            let len = m.header.length as usize;
-            match m.payload {
-                NetlinkPayload::InnerMessage(r) => answer = Some(r),
-                NetlinkPayload::Error(e) => match e.code {
-                    Some(c) => {
-                        return Err(err(std::io::Error::from_raw_os_error(-c.get())));
-                    }
-                    None => {
-                        return answer.ok_or_else(|| {
-                            HostError::Netlink(format!("{what}: no answer before the ACK"))
-                        })
-                    }
-                },
-                _ => {}
-            }
-            if len == 0 {
-                break;
-            }
-            off += (len + 3) & !3;
-        }
-    }
-    answer.ok_or_else(|| HostError::Netlink(format!("{what}: no answer")))
 }
