@@ -45,6 +45,8 @@ pub struct RouterBenchConfig {
     pub quick: bool,
     /// Length of each iperf3 TCP transfer.
     pub tcp_time: Duration,
+    /// When not empty: only the scenarios whose name contains one of these.
+    pub only: Vec<String>,
     /// A local build of xdp-tools' xdp-forward, compared beside the XDP
     /// router in the 1-flow scenarios when given.
     pub xdp_forward: Option<PathBuf>,
@@ -198,16 +200,6 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     let trial = a.trial;
     let dut_cpu = a.placement.dut_cpu()?;
     let loss = a.placement.loss_tolerance()?;
-    let topo = builtin_topology("chain", "benchrt")?;
-    eprintln!(
-        "building lab {} (gen -> dut -> sink, containers c1 c2)",
-        topo.name
-    );
-    let lab = Lab::up(topo, Lifetime::Ephemeral)?;
-    let mut nl = Netlink::new()?;
-    let path = ChainPath::new();
-    let (sink, drops) = path.drop_sink(&lab)?;
-    let dut = lab.ns("dut");
     let mut figures: Vec<Figure> = Vec::new();
 
     let both = vec![Contender::Linux, Contender::Xdp];
@@ -271,6 +263,28 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
         ]);
     }
 
+    let picked = |name: &str| a.only.is_empty() || a.only.iter().any(|o| name.contains(o.as_str()));
+    scenarios.retain(|s| picked(&s.name));
+    let mut tcp_scenarios = tcp_scenarios(a.quick);
+    tcp_scenarios.retain(|s| picked(&s.name));
+    if scenarios.is_empty() && tcp_scenarios.is_empty() {
+        return Err(crate::BadSetting(format!(
+            "no scenario's name contains {}",
+            a.only.join(" or ")
+        ))
+        .into());
+    }
+
+    let topo = builtin_topology("chain", "benchrt")?;
+    eprintln!(
+        "building lab {} (gen -> dut -> sink, containers c1 c2)",
+        topo.name
+    );
+    let lab = Lab::up(topo, Lifetime::Ephemeral)?;
+    let mut nl = Netlink::new()?;
+    let path = ChainPath::new();
+    let (sink, drops) = path.drop_sink(&lab)?;
+    let dut = lab.ns("dut");
     let mut runs = Vec::new();
     let mut table_routes = false;
     for (si, cfg) in scenarios.iter().enumerate() {
@@ -327,6 +341,10 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
                     scenario: si,
                     contender: c,
                     rfc2544: summary.clone(),
+                    saturation_pps: trials
+                        .iter()
+                        .find(|t| t.phase == "max" || t.phase == "saturate")
+                        .map(|t| t.delivered_pps),
                 });
                 runs.push(Run {
                     label,
@@ -341,7 +359,6 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     }
     drop(drops);
     drop(sink);
-    let tcp_scenarios = tcp_scenarios(a.quick);
     for round in 1..=a.rounds.max(1) {
         for cfg in &tcp_scenarios {
             for &c in &cfg.contenders {
@@ -431,6 +448,9 @@ fn tcp_run(
     let mut notes = vec![
         "iperf3 client in gen, server in sink, through the dut; processes and receive work unpinned".to_string(),
     ];
+    if c == Contender::Tc {
+        notes.push("tc router: routed frames enter gen and sink with bpf_redirect_peer (their eth0 run no XDP here)".into());
+    }
     let _offloads = if c == Contender::Xdp {
         let ends: Vec<(String, String)> = path_ends()
             .iter()
@@ -496,6 +516,21 @@ struct Figure {
     scenario: usize,
     contender: Contender,
     rfc2544: Rfc2544,
+    /// Delivered by the search's first, unpaced trial: the DUT at
+    /// saturation, which this VM's scheduling hiccups move far less than
+    /// a loss-bounded search.
+    saturation_pps: Option<f64>,
+}
+
+/// Median delivered rate at saturation over the rounds of one contender in
+/// one scenario.
+fn median_saturation(figures: &[Figure], scenario: usize, contender: Contender) -> Option<f64> {
+    let v: Vec<f64> = figures
+        .iter()
+        .filter(|f| f.scenario == scenario && f.contender == contender)
+        .filter_map(|f| f.saturation_pps)
+        .collect();
+    (!v.is_empty()).then(|| median(&v))
 }
 
 /// Median RFC 2544 throughput over the rounds of one contender in one
@@ -536,6 +571,20 @@ fn print_ratios(scenarios: &[Scenario], figures: &[Figure]) {
             ) else {
                 continue;
             };
+            if let (Some(ts), Some(bs)) = (
+                median_saturation(figures, si, top),
+                median_saturation(figures, si, bottom),
+            ) {
+                println!(
+                    "saturation  {}: {} {:.3} Mpps / {} {:.3} Mpps = {:.2}x (medians of the unpaced trials)",
+                    cfg.name,
+                    top.label(),
+                    ts / 1e6,
+                    bottom.label(),
+                    bs / 1e6,
+                    ts / bs.max(1.0)
+                );
+            }
             println!(
                 "ratio  {}: {} {} / {} {} = {:.2}x{} (medians)",
                 cfg.name,

@@ -383,6 +383,11 @@ impl RouterMaps {
         })
     }
 
+    /// Whether port `ifindex` delivers with bpf_redirect_peer (tc).
+    pub fn peer_delivery(&self, ifindex: u32) -> Result<bool> {
+        Ok(self.port(ifindex)?.flags & router_port_flags::ROUTER_PORT_PEER.0 != 0)
+    }
+
     /// Port `ifindex`'s settings as the programs see them.
     pub fn port(&self, ifindex: u32) -> Result<router_port> {
         check_port(ifindex)?;

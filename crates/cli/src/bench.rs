@@ -200,6 +200,11 @@ pub struct BenchRouterArgs {
     /// Length of each iperf3 TCP transfer (3, 3s).
     #[arg(long, default_value = "3s")]
     pub tcp_time: DurationArg,
+    /// Run only the scenarios whose name contains TEXT (repeatable), e.g.
+    /// "1 flow" for the 64 B IPv4 and 78 B IPv6 single-flow runs, "tcp" for
+    /// the iperf3 rows; every name is listed in the result's runs.
+    #[arg(long, value_name = "TEXT")]
+    pub scenario: Vec<String>,
     /// A local build of xdp-tools' xdp-forward to compare beside the XDP
     /// router in the 1-flow scenarios (never shipped with peregrine).
     #[arg(long, value_name = "PATH")]
@@ -330,6 +335,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             routes: a.routes,
             quick: a.quick,
             tcp_time: a.tcp_time.into(),
+            only: a.scenario,
             xdp_forward: a.xdp_forward,
             rounds: a.rounds,
             placement: (&a.placement).into(),

@@ -242,6 +242,7 @@ fn add_ports(
         r.ports.join(" "),
         ifaces.join(" ")
     );
+    say_peer_delivery(&r.peer_delivered(ifaces));
     Ok(())
 }
 
@@ -351,6 +352,12 @@ fn attach(
         eprintln!("{w}");
     }
     let mut dp = Dataplane::router(ns.as_deref(), ifaces, pick.hook, fib, false)?;
+    let peer: Vec<String> = dp
+        .ports
+        .iter()
+        .filter(|(_, l)| dp.router.peer_delivery(l.ifindex).unwrap_or(false))
+        .map(|(n, _)| n.clone())
+        .collect();
     match (&scope.lab, &scope.host) {
         (Some(l), Some(h)) => dp.prepare_peers(&lab::state(l)?.topology, h)?,
         _ => dp.prepare_peers_here()?,
@@ -366,7 +373,19 @@ fn attach(
         format!("{fib:?}").to_lowercase(),
         ifaces.join(" ")
     );
+    say_peer_delivery(&peer);
     Ok(())
+}
+
+/// Names the ports the tc router delivers through with bpf_redirect_peer,
+/// and what that means for an XDP program attached to their peers later.
+fn say_peer_delivery(ports: &[String]) {
+    if !ports.is_empty() {
+        println!(
+            "delivering into the peer's namespace with bpf_redirect_peer on {} (its veth peer runs no XDP; one attached there later is bypassed by routed traffic until the port is attached again)",
+            ports.join(" ")
+        );
+    }
 }
 
 /// The pin directory of the router attached in `scope`'s namespace; an

@@ -279,15 +279,20 @@ fn sigkilled_attach_is_found_and_removed_by_detach_all() {
     for n in ["A", "R", "B"] {
         netns::delete(&gone.ns(n)).unwrap();
     }
-    let out = Command::new(bin)
-        .args(["router", "list", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        text(&out.stdout).contains("\"stale\":true"),
-        "{}",
+    // The kernel tears a deleted namespace down from a work queue, after
+    // `ip netns delete` returns: its links go stale within moments.
+    let list = || {
+        let out = Command::new(bin)
+            .args(["router", "list", "--json"])
+            .output()
+            .unwrap();
         text(&out.stdout)
-    );
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while !list().contains("\"stale\":true") && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(list().contains("\"stale\":true"), "{}", list());
     ok(
         &pg_in(&t.ns("B"), &["router", "detach", "--all"]),
         "detach --all",

@@ -55,6 +55,12 @@ impl Dataplane {
             let l = netns::run_in_opt(ns, || attach_port(&router, p, hook, classify))??;
             links.push((p.clone(), l));
         }
+        if hook == RouterHook::Tc {
+            for (p, l) in &links {
+                let peer = netns::run_in_opt(ns, || delivers_to_peer(p))??;
+                router.set_peer_delivery(l.ifindex, peer)?;
+            }
+        }
         Ok(Dataplane {
             router,
             router_ns: ns.map(str::to_string),
@@ -155,6 +161,13 @@ impl Dataplane {
                 ChainMatch::SrcMac(mac) => dp.router.steer_mac(mac, first, chain)?,
             }
         }
+        if hook == RouterHook::Tc {
+            // Now that the functions run: their ports' peers have XDP.
+            for (p, l) in &dp.ports {
+                let peer = netns::run_in(&rns, || delivers_to_peer(p))??;
+                dp.router.set_peer_delivery(l.ifindex, peer)?;
+            }
+        }
         dp.prepare_peers(hosts, &cfg.router)?;
         Ok(dp)
     }
@@ -220,6 +233,25 @@ impl Dataplane {
             .map(|(n, l)| Ok((n.clone(), l.ifindex, self.router.stats(l.ifindex)?)))
             .collect()
     }
+}
+
+/// Whether the tc router delivers what it routes out of port `port` (in
+/// the calling thread's namespace) straight into the namespace of its veth
+/// peer with bpf_redirect_peer: the peer is in another namespace (a
+/// container) and runs no XDP program (redirect_peer skips the peer's XDP
+/// hook, where a network function or a counting sink would run). The skb
+/// then skips the veth's transmit and the peer's backlog queue.
+pub fn delivers_to_peer(port: &str) -> Result<bool> {
+    let Some(end) = peregrine_host::veth::peer_end(port)? else {
+        return Ok(false);
+    };
+    if end.ns.is_none() {
+        return Ok(false);
+    }
+    let idx = end.ifindex;
+    Ok(end
+        .run_in(|| peregrine_bpf::xdp::attached_prog_id(idx))??
+        .is_none())
 }
 
 /// Attaches the router to `iface` (in the calling thread's namespace) at

@@ -11,6 +11,7 @@ use peregrine_bpf::router::RouterMaps;
 use peregrine_bpf::{Hook, Link, TcxDirection};
 use peregrine_host::netns;
 
+use crate::deploy::delivers_to_peer;
 use crate::error::{DataplaneError, Result};
 use crate::hook::RouterHook;
 use crate::peer::{ensure_peer_receives, peer_label};
@@ -46,6 +47,21 @@ impl RunningRouter {
             sample,
             ports: a.ports.into_iter().map(|p| p.iface).collect(),
         })
+    }
+
+    /// The ports (of `ifaces`) that deliver into their peer's namespace
+    /// with bpf_redirect_peer.
+    pub fn peer_delivered(&self, ifaces: &[String]) -> Vec<String> {
+        let a = pins::attachment(&self.dir);
+        a.ports
+            .iter()
+            .filter(|p| ifaces.contains(&p.iface))
+            .filter(|p| {
+                p.link
+                    .is_some_and(|l| self.maps.peer_delivery(l.ifindex).unwrap_or(false))
+            })
+            .map(|p| p.iface.clone())
+            .collect()
     }
 
     /// "xdp" or "tc": the hook its ports run at.
@@ -99,9 +115,18 @@ impl RunningRouter {
         at: Hook,
     ) -> Result<()> {
         let link: Link = netns::run_in_opt(ns, || self.maps.attach_port(prog, iface, at, false))??;
-        if let Err(e) = link.pin(&pins::port_link(&self.dir, iface)) {
+        let peer = match hook {
+            RouterHook::Tc => netns::run_in_opt(ns, || delivers_to_peer(iface))??,
+            RouterHook::Xdp(_) => false,
+        };
+        let made = self
+            .maps
+            .set_peer_delivery(link.ifindex, peer)
+            .map_err(DataplaneError::from)
+            .and_then(|()| Ok(link.pin(&pins::port_link(&self.dir, iface))?));
+        if let Err(e) = made {
             let _ = self.maps.remove_port(link.ifindex);
-            return Err(e.into());
+            return Err(e);
         }
         if matches!(hook, RouterHook::Xdp(_)) {
             if let Some(p) = netns::run_in_opt(ns, || ensure_peer_receives(iface))?? {

@@ -1,0 +1,1 @@
+./target/release/peregrine bench router --scenario "1 flow" --rounds 5 --trial 1s --xdp-forward <local build of xdp-tools' xdp-forward> --name bench-router-1flow --out <dir>   # 2026-11-24 05:11-05:21 UTC
