@@ -341,7 +341,7 @@ fn router_and_chain_commands_work_and_leave_nothing() {
         "router", "attach", "in0", "out0", "--lab", "chain", "--host", "dut",
     ];
     ok(&run(&attach), "router attach");
-    assert_one_line_error(&run(&attach), "already attached");
+    assert_one_line_error(&run(&attach), "in0 is already a port");
     assert!(ping_sink_from_gen(), "ping through the data plane");
     assert!(in0_rx("forward") >= 2, "the router forwarded the ping");
     let detach = ["router", "detach", "--lab", "chain", "--host", "dut"];
