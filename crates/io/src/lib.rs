@@ -5,12 +5,14 @@
 //! call, a batch comes in into the caller's buffers with a `RecvMeta` each.
 //!
 //! - `udp`: kernel UDP sockets with sendmmsg/recvmmsg;
+//! - `packet_mmap`: AF_PACKET TX and RX rings shared with the kernel;
 //! - `recv_batch`: reusable buffers a batch is received into;
 //! - `addr`: socket addresses to and from the kernel's sockaddr.
 use std::io::IoSliceMut;
 use std::net::SocketAddr;
 
 mod addr;
+pub mod packet_mmap;
 mod recv_batch;
 mod udp;
 
