@@ -553,17 +553,16 @@ impl Receiver {
             };
             let cpu0 = thread_cpu();
             while !st.load(Ordering::Relaxed) {
-                let mut batch: Vec<(Vec<u8>, u64)> = Vec::new();
-                let mut took = |p: &[u8]| batch.push((p.to_vec(), 0));
-                let n = rx.receive(&mut took)?;
-                if n == 0 {
-                    continue;
-                }
-                let now = monotonic_ns();
                 let mut tl = t.lock().unwrap_or_else(|e| e.into_inner());
-                for (p, _) in &batch {
+                // The clock is read once a batch, when its first datagram is
+                // handled: every datagram of it was sent before then.
+                let mut now = 0;
+                rx.receive(&mut |p: &[u8]| {
+                    if now == 0 {
+                        now = monotonic_ns();
+                    }
                     tl.datagram(p, now);
-                }
+                })?;
                 c.store(tl.report.packets, Ordering::Relaxed);
             }
             Ok((rx.kernel_drops(), (thread_cpu() - cpu0).as_secs_f64(), note))
@@ -851,11 +850,35 @@ impl PathReceiver for XskReceiver {
     }
 }
 
-/// The route to `dst` from the calling thread's namespace: the interface,
-/// our address on it, its MAC and the next hop's MAC (resolved with one
-/// ARP/ND exchange if the kernel has no entry yet). Raw paths build frames
-/// with these.
-pub fn next_hop(dst: IpAddr) -> Result<(String, IpAddr, MacAddr, MacAddr)> {
+/// Refuses a payload whose IP packet exceeds `mtu` (datagrams are never
+/// fragmented here), naming `what` has that MTU.
+pub fn check_mtu(payload_len: usize, v6: bool, mtu: u32, what: &str) -> Result<()> {
+    let packet = payload_len + if v6 { 48 } else { 28 };
+    if packet > mtu as usize {
+        return Err(LabError::Config(format!(
+            "a {payload_len}-byte payload makes a {packet}-byte IP packet, more than {what}'s MTU of {mtu}"
+        )));
+    }
+    Ok(())
+}
+
+/// The way to a destination, as the kernel routes it.
+#[derive(Debug, Clone)]
+pub struct NextHop {
+    /// The interface the route leaves by, and its MTU.
+    pub iface: String,
+    pub mtu: u32,
+    /// Our address on it.
+    pub src: IpAddr,
+    pub src_mac: MacAddr,
+    /// The next hop's MAC (the destination's, on the same link).
+    pub dst_mac: MacAddr,
+}
+
+/// The route to `dst` from the calling thread's namespace, the next hop
+/// resolved with one ARP/ND exchange if the kernel has no entry yet. Raw
+/// paths build frames with it.
+pub fn next_hop(dst: IpAddr) -> Result<NextHop> {
     let route = ip_json(&["route", "get", &dst.to_string()])?;
     let r = route
         .first()
@@ -878,7 +901,8 @@ pub fn next_hop(dst: IpAddr) -> Result<(String, IpAddr, MacAddr, MacAddr)> {
         .and_then(|l| l["address"].as_str())
         .and_then(|m| m.parse().ok())
         .ok_or_else(|| LabError::Config(format!("{dev} has no MAC address")))?;
-    for attempt in 0..20 {
+    let mtu = own.first().and_then(|l| l["mtu"].as_u64()).unwrap_or(1500) as u32;
+    for attempt in 0..60 {
         let n = ip_json(&["neigh", "show", &hop.to_string(), "dev", &dev])?;
         let mac = n.first().and_then(|e| {
             let bad = e["state"]
@@ -886,11 +910,18 @@ pub fn next_hop(dst: IpAddr) -> Result<(String, IpAddr, MacAddr, MacAddr)> {
                 .is_some_and(|s| s.iter().any(|v| v == "INCOMPLETE" || v == "FAILED"));
             e["lladdr"].as_str().filter(|_| !bad)?.parse().ok()
         });
-        if let Some(mac) = mac {
-            return Ok((dev, src, src_mac, mac));
+        if let Some(dst_mac) = mac {
+            return Ok(NextHop {
+                iface: dev,
+                mtu,
+                src,
+                src_mac,
+                dst_mac,
+            });
         }
-        if attempt == 0 {
-            // One datagram to the discard port makes the kernel resolve.
+        if attempt % 10 == 0 {
+            // A datagram to the discard port makes the kernel resolve (again
+            // every 0.5 s: a link that was still coming up lost the last).
             let any: SocketAddr = if dst.is_ipv6() {
                 "[::]:0".parse().expect("literal")
             } else {
@@ -903,7 +934,7 @@ pub fn next_hop(dst: IpAddr) -> Result<(String, IpAddr, MacAddr, MacAddr)> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Err(LabError::Other(format!(
-        "next hop {hop} on {dev} did not resolve (no ARP/ND answer in 1 s)"
+        "next hop {hop} on {dev} did not resolve (no ARP/ND answer in 3 s)"
     )))
 }
 

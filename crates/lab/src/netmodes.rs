@@ -217,8 +217,47 @@ impl ModeLab {
     /// Builds the mode's lab (removed on drop, also on Ctrl-C).
     pub fn up(mode: NetMode) -> Result<ModeLab> {
         let lab = Lab::up(mode.topology()?, Lifetime::Ephemeral)?;
-        wait_for_carrier(&lab, Duration::from_secs(5))?;
-        Ok(ModeLab { mode, lab })
+        let ml = ModeLab { mode, lab };
+        for v6 in [false, true] {
+            ml.wait_until_carrying(v6, Duration::from_secs(5))?;
+        }
+        Ok(ml)
+    }
+
+    /// Sends a probe datagram every 10 ms from the sender's host to the
+    /// receiver's address until one arrives: bridges, NAT and neighbours
+    /// settle for a moment after a lab is built, and what is sent before is
+    /// lost.
+    fn wait_until_carrying(&self, v6: bool, timeout: Duration) -> Result<()> {
+        use peregrine_host::netns::run_in;
+        let io = |e: std::io::Error| LabError::Other(format!("mode {} probe: {e}", self.mode));
+        let rx =
+            run_in(&self.rx_ns(), || std::net::UdpSocket::bind(self.local(v6)))?.map_err(io)?;
+        rx.set_nonblocking(true).map_err(io)?;
+        let any: SocketAddr = if v6 { "[::]:0" } else { "0.0.0.0:0" }
+            .parse()
+            .expect("literal");
+        let tx = run_in(&self.tx_ns(), || std::net::UdpSocket::bind(any))?.map_err(io)?;
+        let start = Instant::now();
+        let mut buf = [0u8; 64];
+        while start.elapsed() < timeout {
+            peregrine_host::signals::check()?;
+            let _ = tx.send_to(b"peregrine probe", self.dst(v6));
+            std::thread::sleep(Duration::from_millis(10));
+            if rx.recv(&mut buf).is_ok() {
+                // Late probes still in flight must not reach a receiver.
+                std::thread::sleep(Duration::from_millis(20));
+                while rx.recv(&mut buf).is_ok() {}
+                return Ok(());
+            }
+        }
+        Err(LabError::Other(format!(
+            "mode {} carried no IPv{} datagram from {} to {} in {timeout:?}",
+            self.mode,
+            if v6 { 6 } else { 4 },
+            self.dst(v6),
+            self.local(v6)
+        )))
     }
 
     pub fn tx_ns(&self) -> String {
@@ -261,51 +300,8 @@ impl ModeLab {
 
     /// Refuses a payload the sender's link cannot carry unfragmented.
     pub fn check_fits(&self, payload_len: usize, v6: bool) -> Result<()> {
-        let packet = payload_len + if v6 { 48 } else { 28 };
-        let mtu = self.mtu() as usize;
-        if packet > mtu {
-            return Err(LabError::Config(format!(
-                "a {payload_len}-byte payload makes a {packet}-byte IP packet, more than mode {}'s MTU of {mtu}",
-                self.mode
-            )));
-        }
-        Ok(())
+        iopath::check_mtu(payload_len, v6, self.mtu(), &format!("mode {}", self.mode))
     }
-}
-
-/// Waits until every interface of `lab` has its carrier: a bridge comes up
-/// a moment after its first port does, and what is sent before is lost.
-fn wait_for_carrier(lab: &Lab, timeout: Duration) -> Result<()> {
-    let start = Instant::now();
-    for h in &lab.topology().hosts {
-        let ns = lab.ns(&h.name);
-        loop {
-            let out = std::process::Command::new("ip")
-                .args(["-j", "-n", &ns, "link", "show"])
-                .output()
-                .map_err(|e| LabError::Other(format!("running ip: {e}")))?;
-            let links: Vec<serde_json::Value> =
-                serde_json::from_slice(&out.stdout).unwrap_or_default();
-            let down: Vec<&str> = links
-                .iter()
-                .filter(|l| l["operstate"] == "DOWN" || l["operstate"] == "LOWERLAYERDOWN")
-                .filter_map(|l| l["ifname"].as_str())
-                .collect();
-            if down.is_empty() {
-                break;
-            }
-            if start.elapsed() > timeout {
-                return Err(LabError::Other(format!(
-                    "lab {}: {} still down in host {} after {timeout:?}",
-                    lab.name(),
-                    down.join(", "),
-                    h.name
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    Ok(())
 }
 
 /// One run of a path through a mode.
@@ -408,14 +404,13 @@ pub fn run_pair(ml: &ModeLab, spec: &PairSpec) -> Result<PairRun> {
         spec.cpus.map(|c| c.1),
     )?;
     let hop = peregrine_host::netns::run_in(&tx_ns, || iopath::next_hop(dst.ip()))??;
-    let (iface, src, src_mac, dst_mac) = hop;
     let cfg = SendConfig {
         path: spec.path,
-        iface,
+        iface: hop.iface,
         frame: peregrine_wire::UdpFrameSpec {
-            src_mac,
-            dst_mac,
-            src_ip: src,
+            src_mac: hop.src_mac,
+            dst_mac: hop.dst_mac,
+            src_ip: hop.src,
             dst_ip: dst.ip(),
             src_port: 40000,
             dst_port: dst.port(),
