@@ -83,9 +83,11 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum LabCmd {
-    /// Build a lab from a TOML file or a built-in name (pair, gen-dut-sink).
+    /// Build a lab from a TOML file or a built-in name (pair, gen-dut-sink,
+    /// chain, netmode-host|bridge|macvlan|overlay|same-host).
     Up {
-        /// A TOML file or a built-in name (pair, gen-dut-sink).
+        /// A TOML file or a built-in name (pair, gen-dut-sink, chain,
+        /// netmode-host|bridge|macvlan|overlay|same-host).
         topology: String,
         /// Stay in the foreground and remove the lab on Ctrl-C.
         #[arg(long)]

@@ -283,6 +283,25 @@ impl PathSender for SocketSender {
     }
 }
 
+/// Builds datagram `seq`'s whole frame into `buf` (the raw paths' slot or
+/// UMEM frame) with `wire`'s builder: its length, or 0 if it does not fit.
+fn build_frame(
+    frame: &UdpFrameSpec,
+    payload: &mut [u8],
+    seq: &mut u32,
+    now: u64,
+    buf: &mut [u8],
+) -> usize {
+    write_payload(payload, *seq, now);
+    match frame.write_into(buf, payload) {
+        Ok(()) => {
+            *seq = seq.wrapping_add(1);
+            frame.frame_len
+        }
+        Err(_) => 0,
+    }
+}
+
 /// PACKET_MMAP: frames built by `wire` in the TX ring, one flush a batch.
 struct MmapSender {
     ring: TxRing,
@@ -327,16 +346,7 @@ impl PathSender for MmapSender {
             payload,
             seq,
         } = self;
-        let sent = ring.send(n as usize, |buf| {
-            write_payload(payload, *seq, now);
-            match frame.write_into(buf, payload) {
-                Ok(()) => {
-                    *seq = seq.wrapping_add(1);
-                    frame.frame_len
-                }
-                Err(_) => 0,
-            }
-        })?;
+        let sent = ring.send(n as usize, |buf| build_frame(frame, payload, seq, now, buf))?;
         Ok(sent as u64)
     }
 
@@ -382,14 +392,7 @@ impl PathSender for XskSender {
         } = self;
         let sent = xsk
             .transmit(n.min(256) as u32, |buf| {
-                write_payload(payload, *seq, now);
-                match frame.write_into(buf, payload) {
-                    Ok(()) => {
-                        *seq = seq.wrapping_add(1);
-                        frame.frame_len
-                    }
-                    Err(_) => 0,
-                }
+                build_frame(frame, payload, seq, now, buf)
             })
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         Ok(u64::from(sent))
@@ -724,9 +727,22 @@ fn is_timeout(e: &std::io::Error) -> bool {
     )
 }
 
-/// Whether a checked frame is for `local` (address and port).
-fn for_local(u: &peregrine_wire::UdpFrame<'_>, local: SocketAddr) -> bool {
-    u.dst_port == local.port() && (local.ip().is_unspecified() || u.dst_ip == local.ip())
+/// A received frame as the raw receivers see it: Some(payload) for a
+/// checked UDP datagram to `local`, Some(empty) for a frame to `local`'s
+/// port that fails the checks (counted as corrupt), None for other traffic.
+/// Frames from a local kernel sender at default offloads hold a partial
+/// UDP checksum; the parser accepts exactly that.
+fn payload_for(frame: &[u8], local: SocketAddr) -> Option<&[u8]> {
+    match peregrine_wire::parse_udp_frame(frame) {
+        Ok(u)
+            if u.dst_port == local.port()
+                && (local.ip().is_unspecified() || u.dst_ip == local.ip()) =>
+        {
+            Some(u.payload)
+        }
+        Ok(_) => None,
+        Err(_) => is_our_port(frame, local.port()).then_some(&[]),
+    }
 }
 
 struct MmapReceiver {
@@ -740,20 +756,9 @@ impl PathReceiver for MmapReceiver {
         let mut n = 0;
         self.ring
             .receive(POLL, |frame, _status| {
-                // Frames from a local kernel sender at default offloads hold
-                // a partial UDP checksum; the parser accepts exactly that.
-                match peregrine_wire::parse_udp_frame(frame) {
-                    Ok(u) if for_local(&u, local) => {
-                        each(u.payload);
-                        n += 1;
-                    }
-                    // Not UDP, or not ours: but a frame to our port that
-                    // fails the checks is counted as corrupt.
-                    Err(_) if is_our_port(frame, local.port()) => {
-                        each(&[]);
-                        n += 1;
-                    }
-                    _ => {}
+                if let Some(p) = payload_for(frame, local) {
+                    each(p);
+                    n += 1;
                 }
             })
             .map_err(|e| LabError::Other(format!("mmap receiver: {e}")))?;
@@ -823,10 +828,8 @@ impl PathReceiver for XskReceiver {
         let (got, _) = self
             .xsk
             .process(256, |buf, len| {
-                match peregrine_wire::parse_udp_frame(&buf[..len]) {
-                    Ok(u) if for_local(&u, local) => each(u.payload),
-                    _ => each(&[]),
-                }
+                // The XDP program sends only our port here.
+                each(payload_for(&buf[..len], local).unwrap_or(&[]));
                 n += 1;
                 peregrine_xsk::Verdict::Drop
             })

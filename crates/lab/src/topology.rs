@@ -555,7 +555,16 @@ pub mod builtin {
         }
     }
 
-    pub const NAMES: &[&str] = &["pair", "gen-dut-sink", "chain"];
+    pub const NAMES: &[&str] = &[
+        "pair",
+        "gen-dut-sink",
+        "chain",
+        "netmode-host",
+        "netmode-bridge",
+        "netmode-macvlan",
+        "netmode-overlay",
+        "netmode-same-host",
+    ];
 }
 
 #[cfg(test)]

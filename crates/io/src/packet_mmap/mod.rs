@@ -124,7 +124,7 @@ impl Mapped {
     /// The status word at `offset` (a u32 at the start of a frame or
     /// block header), for atomic access shared with the kernel.
     fn status(&self, offset: usize) -> &std::sync::atomic::AtomicU32 {
-        assert!(offset + 4 <= self.len && offset % 4 == 0);
+        assert!(offset + 4 <= self.len && offset.is_multiple_of(4));
         // Safety: in bounds and aligned (checked); the mapping lives as
         // long as `self`; the kernel accesses this word atomically too.
         unsafe { &*self.base.add(offset).cast::<std::sync::atomic::AtomicU32>() }
