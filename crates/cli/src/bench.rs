@@ -35,8 +35,12 @@ pub enum BenchCmd {
 
 #[derive(Args, Clone)]
 pub struct BenchNetmodesArgs {
-    /// I/O paths compared, comma-separated (udp, mmsg, mmap, afxdp).
-    #[arg(long, value_delimiter = ',', default_value = "udp,mmsg,mmap,afxdp")]
+    /// I/O paths compared, comma-separated (udp, mmsg, mmsg-gso, mmap, afxdp).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "udp,mmsg,mmsg-gso,mmap,afxdp"
+    )]
     pub paths: Vec<peregrine_lab::iopath::IoPath>,
     /// Network modes, comma-separated (host, bridge, macvlan, overlay, same-host).
     #[arg(

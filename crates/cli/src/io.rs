@@ -24,8 +24,8 @@ pub enum IoCmd {
 
 #[derive(Args)]
 pub struct SendArgs {
-    /// udp (send per datagram), mmsg (sendmmsg), mmap (PACKET_MMAP TX ring)
-    /// or afxdp (AF_XDP TX ring).
+    /// udp (send per datagram), mmsg (sendmmsg), mmsg-gso (sendmmsg of UDP
+    /// GSO buffers), mmap (PACKET_MMAP TX ring) or afxdp (AF_XDP TX ring).
     #[arg(long)]
     pub path: IoPath,
     /// Destination ADDR:PORT (198.18.0.0/15 or 2001:db8::/32).
@@ -54,8 +54,9 @@ pub struct SendArgs {
 
 #[derive(Args)]
 pub struct RecvArgs {
-    /// udp (recv per datagram), mmsg (recvmmsg), mmap (TPACKET_V3 RX ring)
-    /// or afxdp (AF_XDP socket behind an XDP program on --iface).
+    /// udp (recv per datagram), mmsg (recvmmsg), mmsg-gso (recvmmsg with UDP
+    /// GRO), mmap (TPACKET_V3 RX ring) or afxdp (AF_XDP socket behind an XDP
+    /// program on --iface).
     #[arg(long)]
     pub path: IoPath,
     /// Local ADDR:PORT to take datagrams for.

@@ -305,8 +305,8 @@ fn bench_netmodes_quick_run_holds_together() {
         return;
     };
     assert!(stdout.contains("mmap/udp"), "{stdout}");
-    // 2 modes x (1 count + 2 rates + 2 sizes) x 4 paths.
-    assert_eq!(r.runs.len(), 40);
+    // 2 modes x (1 count + 2 rates + 2 sizes) x 5 paths.
+    assert_eq!(r.runs.len(), 50);
     for run in &r.runs {
         let v = |k: &str| run.values[k];
         for k in ["corrupt", "duplicates", "out_of_order"] {

@@ -25,7 +25,7 @@ fn io_send_and_recv_check_each_other_on_every_path() {
     }
     let _ = run(&["lab", "down", "nmsamehost"]);
     ok(&run(&["lab", "up", "netmode-same-host"]), "lab up");
-    for path in ["udp", "mmsg", "mmap", "afxdp"] {
+    for path in ["udp", "mmsg", "mmsg-gso", "mmap", "afxdp"] {
         let rx = in_ns(
             "pg-nmsamehost-c2",
             &[

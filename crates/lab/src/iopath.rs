@@ -5,6 +5,9 @@
 //! - `udp`: one `send`/`recv` per datagram on a kernel UDP socket (the
 //!   seed's baseline);
 //! - `mmsg`: kernel UDP with sendmmsg/recvmmsg (`peregrine_io::UdpBatch`);
+//! - `mmsg-gso`: the same with UDP GSO on the sender (one buffer of up to
+//!   64 datagrams per message, split by the stack) and UDP GRO on the
+//!   receiver (coalesced datagrams split by their segment size);
 //! - `mmap`: PACKET_MMAP, a TPACKET_V2 TX ring of frames built here and a
 //!   TPACKET_V3 RX block ring (`peregrine_io::packet_mmap`);
 //! - `afxdp`: AF_XDP sockets (`peregrine_xsk`), the receiver fed by
@@ -40,17 +43,26 @@ use crate::results::Latency;
 pub enum IoPath {
     Udp,
     Mmsg,
+    #[serde(rename = "mmsg-gso")]
+    MmsgGso,
     Mmap,
     Afxdp,
 }
 
 impl IoPath {
-    pub const ALL: [IoPath; 4] = [IoPath::Udp, IoPath::Mmsg, IoPath::Mmap, IoPath::Afxdp];
+    pub const ALL: [IoPath; 5] = [
+        IoPath::Udp,
+        IoPath::Mmsg,
+        IoPath::MmsgGso,
+        IoPath::Mmap,
+        IoPath::Afxdp,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             IoPath::Udp => "udp",
             IoPath::Mmsg => "mmsg",
+            IoPath::MmsgGso => "mmsg-gso",
             IoPath::Mmap => "mmap",
             IoPath::Afxdp => "afxdp",
         }
@@ -77,7 +89,7 @@ impl std::str::FromStr for IoPath {
             .find(|p| p.as_str() == s)
             .ok_or_else(|| {
                 LabError::Config(format!(
-                    "unknown I/O path {s:?}: expected udp, mmsg, mmap or afxdp"
+                    "unknown I/O path {s:?}: expected udp, mmsg, mmsg-gso, mmap or afxdp"
                 ))
             })
     }
@@ -186,7 +198,9 @@ pub fn send(cfg: &SendConfig, progress: &AtomicU64) -> Result<SendReport> {
     }
     let frame = cfg.frame.clone().sized_for(cfg.payload_len);
     let mut sender: Box<dyn PathSender> = match cfg.path {
-        IoPath::Udp | IoPath::Mmsg => Box::new(SocketSender::new(&frame, cfg.path)?),
+        IoPath::Udp | IoPath::Mmsg | IoPath::MmsgGso => {
+            Box::new(SocketSender::new(&frame, cfg.path)?)
+        }
         IoPath::Mmap => Box::new(MmapSender::new(&cfg.iface, frame)?),
         IoPath::Afxdp => Box::new(XskSender::new(&cfg.iface, frame)?),
     };
@@ -207,17 +221,25 @@ pub fn send(cfg: &SendConfig, progress: &AtomicU64) -> Result<SendReport> {
     })
 }
 
-/// Kernel UDP: one datagram per call (`udp`) or a batch (`mmsg`).
+/// Kernel UDP: one datagram per call (`udp`), a batch of messages
+/// (`mmsg`), or a batch of GSO buffers of several datagrams each
+/// (`mmsg-gso`).
 struct SocketSender {
     io: UdpBatch,
-    batch: usize,
-    payloads: Vec<Vec<u8>>,
+    /// One buffer per message of a call, `per_message` payloads each.
+    buffers: Vec<Vec<u8>>,
+    per_message: usize,
+    payload_len: usize,
+    plain: bool,
     seq: u32,
     drops: u64,
 }
 
 /// Datagrams per sendmmsg/recvmmsg.
 const MMSG_BATCH: usize = 64;
+
+/// GSO buffers per sendmmsg (each up to 64 datagrams, the kernel's most).
+const GSO_MESSAGES: usize = 8;
 
 impl SocketSender {
     fn new(f: &UdpFrameSpec, path: IoPath) -> Result<SocketSender> {
@@ -227,12 +249,22 @@ impl SocketSender {
             .map_err(|e| LabError::Other(format!("binding {src}: {e}")))?;
         s.connect(dst)
             .map_err(|e| LabError::Other(format!("connecting to {dst}: {e}")))?;
-        let batch = if path == IoPath::Mmsg { MMSG_BATCH } else { 1 };
         let plen = f.frame_len - f.header_len();
+        let (messages, per_message) = match path {
+            IoPath::Udp => (1, 1),
+            IoPath::MmsgGso => {
+                peregrine_io::set_udp_gso(&s, plen as u16)
+                    .map_err(|e| LabError::Other(format!("UDP GSO on {src}: {e}")))?;
+                (GSO_MESSAGES, (65_000 / plen).clamp(1, 64))
+            }
+            _ => (MMSG_BATCH, 1),
+        };
         Ok(SocketSender {
-            io: UdpBatch::new(s, batch),
-            batch,
-            payloads: vec![vec![0; plen]; batch],
+            io: UdpBatch::new(s, messages),
+            buffers: vec![vec![0; plen * per_message]; messages],
+            per_message,
+            payload_len: plen,
+            plain: path == IoPath::Udp,
             seq: 0,
             drops: 0,
         })
@@ -241,27 +273,29 @@ impl SocketSender {
 
 impl PathSender for SocketSender {
     fn max_batch(&self) -> u64 {
-        self.batch as u64
+        (self.buffers.len() * self.per_message) as u64
     }
 
     fn send(&mut self, n: u64) -> std::io::Result<u64> {
-        let n = (n as usize).min(self.batch);
+        let n = (n as usize).min(self.buffers.len() * self.per_message);
         let now = monotonic_ns();
-        for (i, b) in self.payloads.iter_mut().take(n).enumerate() {
-            write_payload(b, self.seq.wrapping_add(i as u32), now);
+        let (plen, k) = (self.payload_len, self.per_message);
+        for j in 0..n {
+            let b = &mut self.buffers[j / k][(j % k) * plen..][..plen];
+            write_payload(b, self.seq.wrapping_add(j as u32), now);
         }
-        let r = if self.batch == 1 {
+        let r = if self.plain {
             // The plain path: send(2), one datagram per call.
-            self.io.socket().send(&self.payloads[0]).map(|_| 1)
+            self.io.socket().send(&self.buffers[0]).map(|_| 1)
         } else {
-            let t: Vec<Transmit> = self.payloads[..n]
-                .iter()
-                .map(|b| Transmit {
+            let t: Vec<Transmit> = (0..n.div_ceil(k))
+                .map(|m| Transmit {
                     destination: None,
-                    contents: b,
+                    contents: &self.buffers[m][..(n - m * k).min(k) * plen],
                 })
                 .collect();
-            self.io.send(&t)
+            // Messages taken -> datagrams taken (the last may be partial).
+            self.io.send(&t).map(|msgs| (msgs * k).min(n))
         };
         let sent = match r {
             Ok(k) => k,
@@ -639,21 +673,28 @@ impl Drop for Receiver {
 
 fn open_receiver(cfg: &RecvConfig) -> Result<(Box<dyn PathReceiver>, String)> {
     Ok(match cfg.path {
-        IoPath::Udp | IoPath::Mmsg => {
+        IoPath::Udp | IoPath::Mmsg | IoPath::MmsgGso => {
             let s = std::net::UdpSocket::bind(cfg.local)
                 .map_err(|e| LabError::Other(format!("binding {}: {e}", cfg.local)))?;
             s.set_read_timeout(Some(POLL))
                 .map_err(|e| LabError::Other(e.to_string()))?;
             let granted = peregrine_io::deep_receive_buffer(&s, 16 << 20);
-            let batch = if cfg.path == IoPath::Mmsg {
-                MMSG_BATCH
-            } else {
+            let gro = cfg.path == IoPath::MmsgGso;
+            if gro {
+                peregrine_io::set_udp_gro(&s, true)
+                    .map_err(|e| LabError::Other(format!("UDP GRO on {}: {e}", cfg.local)))?;
+            }
+            let batch = if cfg.path == IoPath::Udp {
                 1
+            } else {
+                MMSG_BATCH
             };
+            // A GRO buffer holds up to 64 KiB of coalesced datagrams.
+            let slot = if gro { 65_536 } else { 2048 };
             (
                 Box::new(SocketReceiver {
                     io: UdpBatch::new(s, batch),
-                    slots: RecvBatch::new(batch, 2048),
+                    slots: RecvBatch::new(batch, slot),
                     plain: cfg.path == IoPath::Udp,
                     buf: vec![0; 2048],
                 }),
@@ -703,8 +744,16 @@ impl PathReceiver for SocketReceiver {
         }
         match self.slots.recv(&mut self.io) {
             Ok(n) => {
-                for (p, _) in self.slots.iter() {
-                    each(p);
+                for (p, m) in self.slots.iter() {
+                    // Coalesced by GRO: split at the segment size.
+                    let stride = if m.stride > 0 {
+                        m.stride
+                    } else {
+                        p.len().max(1)
+                    };
+                    for d in p.chunks(stride) {
+                        each(d);
+                    }
                 }
                 Ok(n)
             }
