@@ -159,6 +159,9 @@ pub struct SendReport {
     pub send_drops: u64,
     /// CPU time of the sending thread (user + system), seconds.
     pub cpu_s: f64,
+    /// When the first datagram went (for the delivery window).
+    #[serde(skip)]
+    pub started: Option<Instant>,
 }
 
 /// CPU time of the calling thread.
@@ -215,6 +218,7 @@ pub fn send(cfg: &SendConfig, progress: &AtomicU64) -> Result<SendReport> {
     .map_err(|e| LabError::Other(format!("{} sender: {e}", cfg.path)))?;
     Ok(SendReport {
         sent,
+        started: Some(start),
         elapsed_s: start.elapsed().as_secs_f64(),
         send_drops: sender.drops(),
         cpu_s: (thread_cpu() - cpu0).as_secs_f64(),
@@ -469,6 +473,9 @@ pub struct RecvReport {
     pub latency: Option<Latency>,
     /// How the receiver ran (AF_XDP: XDP mode and bind mode).
     pub note: String,
+    /// When the last intact datagram arrived.
+    #[serde(skip)]
+    pub last_arrival: Option<Instant>,
 }
 
 /// Per-datagram bookkeeping of a receiver: which sequence numbers came,
@@ -652,6 +659,7 @@ impl Receiver {
         r.kernel_drops = drops;
         r.cpu_s = cpu;
         r.note = note;
+        r.last_arrival = t.last;
         r.span_s = match (t.first, t.last) {
             (Some(a), Some(b)) => (b - a).as_secs_f64(),
             _ => 0.0,

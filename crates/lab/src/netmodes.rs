@@ -166,6 +166,9 @@ pub fn unavailable_modes() -> Vec<Unavailable> {
         .collect()
 }
 
+/// Namespaces of kernel probes: `pg-probe-<pid>`.
+const PROBE_PREFIX: &str = "pg-probe-";
+
 /// Why `f` is unavailable, or None if the kernel has it. Link kinds are
 /// tried for real in a throwaway namespace (removed again); Open vSwitch's
 /// datapath is a module that is either loaded or not.
@@ -179,7 +182,16 @@ fn probe_unavailable(f: Feature) -> Option<String> {
         Feature::Vlan => "vlan",
         Feature::Ipvlan => "ipvlan",
     };
-    let ns = format!("pg-probe-{}", std::process::id());
+    // Probes a killed run left behind go first (named by their pid).
+    for stale in peregrine_host::netns::list() {
+        let pid = stale
+            .strip_prefix(PROBE_PREFIX)
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
+            let _ = peregrine_host::netns::delete(&stale);
+        }
+    }
+    let ns = format!("{PROBE_PREFIX}{}", std::process::id());
     let _ = peregrine_host::netns::delete(&ns);
     peregrine_host::netns::create(&ns).ok()?;
     let ip = |args: &[&str]| {
@@ -344,16 +356,28 @@ pub struct PairRun {
     pub loss: LossSplit,
     /// Busy CPU time of the whole machine during the run, seconds.
     pub busy_cpu_s: f64,
+    /// From the first datagram sent to the last one received (at least
+    /// the sender's time): what the delivered rate is over. A receiver
+    /// still draining its queue after the sender stopped counts.
+    pub window_s: f64,
 }
 
 impl PairRun {
-    /// Delivered datagrams per second, over the sender's time.
+    /// Delivered datagrams per second, over the delivery window.
     pub fn delivered_pps(&self) -> f64 {
-        self.received.packets as f64 / self.sent.elapsed_s.max(1e-9)
+        self.received.packets as f64 / self.window_s.max(1e-9)
     }
 
-    /// Machine CPU per delivered datagram, nanoseconds.
+    /// CPU of the sending and receiving threads per delivered datagram,
+    /// nanoseconds: scheduler run time, exact, and with it the kernel work
+    /// done in their context (veth's receive side runs in the sender's).
     pub fn cpu_ns_per_packet(&self) -> f64 {
+        (self.sent.cpu_s + self.received.cpu_s) * 1e9 / self.received.packets.max(1) as f64
+    }
+
+    /// Busy CPU of the whole machine per delivered datagram (/proc/stat:
+    /// tick-sampled, so runs much shorter than a second read coarse).
+    pub fn machine_cpu_ns_per_packet(&self) -> f64 {
         self.busy_cpu_s * 1e9 / self.received.packets.max(1) as f64
     }
 }
@@ -449,7 +473,12 @@ pub fn run_pair(ml: &ModeLab, spec: &PairSpec) -> Result<PairRun> {
     loss.receiver = loss.receiver.min(lost - loss.sender);
     loss.path = loss.path.min(lost - loss.sender - loss.receiver);
     loss.unattributed = lost - loss.sender - loss.receiver - loss.path;
+    let drained = match (sent.started, received.last_arrival) {
+        (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
+        _ => 0.0,
+    };
     Ok(PairRun {
+        window_s: drained.max(sent.elapsed_s),
         mode: ml.mode,
         path: spec.path,
         payload_len: spec.payload_len,
