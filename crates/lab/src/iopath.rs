@@ -82,15 +82,13 @@ impl std::fmt::Display for IoPath {
 }
 
 impl std::str::FromStr for IoPath {
-    type Err = LabError;
-    fn from_str(s: &str) -> Result<Self> {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
         IoPath::ALL
             .into_iter()
             .find(|p| p.as_str() == s)
             .ok_or_else(|| {
-                LabError::Config(format!(
-                    "unknown I/O path {s:?}: expected udp, mmsg, mmsg-gso, mmap or afxdp"
-                ))
+                format!("unknown I/O path {s:?}: expected udp, mmsg, mmsg-gso, mmap or afxdp")
             })
     }
 }
@@ -187,14 +185,14 @@ trait PathSender {
 pub fn send(cfg: &SendConfig, progress: &AtomicU64) -> Result<SendReport> {
     let (lo, hi) = payload_limits(cfg.frame.dst_ip.is_ipv6());
     if cfg.payload_len < lo || cfg.payload_len > hi {
-        return Err(LabError::Config(format!(
+        return Err(LabError::Invalid(format!(
             "payload size {} outside {lo}..={hi} bytes",
             cfg.payload_len
         )));
     }
     for ip in [cfg.frame.src_ip, cfg.frame.dst_ip] {
         if !crate::topology::allowed_address(ip) {
-            return Err(LabError::Config(format!(
+            return Err(LabError::Invalid(format!(
                 "address {ip} is outside 198.18.0.0/15 and 2001:db8::/32; peregrine sends only to lab ranges"
             )));
         }
@@ -353,7 +351,7 @@ impl MmapSender {
         let ring = TxRing::open(iface, TxRingConfig::default())
             .map_err(|e| LabError::Other(format!("PACKET_MMAP TX ring on {iface}: {e}")))?;
         if frame.frame_len > ring.max_frame_len() {
-            return Err(LabError::Config(format!(
+            return Err(LabError::Invalid(format!(
                 "a {}-byte frame does not fit a TX ring slot ({} bytes)",
                 frame.frame_len,
                 ring.max_frame_len()
@@ -915,7 +913,7 @@ impl PathReceiver for XskReceiver {
 pub fn check_mtu(payload_len: usize, v6: bool, mtu: u32, what: &str) -> Result<()> {
     let packet = payload_len + if v6 { 48 } else { 28 };
     if packet > mtu as usize {
-        return Err(LabError::Config(format!(
+        return Err(LabError::Invalid(format!(
             "a {payload_len}-byte payload makes a {packet}-byte IP packet, more than {what}'s MTU of {mtu}"
         )));
     }
@@ -942,15 +940,15 @@ pub fn next_hop(dst: IpAddr) -> Result<NextHop> {
     let route = ip_json(&["route", "get", &dst.to_string()])?;
     let r = route
         .first()
-        .ok_or_else(|| LabError::Config(format!("no route to {dst}")))?;
+        .ok_or_else(|| LabError::Other(format!("no route to {dst}")))?;
     let dev = r["dev"]
         .as_str()
-        .ok_or_else(|| LabError::Config(format!("no route to {dst} through a device")))?
+        .ok_or_else(|| LabError::Other(format!("no route to {dst} through a device")))?
         .to_string();
     let src: IpAddr = r["prefsrc"]
         .as_str()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| LabError::Config(format!("no source address toward {dst}")))?;
+        .ok_or_else(|| LabError::Other(format!("no source address toward {dst}")))?;
     let hop: IpAddr = r["gateway"]
         .as_str()
         .and_then(|s| s.parse().ok())
@@ -960,7 +958,7 @@ pub fn next_hop(dst: IpAddr) -> Result<NextHop> {
         .first()
         .and_then(|l| l["address"].as_str())
         .and_then(|m| m.parse().ok())
-        .ok_or_else(|| LabError::Config(format!("{dev} has no MAC address")))?;
+        .ok_or_else(|| LabError::Other(format!("{dev} has no MAC address")))?;
     let mtu = own.first().and_then(|l| l["mtu"].as_u64()).unwrap_or(1500) as u32;
     for attempt in 0..60 {
         let n = ip_json(&["neigh", "show", &hop.to_string(), "dev", &dev])?;
@@ -1005,7 +1003,7 @@ fn ip_json(args: &[&str]) -> Result<Vec<serde_json::Value>> {
         .output()
         .map_err(|e| LabError::Other(format!("running ip: {e}")))?;
     if !out.status.success() {
-        return Err(LabError::Config(format!(
+        return Err(LabError::Other(format!(
             "ip {}: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()

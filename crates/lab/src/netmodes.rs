@@ -109,22 +109,22 @@ impl std::fmt::Display for NetMode {
 }
 
 impl std::str::FromStr for NetMode {
-    type Err = LabError;
-    fn from_str(s: &str) -> Result<Self> {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
         if let Some(u) = UNAVAILABLE.iter().find(|u| u.0 == s) {
-            return Err(LabError::Config(format!(
+            return Err(format!(
                 "network mode {s:?} cannot be built here: {}",
                 probe_unavailable(u.1)
                     .unwrap_or_else(|| "it needs a kernel feature this machine lacks".into())
-            )));
+            ));
         }
         NetMode::ALL
             .into_iter()
             .find(|m| m.as_str() == s)
             .ok_or_else(|| {
-                LabError::Config(format!(
+                format!(
                     "unknown network mode {s:?}: expected host, bridge, macvlan, overlay or same-host"
-                ))
+                )
             })
     }
 }
