@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   clang llvm libelf-dev zlib1g-dev pkg-config libbpf-dev linux-libc-dev  # BPF build
   iproute2 ethtool iputils-ping iperf3                                    # lab tools
+  nftables                                     # bench netmodes: NAT port publishing (bridge mode)
   prometheus                                   # promtool: tests check the metrics endpoints
 )
 

@@ -358,11 +358,23 @@ pub struct ResultOutput {
 
 impl ResultOutput {
     pub(crate) fn write(&self, result: &ResultFile) -> Result<()> {
-        write_outputs(result, &self.dir, &self.stem, self.json)
+        let table = peregrine_lab::compare::report(result);
+        write_outputs(result, &self.dir, &self.stem, self.json, &table)
+    }
+
+    /// As `write`, with the benchmark's own `table` for people.
+    pub(crate) fn write_with_table(&self, result: &ResultFile, table: &str) -> Result<()> {
+        write_outputs(result, &self.dir, &self.stem, self.json, table)
     }
 }
 
-fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: bool) -> Result<()> {
+fn write_outputs(
+    result: &ResultFile,
+    out: &Path,
+    stem: &str,
+    json: bool,
+    table: &str,
+) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let path = out.join(format!("{stem}.json"));
     std::fs::write(&path, result.to_json())
@@ -375,7 +387,7 @@ fn write_outputs(result: &ResultFile, out: &Path, stem: &str, json: bool) -> Res
     if json {
         println!("{}", result.to_json());
     } else {
-        print!("{}", peregrine_lab::compare::report(result));
+        print!("{table}");
         println!("wrote {}", path.display());
         for p in plots {
             println!("wrote {}", p.display());

@@ -29,6 +29,7 @@ macro_rules! bad_setting {
 pub mod common;
 pub mod faas;
 pub mod gen;
+pub mod netmodes;
 pub mod qos;
 mod qos_sched;
 pub mod report;

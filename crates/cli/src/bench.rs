@@ -27,6 +27,77 @@ pub enum BenchCmd {
     /// TCP goodput, the cost of 100,000 rules) and the AF_XDP scheduler
     /// (WFQ shares with UDP and TCP, strict priority, saturation).
     Qos(BenchQosArgs),
+    /// Seed 003 again: udp, mmsg, PACKET_MMAP and AF_XDP across container
+    /// network modes (host, bridge with NAT, macvlan, overlay, same-host),
+    /// its three scenarios, loss by place, CPU per datagram, latency.
+    Netmodes(BenchNetmodesArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct BenchNetmodesArgs {
+    /// I/O paths compared, comma-separated (udp, mmsg, mmsg-gso, mmap, afxdp).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "udp,mmsg,mmsg-gso,mmap,afxdp"
+    )]
+    pub paths: Vec<peregrine_lab::iopath::IoPath>,
+    /// Network modes, comma-separated (host, bridge, macvlan, overlay, same-host).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "host,bridge,macvlan,overlay,same-host"
+    )]
+    pub modes: Vec<peregrine_lab::netmodes::NetMode>,
+    /// Scenarios, comma-separated: I (count), II (rate), III (size).
+    #[arg(long, value_delimiter = ',', default_value = "I,II,III")]
+    pub scenarios: Vec<String>,
+    /// Scenario I: datagrams per run (the seed: 2M..10M).
+    #[arg(long, value_delimiter = ',', default_value = "2M,4M,6M,8M,10M")]
+    pub counts: Vec<RateArg>,
+    /// Scenario II: offered rates (bit/s of frames with FCS), then
+    /// "unpaced" for saturation.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "200Mbit,400Mbit,600Mbit,800Mbit,unpaced"
+    )]
+    pub rates: Vec<String>,
+    /// Scenario III: UDP payload sizes in bytes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "64,128,256,512,1024,1472"
+    )]
+    pub sizes: Vec<usize>,
+    /// Rate of scenarios I and III (the seed: 500 Mbit/s).
+    #[arg(long, default_value = "500Mbit")]
+    pub rate: RateArg,
+    /// Datagrams per run in scenarios II and III (the seed: 1M).
+    #[arg(long, default_value = "1M")]
+    pub count: RateArg,
+    /// Longest a run sends.
+    #[arg(long, default_value = "30s")]
+    pub max_run: DurationArg,
+    /// Repeats of every point; paths alternate within each.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: u32,
+    /// Send IPv6 instead of IPv4.
+    #[arg(long)]
+    pub ipv6: bool,
+    /// A short run for CI: 20k datagrams, two rates, two sizes, one repeat
+    /// (overrides --counts, --rates, --sizes, --count and --repeats).
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for the result file and plots.
+    #[arg(long, default_value = DEFAULT_OUT)]
+    pub out: PathBuf,
+    /// File name stem of the result and plots.
+    #[arg(long, default_value = "bench-netmodes")]
+    pub name: String,
+    /// Print the result as JSON on stdout (progress stays on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -304,6 +375,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             rate_check: a.rate_check,
             output: output(a.out, a.name, a.json),
         }),
+        BenchCmd::Netmodes(a) => netmodes(a),
         BenchCmd::Qos(a) => {
             let mut rates = Vec::new();
             for r in &a.rates {
@@ -406,6 +478,69 @@ pub fn showcase(a: ShowcaseArgs) -> Result<()> {
 }
 
 /// Where a benchmark writes its result, from its --out, --name and --json.
+/// A count given as a plain or scaled number (2M, 500k).
+fn count_of(flag: &str, r: RateArg) -> Result<u64> {
+    match r {
+        RateArg::Pps(p) if p >= 1.0 => Ok(p.round() as u64),
+        _ => crate::usage!("{flag} {r}: give a count (20000, 2M)"),
+    }
+}
+
+fn netmodes(a: BenchNetmodesArgs) -> Result<()> {
+    use peregrine_bench::netmodes::{NetmodesBenchConfig, Scenario};
+    let mut scenarios = Vec::new();
+    for s in &a.scenarios {
+        match Scenario::ALL
+            .into_iter()
+            .find(|x| x.name() == s.to_uppercase())
+        {
+            Some(x) => scenarios.push(x),
+            None => crate::usage!("--scenarios {s}: expected I, II or III"),
+        }
+    }
+    let mut rates = Vec::new();
+    for r in &a.rates {
+        if r == "unpaced" {
+            rates.push(None);
+            continue;
+        }
+        match r.parse::<RateArg>() {
+            Ok(RateArg::Bps(b)) => rates.push(Some(b)),
+            _ => crate::usage!("--rates {r}: give bit rates (200Mbit) or unpaced"),
+        }
+    }
+    let rate = match a.rate {
+        RateArg::Bps(b) => b,
+        r => crate::usage!("--rate {r}: give a bit rate (500Mbit)"),
+    };
+    let mut counts = Vec::new();
+    for c in &a.counts {
+        counts.push(count_of("--counts", *c)?);
+    }
+    let mut cfg = NetmodesBenchConfig {
+        paths: a.paths,
+        modes: a.modes,
+        scenarios,
+        counts,
+        rates,
+        sizes: a.sizes,
+        rate,
+        count: count_of("--count", a.count)?,
+        max_run: a.max_run.into(),
+        repeats: a.repeats.max(1),
+        ipv6: a.ipv6,
+        output: output(a.out, a.name, a.json),
+    };
+    if a.quick {
+        cfg.counts = vec![20_000];
+        cfg.rates = vec![Some(200e6), None];
+        cfg.sizes = vec![64, 1472];
+        cfg.count = 20_000;
+        cfg.repeats = 1;
+    }
+    peregrine_bench::netmodes::bench_netmodes(cfg)
+}
+
 fn output(dir: PathBuf, stem: String, json: bool) -> ResultOutput {
     ResultOutput { dir, stem, json }
 }

@@ -11,6 +11,7 @@ mod bench;
 mod docs;
 mod dp;
 mod faas;
+mod io;
 mod metrics;
 mod qos;
 mod scope;
@@ -43,6 +44,10 @@ enum Cmd {
     Bench(bench::BenchCmd),
     /// Send traffic in a lab with the generator.
     Gen(bench::GenArgs),
+    /// One I/O path (udp, mmsg, PACKET_MMAP, AF_XDP) as a checked sender or
+    /// receiver, in the namespace it runs in.
+    #[command(subcommand)]
+    Io(io::IoCmd),
     /// The XDP router: attach, detach, counters.
     #[command(subcommand)]
     Router(dp::RouterCmd),
@@ -78,9 +83,11 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum LabCmd {
-    /// Build a lab from a TOML file or a built-in name (pair, gen-dut-sink).
+    /// Build a lab from a TOML file or a built-in name (pair, gen-dut-sink,
+    /// chain, netmode-host|bridge|macvlan|overlay|same-host).
     Up {
-        /// A TOML file or a built-in name (pair, gen-dut-sink).
+        /// A TOML file or a built-in name (pair, gen-dut-sink, chain,
+        /// netmode-host|bridge|macvlan|overlay|same-host).
         topology: String,
         /// Stay in the foreground and remove the lab on Ctrl-C.
         #[arg(long)]
@@ -266,6 +273,7 @@ fn main() -> ExitCode {
         Some(Cmd::Lab(c)) => run_lab(c),
         Some(Cmd::Bench(c)) => bench::run(c),
         Some(Cmd::Gen(a)) => bench::gen(a),
+        Some(Cmd::Io(c)) => io::run(c),
         Some(Cmd::Report(a)) => bench::report(a),
         Some(Cmd::Router(c)) => dp::router(c),
         Some(Cmd::Chain(c)) => dp::chain(c),

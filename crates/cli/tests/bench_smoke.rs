@@ -295,3 +295,32 @@ fn bench_qos_quick_run_holds_together() {
         2
     );
 }
+
+#[test]
+fn bench_netmodes_quick_run_holds_together() {
+    let Some((r, stdout)) = run_result(
+        "bench netmodes --quick --modes host,bridge",
+        "bench-netmodes",
+    ) else {
+        return;
+    };
+    assert!(stdout.contains("mmap/udp"), "{stdout}");
+    // 2 modes x (1 count + 2 rates + 2 sizes) x 5 paths.
+    assert_eq!(r.runs.len(), 50);
+    for run in &r.runs {
+        let v = |k: &str| run.values[k];
+        for k in ["corrupt", "duplicates", "out_of_order"] {
+            assert_eq!(v(k), 0.0, "{}: {k}", run.label);
+        }
+        // Every lost datagram has a place, or is counted as unattributed.
+        let places = v("lost_sender") + v("lost_path") + v("lost_receiver");
+        assert_eq!(places + v("lost_unattributed"), v("lost"), "{}", run.label);
+        assert!(
+            v("delivered_pps") > 0.0 && v("cpu_ns_per_packet") > 0.0,
+            "{}",
+            run.label
+        );
+    }
+    // What this kernel cannot build is said, not skipped in silence.
+    assert!(stdout.contains("ipvlan unavailable"), "{stdout}");
+}

@@ -5,17 +5,19 @@
 //! call, a batch comes in into the caller's buffers with a `RecvMeta` each.
 //!
 //! - `udp`: kernel UDP sockets with sendmmsg/recvmmsg;
+//! - `packet_mmap`: AF_PACKET TX and RX rings shared with the kernel;
 //! - `recv_batch`: reusable buffers a batch is received into;
 //! - `addr`: socket addresses to and from the kernel's sockaddr.
 use std::io::IoSliceMut;
 use std::net::SocketAddr;
 
 mod addr;
+pub mod packet_mmap;
 mod recv_batch;
 mod udp;
 
 pub use recv_batch::RecvBatch;
-pub use udp::{deep_receive_buffer, receive_drops, UdpBatch};
+pub use udp::{deep_receive_buffer, receive_drops, set_udp_gro, set_udp_gso, UdpBatch};
 
 /// One datagram to send.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +35,10 @@ pub struct RecvMeta {
     pub len: usize,
     /// Who sent it, if the transport says.
     pub source: Option<SocketAddr>,
+    /// Bytes of each datagram when the transport coalesced several into
+    /// the buffer (UDP GRO): `len / stride` of them, the last maybe
+    /// shorter. Zero when it did not.
+    pub stride: usize,
 }
 
 /// Batched datagram send and receive.

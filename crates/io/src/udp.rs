@@ -15,6 +15,9 @@ pub struct UdpBatch {
     headers: Vec<libc::mmsghdr>,
     iovecs: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_storage>,
+    /// Room for each received message's control data (the UDP GRO
+    /// segment size); u64s for cmsghdr's alignment.
+    controls: Vec<[u64; 8]>,
 }
 
 // Safety: the raw pointers in `headers` and `iovecs` point into this value's
@@ -49,6 +52,7 @@ impl UdpBatch {
             headers,
             iovecs,
             names,
+            controls: vec![[0; 8]; batch],
         }
     }
 
@@ -96,6 +100,7 @@ impl DatagramIo for UdpBatch {
             // sendmmsg only reads the buffer; iovec has one pointer type.
             v.iov_base = t.contents.as_ptr().cast_mut().cast();
             v.iov_len = t.contents.len();
+            (m.msg_control, m.msg_controllen) = (std::ptr::null_mut(), 0);
             (m.msg_name, m.msg_namelen) = match t.destination {
                 Some(to) => {
                     let len = addr::to_raw(to, name);
@@ -132,6 +137,10 @@ impl DatagramIo for UdpBatch {
             m.msg_name = (name as *mut libc::sockaddr_storage).cast();
             m.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
         }
+        for (m, c) in self.headers.iter_mut().zip(&mut self.controls) {
+            m.msg_hdr.msg_control = c.as_mut_ptr().cast();
+            m.msg_hdr.msg_controllen = std::mem::size_of_val(c);
+        }
         // Safety: headers 0..n point at iovecs and names of this value and at
         // the buffers of `bufs`, all alive and unmoved for the call.
         let r = unsafe {
@@ -148,10 +157,61 @@ impl DatagramIo for UdpBatch {
             *out = RecvMeta {
                 len: m.msg_len as usize,
                 source: addr::from_raw(name, m.msg_hdr.msg_namelen),
+                stride: gro_segment(&m.msg_hdr),
             };
         }
         Ok(got)
     }
+}
+
+/// The UDP GRO segment size the kernel put in a received message's
+/// control data, or 0 when it coalesced nothing.
+fn gro_segment(m: &libc::msghdr) -> usize {
+    // Safety: `m` is a header recvmmsg filled; the CMSG macros walk its
+    // control buffer within msg_controllen, which the kernel set.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(m);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                let size = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return size.max(0) as usize;
+            }
+            c = libc::CMSG_NXTHDR(m, c);
+        }
+    }
+    0
+}
+
+/// Sends every datagram of `segment` bytes or more as UDP GSO segments of
+/// that size (UDP_SEGMENT): one send of a buffer of k segments leaves as
+/// k datagrams, split by the stack (or the device) after the socket layer.
+/// 0 turns it off.
+pub fn set_udp_gso(socket: &impl AsRawFd, segment: u16) -> std::io::Result<()> {
+    set_udp_int(socket, libc::UDP_SEGMENT, libc::c_int::from(segment))
+}
+
+/// Lets the stack coalesce received datagrams of one flow into one buffer
+/// (UDP_GRO); each received message then says its segment size
+/// (`RecvMeta::stride`).
+pub fn set_udp_gro(socket: &impl AsRawFd, on: bool) -> std::io::Result<()> {
+    set_udp_int(socket, libc::UDP_GRO, libc::c_int::from(on))
+}
+
+fn set_udp_int(socket: &impl AsRawFd, opt: libc::c_int, v: libc::c_int) -> std::io::Result<()> {
+    // Safety: `v` is a c_int that outlives the call; its size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Gives `socket` a receive buffer of `bytes`: forced past `rmem_max` where
@@ -289,6 +349,41 @@ mod tests {
         for _ in 0..2 {
             let n = rx.recv(&mut buf).unwrap();
             assert_eq!(&buf[..n], b"peregrine");
+        }
+    }
+
+    /// A buffer of k segments sent with UDP GSO arrives as k datagrams of
+    /// the segment size, whether the receiver takes them one by one or
+    /// coalesced with UDP GRO (then `stride` says how to split them).
+    #[test]
+    fn gso_segments_arrive_whole_with_and_without_gro() {
+        for gro in [false, true] {
+            let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+            rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            set_udp_gro(&rx, gro).unwrap();
+            let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+            tx.connect(rx.local_addr().unwrap()).unwrap();
+            set_udp_gso(&tx, 100).unwrap();
+            let buf: Vec<u8> = (0..1000u32).map(|i| (i / 100) as u8).collect();
+            let mut tx = UdpBatch::new(tx, 2);
+            let t = Transmit {
+                destination: None,
+                contents: &buf,
+            };
+            assert_eq!(tx.send(&[t]).unwrap(), 1);
+            let mut rx = UdpBatch::new(rx, 16);
+            let mut batch = crate::RecvBatch::new(16, 65536);
+            let mut segments: Vec<Vec<u8>> = Vec::new();
+            while segments.len() < 10 {
+                batch.recv(&mut rx).unwrap();
+                for (b, m) in batch.iter() {
+                    let stride = if m.stride > 0 { m.stride } else { b.len() };
+                    segments.extend(b.chunks(stride).map(<[u8]>::to_vec));
+                }
+            }
+            for (i, seg) in segments.iter().enumerate() {
+                assert_eq!(seg, &vec![i as u8; 100], "gro {gro}: segment {i}");
+            }
         }
     }
 

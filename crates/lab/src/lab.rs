@@ -230,6 +230,48 @@ pub enum Lifetime {
     Ephemeral,
 }
 
+/// Whether nftables' `nft` runs here: a topology with NAT rules needs it.
+fn nft_available() -> bool {
+    std::process::Command::new("nft")
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Loads `rules` into namespace `ns` with `nft -f -`.
+fn load_nft(ns: &str, host: &str, rules: &str) -> Result<()> {
+    use std::io::Write;
+    let mut child = netns::command(ns, "nft")?
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| LabError::Other(format!("host {host}: running nft: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(rules.as_bytes())
+            .map_err(|e| LabError::Other(format!("host {host}: nft: {e}")))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| LabError::Other(format!("host {host}: nft: {e}")))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let first = err
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("failed");
+        return Err(LabError::Config(format!(
+            "host {host}: nft rules refused: {}",
+            first.trim()
+        )));
+    }
+    Ok(())
+}
+
 /// A lab that exists. An ephemeral one is removed on drop.
 pub struct Lab {
     pub topo: Topology,
@@ -263,6 +305,14 @@ impl Lab {
     /// Ctrl-C arrives), everything created so far is removed again.
     pub fn up(topo: Topology, lifetime: Lifetime) -> Result<Lab> {
         topo.validate()?;
+        if let Some(h) = topo.hosts.iter().find(|h| h.nft.is_some()) {
+            if !nft_available() {
+                return Err(LabError::Config(format!(
+                    "host {} of lab {} has nftables rules, but nftables' nft is not installed (apt-get install nftables)",
+                    h.name, topo.name
+                )));
+            }
+        }
         let lock = LabLock::take()?;
         cleanup_stale_locked()?;
         let name = topo.name.clone();
@@ -322,12 +372,6 @@ impl Lab {
                 l.mtu,
             )?;
         }
-        for br in &t.bridges {
-            nl.add_bridge(&self.ns(&br.host), &br.name)?;
-            for p in &br.ports {
-                nl.set_master(&self.ns(&br.host), p, &br.name)?;
-            }
-        }
         for m in &t.macvlans {
             let p = &m.parent;
             nl.add_macvlan(&self.ns(&p.host), &p.iface, &self.ns(&m.host), &m.name)?;
@@ -342,6 +386,13 @@ impl Lab {
                 x.remote,
                 x.port,
             )?;
+        }
+        // Bridges last: their ports may be macvlans or VXLANs.
+        for br in &t.bridges {
+            nl.add_bridge(&self.ns(&br.host), &br.name)?;
+            for p in &br.ports {
+                nl.set_master(&self.ns(&br.host), p, &br.name)?;
+            }
         }
         for ep in t.interfaces()? {
             signals::check()?;
@@ -425,6 +476,11 @@ impl Lab {
                     parse_cidr(&r.to)?
                 };
                 nl.add_route(&ns, dst, plen, r.via, r.dev.as_deref())?;
+            }
+        }
+        for h in &t.hosts {
+            if let Some(rules) = &h.nft {
+                load_nft(&self.ns(&h.name), &h.name, rules)?;
             }
         }
         Ok(())

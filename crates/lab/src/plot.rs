@@ -685,6 +685,66 @@ fn faas_figures(r: &ResultFile) -> Vec<Figure> {
     ]
 }
 
+/// bench netmodes' figures, one per scenario of seed 003 (runs labelled
+/// "PATH MODE | I|II|III ... | round N"): delivered kpps per path and mode
+/// (median of rounds) against what the scenario varies (scenario II: the
+/// offered rate as measured, so the unpaced run sits where it saturated).
+fn netmodes_figures(r: &ResultFile) -> Vec<Figure> {
+    let scenarios: [(&'static str, &str, &'static str); 3] = [
+        ("scenario-i", "I", "datagrams sent"),
+        ("scenario-ii", "II", "offered Mbit/s (measured)"),
+        ("scenario-iii", "III", "UDP payload (bytes)"),
+    ];
+    let mut out = Vec::new();
+    for (suffix, name, x_desc) in scenarios {
+        // (contender, point label) -> (xs, ys) over rounds.
+        let mut points: Vec<(String, String, Vec<f64>, Vec<f64>)> = Vec::new();
+        for run in &r.runs {
+            let Some(key) = RunKey::parse(&run.label) else {
+                continue;
+            };
+            if key.scenario.split(' ').next() != Some(name) {
+                continue;
+            }
+            let Some(t) = run.trials.first() else {
+                continue;
+            };
+            let x = if name == "II" {
+                t.offered_bps / 1e6
+            } else {
+                run.values.get("x").copied().unwrap_or(0.0)
+            };
+            let at = points
+                .iter()
+                .position(|p| p.0 == key.contender && p.1 == key.scenario);
+            let i = at.unwrap_or_else(|| {
+                points.push((key.contender.clone(), key.scenario.clone(), vec![], vec![]));
+                points.len() - 1
+            });
+            points[i].2.push(x);
+            points[i].3.push(t.delivered_pps / 1e3);
+        }
+        if points.is_empty() {
+            continue;
+        }
+        let mut series: Series = Vec::new();
+        for (contender, _, xs, ys) in &points {
+            let p = (crate::results::median(xs), crate::results::median(ys));
+            match series.iter_mut().find(|s| &s.0 == contender) {
+                Some(s) => s.1.push(p),
+                None => series.push((contender.clone(), vec![p])),
+            }
+        }
+        out.push((
+            suffix,
+            format!("{}: scenario {name}, delivered kpps", r.kind),
+            (x_desc, "delivered kpps"),
+            series,
+        ));
+    }
+    out
+}
+
 /// One of bench faas's figures: percentiles on a log scale, a value per
 /// size as lines, or as bars when there is only one size (a one-point line
 /// shows nothing), with ratios to the first contender.
@@ -929,6 +989,13 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
     let mut figures: Vec<(&str, Option<Figure>)> = vec![("rates", None), ("timeline", None)];
     if r.kind == "bench-faas" {
         figures.extend(faas_figures(r).into_iter().map(|f| (f.0, Some(f))));
+    }
+    if r.kind == "bench-netmodes" {
+        // One chart per scenario; rates and timelines say nothing here.
+        figures = netmodes_figures(r)
+            .into_iter()
+            .map(|f| (f.0, Some(f)))
+            .collect();
     }
     if r.kind == "bench-qos" {
         // Its runs compare contenders per rate: the per-trial scatter and

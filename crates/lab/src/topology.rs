@@ -43,6 +43,11 @@ pub struct Host {
     pub routes: Vec<Route>,
     #[serde(default, rename = "neigh")]
     pub neighbours: Vec<Neighbour>,
+    /// An nftables ruleset loaded into the host once its addresses and
+    /// routes are up (`nft -f`): NAT port publishing, as container runtimes
+    /// do it. Needs nftables' `nft`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nft: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -543,11 +548,23 @@ pub mod builtin {
             "pair" => Some(PAIR),
             "gen-dut-sink" => Some(GEN_DUT_SINK),
             "chain" => Some(CHAIN),
-            _ => None,
+            _ => crate::netmodes::NetMode::ALL
+                .into_iter()
+                .find(|m| name.strip_prefix("netmode-") == Some(m.as_str()))
+                .map(|m| m.topology_toml()),
         }
     }
 
-    pub const NAMES: &[&str] = &["pair", "gen-dut-sink", "chain"];
+    pub const NAMES: &[&str] = &[
+        "pair",
+        "gen-dut-sink",
+        "chain",
+        "netmode-host",
+        "netmode-bridge",
+        "netmode-macvlan",
+        "netmode-overlay",
+        "netmode-same-host",
+    ];
 }
 
 #[cfg(test)]

@@ -109,6 +109,7 @@ impl DatagramIo for XskDatagrams {
                         meta[got] = RecvMeta {
                             len: n,
                             source: Some(SocketAddr::new(u.src_ip, u.src_port)),
+                            stride: 0,
                         };
                         got += 1;
                     }

@@ -1,0 +1,480 @@
+//! `peregrine bench netmodes`: seed 003's question (PACKET_MMAP against UDP
+//! sockets across container network modes) asked again with every path
+//! (udp, mmsg, mmap, afxdp) in every mode this kernel builds, in one run,
+//! with repeats. Its three scenarios: I, datagrams sent (2..10 million in
+//! the seed) at 500 Mbit/s and 64 B; II, offered rate (200..800 Mbit/s in
+//! the seed) and on to saturation (unpaced); III, payload size (64..1024 B
+//! in the seed, to 1472 here) at 500 Mbit/s. Every run's receiver checks
+//! count, order and payload; lost datagrams are attributed to the sender,
+//! the path's devices and queues, or the receiver's socket or ring.
+use std::time::Duration;
+
+use anyhow::Result;
+use peregrine_lab::iopath::IoPath;
+use peregrine_lab::netmodes::{self, run_pair, ModeLab, NetMode, PairRun, PairSpec};
+use peregrine_lab::pacing::{Limit, Rate};
+use peregrine_lab::results::{
+    median, DropCount, Limiter, Placement, ResultFile, Run, RunKey, RunParams, Trial,
+};
+
+use crate::common::{command_line, ResultOutput};
+
+/// The seed's scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// Datagrams sent, at `rate` and 64 B.
+    Count,
+    /// Offered rate, then unpaced.
+    Rate,
+    /// Payload size, at `rate`.
+    Size,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 3] = [Scenario::Count, Scenario::Rate, Scenario::Size];
+
+    /// "I", "II", "III": the seed's names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Count => "I",
+            Scenario::Rate => "II",
+            Scenario::Size => "III",
+        }
+    }
+}
+
+/// `peregrine bench netmodes`.
+#[derive(Clone, Debug)]
+pub struct NetmodesBenchConfig {
+    pub paths: Vec<IoPath>,
+    pub modes: Vec<NetMode>,
+    pub scenarios: Vec<Scenario>,
+    /// Scenario I: datagrams per run.
+    pub counts: Vec<u64>,
+    /// Scenario II: offered rates, bit/s of Ethernet frames with FCS; None
+    /// is unpaced (saturation).
+    pub rates: Vec<Option<f64>>,
+    /// Scenario III: UDP payload sizes.
+    pub sizes: Vec<usize>,
+    /// Rate of scenarios I and III, bit/s.
+    pub rate: f64,
+    /// Datagrams per run in scenarios II and III.
+    pub count: u64,
+    /// Longest a run sends (a run at a rate the path cannot carry ends here).
+    pub max_run: Duration,
+    pub repeats: u32,
+    pub ipv6: bool,
+    pub output: ResultOutput,
+}
+
+/// One point of the matrix.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    scenario: Scenario,
+    x: f64,
+    payload: usize,
+    rate_bps: Option<f64>,
+    count: u64,
+}
+
+impl Point {
+    fn scenario_label(&self) -> String {
+        let x = match self.scenario {
+            Scenario::Count => format!("{} datagrams", self.count),
+            Scenario::Rate => match self.rate_bps {
+                Some(b) => format!("{} Mbit/s", b / 1e6),
+                None => "unpaced".into(),
+            },
+            Scenario::Size => format!("{} B", self.payload),
+        };
+        format!("{} {x}", self.scenario.name())
+    }
+}
+
+fn points(cfg: &NetmodesBenchConfig) -> Vec<Point> {
+    let mut v = Vec::new();
+    for s in &cfg.scenarios {
+        match s {
+            Scenario::Count => v.extend(cfg.counts.iter().map(|&c| Point {
+                scenario: *s,
+                x: c as f64,
+                payload: 64,
+                rate_bps: Some(cfg.rate),
+                count: c,
+            })),
+            Scenario::Rate => v.extend(cfg.rates.iter().map(|&r| Point {
+                scenario: *s,
+                x: r.unwrap_or(0.0) / 1e6,
+                payload: 64,
+                rate_bps: r,
+                count: cfg.count,
+            })),
+            Scenario::Size => v.extend(cfg.sizes.iter().map(|&p| Point {
+                scenario: *s,
+                x: p as f64,
+                payload: p,
+                rate_bps: Some(cfg.rate),
+                count: cfg.count,
+            })),
+        }
+    }
+    v
+}
+
+/// Ethernet frame bytes (FCS included) of a datagram of `payload` bytes.
+fn frame_bytes(payload: usize, v6: bool) -> f64 {
+    (payload + 14 + if v6 { 48 } else { 28 } + 4) as f64
+}
+
+pub fn bench_netmodes(cfg: NetmodesBenchConfig) -> Result<()> {
+    if cfg.paths.is_empty() || cfg.modes.is_empty() || cfg.scenarios.is_empty() {
+        bad_setting!("bench netmodes needs at least one path, one mode and one scenario");
+    }
+    for &s in &cfg.sizes {
+        let (lo, hi) = peregrine_lab::iopath::payload_limits(cfg.ipv6);
+        if s < lo || s > hi {
+            bad_setting!("--sizes {s}: payloads run {lo}..={hi} bytes");
+        }
+    }
+    let unavailable = netmodes::unavailable_modes();
+    for u in &unavailable {
+        eprintln!("mode {} is unavailable here: {}", u.mode, u.reason);
+    }
+    let pts = points(&cfg);
+    let total = cfg.modes.len() * pts.len() * cfg.paths.len() * cfg.repeats as usize;
+    let mut done = 0;
+    let mut runs = Vec::new();
+    for &mode in &cfg.modes {
+        let ml = ModeLab::up(mode)?;
+        for p in &pts {
+            if let Err(e) = ml.check_fits(p.payload, cfg.ipv6) {
+                eprintln!("skipping {}: {e}", p.scenario_label());
+                done += cfg.paths.len() * cfg.repeats as usize;
+                continue;
+            }
+            for round in 1..=cfg.repeats {
+                // Paths alternate within a round, so drift on a shared
+                // machine hits each alike.
+                for &path in &cfg.paths {
+                    peregrine_host::signals::check()?;
+                    done += 1;
+                    let fb = frame_bytes(p.payload, cfg.ipv6);
+                    let spec = PairSpec {
+                        path,
+                        payload_len: p.payload,
+                        v6: cfg.ipv6,
+                        rate: match p.rate_bps {
+                            Some(b) => Rate::Pps(b / (fb * 8.0)),
+                            None => Rate::Max,
+                        },
+                        limit: Limit {
+                            count: Some(p.count),
+                            duration: Some(cfg.max_run),
+                        },
+                        cpus: Some((0, 1)),
+                    };
+                    let r = run_pair(&ml, &spec)?;
+                    eprintln!(
+                        "[{done}/{total}] {mode} {path} {}: sent {} delivered {} ({:.0} kpps), lost {}",
+                        p.scenario_label(),
+                        r.sent.sent,
+                        r.received.packets,
+                        r.delivered_pps() / 1e3,
+                        r.lost
+                    );
+                    runs.push(to_run(&r, p, round, &spec, fb, &unavailable));
+                }
+            }
+        }
+    }
+    let result = ResultFile::new("bench-netmodes", command_line(), runs);
+    cfg.output
+        .write_with_table(&result, &table(&result, &cfg.paths))
+}
+
+fn to_run(
+    r: &PairRun,
+    p: &Point,
+    round: u32,
+    spec: &PairSpec,
+    fb: f64,
+    unavailable: &[netmodes::Unavailable],
+) -> Run {
+    let el = r.sent.elapsed_s.max(1e-9);
+    // Offered over the sender's time, delivered over the delivery window.
+    let offered_pps = r.sent.sent as f64 / el;
+    let delivered_pps = r.delivered_pps();
+    let requested = spec.rate.pps();
+    let drops = [
+        (
+            "sender (send errors, ENOBUFS)",
+            Limiter::Generator,
+            r.loss.sender,
+        ),
+        (
+            "path (interface and backlog drop counters)",
+            Limiter::Dut,
+            r.loss.path,
+        ),
+        (
+            "receiver (socket buffer or ring full)",
+            Limiter::Sink,
+            r.loss.receiver,
+        ),
+        ("no counter", Limiter::Unattributed, r.loss.unattributed),
+    ]
+    .into_iter()
+    .filter(|d| d.2 > 0)
+    .map(|(at, role, packets)| DropCount {
+        at: at.into(),
+        role,
+        packets,
+    })
+    .collect();
+    let trial = Trial {
+        phase: if requested.is_some() { "fixed" } else { "max" }.into(),
+        requested_pps: requested,
+        duration_s: r.window_s,
+        offered_packets: r.sent.sent,
+        delivered_packets: r.received.packets,
+        offered_pps,
+        delivered_pps,
+        offered_bps: offered_pps * fb * 8.0,
+        delivered_bps: delivered_pps * fb * 8.0,
+        loss_ratio: r.lost as f64 / r.sent.sent.max(1) as f64,
+        cpu: Vec::new(),
+        latency: r.received.latency.clone(),
+        windows: Vec::new(),
+        limited_by: Some(limiter(r, requested, offered_pps)),
+        drops,
+        wrong: Some(r.received.corrupt + r.received.duplicates + r.received.out_of_order),
+    };
+    let mut values = std::collections::BTreeMap::new();
+    for (k, v) in [
+        ("x", p.x),
+        ("delivered_pps", delivered_pps),
+        ("delivered_gbit_s", delivered_pps * fb * 8.0 / 1e9),
+        ("cpu_ns_per_packet", r.cpu_ns_per_packet()),
+        ("machine_cpu_ns_per_packet", r.machine_cpu_ns_per_packet()),
+        ("sender_cpu_s", r.sent.cpu_s),
+        ("receiver_cpu_s", r.received.cpu_s),
+        ("lost", r.lost as f64),
+        ("lost_sender", r.loss.sender as f64),
+        ("lost_path", r.loss.path as f64),
+        ("lost_receiver", r.loss.receiver as f64),
+        ("lost_unattributed", r.loss.unattributed as f64),
+        ("out_of_order", r.received.out_of_order as f64),
+        ("duplicates", r.received.duplicates as f64),
+        ("corrupt", r.received.corrupt as f64),
+    ] {
+        values.insert(k.to_string(), v);
+    }
+    if let Some(q) = requested {
+        values.insert("pacing_error_pct".into(), (offered_pps - q) / q * 100.0);
+    }
+    let mut notes = vec![
+        format!("mode {}: {}", r.mode, mode_words(r.mode)),
+        format!("receiver: {}", r.received.note),
+        "sender thread on CPU 0, receiver thread on CPU 1; veth receive work runs on the sending CPU".into(),
+    ];
+    notes.extend(
+        unavailable
+            .iter()
+            .map(|u| format!("mode {} unavailable: {}", u.mode, u.reason)),
+    );
+    Run {
+        label: RunKey {
+            contender: format!("{} {}", r.path, r.mode),
+            scenario: p.scenario_label(),
+            round: Some(round),
+        }
+        .label(),
+        params: RunParams {
+            backend: r.path.as_str().into(),
+            ip: if spec.v6 { "ipv6" } else { "ipv4" }.into(),
+            frame_size: format!("{}", fb as usize),
+            mean_frame_bytes: fb,
+            flows: 1,
+            threads: 1,
+            sink: format!("{} receiver in mode {}", r.path, r.mode),
+            sent: true,
+        },
+        trials: vec![trial],
+        rfc2544: None,
+        placement: Some(Placement {
+            generator_cpus: vec![0],
+            dut_cpus: vec![],
+            sink_cpus: vec![1],
+            notes,
+        }),
+        tcp: None,
+        values,
+    }
+}
+
+/// What held a run down: with no loss, the sender if it offered less
+/// than asked (or ran unpaced: its own ceiling), else nothing; with loss,
+/// the place that counted most of it.
+fn limiter(r: &PairRun, requested: Option<f64>, offered_pps: f64) -> Limiter {
+    if r.lost == 0 {
+        return match requested {
+            Some(q) if offered_pps >= q * 0.99 => Limiter::None,
+            _ => Limiter::Generator,
+        };
+    }
+    let l = &r.loss;
+    [
+        (l.sender, Limiter::Generator),
+        (l.path, Limiter::Dut),
+        (l.receiver, Limiter::Sink),
+        (l.unattributed, Limiter::Unattributed),
+    ]
+    .into_iter()
+    .max_by_key(|x| x.0)
+    .map(|x| x.1)
+    .unwrap_or(Limiter::Unattributed)
+}
+
+fn mode_words(m: NetMode) -> &'static str {
+    match m {
+        NetMode::Host => "two hosts on one veth",
+        NetMode::Bridge => {
+            "containers on Linux bridges, NAT port publishing (nftables DNAT, masquerade)"
+        }
+        NetMode::Macvlan => "macvlan (bridge mode) on each host's parent veth",
+        NetMode::Overlay => "VXLAN + bridge on each host over an underlay veth",
+        NetMode::SameHost => "two containers on one bridge",
+    }
+}
+
+/// A run's contender ("mmap host") split, its scenario label, a value.
+fn keyed(r: &ResultFile) -> Vec<(String, String, String, &Run)> {
+    r.runs
+        .iter()
+        .filter_map(|run| {
+            let k = RunKey::parse(&run.label)?;
+            let (path, mode) = k.contender.split_once(' ')?;
+            Some((path.to_string(), mode.to_string(), k.scenario, run))
+        })
+        .collect()
+}
+
+/// Median of `value` over the repeats of (path, mode, scenario label).
+fn med(
+    rows: &[(String, String, String, &Run)],
+    path: &str,
+    mode: &str,
+    sc: &str,
+    value: &str,
+) -> Option<f64> {
+    let v: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.0 == path && r.1 == mode && r.2 == sc)
+        .filter_map(|r| r.3.values.get(value).copied())
+        .collect();
+    (!v.is_empty()).then(|| median(&v))
+}
+
+/// Per scenario: delivered kpps per path and mode (medians over repeats),
+/// the ratios the issue asks for, then loss by place, CPU per datagram and
+/// latency.
+pub fn table(r: &ResultFile, paths: &[IoPath]) -> String {
+    let rows = keyed(r);
+    let mut out = String::new();
+    let mut scenarios: Vec<String> = Vec::new();
+    for row in &rows {
+        if !scenarios.contains(&row.2) {
+            scenarios.push(row.2.clone());
+        }
+    }
+    let mut modes: Vec<String> = Vec::new();
+    for row in &rows {
+        if !modes.contains(&row.1) {
+            modes.push(row.1.clone());
+        }
+    }
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "-".into(),
+    };
+    out.push_str("delivered kpps (median of repeats); ratios of delivered pps\n");
+    out.push_str(&format!("{:<22} {:<10}", "scenario", "mode"));
+    for p in paths {
+        out.push_str(&format!(" {:>9}", p.as_str()));
+    }
+    out.push_str(&format!(
+        " {:>9} {:>9} {:>10}\n",
+        "mmap/udp", "mmap/mmsg", "afxdp/mmap"
+    ));
+    for sc in &scenarios {
+        for m in &modes {
+            let v = |p: &str| med(&rows, p, m, sc, "delivered_pps");
+            if paths.iter().all(|p| v(p.as_str()).is_none()) {
+                continue;
+            }
+            out.push_str(&format!("{sc:<22} {m:<10}"));
+            for p in paths {
+                let cell = v(p.as_str())
+                    .map(|x| format!("{:.1}", x / 1e3))
+                    .unwrap_or("-".into());
+                out.push_str(&format!(" {cell:>9}"));
+            }
+            out.push_str(&format!(
+                " {:>9} {:>9} {:>10}\n",
+                ratio(v("mmap"), v("udp")),
+                ratio(v("mmap"), v("mmsg")),
+                ratio(v("afxdp"), v("mmap"))
+            ));
+        }
+    }
+    out.push_str("\nper path: pacing error %, lost (sender/path/receiver/unattributed), CPU ns per delivered datagram (sender + receiver threads; machine-wide from /proc/stat), latency p50/p99 us\n");
+    out.push_str(&format!(
+        "{:<22} {:<10} {:<8} {:>8} {:>24} {:>14} {:>16}\n",
+        "scenario", "mode", "path", "pace %", "lost s/p/r/u", "ns/pkt thr/all", "p50/p99 us"
+    ));
+    for sc in &scenarios {
+        for m in &modes {
+            for p in paths {
+                let p = p.as_str();
+                let Some(run) = rows
+                    .iter()
+                    .find(|x| x.0 == p && &x.1 == m && &x.2 == sc)
+                    .map(|x| x.3)
+                else {
+                    continue;
+                };
+                let g = |k: &str| med(&rows, p, m, sc, k).unwrap_or(0.0);
+                let pace = med(&rows, p, m, sc, "pacing_error_pct")
+                    .map(|e| format!("{e:+.2}"))
+                    .unwrap_or("-".into());
+                let lost = format!(
+                    "{}/{}/{}/{}",
+                    g("lost_sender"),
+                    g("lost_path"),
+                    g("lost_receiver"),
+                    g("lost_unattributed")
+                );
+                let lat = run
+                    .trials
+                    .first()
+                    .and_then(|t| t.latency.as_ref())
+                    .map(|l| format!("{:.0}/{:.0}", l.p50_ns as f64 / 1e3, l.p99_ns as f64 / 1e3))
+                    .unwrap_or("-".into());
+                let cpu = format!(
+                    "{:.0}/{:.0}",
+                    g("cpu_ns_per_packet"),
+                    g("machine_cpu_ns_per_packet")
+                );
+                out.push_str(&format!(
+                    "{sc:<22} {m:<10} {p:<8} {pace:>8} {lost:>24} {cpu:>14} {lat:>16}\n"
+                ));
+            }
+        }
+    }
+    if let Some(n) = r.runs.first().and_then(|x| x.placement.as_ref()) {
+        for note in n.notes.iter().filter(|n| n.contains("unavailable")) {
+            out.push_str(&format!("{note}\n"));
+        }
+    }
+    out
+}
