@@ -111,12 +111,6 @@ impl RouterTopo for Topo {
     }
 }
 
-impl Drop for Topo {
-    fn drop(&mut self) {
-        self.remove();
-    }
-}
-
 /// Attach from one `ip netns exec`, read counters from a second, detach
 /// from a third: nothing is left after.
 #[test]

@@ -233,6 +233,13 @@ impl Topo {
     }
 }
 
+/// Every test's namespaces go when its `Topo` does, passed or panicked.
+impl Drop for Topo {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
 /// (bytes, bit/s) the receiver got, from an iperf3 client's `--json`
 /// (`end.sum_received` for TCP, `end.sum` for UDP, whose loss the server
 /// reported back).
