@@ -167,6 +167,31 @@ pub struct BenchGenArgs {
     pub json: bool,
 }
 
+/// How much a sender sends and how fast: shared by `gen` and `io send`.
+#[derive(Args, Clone)]
+pub struct PaceArgs {
+    /// Rate (200k, 1Mpps, 500Mbit, 1Gbit: bits of Ethernet frames with FCS);
+    /// default unpaced.
+    #[arg(long)]
+    pub rate: Option<RateArg>,
+    /// Frames (datagrams) to send (with --duration: whichever comes first).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// How long to send (10, 10s, 500ms).
+    #[arg(long)]
+    pub duration: Option<DurationArg>,
+}
+
+impl PaceArgs {
+    /// The sender's bound: a count, a duration or both.
+    pub fn limit(&self) -> peregrine_lab::pacing::Limit {
+        peregrine_lab::pacing::Limit {
+            count: self.count,
+            duration: self.duration.map(Into::into),
+        }
+    }
+}
+
 #[derive(Args, Clone)]
 pub struct GenArgs {
     /// Lab (made with `peregrine lab up`).
@@ -184,15 +209,8 @@ pub struct GenArgs {
     /// Destination UDP port.
     #[arg(long, default_value_t = 9)]
     pub port: u16,
-    /// Rate (200k, 1M, 1Mpps, 500Mbps, 1Gbit); default unpaced.
-    #[arg(long)]
-    pub rate: Option<RateArg>,
-    /// Frames to send (with --duration: whichever comes first).
-    #[arg(long)]
-    pub count: Option<u64>,
-    /// How long to send (10, 10s, 500ms).
-    #[arg(long)]
-    pub duration: Option<DurationArg>,
+    #[command(flatten)]
+    pub pace: PaceArgs,
     /// Frame size with FCS (64..1518) or "imix"; default the smallest
     /// frame of the destination's family (64 B IPv4, 78 B IPv6).
     #[arg(long, value_parser = units::frame_sizes)]
@@ -441,9 +459,9 @@ pub fn gen(a: GenArgs) -> Result<()> {
         to: a.to,
         src: a.src,
         port: a.port,
-        rate: a.rate,
-        count: a.count,
-        duration: a.duration.map(Into::into),
+        rate: a.pace.rate,
+        count: a.pace.count,
+        duration: a.pace.duration.map(Into::into),
         size: a.size,
         flows: a.flows,
         threads: a.threads,

@@ -8,10 +8,11 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use peregrine_lab::iopath::{self, IoPath, Receiver, RecvConfig, SendConfig};
-use peregrine_lab::pacing::{Limit, Rate};
+use peregrine_lab::pacing::Rate;
 use peregrine_wire::UdpFrameSpec;
 
-use crate::units::{DurationArg, RateArg};
+use crate::bench::PaceArgs;
+use crate::units::DurationArg;
 
 #[derive(Subcommand)]
 pub enum IoCmd {
@@ -34,16 +35,8 @@ pub struct SendArgs {
     /// UDP payload bytes (16..1472 over IPv4, ..1452 over IPv6).
     #[arg(long, default_value_t = 64)]
     pub payload: usize,
-    /// Rate (200k, 1Mpps, 500Mbit: bits of Ethernet frames with FCS);
-    /// default unpaced.
-    #[arg(long)]
-    pub rate: Option<RateArg>,
-    /// Datagrams to send (with --duration: whichever comes first).
-    #[arg(long)]
-    pub count: Option<u64>,
-    /// How long to send (10, 10s, 500ms).
-    #[arg(long)]
-    pub duration: Option<DurationArg>,
+    #[command(flatten)]
+    pub pace: PaceArgs,
     /// Source UDP port.
     #[arg(long, default_value_t = 40000)]
     pub src_port: u16,
@@ -84,7 +77,7 @@ pub fn run(cmd: IoCmd) -> Result<()> {
 }
 
 fn send(a: SendArgs) -> Result<()> {
-    if a.count.is_none() && a.duration.is_none() {
+    if a.pace.count.is_none() && a.pace.duration.is_none() {
         crate::usage!("io send needs --count or --duration (runs are always bounded)");
     }
     let dst = a.to;
@@ -102,7 +95,7 @@ fn send(a: SendArgs) -> Result<()> {
     }
     .sized_for(a.payload);
     let frame_bytes = (frame.frame_len + peregrine_wire::FCS_LEN) as f64;
-    let rate = match a.rate {
+    let rate = match a.pace.rate {
         Some(r) => Rate::Pps(r.pps(frame_bytes)),
         None => Rate::Max,
     };
@@ -112,10 +105,7 @@ fn send(a: SendArgs) -> Result<()> {
         frame,
         payload_len: a.payload,
         rate,
-        limit: Limit {
-            count: a.count,
-            duration: a.duration.map(Into::into),
-        },
+        limit: a.pace.limit(),
     };
     let r = iopath::send(&cfg, &AtomicU64::new(0))?;
     if a.json {

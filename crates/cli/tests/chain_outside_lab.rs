@@ -223,3 +223,73 @@ fn chain_with_an_unknown_namespace_is_refused() {
     assert!(e.contains("pgc2-nope") && e.lines().count() == 1, "{e}");
     assert_nothing_in_r(&t);
 }
+
+/// No program on any port of R or on the container's c0.
+fn assert_no_programs(t: &Topo) {
+    let hooked = |ns: &str, iface: &str| {
+        netns::run_in(ns, || {
+            let idx = peregrine_bpf::link::ifindex(iface).unwrap();
+            (
+                peregrine_bpf::xdp::attached_prog_id(idx).unwrap(),
+                peregrine_bpf::tcx::attached_count(idx, peregrine_bpf::tcx::TcxDirection::Ingress)
+                    .unwrap(),
+            )
+        })
+        .unwrap()
+    };
+    let end = std::time::Instant::now() + Duration::from_secs(3);
+    let left = || {
+        [
+            (t.ns("R"), "a1"),
+            (t.ns("R"), "b0"),
+            (t.ns("R"), "c1"),
+            (t.ns("C"), "c0"),
+        ]
+        .into_iter()
+        .map(|(ns, i)| (i, hooked(&ns, i)))
+        .filter(|(_, h)| *h != (None, 0))
+        .collect::<Vec<_>>()
+    };
+    while !left().is_empty() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(left().is_empty(), "programs left: {:?}", left());
+}
+
+/// `chain apply` killed with -9 at several moments: `chain remove` takes
+/// away whatever it left (or says in one line that nothing was applied),
+/// no program stays on any port, and the next apply carries traffic.
+#[test]
+fn sigkilled_chain_apply_is_removed_and_applies_again() {
+    let Some(t) = Topo::privileged_up("pgc3") else {
+        return;
+    };
+    let _c = add_container(&t);
+    let file = declaration(&t, "chain-killed.toml");
+    let f = file.to_str().unwrap();
+    for delay_ms in [5u64, 30, 100, 300] {
+        let mut c = bin()
+            .args(["chain", "apply", f])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = c.kill();
+        let _ = c.wait();
+        let removed = chain(&["remove", f]);
+        if !removed.status.success() {
+            let e = text(&removed.stderr);
+            assert!(
+                e.contains("nothing applied") && e.lines().count() == 1,
+                "remove after apply killed at {delay_ms} ms: {e}"
+            );
+        }
+        assert_no_programs(&t);
+        assert_nothing_in_r(&t);
+    }
+    ok(&chain(&["apply", f]), "chain apply after the killed ones");
+    udp_through(&t, "198.18.2.1");
+    ok(&chain(&["remove", f]), "chain remove");
+    assert_no_programs(&t);
+}

@@ -302,6 +302,57 @@ fn sigkilled_attach_is_found_and_removed_by_detach_all() {
     );
 }
 
+/// A port joining a running router (`router attach b0` next to a1's
+/// router), killed with -9 at several moments: a1's router keeps running;
+/// b0 is either a listed port that forwards or no port at all, and a new
+/// `attach b0` then joins it; `detach --all` leaves nothing.
+#[test]
+fn sigkilled_join_leaves_the_running_router_whole() {
+    let Some(t) = Topo::privileged_up("pgo6") else {
+        return;
+    };
+    let bin = env!("CARGO_BIN_EXE_peregrine");
+    for delay_ms in [2u64, 10, 30, 80] {
+        ok(&t.router(&["attach", "a1"]), "router attach a1");
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &t.ns("R"), bin, "router", "attach", "b0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = c.kill();
+        let _ = c.wait();
+        let listed = t.listed();
+        assert!(
+            listed
+                .iter()
+                .any(|a| a["iface"] == "a1" && a["stale"] == false),
+            "a1 still a live port after a join killed at {delay_ms} ms: {listed:?}"
+        );
+        if !listed.iter().any(|a| a["iface"] == "b0") {
+            ok(
+                &t.router(&["attach", "b0"]),
+                "attach b0 again after the killed join",
+            );
+        }
+        let before = t.forwarded("b0").0;
+        assert!(
+            t.ping("198.18.2.1"),
+            "forwards after a join killed at {delay_ms} ms"
+        );
+        assert!(
+            t.forwarded("b0").0 >= before + 4,
+            "the replies are forwarded by b0's port (join killed at {delay_ms} ms)"
+        );
+        ok(
+            &pg_in(&t.ns("B"), &["router", "detach", "--all"]),
+            "detach --all",
+        );
+        t.assert_clean();
+    }
+}
+
 /// iperf3's bytes received, from its --json report.
 /// TCP through the router at default offloads: with tc and auto the
 /// transfer completes at a real rate, and the router forwarded those

@@ -49,17 +49,25 @@ impl Dataplane {
         fib: FibMode,
         classify: bool,
     ) -> Result<Dataplane> {
+        let dp = Dataplane::attach_ports(ns, ports, hook, fib, classify)?;
+        dp.pick_peer_delivery()?;
+        Ok(dp)
+    }
+
+    /// Loads the router and attaches it to `ports`, before any port's
+    /// delivery is chosen (see `pick_peer_delivery`).
+    fn attach_ports(
+        ns: Option<&str>,
+        ports: &[String],
+        hook: RouterHook,
+        fib: FibMode,
+        classify: bool,
+    ) -> Result<Dataplane> {
         let router = RouterProgram::load(fib)?;
         let mut links = Vec::new();
         for p in ports {
             let l = netns::run_in_opt(ns, || attach_port(&router, p, hook, classify))??;
             links.push((p.clone(), l));
-        }
-        if hook == RouterHook::Tc {
-            for (p, l) in &links {
-                let peer = netns::run_in_opt(ns, || delivers_to_peer(p))??;
-                router.set_peer_delivery(l.ifindex, peer)?;
-            }
         }
         Ok(Dataplane {
             router,
@@ -71,6 +79,21 @@ impl Dataplane {
         })
     }
 
+    /// At the tc hook, chooses per port whether routed frames go straight
+    /// into the peer's namespace (`delivers_to_peer`). Runs once every
+    /// program on the ports' peers is in place: it looks for their XDP.
+    fn pick_peer_delivery(&self) -> Result<()> {
+        if self.hook != RouterHook::Tc {
+            return Ok(());
+        }
+        let ns = self.router_ns.as_deref();
+        for (p, l) in &self.ports {
+            let peer = netns::run_in_opt(ns, || delivers_to_peer(p))??;
+            self.router.set_peer_delivery(l.ifindex, peer)?;
+        }
+        Ok(())
+    }
+
     /// Deploys `cfg` on `hosts`.
     pub fn deploy(hosts: &impl Hosts, cfg: &DataplaneConfig) -> Result<Dataplane> {
         let rns = hosts.netns(&cfg.router)?;
@@ -78,7 +101,7 @@ impl Dataplane {
             RouterHook::Xdp(_) => RouterHook::Xdp(cfg.mode),
             RouterHook::Tc => RouterHook::Tc,
         };
-        let mut dp = Dataplane::router(
+        let mut dp = Dataplane::attach_ports(
             Some(&rns),
             &cfg.ports,
             hook,
@@ -161,13 +184,8 @@ impl Dataplane {
                 ChainMatch::SrcMac(mac) => dp.router.steer_mac(mac, first, chain)?,
             }
         }
-        if hook == RouterHook::Tc {
-            // Now that the functions run: their ports' peers have XDP.
-            for (p, l) in &dp.ports {
-                let peer = netns::run_in(&rns, || delivers_to_peer(p))??;
-                dp.router.set_peer_delivery(l.ifindex, peer)?;
-            }
-        }
+        // Now that the functions run: their ports' peers have XDP.
+        dp.pick_peer_delivery()?;
         dp.prepare_peers(hosts, &cfg.router)?;
         Ok(dp)
     }

@@ -426,11 +426,9 @@ impl PathSender for XskSender {
             payload,
             seq,
         } = self;
-        let sent = xsk
-            .transmit(n.min(256) as u32, |buf| {
-                build_frame(frame, payload, seq, now, buf)
-            })
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let sent = xsk.transmit(n.min(256) as u32, |buf| {
+            build_frame(frame, payload, seq, now, buf)
+        })?;
         Ok(u64::from(sent))
     }
 

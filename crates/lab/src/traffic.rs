@@ -545,28 +545,26 @@ impl XskSender {
             seq,
             payload,
         } = self;
-        let sent = xsk
-            .transmit(n.min(256) as u32, |buf| {
-                let s = *seq;
-                let mut f = flows[(s % flows.len() as u64) as usize].clone();
-                f.frame_len = lengths[(s % lengths.len() as u64) as usize];
-                let plen = f.frame_len - f.header_len();
-                let meta_len = peregrine_bpf::gen::meta_len(plen);
-                let meta = gen_meta {
-                    magic: PEREGRINE_MAGIC,
-                    seq: if *stamp { s as u32 } else { 0 },
-                    tx_ns: if *stamp && s % *sample == 0 { now } else { 0 },
-                };
-                payload[..meta_len].copy_from_slice(&meta.as_bytes()[..meta_len]);
-                match f.write_into(buf, &payload[..meta_len]) {
-                    Ok(()) => {
-                        *seq += 1;
-                        f.frame_len
-                    }
-                    Err(_) => 0,
+        let sent = xsk.transmit(n.min(256) as u32, |buf| {
+            let s = *seq;
+            let mut f = flows[(s % flows.len() as u64) as usize].clone();
+            f.frame_len = lengths[(s % lengths.len() as u64) as usize];
+            let plen = f.frame_len - f.header_len();
+            let meta_len = peregrine_bpf::gen::meta_len(plen);
+            let meta = gen_meta {
+                magic: PEREGRINE_MAGIC,
+                seq: if *stamp { s as u32 } else { 0 },
+                tx_ns: if *stamp && s % *sample == 0 { now } else { 0 },
+            };
+            payload[..meta_len].copy_from_slice(&meta.as_bytes()[..meta_len]);
+            match f.write_into(buf, &payload[..meta_len]) {
+                Ok(()) => {
+                    *seq += 1;
+                    f.frame_len
                 }
-            })
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+                Err(_) => 0,
+            }
+        })?;
         Ok(u64::from(sent))
     }
 }

@@ -17,6 +17,18 @@ pub enum XskError {
 
 pub type Result<T, E = XskError> = std::result::Result<T, E>;
 
+/// Senders behind `std::io` traits (the lab's paths) report AF_XDP failures
+/// as I/O errors with the same one-line message.
+impl From<XskError> for std::io::Error {
+    fn from(e: XskError) -> Self {
+        let kind = match &e {
+            XskError::Sys { source, .. } => source.kind(),
+            _ => std::io::ErrorKind::Other,
+        };
+        std::io::Error::new(kind, e.to_string())
+    }
+}
+
 /// Maps a failed system call on `iface` queue `queue` to an `XskError`.
 pub(crate) fn sys_err(
     iface: &str,
