@@ -9,6 +9,7 @@ PACKAGES=(
   iproute2 ethtool iputils-ping iperf3                                    # lab tools
   nftables                                     # bench netmodes: NAT port publishing (bridge mode)
   prometheus                                   # promtool: tests check the metrics endpoints
+  python3 python3-venv                         # the aioquic peer of the QUIC interop tests
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -38,6 +39,17 @@ fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "peregrine: no Rust toolchain (cargo) found; install Rust >= 1.85 with rustup" >&2
   exit 1
+fi
+
+# The independent QUIC/HTTP/3 peer (aioquic from PyPI, pinned) in its own
+# virtual environment: Debian's Python is externally managed (PEP 668).
+INTEROP_VENV=/opt/peregrine/interop-venv
+if ! "$INTEROP_VENV/bin/python" -c "import aioquic" 2>/dev/null \
+   || ! "$INTEROP_VENV/bin/pip" freeze 2>/dev/null | grep -qxF -f <(grep -v '^#' tests/interop/requirements.txt); then
+  echo "installing the interop peer (aioquic) into $INTEROP_VENV"
+  mkdir -p "$(dirname "$INTEROP_VENV")"
+  /usr/bin/python3 -m venv "$INTEROP_VENV"
+  "$INTEROP_VENV/bin/pip" install -q --disable-pip-version-check -r tests/interop/requirements.txt
 fi
 
 # bpffs is not mounted at boot on the project machines.
