@@ -745,6 +745,43 @@ fn netmodes_figures(r: &ResultFile) -> Vec<Figure> {
     out
 }
 
+/// A bench netmodes figure as one panel per network mode (series are named
+/// "PATH MODE"), each path in the same colour on every panel: twenty-five
+/// lines on one chart cannot be told apart.
+fn draw_mode_panels<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    r: &ResultFile,
+    (_, title, axes, series): &Figure,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let area = with_caption(root, r)?;
+    let (head, body) = area.split_vertically(34);
+    head.titled(title, ("sans-serif", 20)).map_err(perr)?;
+    let mut modes: Vec<&str> = Vec::new();
+    for (name, _) in series {
+        let mode = name.split_once(' ').map_or("", |(_, m)| m);
+        if !modes.contains(&mode) {
+            modes.push(mode);
+        }
+    }
+    let cols = modes.len().clamp(1, 3);
+    let rows = modes.len().div_ceil(cols).max(1);
+    for (mode, panel) in modes.iter().zip(body.split_evenly((rows, cols))) {
+        let of_mode: Series = series
+            .iter()
+            .filter(|(name, _)| name.split_once(' ').map_or("", |(_, m)| m) == *mode)
+            .map(|(name, pts)| {
+                let path = name.split_once(' ').map_or(name.as_str(), |(p, _)| p);
+                (path.to_string(), pts.clone())
+            })
+            .collect();
+        draw_lines(&panel, mode, *axes, &of_mode)?;
+    }
+    root.present().map_err(perr)
+}
+
 /// One of bench faas's figures: percentiles on a log scale, a value per
 /// size as lines, or as bars when there is only one size (a one-point line
 /// shows nothing), with ratios to the first contender.
@@ -1020,6 +1057,11 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
         let png = outdir.join(format!("{stem}-{kind}.png"));
         let svg = outdir.join(format!("{stem}-{kind}.svg"));
         match (*kind, figure) {
+            (_, Some(f)) if r.kind == "bench-netmodes" => {
+                let big = (SIZE.0 * 3 / 2, SIZE.1 * 3 / 2);
+                draw_mode_panels(&BitMapBackend::new(&png, big).into_drawing_area(), r, f)?;
+                draw_mode_panels(&SVGBackend::new(&svg, big).into_drawing_area(), r, f)?;
+            }
             (_, Some(f)) => {
                 draw_faas_figure(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r, f)?;
                 draw_faas_figure(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r, f)?;
