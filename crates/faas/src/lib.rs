@@ -5,5 +5,6 @@ pub mod addrs;
 pub mod baseline;
 pub mod functions;
 pub mod invoker;
+pub mod wasm;
 
 pub use functions::{Function, Registry};
