@@ -124,7 +124,9 @@ pub struct ServeArgs {
     /// Interface the requests arrive on (afxdp backend).
     #[arg(long, default_value = "eth0")]
     pub iface: String,
-    /// PORT=FUNCTION,...; built-ins: reverse, echo, upper, sha256.
+    /// PORT=FUNCTION,...; built-ins: reverse, echo, upper, sha256; or
+    /// wasm:PATH, a WebAssembly function from a .wasm or .wat file (see
+    /// docs/FUNCTIONS.md).
     #[arg(long)]
     pub functions: String,
     /// RX queues served (afxdp).

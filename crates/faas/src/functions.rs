@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use sha2::Digest;
 
+use crate::wasm::{WasmFunction, WasmLimits};
+
 /// A function the invoker runs on each request.
 pub trait Function: Send + Sync {
     fn name(&self) -> &str;
@@ -80,6 +82,13 @@ pub fn builtin(name: &str) -> Option<Arc<dyn Function>> {
     })
 }
 
+/// The WebAssembly function in the .wasm or .wat file at `path`, with the
+/// default limits.
+fn wasm_function(path: &str) -> Result<Arc<dyn Function>, String> {
+    let f = WasmFunction::load(std::path::Path::new(path), WasmLimits::default())?;
+    Ok(Arc::new(f))
+}
+
 pub const BUILTINS: &[&str] = &["reverse", "echo", "upper", "sha256"];
 
 /// Functions by UDP port; each gets a small id (its dispatch table index).
@@ -89,7 +98,8 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Parses "1232=reverse,1233=sha256".
+    /// Parses "1232=reverse,1233=sha256,1234=wasm:examples/functions/echo.wat"
+    /// (a WebAssembly function from a .wasm or .wat file, default limits).
     pub fn parse(spec: &str) -> Result<Registry, String> {
         let mut r = Registry::default();
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -99,12 +109,15 @@ impl Registry {
             let port: u16 = port
                 .parse()
                 .map_err(|_| format!("function {item:?}: {port:?} is not a UDP port"))?;
-            let f = builtin(name).ok_or_else(|| {
-                format!(
-                    "function {item:?}: unknown function {name:?} (built-ins: {})",
-                    BUILTINS.join(", ")
-                )
-            })?;
+            let f = match name.strip_prefix("wasm:") {
+                Some(path) => wasm_function(path).map_err(|e| format!("function {item:?}: {e}"))?,
+                None => builtin(name).ok_or_else(|| {
+                    format!(
+                        "function {item:?}: unknown function {name:?} (built-ins: {}; or wasm:PATH)",
+                        BUILTINS.join(", ")
+                    )
+                })?,
+            };
             r.add(port, f)?;
         }
         if r.by_port.is_empty() {
@@ -181,9 +194,19 @@ mod tests {
             ("1232=nope", "unknown function"),
             ("1232=echo,1232=upper", "already"),
             ("", "no functions"),
+            ("1232=wasm:/nonexistent/f.wat", "/nonexistent/f.wat: "),
         ] {
             let e = Registry::parse(bad).err().unwrap();
             assert!(e.contains(why), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn registry_loads_wasm_functions_beside_builtins() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/functions");
+        let r = Registry::parse(&format!("1232=reverse,1233=wasm:{dir}/reverse.wat")).unwrap();
+        let (id, f) = r.get(1233).unwrap();
+        assert_eq!((*id, f.name()), (1, "reverse"));
+        assert_eq!(run(f.as_ref(), b"abc"), b"cba");
     }
 }
