@@ -51,8 +51,11 @@ fn example(name: &str) -> Arc<WasmFunction> {
 
 const REVERSE_WASM: u16 = 1300;
 const REVERSE_NATIVE: u16 = 1301;
+/// Reads the error count a misbehaving function must grow.
+type ErrorCount = fn(&WasmErrors) -> u64;
+
 /// The misbehaving examples' ports, files and the counter each must grow.
-const BAD: [(u16, &str, fn(&WasmErrors) -> u64); 3] = [
+const BAD: [(u16, &str, ErrorCount); 3] = [
     (1302, "trap.wat", |e| e.trapped.load(Ordering::Relaxed)),
     (1303, "loop.wat", |e| e.timed_out.load(Ordering::Relaxed)),
     (1304, "hog.wat", |e| e.memory_cap.load(Ordering::Relaxed)),
