@@ -23,8 +23,26 @@ use wasmtime::{
 
 use crate::functions::Function;
 
-/// How often the engine's epoch moves on: the granularity of time limits.
-pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+/// The engine's epoch counts time in these units: a call's deadline is a
+/// whole number of them.
+pub const EPOCH_UNIT: Duration = Duration::from_micros(100);
+
+/// Units the epoch moves at a time while no live function asks for the
+/// fine tick: one wake-up per millisecond.
+const COARSE_STEP: u64 = 10;
+
+/// A function whose timeout is below this asks for the fine tick (one
+/// `EPOCH_UNIT`), so that it is stopped within 200 us of its timeout
+/// rather than within 2 ms.
+pub const FINE_BELOW: Duration = Duration::from_millis(10);
+
+/// The smallest and largest time limit a function may have.
+pub const MIN_TIMEOUT: Duration = EPOCH_UNIT;
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(10);
+/// One WebAssembly page: the least memory a function can have.
+pub const MIN_MEMORY: u64 = 64 << 10;
+/// A 32-bit linear memory's largest size.
+pub const MAX_MEMORY: u64 = 4 << 30;
 
 /// Per-function limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,8 +50,8 @@ pub struct WasmLimits {
     /// Largest linear memory (bytes) an instance may have; growing past it
     /// traps, and a module that starts larger is refused.
     pub memory: usize,
-    /// Longest a call may run; it is stopped between `timeout` and
-    /// `timeout` + 2 `EPOCH_TICK`s after it started.
+    /// Longest a call may run; it is stopped no sooner than `timeout` after
+    /// it started and at most two ticks later (`deadline_units`).
     pub timeout: Duration,
 }
 
@@ -43,6 +61,31 @@ impl Default for WasmLimits {
             memory: 16 << 20,
             timeout: Duration::from_millis(10),
         }
+    }
+}
+
+impl WasmLimits {
+    /// Limits as a user gives them, checked: a one-line reason otherwise.
+    pub fn new(memory: u64, timeout: Duration) -> Result<WasmLimits, String> {
+        if !(MIN_MEMORY..=MAX_MEMORY).contains(&memory) {
+            return Err(format!(
+                "memory of {memory} bytes: expected 64KiB..=4GiB (WebAssembly pages of 64 KiB, 32-bit addresses)"
+            ));
+        }
+        if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&timeout) {
+            return Err(format!(
+                "timeout of {timeout:?}: expected {MIN_TIMEOUT:?}..={MAX_TIMEOUT:?} (the time limit's tick is {EPOCH_UNIT:?})"
+            ));
+        }
+        Ok(WasmLimits {
+            memory: memory as usize,
+            timeout,
+        })
+    }
+
+    /// Whether calls under these limits need the fine tick.
+    fn fine(&self) -> bool {
+        self.timeout < FINE_BELOW
     }
 }
 
@@ -65,9 +108,19 @@ pub struct WasmErrors {
     pub instantiation: AtomicU64,
 }
 
+/// Live functions that need the fine tick, and a sequence of their
+/// arrivals that the ticker acknowledges once it ticks finely for them.
+static FINE_USERS: AtomicU64 = AtomicU64::new(0);
+static FINE_ASKED: AtomicU64 = AtomicU64::new(0);
+static FINE_SEEN: AtomicU64 = AtomicU64::new(0);
+
 /// One engine for every WebAssembly function: compiled code is shared by
-/// the workers' instances, and one thread moves its epoch on every
-/// `EPOCH_TICK` for the life of the process.
+/// the workers' instances, and one thread moves its epoch on for the life
+/// of the process: one `EPOCH_UNIT` every 100 us while a live function
+/// has a timeout under `FINE_BELOW`, else `COARSE_STEP` units every
+/// millisecond. The epoch only counts time that has passed (a late wake-up
+/// makes it lag, never lead), so a call is never stopped before its
+/// timeout.
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
@@ -79,19 +132,60 @@ fn engine() -> &'static Engine {
         let ticking = engine.clone();
         std::thread::Builder::new()
             .name("wasm-epoch".into())
-            .spawn(move || loop {
-                std::thread::sleep(EPOCH_TICK);
-                ticking.increment_epoch();
+            .spawn(move || {
+                // Safety: PR_SET_TIMERSLACK takes a plain integer and only
+                // changes this thread's timer slack (default 50 us, half a
+                // fine tick) to 1 ns.
+                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+                loop {
+                    let asked = FINE_ASKED.load(Ordering::SeqCst);
+                    let step = if FINE_USERS.load(Ordering::SeqCst) > 0 {
+                        FINE_SEEN.store(asked, Ordering::SeqCst);
+                        1
+                    } else {
+                        COARSE_STEP
+                    };
+                    std::thread::sleep(EPOCH_UNIT * step as u32);
+                    for _ in 0..step {
+                        ticking.increment_epoch();
+                    }
+                }
             })
             .expect("spawning the wasm epoch thread");
         engine
     })
 }
 
-/// Epoch ticks a call may run: at least `timeout` even when the call
-/// starts just before a tick.
-fn deadline_ticks(timeout: Duration) -> u64 {
-    (timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64).max(1) + 1
+/// Holds the fine tick while a function that needs it lives; made only
+/// once the ticker ticks finely, so the function's first call already has
+/// its fine deadline.
+struct FineTick;
+
+impl FineTick {
+    fn hold() -> FineTick {
+        engine();
+        FINE_USERS.fetch_add(1, Ordering::SeqCst);
+        let asked = FINE_ASKED.fetch_add(1, Ordering::SeqCst) + 1;
+        // The ticker acknowledges within one coarse step (bounded wait).
+        let until = std::time::Instant::now() + Duration::from_secs(1);
+        while FINE_SEEN.load(Ordering::SeqCst) < asked && std::time::Instant::now() < until {
+            std::thread::sleep(EPOCH_UNIT);
+        }
+        FineTick
+    }
+}
+
+impl Drop for FineTick {
+    fn drop(&mut self) {
+        FINE_USERS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Epoch units a call under `limits` may run: at least its timeout even
+/// when it starts just before a tick of the largest step it may see.
+fn deadline_units(limits: &WasmLimits) -> u64 {
+    let step = if limits.fine() { 1 } else { COARSE_STEP };
+    (limits.timeout.as_nanos().div_ceil(EPOCH_UNIT.as_nanos()) as u64).max(1) + step
 }
 
 /// A store's memory cap (wasmtime's `ResourceLimiter`); remembers that it
@@ -147,6 +241,8 @@ struct Shared {
     pre: InstancePre<MemoryCap>,
     limits: WasmLimits,
     errors: WasmErrors,
+    /// Keeps the epoch ticking finely while this function lives.
+    _fine: Option<FineTick>,
 }
 
 /// One worker's instance of a function, with its exports.
@@ -202,7 +298,7 @@ fn instantiate(pre: &InstancePre<MemoryCap>, limits: &WasmLimits) -> Result<Gues
         },
     );
     store.limiter(|cap| cap as &mut dyn ResourceLimiter);
-    store.set_epoch_deadline(deadline_ticks(limits.timeout));
+    store.set_epoch_deadline(deadline_units(limits));
     let instance = pre.instantiate(&mut store).map_err(|e| {
         if store.data().hit {
             Failure::MemoryCap
@@ -245,8 +341,7 @@ impl Guest {
         reply: &mut Vec<u8>,
     ) -> Result<(), Failure> {
         let len = i32::try_from(request.len()).map_err(|_| Failure::BadRange("request"))?;
-        self.store
-            .set_epoch_deadline(deadline_ticks(limits.timeout));
+        self.store.set_epoch_deadline(deadline_units(limits));
         let ptr = self
             .alloc
             .call(&mut self.store, len)
@@ -325,6 +420,9 @@ impl WasmFunction {
         let pre = Linker::<MemoryCap>::new(engine())
             .instantiate_pre(&module)
             .map_err(|e| one_line(&e))?;
+        // Before the first instance: its start function has the deadline
+        // of every later call.
+        let fine = limits.fine().then(FineTick::hold);
         match instantiate(&pre, &limits) {
             Ok(_) => {}
             Err(Failure::MemoryCap) => {
@@ -346,6 +444,7 @@ impl WasmFunction {
                 pre,
                 limits,
                 errors: WasmErrors::default(),
+                _fine: fine,
             }),
         })
     }
@@ -514,6 +613,46 @@ mod tests {
         assert!(call(&f, b"!").unwrap_err().contains("ran longer than 10ms"));
         let took = started.elapsed();
         assert!(took >= TEST_LIMITS.timeout, "{took:?}");
+    }
+
+    /// A 200 us timeout is honoured at sub-millisecond granularity (the
+    /// fine tick): never sooner, and typically well within a millisecond.
+    #[test]
+    fn a_sub_millisecond_timeout_is_kept() {
+        let limits = WasmLimits::new(1 << 20, Duration::from_micros(200)).unwrap();
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/functions/loop.wat");
+        let f = WasmFunction::load(&path, limits).unwrap();
+        let mut took: Vec<Duration> = (0..21)
+            .map(|_| {
+                let started = Instant::now();
+                let e = call(&f, b"!").unwrap_err();
+                assert!(e.contains("ran longer than 200"), "{e}");
+                started.elapsed()
+            })
+            .collect();
+        took.sort();
+        assert!(took[0] >= limits.timeout, "{took:?}");
+        assert!(
+            took[10] < Duration::from_micros(900),
+            "median {:?}",
+            took[10]
+        );
+        assert_eq!(f.errors().timed_out.load(Ordering::Relaxed), 21);
+    }
+
+    #[test]
+    fn limits_are_checked_in_one_line() {
+        let ok = WasmLimits::new(16 << 20, Duration::from_micros(200)).unwrap();
+        assert_eq!(ok.memory, 16 << 20);
+        for (memory, timeout, why) in [
+            (1000, Duration::from_millis(1), "expected 64KiB"),
+            (5 << 30, Duration::from_millis(1), "expected 64KiB"),
+            (1 << 20, Duration::from_micros(50), "tick is 100"),
+            (1 << 20, Duration::from_secs(11), "..=10s"),
+        ] {
+            let e = WasmLimits::new(memory, timeout).unwrap_err();
+            assert!(e.contains(why) && !e.contains('\n'), "{e}");
+        }
     }
 
     #[test]
