@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use peregrine_faas::baseline::SocketServer;
+use peregrine_faas::control;
 use peregrine_faas::invoker::{AfXdpInvoker, Counters, InvokerConfig};
+use peregrine_faas::live::{Live, Routes};
+use peregrine_faas::wasm::WasmLimits;
 use peregrine_faas::Registry;
 use peregrine_host::{netns, signals};
 use peregrine_lab::lab;
@@ -20,6 +23,17 @@ use crate::usage;
 pub enum FaasCmd {
     /// Serve functions on UDP ports until Ctrl-C or --duration.
     Serve(ServeArgs),
+    /// Put a WebAssembly function on a port of the running `faas serve` (in
+    /// this namespace, or --lab/--host), replacing the one there; returns
+    /// once every worker runs it. A bad module is refused and changes
+    /// nothing.
+    Deploy(DeployArgs),
+    /// Take the function off a port of the running `faas serve`, once the
+    /// requests it already holds are answered.
+    Undeploy(UndeployArgs),
+    /// The running `faas serve`'s functions: name, port, calls, errors,
+    /// p50/p99 call time.
+    List(ListArgs),
     /// Load: closed loop (connections), or open loop at --rate; every reply
     /// checked, latency histogram. Exits 1 when no reply came back, a reply
     /// was wrong or more than --max-loss of the requests went unanswered.
@@ -120,6 +134,56 @@ pub struct LoadArgs {
 }
 
 #[derive(Args)]
+pub struct DeployArgs {
+    /// UDP port the function answers on.
+    #[arg(long)]
+    pub port: u16,
+    /// The module: a .wasm binary or .wat text (the ABI is in
+    /// docs/FUNCTIONS.md).
+    #[arg(long, value_name = "FILE")]
+    pub wasm: std::path::PathBuf,
+    /// The function's name (default: the file's stem).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Most linear memory an instance may have, e.g. 16MiB, 1MiB.
+    #[arg(long, value_name = "BYTES", default_value = "16MiB")]
+    pub memory: ByteSize,
+    /// Longest a call may run, e.g. 200us, 10ms (stopped no sooner, at most
+    /// 200 us later below 10 ms).
+    #[arg(long, value_name = "DURATION", default_value = "10ms")]
+    pub timeout: DurationArg,
+    // The lab host whose server to change.
+    #[command(flatten)]
+    pub scope: Scope,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct UndeployArgs {
+    /// UDP port whose function goes.
+    #[arg(long)]
+    pub port: u16,
+    // The lab host whose server to change.
+    #[command(flatten)]
+    pub scope: Scope,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct ListArgs {
+    // The lab host whose server to ask.
+    #[command(flatten)]
+    pub scope: Scope,
+    /// Print the functions as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
 pub struct ServeArgs {
     /// Interface the requests arrive on (afxdp backend).
     #[arg(long, default_value = "eth0")]
@@ -179,6 +243,18 @@ enum Server {
 }
 
 impl Server {
+    fn live(&self) -> &Live {
+        match self {
+            Server::AfXdp(i) => &i.live,
+            Server::Sockets(s) => &s.live,
+        }
+    }
+    fn routes(&self) -> &dyn Routes {
+        match self {
+            Server::AfXdp(i) => i.as_ref(),
+            Server::Sockets(s) => s,
+        }
+    }
     fn counters(&self) -> &Counters {
         match self {
             Server::AfXdp(i) => &i.counters,
@@ -203,7 +279,107 @@ pub fn run(cmd: FaasCmd) -> Result<()> {
     match cmd {
         FaasCmd::Serve(a) => serve(a),
         FaasCmd::Load(a) => load(a),
+        FaasCmd::Deploy(a) => deploy(a),
+        FaasCmd::Undeploy(a) => undeploy(a),
+        FaasCmd::List(a) => list(a),
     }
+}
+
+/// The control socket of the server in `scope`'s namespace.
+fn control_path(scope: &Scope) -> Result<std::path::PathBuf> {
+    let ns = scope.ns()?;
+    let cookie = netns::run_in_opt(ns.as_deref(), netns::cookie)??;
+    Ok(control::path_for(cookie))
+}
+
+fn deploy(a: DeployArgs) -> Result<()> {
+    let shown = a.wasm.display();
+    let module = match std::fs::read(&a.wasm) {
+        Ok(m) => m,
+        Err(e) => usage!("--wasm {shown}: {e}"),
+    };
+    let name = match &a.name {
+        Some(n) => n.clone(),
+        None => a
+            .wasm
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("wasm")
+            .to_string(),
+    };
+    if let Err(e) = control::check_name(&name) {
+        usage!("--name: {e}");
+    }
+    if let Err(e) = WasmLimits::new(a.memory.0, a.timeout.0) {
+        usage!("--memory/--timeout: {e}");
+    }
+    let req = control::Request::Deploy {
+        port: a.port,
+        name: name.clone(),
+        memory: a.memory.0,
+        timeout_ns: a.timeout.0.as_nanos() as u64,
+        module_len: module.len(),
+    };
+    let v = control::request(&control_path(&a.scope)?, &req, &module)
+        .map_err(|e| anyhow::anyhow!("deploy {shown} on port {}: {e}", a.port))?;
+    if a.json {
+        println!("{v}");
+    } else {
+        match v["replaced"].as_str() {
+            Some(old) => println!(
+                "port {}: {name} replaces {old}, every worker runs it",
+                a.port
+            ),
+            None => println!("port {}: {name} deployed, every worker runs it", a.port),
+        }
+    }
+    Ok(())
+}
+
+fn undeploy(a: UndeployArgs) -> Result<()> {
+    let req = control::Request::Undeploy { port: a.port };
+    let v = control::request(&control_path(&a.scope)?, &req, &[])
+        .map_err(|e| anyhow::anyhow!("undeploy port {}: {e}", a.port))?;
+    if a.json {
+        println!("{v}");
+    } else {
+        println!(
+            "port {}: {} undeployed",
+            a.port,
+            v["name"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(())
+}
+
+fn list(a: ListArgs) -> Result<()> {
+    let v = control::request(&control_path(&a.scope)?, &control::Request::List, &[])
+        .map_err(|e| anyhow::anyhow!("list: {e}"))?;
+    if a.json {
+        println!("{v}");
+        return Ok(());
+    }
+    print_functions(&v);
+    Ok(())
+}
+
+/// A table of `control::list`'s functions.
+fn print_functions(v: &serde_json::Value) {
+    let mut t = Table::new(&["port", "name", "kind", "calls", "errors", "p50", "p99"]);
+    for f in v["functions"].as_array().into_iter().flatten() {
+        let u = |k: &str| f[k].as_u64().map_or("-".to_string(), |n| n.to_string());
+        let lat = |k: &str| f[k].as_u64().map_or("-".to_string(), fmt_ns);
+        t.row(vec![
+            u("port"),
+            f["name"].as_str().unwrap_or("?").to_string(),
+            f["kind"].as_str().unwrap_or("?").to_string(),
+            u("calls"),
+            u("errors"),
+            lat("p50_ns"),
+            lat("p99_ns"),
+        ]);
+    }
+    print!("{}", t.render());
 }
 
 /// The functions a command was given, or a usage error naming the problem.
@@ -837,15 +1013,36 @@ fn serve(a: ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    // Deploys, undeploys and lists arrive here (one server per namespace).
+    let cookie = netns::run_in_opt(ns.as_deref(), netns::cookie)??;
+    let (to_serve, incoming) = std::sync::mpsc::channel();
+    let control = match control::ControlSocket::start(&control::path_for(cookie), to_serve) {
+        Ok(c) => c,
+        Err(e) => bail!("{e}"),
+    };
+    if !a.json {
+        eprintln!("control socket {}", control.path().display());
+    }
     let start = Instant::now();
     let end = a.duration.map(Duration::from);
     let mut last = 0;
     while !signals::stop_requested() && end.is_none_or(|d| start.elapsed() < d) {
+        let tick = Instant::now();
         let left = end.map_or(Duration::from_secs(1), |d| {
             d.saturating_sub(start.elapsed())
                 .min(Duration::from_secs(1))
         });
-        signals::sleep(left);
+        while tick.elapsed() < left && !signals::stop_requested() {
+            let slice = (left - tick.elapsed()).min(Duration::from_millis(100));
+            if let Ok(inc) = incoming.recv_timeout(slice) {
+                let answer =
+                    control::apply(&inc.request, &inc.module, server.live(), server.routes());
+                if !a.json && !matches!(inc.request, control::Request::List) {
+                    eprintln!("  control: {answer}");
+                }
+                let _ = inc.answer.send(answer);
+            }
+        }
         let now = server.counters().replies.load(Ordering::Relaxed);
         if !a.json {
             eprintln!(
@@ -857,6 +1054,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         last = now;
     }
     stop.store(true, Ordering::Relaxed);
+    drop(control);
     if let Some(t) = exposition {
         let _ = t.join();
     }
@@ -874,6 +1072,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         "requests": get(&c.requests),
         "replies": get(&c.replies),
         "per_function": names.iter().zip(c.per_function.iter()).map(|(n, v)| (n.clone(), get(v))).collect::<std::collections::BTreeMap<_, _>>(),
+        "functions": control::list(server.live())["functions"].clone(),
     });
     for (reason, v) in c.drop_reasons() {
         out[reason] = get(v).into();
@@ -899,6 +1098,8 @@ fn serve(a: ServeArgs) -> Result<()> {
         ]);
     }
     print!("{}", t.render());
+    println!("functions served at the end:");
+    print_functions(&out);
     let mut t = Table::new(&["function", "replies", "per second"]);
     for (n, v) in names.iter().zip(c.per_function.iter()) {
         let v = get(v);

@@ -114,6 +114,21 @@ static FINE_USERS: AtomicU64 = AtomicU64::new(0);
 static FINE_ASKED: AtomicU64 = AtomicU64::new(0);
 static FINE_SEEN: AtomicU64 = AtomicU64::new(0);
 
+impl WasmErrors {
+    /// Each reason with its count, as JSON.
+    pub fn by_reason(&self) -> serde_json::Value {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "trapped": get(&self.trapped),
+            "timed_out": get(&self.timed_out),
+            "memory_cap": get(&self.memory_cap),
+            "refused": get(&self.refused),
+            "bad_range": get(&self.bad_range),
+            "instantiation": get(&self.instantiation),
+        })
+    }
+}
+
 /// One engine for every WebAssembly function: compiled code is shared by
 /// the workers' instances, and one thread moves its epoch on for the life
 /// of the process: one `EPOCH_UNIT` every 100 us while a live function
@@ -486,6 +501,10 @@ impl WasmFunction {
 impl Function for WasmFunction {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn as_wasm(&self) -> Option<&WasmFunction> {
+        Some(self)
     }
 
     fn call(&self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), String> {
