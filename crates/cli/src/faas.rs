@@ -937,6 +937,14 @@ fn serve(a: ServeArgs) -> Result<()> {
                 .map_or("this namespace".to_string(), |n| format!("namespace {n}"))
         );
     }
+    // Deploys, undeploys and lists arrive here (one server per namespace):
+    // taken before anything is attached, so a second server changes nothing.
+    let cookie = netns::run_in_opt(ns.as_deref(), netns::cookie)??;
+    let (to_serve, incoming) = std::sync::mpsc::channel();
+    let control = match control::ControlSocket::start(&control::path_for(cookie), to_serve) {
+        Ok(c) => c,
+        Err(e) => bail!("{e}"),
+    };
     let server = match a.backend {
         Backend::Afxdp => {
             if !a.threads.is_multiple_of(a.queues) {
@@ -1012,13 +1020,6 @@ fn serve(a: ServeArgs) -> Result<()> {
             Some(t)
         }
         None => None,
-    };
-    // Deploys, undeploys and lists arrive here (one server per namespace).
-    let cookie = netns::run_in_opt(ns.as_deref(), netns::cookie)??;
-    let (to_serve, incoming) = std::sync::mpsc::channel();
-    let control = match control::ControlSocket::start(&control::path_for(cookie), to_serve) {
-        Ok(c) => c,
-        Err(e) => bail!("{e}"),
     };
     if !a.json {
         eprintln!("control socket {}", control.path().display());

@@ -259,15 +259,21 @@ impl Registry {
         self.by_port.remove(&port)
     }
 
-    /// Gives `port`'s entry the socket it is served on (before the
-    /// registry is shared).
+    /// Gives `port`'s entry the socket it is served on (a server starting:
+    /// the entry is made anew, so a copy of this registry kept elsewhere
+    /// is left as it was).
     pub fn set_socket(&mut self, port: u16, socket: UdpSocket) -> Result<(), String> {
         let d = self
             .by_port
             .get_mut(&port)
-            .and_then(Arc::get_mut)
-            .ok_or_else(|| format!("port {port}: no function, or already shared"))?;
-        d.socket = Some(Arc::new(socket));
+            .ok_or_else(|| format!("port {port}: no function"))?;
+        *d = Arc::new(Deployed {
+            id: d.id,
+            function: d.function.clone(),
+            stats: CallStats::default(),
+            generation: d.generation,
+            socket: Some(Arc::new(socket)),
+        });
         Ok(())
     }
 

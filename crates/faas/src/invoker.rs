@@ -300,10 +300,11 @@ impl FrameHandler for InvokerWorker {
     }
 
     fn end_batch(&mut self, _xsk: &Xsk, batch: peregrine_xsk::Result<(u32, u32)>) {
-        // A deploy is taken up between batches; an empty batch after it
-        // says that nothing steered before an undeploy is left.
+        // A deploy is taken up between batches; a batch short of BATCH
+        // after it emptied the ring: nothing steered before an undeploy is
+        // left.
         self.view.refresh();
-        if matches!(batch, Ok((0, _))) {
+        if matches!(batch, Ok((n, _)) if n < BATCH) {
             self.view.drained();
         }
         let v = self.table.version.load(Ordering::Acquire);
