@@ -249,6 +249,12 @@ impl Server {
             Server::Sockets(s) => &s.live,
         }
     }
+    fn live_arc(&self) -> std::sync::Arc<Live> {
+        match self {
+            Server::AfXdp(i) => i.live.clone(),
+            Server::Sockets(s) => s.live.clone(),
+        }
+    }
     fn routes(&self) -> &dyn Routes {
         match self {
             Server::AfXdp(i) => i.as_ref(),
@@ -843,7 +849,7 @@ fn invoker_metrics(
     reg: &mut peregrine_lab::load::prometheus_client::registry::Registry,
     c: std::sync::Arc<Counters>,
     backend: &'static str,
-    names: Vec<(u16, String)>,
+    live: std::sync::Arc<Live>,
 ) -> impl FnMut() + Send + 'static {
     use crate::metrics::{set, CounterFamily, Labels};
     let reg = reg.sub_registry_with_prefix("peregrine_faas_invoker");
@@ -874,11 +880,13 @@ fn invoker_metrics(
             l.push(("reason".into(), reason.into()));
             set(&dropped, &l, get(v));
         }
-        for ((port, name), v) in names.iter().zip(c.per_function.iter()) {
+        // The functions served now (deploys come and go while serving).
+        // Each deployment's own count (a redeploy starts again at 0).
+        for (port, d) in live.current().entries() {
             let mut l = b.clone();
-            l.push(("function".into(), name.clone()));
+            l.push(("function".into(), d.function.name().to_string()));
             l.push(("port".into(), port.to_string()));
-            set(&per_fn, &l, get(v));
+            set(&per_fn, &l, d.answered());
         }
     }
 }
@@ -909,10 +917,6 @@ fn serve(a: ServeArgs) -> Result<()> {
     let names: Vec<String> = registry
         .iter()
         .map(|(p, _, f)| format!("{p}={}", f.name()))
-        .collect();
-    let fn_labels: Vec<(u16, String)> = registry
-        .iter()
-        .map(|(p, _, f)| (p, f.name().to_string()))
         .collect();
     if a.backend != Backend::Afxdp {
         for (flag, set) in [
@@ -1011,8 +1015,12 @@ fn serve(a: ServeArgs) -> Result<()> {
     let exposition = match a.metrics {
         Some(addr) => {
             let mut reg = peregrine_lab::load::prometheus_client::registry::Registry::default();
-            let refresh =
-                invoker_metrics(&mut reg, server.counters_arc(), a.backend.name(), fn_labels);
+            let refresh = invoker_metrics(
+                &mut reg,
+                server.counters_arc(),
+                a.backend.name(),
+                server.live_arc(),
+            );
             let t = peregrine_lab::load::serve_metrics(addr, stop.clone(), reg, refresh)?;
             if !a.json {
                 eprintln!("metrics on http://{addr}/metrics");
@@ -1066,13 +1074,20 @@ fn serve(a: ServeArgs) -> Result<()> {
     let c = server.counters();
     let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
     let seconds = start.elapsed().as_secs_f64();
+    // What is served at the end ("PORT=NAME") and what each answered.
+    let served: Vec<(String, u64)> = server
+        .live()
+        .current()
+        .entries()
+        .map(|(p, d)| (format!("{p}={}", d.function.name()), d.answered()))
+        .collect();
     let mut out = serde_json::json!({
         "backend": a.backend.name(),
         "memory_bytes": server.memory_bytes(),
         "seconds": seconds,
         "requests": get(&c.requests),
         "replies": get(&c.replies),
-        "per_function": names.iter().zip(c.per_function.iter()).map(|(n, v)| (n.clone(), get(v))).collect::<std::collections::BTreeMap<_, _>>(),
+        "per_function": served.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
         "functions": control::list(server.live())["functions"].clone(),
     });
     for (reason, v) in c.drop_reasons() {
@@ -1101,9 +1116,9 @@ fn serve(a: ServeArgs) -> Result<()> {
     print!("{}", t.render());
     println!("functions served at the end:");
     print_functions(&out);
-    let mut t = Table::new(&["function", "replies", "per second"]);
-    for (n, v) in names.iter().zip(c.per_function.iter()) {
-        let v = get(v);
+    let mut t = Table::new(&["function", "answered", "per second"]);
+    for (n, v) in &served {
+        let v = *v;
         t.row(vec![
             n.clone(),
             v.to_string(),

@@ -164,6 +164,17 @@ pub struct Deployed {
 }
 
 impl Deployed {
+    /// Calls that returned a reply (whether it was then sent is the
+    /// server's counters' business).
+    pub fn answered(&self) -> u64 {
+        let s = &self.stats;
+        // Errors are read second: a call failing between the reads must
+        // not take the difference below zero.
+        s.calls
+            .load(Ordering::Relaxed)
+            .saturating_sub(s.errors.load(Ordering::Relaxed))
+    }
+
     /// Calls the function, timed and counted.
     pub fn call(&self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), String> {
         let started = Instant::now();
