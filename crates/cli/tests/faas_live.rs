@@ -530,3 +530,40 @@ fn socket_deploy_replace_undeploy_under_load() {
     }
     live_deployment("socket", "pg-live-s");
 }
+
+/// The mmsg backend serves a fixed set of functions: deploy and undeploy
+/// are refused in one line and change nothing; list still answers.
+#[test]
+fn mmsg_refuses_changes_in_one_line() {
+    if !privileged_here() {
+        return;
+    }
+    let pair = pair("pg-live-m");
+    let mut serve = Serve::start(&pair.b, "mmsg");
+    assert!(
+        wait_until(Duration::from_secs(10), || faas(
+            &pair.b,
+            &["list", "--json"]
+        )
+        .0),
+        "the server's control socket did not answer"
+    );
+    let before = deployments(&pair.b);
+    let echo = example("echo.wat");
+    let native = NATIVE.to_string();
+    for args in [
+        vec!["deploy", "--port", "1300", "--wasm", &echo],
+        vec!["deploy", "--port", &native, "--wasm", &echo],
+        vec!["undeploy", "--port", &native],
+    ] {
+        let (ok, _, err) = faas(&pair.b, &args);
+        assert!(
+            !ok && err.contains("fixed set of functions"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+    assert_eq!(deployments(&pair.b), before);
+    let (stopped, out) = serve.stop();
+    assert!(stopped, "faas serve failed: {out}");
+}
