@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
+use peregrine_faas::wasm::{WasmFunction, WasmLimits};
 use peregrine_faas::Registry;
 use peregrine_host::netns;
 use peregrine_host::signals;
@@ -68,27 +69,53 @@ impl FaasBackend {
     }
 }
 
-/// A backend with its workers (one RX queue per worker).
+/// A backend with its workers (one RX queue per worker), running the
+/// built-in reverse or the same logic as WebAssembly (reverse.wat).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct FaasContender {
     pub backend: FaasBackend,
     pub threads: u32,
+    pub wasm: bool,
 }
 
 impl FaasContender {
-    /// "afxdp 1T1Q": the name in labels, tables and plot legends.
+    /// "afxdp 1T1Q" or "afxdp wasm 1T1Q": the name in labels, tables and
+    /// plot legends.
     pub fn label(self) -> String {
         let t = self.threads;
-        format!("{} {t}T{t}Q", self.backend.as_str())
+        let wasm = if self.wasm { " wasm" } else { "" };
+        format!("{}{wasm} {t}T{t}Q", self.backend.as_str())
+    }
+
+    /// The function served: reverse, built in or as WebAssembly.
+    fn registry(self) -> Result<Registry> {
+        if !self.wasm {
+            return Registry::parse(FUNCTION).map_err(anyhow::Error::msg);
+        }
+        let f = WasmFunction::new("reverse", REVERSE_WAT, WasmLimits::default())
+            .map_err(anyhow::Error::msg)?;
+        let mut r = Registry::default();
+        r.add(1232, std::sync::Arc::new(f))
+            .map_err(anyhow::Error::msg)?;
+        Ok(r)
     }
 }
+
+/// The WebAssembly rows' function: the shipped reverse example, built into
+/// the binary so the bench does not depend on where it runs.
+const REVERSE_WAT: &[u8] = include_bytes!("../../../examples/functions/reverse.wat");
 
 impl std::str::FromStr for FaasContender {
     type Err = String;
 
-    /// "BACKEND:THREADS" (threads default 1): socket:1, mmsg:N, afxdp:N.
+    /// "BACKEND:THREADS" (threads default 1): socket:1, mmsg:N, afxdp:N;
+    /// "BACKEND-wasm:THREADS" runs the function as WebAssembly.
     fn from_str(c: &str) -> std::result::Result<Self, String> {
         let (b, t) = c.split_once(':').unwrap_or((c, "1"));
+        let (b, wasm) = match b.strip_suffix("-wasm") {
+            Some(b) => (b, true),
+            None => (b, false),
+        };
         let threads: u32 = t
             .parse()
             .map_err(|_| format!("--configs {c:?}: threads must be a number"))?;
@@ -98,16 +125,20 @@ impl std::str::FromStr for FaasContender {
             "afxdp" => FaasBackend::Afxdp,
             _ => {
                 return Err(format!(
-                    "--configs {c:?}: expected socket:1, mmsg:N or afxdp:N"
+                    "--configs {c:?}: expected socket:1, mmsg:N or afxdp:N (BACKEND-wasm:N for WebAssembly)"
                 ))
             }
         };
         if threads == 0 || (backend == FaasBackend::Socket && threads != 1) {
             return Err(format!(
-                "--configs {c:?}: expected socket:1, mmsg:N or afxdp:N"
+                "--configs {c:?}: expected socket:1, mmsg:N or afxdp:N (BACKEND-wasm:N for WebAssembly)"
             ));
         }
-        Ok(FaasContender { backend, threads })
+        Ok(FaasContender {
+            backend,
+            threads,
+            wasm,
+        })
     }
 }
 
@@ -186,7 +217,9 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
     let mut run_of: Vec<(FaasContender, usize, usize)> = Vec::new();
     for &size in &a.sizes {
         for &contender in &a.contenders {
-            let FaasContender { backend, threads } = contender;
+            let FaasContender {
+                backend, threads, ..
+            } = contender;
             signals::check()?;
             if threads as usize > ncpu {
                 bail!(
@@ -210,7 +243,7 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
             let mut topo = builtin_topology("pair", "benchfaas")?;
             topo.links[0].queues = threads;
             let lab = Lab::up(topo, Lifetime::Ephemeral)?;
-            let registry = Registry::parse(FUNCTION).map_err(anyhow::Error::msg)?;
+            let registry = contender.registry()?;
             let memory;
             // Held for the measurement; dropping it stops the server.
             let server: Box<dyn std::any::Any> = match backend {
@@ -301,7 +334,8 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
                 flows: cfg.flows,
                 threads: threads as usize,
                 sink: format!(
-                    "open-loop requests to function reverse, every reply checked at the client (tcx); server on CPU {server_cpus:?}{mem}"
+                    "open-loop requests to function reverse ({}), every reply checked at the client (tcx); server on CPU {server_cpus:?}{mem}",
+                    if contender.wasm { "WebAssembly, reverse.wat" } else { "built-in" }
                 ),
                 sent: true,
             };
@@ -328,16 +362,18 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
     }
     let result = ResultFile::new("bench-faas", command_line(), runs);
     if !a.output.json {
-        let find = |backend: FaasBackend, size: usize| {
+        let find_as = |backend: FaasBackend, wasm: bool, size: usize| {
             let c = FaasContender {
                 backend,
                 threads: 1,
+                wasm,
             };
             run_of
                 .iter()
                 .find(|&&(k, s, _)| k == c && s == size)
                 .map(|&(_, _, i)| &result.runs[i])
         };
+        let find = |backend: FaasBackend, size: usize| find_as(backend, false, size);
         for &size in &a.sizes {
             let tput = |b: FaasBackend| {
                 find(b, size)
@@ -371,6 +407,39 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
                 p50(Mmsg),
                 p50(Socket),
             );
+            // WebAssembly beside native, where both ran (same logic).
+            for b in [Afxdp, Mmsg, Socket] {
+                let (Some(w), Some(n)) = (find_as(b, true, size), find_as(b, false, size)) else {
+                    continue;
+                };
+                let sat = |r: &Run| {
+                    r.trials
+                        .iter()
+                        .find(|t| t.phase == "saturate")
+                        .map_or(0.0, |t| t.delivered_pps)
+                };
+                let tput = |r: &Run| r.rfc2544.as_ref().map_or(0.0, |s| s.throughput_pps);
+                let lat = |r: &Run| {
+                    r.trials
+                        .iter()
+                        .find(|t| t.phase == "latency")
+                        .and_then(|t| t.latency.as_ref())
+                        .map_or((f64::NAN, f64::NAN), |l| {
+                            (l.p50_ns as f64 / 1e3, l.p99_ns as f64 / 1e3)
+                        })
+                };
+                let ((wp50, wp99), (np50, np99)) = (lat(w), lat(n));
+                println!(
+                    "ratio  {size} B, one worker, {}: WebAssembly reverse / native reverse: saturated {:.0} / {:.0} req/s = {:.2}x; RFC 2544 {:.0} / {:.0} req/s = {:.2}x; p50 {wp50:.1} / {np50:.1} us, p99 {wp99:.1} / {np99:.1} us",
+                    b.as_str(),
+                    sat(w),
+                    sat(n),
+                    sat(w) / sat(n).max(1.0),
+                    tput(w),
+                    tput(n),
+                    tput(w) / tput(n).max(1.0),
+                );
+            }
         }
     }
     a.output.write(&result)
@@ -387,12 +456,26 @@ mod tests {
             c,
             FaasContender {
                 backend: FaasBackend::Afxdp,
-                threads: 2
+                threads: 2,
+                wasm: false,
             }
         );
         assert_eq!(c.label(), "afxdp 2T2Q");
+        let w: FaasContender = "afxdp-wasm:1".parse().unwrap();
+        assert!(w.wasm && w.label() == "afxdp wasm 1T1Q");
+        assert_eq!(
+            w.registry().unwrap().get(1232).unwrap().function.name(),
+            "reverse"
+        );
         assert_eq!("socket".parse::<FaasContender>().unwrap().threads, 1);
-        for bad in ["socket:2", "mmsg:0", "mmsg:x", "dpdk:1"] {
+        for bad in [
+            "socket:2",
+            "mmsg:0",
+            "mmsg:x",
+            "dpdk:1",
+            "dpdk-wasm:1",
+            "afxdp-wasm:0",
+        ] {
             assert!(bad.parse::<FaasContender>().is_err(), "{bad}");
         }
     }

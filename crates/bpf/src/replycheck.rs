@@ -55,6 +55,18 @@ pub fn bucket_range(idx: u32) -> (u64, u64) {
     (low, 1 << shift)
 }
 
+/// The bucket of `v` ns: `latency_bucket()` of replycheck.bpf.c, for
+/// histograms kept in user space on the same scale.
+pub fn bucket_of(v: u64) -> u32 {
+    let sub = 1u64 << SUB_BITS;
+    if v < sub {
+        return v as u32;
+    }
+    let shift = 63 - v.leading_zeros() - SUB_BITS;
+    let idx = (u64::from(shift + 1) << SUB_BITS) + ((v >> shift) - sub);
+    idx.min(u64::from(BUCKETS - 1)) as u32
+}
+
 impl ReplyStats {
     /// Replies from the server port that were not correct.
     pub fn wrong(&self) -> u64 {
@@ -192,6 +204,17 @@ mod fixtures {
             next = low + width;
         }
         assert!(next > 30_000_000_000, "the histogram covers 30 s");
+    }
+
+    #[test]
+    fn bucket_of_is_bucket_range_inverted() {
+        for v in (0..100_000u64).chain((0..40).map(|s| (1u64 << s) * 3 / 2)) {
+            let (low, width) = bucket_range(bucket_of(v));
+            assert!(
+                v >= low && (v < low + width || bucket_of(v) == BUCKETS - 1),
+                "{v}"
+            );
+        }
     }
 
     /// Every outcome is counted exactly once; correct replies of either

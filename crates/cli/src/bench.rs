@@ -323,11 +323,12 @@ pub struct BenchFaasArgs {
     /// Request payload sizes, bytes.
     #[arg(long, value_delimiter = ',', default_value = "200,600,800,1000,1400")]
     pub sizes: Vec<usize>,
-    /// Backends and worker configurations (BACKEND:THREADS, threads = queues).
+    /// Backends and worker configurations (BACKEND:THREADS, threads =
+    /// queues; BACKEND-wasm:THREADS runs reverse as WebAssembly).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "socket:1,mmsg:1,afxdp:1,mmsg:2,afxdp:2"
+        default_value = "socket:1,mmsg:1,afxdp:1,afxdp-wasm:1,mmsg:2,afxdp:2"
     )]
     pub configs: Vec<String>,
     /// Highest share of requests left unanswered at the throughput found.

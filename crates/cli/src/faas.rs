@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use peregrine_faas::baseline::SocketServer;
+use peregrine_faas::control;
 use peregrine_faas::invoker::{AfXdpInvoker, Counters, InvokerConfig};
+use peregrine_faas::live::{Live, Routes};
+use peregrine_faas::wasm::WasmLimits;
 use peregrine_faas::Registry;
 use peregrine_host::{netns, signals};
 use peregrine_lab::lab;
@@ -20,6 +23,17 @@ use crate::usage;
 pub enum FaasCmd {
     /// Serve functions on UDP ports until Ctrl-C or --duration.
     Serve(ServeArgs),
+    /// Put a WebAssembly function on a port of the running `faas serve` (in
+    /// this namespace, or --lab/--host), replacing the one there; returns
+    /// once every worker runs it. A bad module is refused and changes
+    /// nothing.
+    Deploy(DeployArgs),
+    /// Take the function off a port of the running `faas serve`, once the
+    /// requests it already holds are answered.
+    Undeploy(UndeployArgs),
+    /// The running `faas serve`'s functions: name, port, calls, errors,
+    /// p50/p99 call time.
+    List(ListArgs),
     /// Load: closed loop (connections), or open loop at --rate; every reply
     /// checked, latency histogram. Exits 1 when no reply came back, a reply
     /// was wrong or more than --max-loss of the requests went unanswered.
@@ -120,11 +134,63 @@ pub struct LoadArgs {
 }
 
 #[derive(Args)]
+pub struct DeployArgs {
+    /// UDP port the function answers on.
+    #[arg(long)]
+    pub port: u16,
+    /// The module: a .wasm binary or .wat text (the ABI is in
+    /// docs/FUNCTIONS.md).
+    #[arg(long, value_name = "FILE")]
+    pub wasm: std::path::PathBuf,
+    /// The function's name (default: the file's stem).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Most linear memory an instance may have, e.g. 16MiB, 1MiB.
+    #[arg(long, value_name = "BYTES", default_value = "16MiB")]
+    pub memory: ByteSize,
+    /// Longest a call may run, e.g. 200us, 10ms (stopped no sooner, at most
+    /// 200 us later below 10 ms).
+    #[arg(long, value_name = "DURATION", default_value = "10ms")]
+    pub timeout: DurationArg,
+    // The lab host whose server to change.
+    #[command(flatten)]
+    pub scope: Scope,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct UndeployArgs {
+    /// UDP port whose function goes.
+    #[arg(long)]
+    pub port: u16,
+    // The lab host whose server to change.
+    #[command(flatten)]
+    pub scope: Scope,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct ListArgs {
+    // The lab host whose server to ask.
+    #[command(flatten)]
+    pub scope: Scope,
+    /// Print the functions as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
 pub struct ServeArgs {
     /// Interface the requests arrive on (afxdp backend).
     #[arg(long, default_value = "eth0")]
     pub iface: String,
-    /// PORT=FUNCTION,...; built-ins: reverse, echo, upper, sha256.
+    /// PORT=FUNCTION,...; built-ins: reverse, echo, upper, sha256; or
+    /// wasm:PATH, a WebAssembly function from a .wasm or .wat file (see
+    /// docs/FUNCTIONS.md).
     #[arg(long)]
     pub functions: String,
     /// RX queues served (afxdp).
@@ -177,6 +243,24 @@ enum Server {
 }
 
 impl Server {
+    fn live(&self) -> &Live {
+        match self {
+            Server::AfXdp(i) => &i.live,
+            Server::Sockets(s) => &s.live,
+        }
+    }
+    fn live_arc(&self) -> std::sync::Arc<Live> {
+        match self {
+            Server::AfXdp(i) => i.live.clone(),
+            Server::Sockets(s) => s.live.clone(),
+        }
+    }
+    fn routes(&self) -> &dyn Routes {
+        match self {
+            Server::AfXdp(i) => i.as_ref(),
+            Server::Sockets(s) => s,
+        }
+    }
     fn counters(&self) -> &Counters {
         match self {
             Server::AfXdp(i) => &i.counters,
@@ -201,7 +285,107 @@ pub fn run(cmd: FaasCmd) -> Result<()> {
     match cmd {
         FaasCmd::Serve(a) => serve(a),
         FaasCmd::Load(a) => load(a),
+        FaasCmd::Deploy(a) => deploy(a),
+        FaasCmd::Undeploy(a) => undeploy(a),
+        FaasCmd::List(a) => list(a),
     }
+}
+
+/// The control socket of the server in `scope`'s namespace.
+fn control_path(scope: &Scope) -> Result<std::path::PathBuf> {
+    let ns = scope.ns()?;
+    let cookie = netns::run_in_opt(ns.as_deref(), netns::cookie)??;
+    Ok(control::path_for(cookie))
+}
+
+fn deploy(a: DeployArgs) -> Result<()> {
+    let shown = a.wasm.display();
+    let module = match std::fs::read(&a.wasm) {
+        Ok(m) => m,
+        Err(e) => usage!("--wasm {shown}: {e}"),
+    };
+    let name = match &a.name {
+        Some(n) => n.clone(),
+        None => a
+            .wasm
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("wasm")
+            .to_string(),
+    };
+    if let Err(e) = control::check_name(&name) {
+        usage!("--name: {e}");
+    }
+    if let Err(e) = WasmLimits::new(a.memory.0, a.timeout.0) {
+        usage!("--memory/--timeout: {e}");
+    }
+    let req = control::Request::Deploy {
+        port: a.port,
+        name: name.clone(),
+        memory: a.memory.0,
+        timeout_ns: a.timeout.0.as_nanos() as u64,
+        module_len: module.len(),
+    };
+    let v = control::request(&control_path(&a.scope)?, &req, &module)
+        .map_err(|e| anyhow::anyhow!("deploy {shown} on port {}: {e}", a.port))?;
+    if a.json {
+        println!("{v}");
+    } else {
+        match v["replaced"].as_str() {
+            Some(old) => println!(
+                "port {}: {name} replaces {old}, every worker runs it",
+                a.port
+            ),
+            None => println!("port {}: {name} deployed, every worker runs it", a.port),
+        }
+    }
+    Ok(())
+}
+
+fn undeploy(a: UndeployArgs) -> Result<()> {
+    let req = control::Request::Undeploy { port: a.port };
+    let v = control::request(&control_path(&a.scope)?, &req, &[])
+        .map_err(|e| anyhow::anyhow!("undeploy port {}: {e}", a.port))?;
+    if a.json {
+        println!("{v}");
+    } else {
+        println!(
+            "port {}: {} undeployed",
+            a.port,
+            v["name"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(())
+}
+
+fn list(a: ListArgs) -> Result<()> {
+    let v = control::request(&control_path(&a.scope)?, &control::Request::List, &[])
+        .map_err(|e| anyhow::anyhow!("list: {e}"))?;
+    if a.json {
+        println!("{v}");
+        return Ok(());
+    }
+    print_functions(&v);
+    Ok(())
+}
+
+/// A table of `control::list`'s functions.
+fn print_functions(v: &serde_json::Value) {
+    let mut t = Table::new(&["port", "name", "kind", "calls", "errors", "p50", "p99"]);
+    for f in v["functions"].as_array().into_iter().flatten() {
+        let u = |k: &str| f[k].as_u64().map_or("-".to_string(), |n| n.to_string());
+        let lat = |k: &str| f[k].as_u64().map_or("-".to_string(), fmt_ns);
+        t.row(vec![
+            u("port"),
+            f["name"].as_str().unwrap_or("?").to_string(),
+            f["kind"].as_str().unwrap_or("?").to_string(),
+            u("calls"),
+            u("errors"),
+            lat("p50_ns"),
+            lat("p99_ns"),
+        ]);
+    }
+    print!("{}", t.render());
 }
 
 /// The functions a command was given, or a usage error naming the problem.
@@ -665,7 +849,7 @@ fn invoker_metrics(
     reg: &mut peregrine_lab::load::prometheus_client::registry::Registry,
     c: std::sync::Arc<Counters>,
     backend: &'static str,
-    names: Vec<(u16, String)>,
+    live: std::sync::Arc<Live>,
 ) -> impl FnMut() + Send + 'static {
     use crate::metrics::{set, CounterFamily, Labels};
     let reg = reg.sub_registry_with_prefix("peregrine_faas_invoker");
@@ -696,11 +880,13 @@ fn invoker_metrics(
             l.push(("reason".into(), reason.into()));
             set(&dropped, &l, get(v));
         }
-        for ((port, name), v) in names.iter().zip(c.per_function.iter()) {
+        // The functions served now (deploys come and go while serving).
+        // Each deployment's own count (a redeploy starts again at 0).
+        for (port, d) in live.current().entries() {
             let mut l = b.clone();
-            l.push(("function".into(), name.clone()));
+            l.push(("function".into(), d.function.name().to_string()));
             l.push(("port".into(), port.to_string()));
-            set(&per_fn, &l, get(v));
+            set(&per_fn, &l, d.answered());
         }
     }
 }
@@ -732,10 +918,6 @@ fn serve(a: ServeArgs) -> Result<()> {
         .iter()
         .map(|(p, _, f)| format!("{p}={}", f.name()))
         .collect();
-    let fn_labels: Vec<(u16, String)> = registry
-        .iter()
-        .map(|(p, _, f)| (p, f.name().to_string()))
-        .collect();
     if a.backend != Backend::Afxdp {
         for (flag, set) in [
             ("--queues", a.queues != 1),
@@ -759,6 +941,14 @@ fn serve(a: ServeArgs) -> Result<()> {
                 .map_or("this namespace".to_string(), |n| format!("namespace {n}"))
         );
     }
+    // Deploys, undeploys and lists arrive here (one server per namespace):
+    // taken before anything is attached, so a second server changes nothing.
+    let cookie = netns::run_in_opt(ns.as_deref(), netns::cookie)??;
+    let (to_serve, incoming) = std::sync::mpsc::channel();
+    let control = match control::ControlSocket::start(&control::path_for(cookie), to_serve) {
+        Ok(c) => c,
+        Err(e) => bail!("{e}"),
+    };
     let server = match a.backend {
         Backend::Afxdp => {
             if !a.threads.is_multiple_of(a.queues) {
@@ -825,8 +1015,12 @@ fn serve(a: ServeArgs) -> Result<()> {
     let exposition = match a.metrics {
         Some(addr) => {
             let mut reg = peregrine_lab::load::prometheus_client::registry::Registry::default();
-            let refresh =
-                invoker_metrics(&mut reg, server.counters_arc(), a.backend.name(), fn_labels);
+            let refresh = invoker_metrics(
+                &mut reg,
+                server.counters_arc(),
+                a.backend.name(),
+                server.live_arc(),
+            );
             let t = peregrine_lab::load::serve_metrics(addr, stop.clone(), reg, refresh)?;
             if !a.json {
                 eprintln!("metrics on http://{addr}/metrics");
@@ -835,15 +1029,29 @@ fn serve(a: ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    if !a.json {
+        eprintln!("control socket {}", control.path().display());
+    }
     let start = Instant::now();
     let end = a.duration.map(Duration::from);
     let mut last = 0;
     while !signals::stop_requested() && end.is_none_or(|d| start.elapsed() < d) {
+        let tick = Instant::now();
         let left = end.map_or(Duration::from_secs(1), |d| {
             d.saturating_sub(start.elapsed())
                 .min(Duration::from_secs(1))
         });
-        signals::sleep(left);
+        while tick.elapsed() < left && !signals::stop_requested() {
+            let slice = (left - tick.elapsed()).min(Duration::from_millis(100));
+            if let Ok(inc) = incoming.recv_timeout(slice) {
+                let answer =
+                    control::apply(&inc.request, &inc.module, server.live(), server.routes());
+                if !a.json && !matches!(inc.request, control::Request::List) {
+                    eprintln!("  control: {answer}");
+                }
+                let _ = inc.answer.send(answer);
+            }
+        }
         let now = server.counters().replies.load(Ordering::Relaxed);
         if !a.json {
             eprintln!(
@@ -855,6 +1063,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         last = now;
     }
     stop.store(true, Ordering::Relaxed);
+    drop(control);
     if let Some(t) = exposition {
         let _ = t.join();
     }
@@ -865,13 +1074,21 @@ fn serve(a: ServeArgs) -> Result<()> {
     let c = server.counters();
     let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
     let seconds = start.elapsed().as_secs_f64();
+    // What is served at the end ("PORT=NAME") and what each answered.
+    let served: Vec<(String, u64)> = server
+        .live()
+        .current()
+        .entries()
+        .map(|(p, d)| (format!("{p}={}", d.function.name()), d.answered()))
+        .collect();
     let mut out = serde_json::json!({
         "backend": a.backend.name(),
         "memory_bytes": server.memory_bytes(),
         "seconds": seconds,
         "requests": get(&c.requests),
         "replies": get(&c.replies),
-        "per_function": names.iter().zip(c.per_function.iter()).map(|(n, v)| (n.clone(), get(v))).collect::<std::collections::BTreeMap<_, _>>(),
+        "per_function": served.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+        "functions": control::list(server.live())["functions"].clone(),
     });
     for (reason, v) in c.drop_reasons() {
         out[reason] = get(v).into();
@@ -897,9 +1114,11 @@ fn serve(a: ServeArgs) -> Result<()> {
         ]);
     }
     print!("{}", t.render());
-    let mut t = Table::new(&["function", "replies", "per second"]);
-    for (n, v) in names.iter().zip(c.per_function.iter()) {
-        let v = get(v);
+    println!("functions served at the end:");
+    print_functions(&out);
+    let mut t = Table::new(&["function", "answered", "per second"]);
+    for (n, v) in &served {
+        let v = *v;
         t.row(vec![
             n.clone(),
             v.to_string(),

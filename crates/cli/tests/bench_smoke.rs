@@ -186,7 +186,7 @@ fn bench_router_quick_run_holds_together() {
 #[test]
 fn bench_faas_quick_run_holds_together() {
     run_result(
-        "bench faas --sizes 200 --configs mmsg:1,afxdp:1 --duration 500ms",
+        "bench faas --sizes 200 --configs mmsg:1,afxdp:1,afxdp-wasm:1 --duration 500ms",
         "bench-faas",
     );
 }

@@ -520,8 +520,20 @@ fn usage_errors_exit_2() {
             "{args:?}"
         );
     }
+    // A WebAssembly module that does not parse is refused before serving.
+    let bad_wat = tmp("wasm").join("bad.wat");
+    std::fs::write(&bad_wat, "(module (func").unwrap();
+    let bad_wasm = format!("1=wasm:{}", bad_wat.display());
     // Our own validation: one line, exit 2.
     for (args, needle) in [
+        (
+            vec!["faas", "serve", "--functions", bad_wasm.as_str()],
+            "bad.wat: expected",
+        ),
+        (
+            load("1=wasm:/nonexistent/f.wat", &[]),
+            "/nonexistent/f.wat: No such file",
+        ),
         (
             vec!["faas", "load", "--to", "10.0.0.1", "--functions", "1=echo"],
             "outside 198.18.0.0/15",

@@ -22,8 +22,10 @@ use nix::sys::socket::{
 use peregrine_io::{DatagramIo, Transmit, UdpBatch};
 
 use crate::addrs::{group_address, invalid_source, Refusal};
-use crate::functions::{Function, Registry};
+use crate::functions::{Deployed, Registry};
 use crate::invoker::{Counters, InvokerError};
+use crate::live::{Live, LiveView, Routes};
+use peregrine_host::netns;
 
 /// Control message room for one datagram's destination (either family).
 fn pktinfo_space() -> Vec<u8> {
@@ -244,18 +246,27 @@ fn udp_socket(port: u16, reuse_port: bool) -> Result<UdpSocket, InvokerError> {
     Ok(sock)
 }
 
-fn answer(f: &dyn Function, id: u32, req: &[u8], out: &mut Vec<u8>, c: &Counters) -> bool {
+fn answer(d: &Deployed, req: &[u8], out: &mut Vec<u8>, c: &Counters) -> bool {
     c.requests.fetch_add(1, Ordering::Relaxed);
     out.clear();
-    if f.call(req, out).is_err() {
+    if d.call(req, out).is_err() {
         c.failed.fetch_add(1, Ordering::Relaxed);
         return false;
     }
     c.replies.fetch_add(1, Ordering::Relaxed);
-    if let Some(p) = c.per_function.get(id as usize) {
+    if let Some(p) = c.per_function.get(d.id as usize) {
         p.fetch_add(1, Ordering::Relaxed);
     }
     true
+}
+
+/// How a socket server's threads are organised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// One thread serving every port (takes live changes).
+    Simple,
+    /// A thread per port and SO_REUSEPORT socket (fixed functions).
+    Mmsg,
 }
 
 /// A running baseline server; stops and joins its threads on drop.
@@ -266,6 +277,12 @@ pub struct SocketServer {
     /// What the server may hold: its threads' buffers plus the kernel's
     /// receive buffer limit of every socket (SO_RCVBUF as granted).
     pub memory_bytes: usize,
+    /// The functions served (changed while serving: `Routes`).
+    pub live: Arc<Live>,
+    kind: Kind,
+    /// The network namespace the sockets were made in: a deployed port's
+    /// socket is made there too.
+    netns: std::fs::File,
 }
 
 /// The receive buffer the kernel granted `sock` (bytes of skb truesize).
@@ -273,14 +290,91 @@ fn rcvbuf(sock: &UdpSocket) -> usize {
     getsockopt(sock, sockopt::RcvBuf).unwrap_or(0)
 }
 
-impl SocketServer {
-    fn counters(registry: &Registry) -> Arc<Counters> {
-        Arc::new(Counters {
-            per_function: (0..registry.len()).map(|_| Default::default()).collect(),
-            ..Default::default()
-        })
-    }
+/// The calling thread's network namespace.
+fn this_netns() -> Result<std::fs::File, InvokerError> {
+    std::fs::File::open("/proc/thread-self/ns/net")
+        .map_err(|e| InvokerError::Config(format!("opening this network namespace: {e}")))
+}
 
+/// Answers what waits on `d`'s socket, until it has nothing more.
+fn serve_socket(d: &Deployed, bufs: &mut SimpleBuffers, c: &Counters) {
+    let Some(s) = &d.socket else { return };
+    loop {
+        let mut iov = [IoSliceMut::new(&mut bufs.rx)];
+        let Ok(msg) = recvmsg::<SockaddrStorage>(
+            s.as_raw_fd(),
+            &mut iov,
+            Some(&mut bufs.cmsg),
+            MsgFlags::MSG_DONTWAIT,
+        ) else {
+            break;
+        };
+        let (n, checked) = (msg.bytes, refusal_of(&msg));
+        let from = match checked {
+            Ok(from) => from,
+            Err(why) => {
+                c.requests.fetch_add(1, Ordering::Relaxed);
+                c.refused(why);
+                continue;
+            }
+        };
+        if answer(d, &bufs.rx[..n], &mut bufs.out, c) {
+            let _ = s.send_to(&bufs.out, from);
+        }
+    }
+}
+
+/// The simple server's buffers: a datagram, its control messages, a reply.
+struct SimpleBuffers {
+    rx: Vec<u8>,
+    cmsg: Vec<u8>,
+    out: Vec<u8>,
+}
+
+/// poll(2) entries for every socket of `r`.
+fn poll_fds(r: &Registry) -> Vec<libc::pollfd> {
+    r.entries()
+        .filter_map(|(_, d)| d.socket.as_ref())
+        .map(|s| libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect()
+}
+
+/// The simple server's thread: every port's socket in turn, picking up
+/// changes to the registry between rounds. A socket whose port was taken
+/// off is read dry (with the function it had) before it is closed.
+fn simple_loop(mut view: LiveView, c: &Counters, stop: &AtomicBool) {
+    let mut bufs = SimpleBuffers {
+        rx: vec![0u8; 65536],
+        cmsg: pktinfo_space(),
+        out: Vec::with_capacity(2048),
+    };
+    let mut fds = poll_fds(&view.registry);
+    while !stop.load(Ordering::Relaxed) {
+        // Safety: `fds` is a valid array of pollfd for the call (empty:
+        // a 20 ms sleep).
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 20) };
+        if let Some(old) = view.refresh() {
+            for (port, d) in old.entries() {
+                let kept = view.registry.get(port).and_then(|n| n.socket.as_ref());
+                let same = matches!((kept, &d.socket), (Some(a), Some(b)) if Arc::ptr_eq(a, b));
+                if !same {
+                    serve_socket(d, &mut bufs, c);
+                }
+            }
+            fds = poll_fds(&view.registry);
+        }
+        for (_, d) in view.registry.entries() {
+            serve_socket(d, &mut bufs, c);
+        }
+        view.drained();
+    }
+}
+
+impl SocketServer {
     /// One thread, one socket per function, recvfrom/sendto. The sockets are
     /// made in the caller's namespace.
     pub fn simple(registry: Registry) -> Result<SocketServer, InvokerError> {
@@ -292,70 +386,36 @@ impl SocketServer {
         Self::simple_pinned(registry, Some(cpu))
     }
 
-    fn simple_pinned(registry: Registry, cpu: Option<usize>) -> Result<SocketServer, InvokerError> {
-        let counters = Self::counters(&registry);
-        let socks: Vec<(UdpSocket, u32, Arc<dyn Function>)> = registry
-            .iter()
-            .map(|(port, id, f)| Ok((udp_socket(port, false)?, id, f.clone())))
-            .collect::<Result<_, InvokerError>>()?;
+    fn simple_pinned(
+        mut registry: Registry,
+        cpu: Option<usize>,
+    ) -> Result<SocketServer, InvokerError> {
+        let counters = Arc::new(Counters::for_live());
+        let ports: Vec<u16> = registry.iter().map(|(p, _, _)| p).collect();
         // One 64 KiB receive buffer and a reply buffer, plus the sockets.
-        let memory_bytes = 65536 + 2048 + socks.iter().map(|(s, _, _)| rcvbuf(s)).sum::<usize>();
-        for (s, _, _) in &socks {
-            s.set_nonblocking(true)
-                .map_err(|e| InvokerError::Config(e.to_string()))?;
+        let mut memory_bytes = 65536 + 2048;
+        for port in ports {
+            let s = udp_socket(port, false)?;
+            memory_bytes += rcvbuf(&s);
+            registry.set_socket(port, s).map_err(InvokerError::Config)?;
         }
+        let live = Live::new(registry);
         let stop = Arc::new(AtomicBool::new(false));
-        let (st, c) = (stop.clone(), counters.clone());
+        let (st, c, view) = (stop.clone(), counters.clone(), live.view());
         let t = std::thread::spawn(move || {
             if let Some(cpu) = cpu {
                 let _ = peregrine_host::cpu::pin_to_cpu(cpu);
             }
-            let mut buf = vec![0u8; 65536];
-            let mut cmsg = pktinfo_space();
-            let mut out = Vec::with_capacity(2048);
-            let mut fds: Vec<libc::pollfd> = socks
-                .iter()
-                .map(|(s, _, _)| libc::pollfd {
-                    fd: s.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                })
-                .collect();
-            while !st.load(Ordering::Relaxed) {
-                // Safety: `fds` is a valid array of pollfd for the call.
-                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
-                for (s, id, f) in &socks {
-                    loop {
-                        let mut iov = [IoSliceMut::new(&mut buf)];
-                        let Ok(msg) = recvmsg::<SockaddrStorage>(
-                            s.as_raw_fd(),
-                            &mut iov,
-                            Some(&mut cmsg),
-                            MsgFlags::empty(),
-                        ) else {
-                            break;
-                        };
-                        let (n, checked) = (msg.bytes, refusal_of(&msg));
-                        let from = match checked {
-                            Ok(from) => from,
-                            Err(why) => {
-                                c.requests.fetch_add(1, Ordering::Relaxed);
-                                c.refused(why);
-                                continue;
-                            }
-                        };
-                        if answer(f.as_ref(), *id, &buf[..n], &mut out, &c) {
-                            let _ = s.send_to(&out, from);
-                        }
-                    }
-                }
-            }
+            simple_loop(view, &c, &st);
         });
         Ok(SocketServer {
             stop,
             threads: vec![t],
             counters,
             memory_bytes,
+            live,
+            kind: Kind::Simple,
+            netns: this_netns()?,
         })
     }
 
@@ -366,22 +426,22 @@ impl SocketServer {
         threads: usize,
         cpus: &[usize],
     ) -> Result<SocketServer, InvokerError> {
-        let counters = Self::counters(&registry);
+        let counters = Arc::new(Counters::for_live());
         let stop = Arc::new(AtomicBool::new(false));
         let mut handles = Vec::new();
         let mut memory_bytes = 0;
         for t in 0..threads.max(1) {
-            for (port, id, f) in registry.iter() {
+            for (port, d) in registry.entries() {
                 let sock = udp_socket(port, true)?;
                 // recvmmsg and sendmmsg buffers of MMSG_BATCH 2 KiB slots each.
                 memory_bytes += 2 * MMSG_BATCH * 2048 + rcvbuf(&sock);
-                let (st, c, f) = (stop.clone(), counters.clone(), f.clone());
+                let (st, c, d) = (stop.clone(), counters.clone(), d.clone());
                 let cpu = (!cpus.is_empty()).then(|| cpus[t % cpus.len()]);
                 handles.push(std::thread::spawn(move || {
                     if let Some(cpu) = cpu {
                         let _ = peregrine_host::cpu::pin_to_cpu(cpu);
                     }
-                    mmsg_loop(sock, id, f.as_ref(), &c, &st);
+                    mmsg_loop(sock, &d, &c, &st);
                 }));
             }
         }
@@ -390,11 +450,43 @@ impl SocketServer {
             threads: handles,
             counters,
             memory_bytes,
+            live: Live::new(registry),
+            kind: Kind::Mmsg,
+            netns: this_netns()?,
         })
     }
 }
 
-fn mmsg_loop(sock: UdpSocket, id: u32, f: &dyn Function, c: &Counters, stop: &AtomicBool) {
+impl Routes for SocketServer {
+    fn changeable(&self) -> Result<(), String> {
+        match self.kind {
+            Kind::Simple => Ok(()),
+            Kind::Mmsg => Err(
+                "the mmsg backend serves a fixed set of functions: serve with --backend afxdp or socket to deploy"
+                    .into(),
+            ),
+        }
+    }
+
+    fn open(&self, port: u16) -> Result<Option<UdpSocket>, String> {
+        let s = netns::run_in_file(&self.netns, || udp_socket(port, false))
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        Ok(Some(s))
+    }
+
+    /// The socket is the route: bound in `open`, served once published.
+    fn route(&self, _port: u16, _id: u32) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Closed when the worker lets go of it, after reading it dry.
+    fn unroute(&self, _port: u16) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn mmsg_loop(sock: UdpSocket, d: &Deployed, c: &Counters, stop: &AtomicBool) {
     const SLOT: usize = 2048;
     let fd = sock.as_raw_fd();
     let mut io = UdpBatch::new(sock, MMSG_BATCH);
@@ -423,7 +515,7 @@ fn mmsg_loop(sock: UdpSocket, id: u32, f: &dyn Function, c: &Counters, stop: &At
                 }
             };
             let req = &rx[i * SLOT..i * SLOT + n];
-            if answer(f, id, req, &mut out, c) && out.len() <= SLOT {
+            if answer(d, req, &mut out, c) && out.len() <= SLOT {
                 tx[i * SLOT..i * SLOT + out.len()].copy_from_slice(&out);
                 replies.push((i, out.len(), Some(from)));
             }

@@ -2,6 +2,7 @@
 //! AF_XDP sockets of the RX queue the request arrived on; pinned worker
 //! threads turn each request frame into its reply in place and send it back
 //! from the same UMEM frame. Every bad request is counted, never fatal.
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -14,6 +15,7 @@ use peregrine_xsk::{FrameHandler, Verdict, Workers, Xsk, XskConfig, XskStatsRead
 
 use crate::addrs::{LocalAddrs, Refusal};
 use crate::functions::Registry;
+use crate::live::{Live, LiveView, Routes};
 
 #[derive(Debug, thiserror::Error)]
 pub enum InvokerError {
@@ -110,6 +112,16 @@ pub struct XskDrops {
 }
 
 impl Counters {
+    /// Counters with room for every function id a live registry may use.
+    pub fn for_live() -> Counters {
+        Counters {
+            per_function: (0..peregrine_bpf::dispatch::MAX_FUNCS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
     /// Every reason a request goes unanswered, with its counter, in the
     /// order `faas serve` shows them (table, JSON and Prometheus alike).
     /// Each request received ends in `replies` or exactly one of the
@@ -154,6 +166,12 @@ impl Counters {
 pub struct AfXdpInvoker {
     /// First field, so it stops first: it reads the sockets and the map.
     housekeeping: Housekeeping,
+    /// The functions served, changed while serving through `Routes`.
+    pub live: Arc<Live>,
+    /// Every socket's (queue, worker, fd), for a new function's slots.
+    sockets: Vec<(u32, u32, RawFd)>,
+    workers_per_queue: u32,
+    policy: Policy,
     /// Before the program, so the workers stop before the program goes.
     _workers: Workers,
     pub prog: DispatchProgram,
@@ -188,13 +206,13 @@ fn handle(
     }
     let (id, mut spec) = match parsed {
         Ok(req) => match (registry.get(req.dst_port), req.reply_spec(0)) {
-            (Some((id, f)), Ok(spec)) => {
+            (Some(d), Ok(spec)) => {
                 scratch.clear();
-                if f.call(req.payload, scratch).is_err() {
+                if d.call(req.payload, scratch).is_err() {
                     c.failed.fetch_add(1, Ordering::Relaxed);
                     return Verdict::Drop;
                 }
-                (*id, spec)
+                (d.id, spec)
             }
             (None, _) => {
                 c.unknown_port.fetch_add(1, Ordering::Relaxed);
@@ -253,11 +271,11 @@ impl AddrTable {
     }
 }
 
-/// One worker's state: its function registry, the shared counters, the
-/// interface's addresses, the buffer a function writes its reply into, and
-/// the batch's answers.
+/// One worker's state: its view of the live registry, the shared counters,
+/// the interface's addresses, the buffer a function writes its reply into,
+/// and the batch's answers.
 struct InvokerWorker {
-    registry: Arc<Registry>,
+    view: LiveView,
     counters: Arc<Counters>,
     table: Arc<AddrTable>,
     local: Arc<LocalAddrs>,
@@ -270,7 +288,7 @@ struct InvokerWorker {
 impl FrameHandler for InvokerWorker {
     fn frame(&mut self, buf: &mut [u8], len: usize) -> Verdict {
         let v = handle(
-            &self.registry,
+            &self.view.registry,
             &self.local,
             buf,
             len,
@@ -282,6 +300,13 @@ impl FrameHandler for InvokerWorker {
     }
 
     fn end_batch(&mut self, _xsk: &Xsk, batch: peregrine_xsk::Result<(u32, u32)>) {
+        // A deploy is taken up between batches; a batch short of BATCH
+        // after it emptied the ring: nothing steered before an undeploy is
+        // left.
+        self.view.refresh();
+        if matches!(batch, Ok((n, _)) if n < BATCH) {
+            self.view.drained();
+        }
         let v = self.table.version.load(Ordering::Acquire);
         if v != self.version {
             self.local = self.table.get();
@@ -308,7 +333,8 @@ struct KernelView {
     table: Arc<AddrTable>,
     counters: Arc<Counters>,
     dispatch: peregrine_bpf::dispatch::MapHandle,
-    functions: Vec<u32>,
+    /// Every function id may have been used (deploys come and go).
+    live: Arc<Live>,
     sockets: Vec<XskStatsReader>,
 }
 
@@ -316,10 +342,9 @@ impl KernelView {
     /// Copies the kernel's counters into `counters` (they are totals, so
     /// stored, not added).
     fn sync_counters(&self) {
-        let frags: u64 = self
-            .functions
-            .iter()
-            .filter_map(|&id| peregrine_bpf::dispatch::read_stats(&self.dispatch, id).ok())
+        let used = self.live.ids_used();
+        let frags: u64 = (0..used)
+            .filter_map(|id| peregrine_bpf::dispatch::read_stats(&self.dispatch, id).ok())
             .map(|s| s.fragments)
             .sum();
         self.counters.fragments.store(frags, Ordering::Relaxed);
@@ -461,12 +486,11 @@ impl AfXdpInvoker {
         });
         let prog = DispatchProgram::load()?;
         let link = netns::run_in_opt(ns, || prog.attach(iface, cfg.xdp_mode))??;
-        let counters = Arc::new(Counters {
-            per_function: (0..registry.len()).map(|_| AtomicU64::new(0)).collect(),
-            ..Default::default()
-        });
+        let counters = Arc::new(Counters::for_live());
         let mut stats = Vec::new();
-        let registry = Arc::new(registry);
+        let mut fds = Vec::new();
+        let live = Live::new(registry);
+        let registry = live.current();
         let mut workers = Workers::new();
         let mut mode = "copy";
         let mut memory = 0;
@@ -480,13 +504,14 @@ impl AfXdpInvoker {
                 };
                 memory += xsk.memory_bytes();
                 stats.push(xsk.stats_reader());
+                fds.push((q, w, xsk.fd()));
                 // One socket serves every function on its queue.
                 for (_, id, _) in registry.iter() {
                     prog.register_socket(slot(id, q, w), xsk.fd())?;
                 }
                 let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[workers.len() % cfg.cpus.len()]);
                 let handler = InvokerWorker {
-                    registry: registry.clone(),
+                    view: live.view(),
                     counters: counters.clone(),
                     local: table.get(),
                     version: table.version.load(Ordering::Acquire),
@@ -507,11 +532,15 @@ impl AfXdpInvoker {
             table,
             counters: counters.clone(),
             dispatch: prog.stats_map()?,
-            functions: registry.iter().map(|(_, id, _)| id).collect(),
+            live: live.clone(),
             sockets: stats,
         });
         Ok(AfXdpInvoker {
             housekeeping,
+            live,
+            sockets: fds,
+            workers_per_queue: cfg.workers,
+            policy: cfg.policy,
             _workers: workers,
             prog,
             _link: link,
@@ -519,5 +548,26 @@ impl AfXdpInvoker {
             mode,
             memory_bytes: memory,
         })
+    }
+}
+
+impl Routes for AfXdpInvoker {
+    fn open(&self, _port: u16) -> Result<Option<std::net::UdpSocket>, String> {
+        Ok(None)
+    }
+
+    fn route(&self, port: u16, id: u32) -> Result<(), String> {
+        for &(q, w, fd) in &self.sockets {
+            self.prog
+                .register_socket(slot(id, q, w), fd)
+                .map_err(|e| e.to_string())?;
+        }
+        self.prog
+            .set_function(id, port, self.workers_per_queue, self.policy)
+            .map_err(|e| e.to_string())
+    }
+
+    fn unroute(&self, port: u16) -> Result<(), String> {
+        self.prog.remove_port(port).map_err(|e| e.to_string())
     }
 }

@@ -3,7 +3,10 @@
 
 pub mod addrs;
 pub mod baseline;
+pub mod control;
 pub mod functions;
 pub mod invoker;
+pub mod live;
+pub mod wasm;
 
 pub use functions::{Function, Registry};

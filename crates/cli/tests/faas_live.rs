@@ -1,0 +1,569 @@
+//! Functions deployed into a running `faas serve` while a kernel-socket
+//! client keeps it busy, as a user would do it: namespaces and a veth made
+//! with plain `ip` (default offloads), `faas serve`, `faas deploy`,
+//! `faas undeploy` and `faas list` run through `ip netns exec`.
+//!
+//! Per backend (afxdp, socket), IPv4 and IPv6 requests alternate on a
+//! built-in's port and on the port the test deploys, replaces and
+//! undeploys. Every request sent while a function is deployed is answered
+//! (none lost across the replacements), every request sent after a deploy
+//! is acknowledged is answered by that version, and none sent after the
+//! undeploy is acknowledged is. Meanwhile a trapping, a looping and a
+//! memory-hungry function fail exactly the requests meant to make them
+//! fail, counted under their reasons, and malformed modules are refused
+//! with one line and change nothing.
+mod common;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{ip, pg_in, sh_in, text, tmp};
+use peregrine_bpf::testing::{privileged_here, wait_until, NsPair};
+use peregrine_host::netns;
+
+const NATIVE: u16 = 1232;
+const LIVE: u16 = 1300;
+const SERVERS: [&str; 2] = ["198.18.0.2", "2001:db8::2"];
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/functions")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// The client (a) and server (b) namespaces with both families' addresses.
+fn pair(p: &str) -> NsPair {
+    let pair = NsPair::new(&format!("{p}-a"), &format!("{p}-b"));
+    for (ns, v4, v6) in [
+        (&pair.a, "198.18.0.1/24", "2001:db8::1/64"),
+        (&pair.b, "198.18.0.2/24", "2001:db8::2/64"),
+    ] {
+        ip(&["-n", ns, "addr", "add", v4, "dev", "eth0"]);
+        ip(&["-n", ns, "addr", "add", v6, "dev", "eth0", "nodad"]);
+        ip(&["-n", ns, "link", "set", "eth0", "up"]);
+        ip(&["-n", ns, "link", "set", "lo", "up"]);
+    }
+    pair
+}
+
+/// `faas serve` running in a namespace; interrupted (Ctrl-C) and waited
+/// for on drop, killed if it does not stop.
+struct Serve(Child);
+
+impl Serve {
+    fn start(ns: &str, backend: &str) -> Serve {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_peregrine")])
+            .args(["faas", "serve", "--backend", backend, "--cpus", "1"])
+            .args([
+                "--functions",
+                &format!("{NATIVE}=reverse"),
+                "--duration",
+                "60",
+            ])
+            .arg("--json")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("faas serve starts");
+        Serve(child)
+    }
+
+    /// Interrupts the server (killed if it does not stop within 10 s);
+    /// whether it exited cleanly, and its stdout.
+    fn stop(&mut self) -> (bool, String) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let mut status = None;
+        wait_until(Duration::from_secs(10), || {
+            status = self.0.try_wait().ok().flatten();
+            status.is_some()
+        });
+        if status.is_none() {
+            let _ = self.0.kill();
+        }
+        let mut out = String::new();
+        if let Some(mut o) = self.0.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut o, &mut out);
+        }
+        (status.is_some_and(|s| s.success()), out)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        if !wait_until(Duration::from_secs(10), || {
+            matches!(self.0.try_wait(), Ok(Some(_)))
+        }) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// `faas <args>` in `ns`; (success, stdout, stderr).
+fn faas(ns: &str, args: &[&str]) -> (bool, String, String) {
+    let mut a = vec!["faas"];
+    a.extend_from_slice(args);
+    let o = pg_in(ns, &a);
+    (o.status.success(), text(&o.stdout), text(&o.stderr))
+}
+
+/// `faas list --json`'s functions by port.
+fn list(ns: &str) -> HashMap<u16, serde_json::Value> {
+    let (ok, out, err) = faas(ns, &["list", "--json"]);
+    assert!(ok, "faas list: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["port"].as_u64().unwrap() as u16, f.clone()))
+        .collect()
+}
+
+/// A request of the load: its sequence number first, then bytes no
+/// function maps to themselves in reverse.
+fn payload(seq: u64) -> Vec<u8> {
+    let mut p = seq.to_le_bytes().to_vec();
+    p.extend_from_slice(b"abcdefghijklmnop");
+    p
+}
+
+/// Which function answered: the request's sequence and "echo" or
+/// "reverse", or None for a reply no request of the load has.
+fn decode(reply: &[u8]) -> Option<(u64, &'static str)> {
+    if reply.len() != 24 {
+        return None;
+    }
+    let seq = u64::from_le_bytes(reply[..8].try_into().unwrap());
+    if reply == payload(seq) {
+        return Some((seq, "echo"));
+    }
+    let mut r = reply.to_vec();
+    r.reverse();
+    let seq = u64::from_le_bytes(r[..8].try_into().unwrap());
+    (r == payload(seq)).then_some((seq, "reverse"))
+}
+
+/// What the load client saw: each request (port, when it was sent), each
+/// reply (sequence, function), and replies no request explains.
+#[derive(Default)]
+struct Seen {
+    sent: Vec<(u16, Instant)>,
+    replies: HashMap<u64, &'static str>,
+    strange: Vec<Vec<u8>>,
+}
+
+/// Sends requests to NATIVE and LIVE in turn, alternating families, one
+/// every 250 us, until `stop` (at most 30 s); replies are recorded by one
+/// receiving thread per family.
+fn load(
+    client_ns: &str,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Seen>>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let socks: Vec<Arc<UdpSocket>> = ["198.18.0.1:0", "[2001:db8::1]:0"]
+        .iter()
+        .map(|b| {
+            let s = netns::run_in(client_ns, || {
+                UdpSocket::bind(b.parse::<SocketAddr>().unwrap())
+            })
+            .unwrap()
+            .unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            Arc::new(s)
+        })
+        .collect();
+    let mut threads = Vec::new();
+    for s in &socks {
+        let (s, stop, seen) = (s.clone(), stop.clone(), seen.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let until = Instant::now() + Duration::from_secs(40);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                if let Ok((n, _)) = s.recv_from(&mut buf) {
+                    let mut seen = seen.lock().unwrap();
+                    match decode(&buf[..n]) {
+                        Some((seq, f)) if (seq as usize) < seen.sent.len() => {
+                            assert!(
+                                seen.replies.insert(seq, f).is_none(),
+                                "request {seq} answered twice"
+                            );
+                        }
+                        _ => seen.strange.push(buf[..n].to_vec()),
+                    }
+                }
+            }
+        }));
+    }
+    let sending = stop.clone();
+    threads.push(std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(30);
+        let mut seq = 0u64;
+        while !sending.load(Ordering::Relaxed) && Instant::now() < until {
+            let port = if seq.is_multiple_of(2) { NATIVE } else { LIVE };
+            let family = (seq / 2 % 2) as usize;
+            let to = SocketAddr::new(SERVERS[family].parse::<IpAddr>().unwrap(), port);
+            {
+                let mut seen = seen.lock().unwrap();
+                seen.sent.push((port, Instant::now()));
+            }
+            socks[family].send_to(&payload(seq), to).unwrap();
+            seq += 1;
+            std::thread::sleep(Duration::from_micros(250));
+        }
+    }));
+    threads
+}
+
+/// A deploy or undeploy as the test made it: when the command started and
+/// when it returned (acknowledged), and the function from then on.
+struct Change {
+    started: Instant,
+    acked: Instant,
+    serves: Option<&'static str>,
+}
+
+fn change(server_ns: &str, args: &[&str], serves: Option<&'static str>) -> Change {
+    let started = Instant::now();
+    let (ok, out, err) = faas(server_ns, args);
+    assert!(ok, "faas {args:?}: {out} {err}");
+    Change {
+        started,
+        acked: Instant::now(),
+        serves,
+    }
+}
+
+/// Requests meant to make the misbehaving functions fail, each counted
+/// once under its reason; a good request to each is still answered.
+fn contain_misbehaving(client_ns: &str, server_ns: &str, what: &str) {
+    let bad = [
+        (1302u16, "trap.wat", "trapped", vec![]),
+        (1303, "loop.wat", "timed_out", vec!["--timeout", "200us"]),
+        (1304, "hog.wat", "memory_cap", vec!["--memory", "1MiB"]),
+    ];
+    for (port, file, _, extra) in &bad {
+        let p = port.to_string();
+        let f = example(file);
+        let mut args = vec!["deploy", "--port", &p, "--wasm", &f];
+        args.extend(extra.iter().copied());
+        let (ok, _, err) = faas(server_ns, &args);
+        assert!(ok, "{what}: deploying {file}: {err}");
+    }
+    let sock = netns::run_in(client_ns, || UdpSocket::bind("[::]:0"))
+        .unwrap()
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    for (port, file, _, _) in &bad {
+        for server in SERVERS {
+            let server: IpAddr = server.parse().unwrap();
+            let to = SocketAddr::new(server, *port);
+            for _ in 0..2 {
+                sock.send_to(b"!misbehave", to).unwrap();
+            }
+            sock.set_read_timeout(Some(Duration::from_millis(300)))
+                .unwrap();
+            assert!(
+                sock.recv_from(&mut buf).is_err(),
+                "{what}: {file} answered a bad request"
+            );
+            sock.send_to(b"still here", to).unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let (n, _) = sock
+                .recv_from(&mut buf)
+                .unwrap_or_else(|e| panic!("{what}: {file}: {e}"));
+            assert_eq!(&buf[..n], b"still here", "{what}: {file}");
+        }
+    }
+    // Two bad requests per family: exactly four failures, for the reason.
+    let fs = list(server_ns);
+    for (port, file, reason, _) in &bad {
+        let f = &fs[port];
+        assert_eq!(f["errors"], 4, "{what}: {file}: {f}");
+        assert_eq!(f["calls"], 6, "{what}: {file}: {f}");
+        assert_eq!(f["errors_by_reason"][reason], 4, "{what}: {file}: {f}");
+    }
+    for (port, _, _, _) in &bad {
+        let (ok, _, err) = faas(server_ns, &["undeploy", "--port", &port.to_string()]);
+        assert!(ok, "{what}: {err}");
+    }
+}
+
+/// Each port with the deployment it runs (its generation), in port order.
+fn deployments(ns: &str) -> Vec<(u16, serde_json::Value)> {
+    let mut v: Vec<_> = list(ns)
+        .into_iter()
+        .map(|(p, f)| (p, f["generation"].clone()))
+        .collect();
+    v.sort_by_key(|(p, _)| *p);
+    v
+}
+
+/// Malformed modules and limits are refused in one line and change nothing.
+fn refuse_malformed(server_ns: &str, dir: &Path, what: &str) {
+    let before = deployments(server_ns);
+    let abi = r#"(memory (export "memory") 1)
+        (func (export "alloc") (param i32) (result i32) (i32.const 0))
+        (func (export "handle") (param i32 i32) (result i64) (i64.const 0))"#;
+    let cases: Vec<(&str, String, Vec<&str>, &str)> = vec![
+        (
+            "garbage.wasm",
+            "\0asm\x01\0\0\0\x7f".into(),
+            vec![],
+            "end-of-file",
+        ),
+        ("text.wat", "(module (func".into(), vec![], "expected"),
+        (
+            "import.wat",
+            format!(r#"(module (import "env" "f" (func)) {abi})"#),
+            vec![],
+            "imports env::f",
+        ),
+        (
+            "nohandle.wat",
+            r#"(module (memory (export "memory") 1))"#.into(),
+            vec![],
+            "must be",
+        ),
+        (
+            "big.wat",
+            abi.replace(
+                "(memory (export \"memory\") 1)",
+                "(memory (export \"memory\") 32)",
+            ),
+            vec!["--memory", "1MiB"],
+            "above the cap",
+        ),
+    ];
+    for (file, module, extra, why) in cases {
+        let path: PathBuf = dir.join(file);
+        std::fs::write(&path, module).unwrap();
+        let p = path.display().to_string();
+        for port in [LIVE, 1305] {
+            let ps = port.to_string();
+            let mut args = vec!["deploy", "--port", &ps, "--wasm", &p];
+            args.extend(extra.iter().copied());
+            let (ok, _, err) = faas(server_ns, &args);
+            assert!(!ok && err.contains(why), "{what}: {file}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{what}: {file}: {err}");
+        }
+    }
+    for (args, why) in [
+        (vec!["--timeout", "50us"], "tick is 100"),
+        (vec!["--memory", "1000"], "expected 64KiB"),
+        (vec!["--name", "a b"], "name"),
+    ] {
+        let mut a = vec!["deploy", "--port", "1305", "--wasm"];
+        let f = example("echo.wat");
+        a.push(&f);
+        a.extend(args);
+        let o = pg_in(server_ns, &{
+            let mut x = vec!["faas"];
+            x.extend(a);
+            x
+        });
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+        assert!(
+            err.contains(why) && err.trim_end().lines().count() == 1,
+            "{what}: {err}"
+        );
+    }
+    let after = deployments(server_ns);
+    assert_eq!(before, after, "{what}: a refused deploy changed the server");
+}
+
+fn live_deployment(backend: &str, p: &str) {
+    let pair = pair(p);
+    let (client, server) = (pair.a.clone(), pair.b.clone());
+    let dir = tmp(p);
+    // A stale control socket (a server that died) is replaced.
+    let path =
+        peregrine_faas::control::path_for(netns::run_in(&server, netns::cookie).unwrap().unwrap());
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let _ = std::fs::remove_file(&path);
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let mut serve = Serve::start(&server, backend);
+    assert!(
+        wait_until(Duration::from_secs(10), || faas(
+            &server,
+            &["list", "--json"]
+        )
+        .0),
+        "{backend}: the server's control socket did not answer"
+    );
+    // A second server in the namespace is refused and leaves the first be.
+    let o = pg_in(
+        &server,
+        &[
+            "faas",
+            "serve",
+            "--backend",
+            backend,
+            "--functions",
+            "1240=echo",
+            "--duration",
+            "1",
+        ],
+    );
+    let err = text(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("already serves"),
+        "{backend}: {err}"
+    );
+    assert!(
+        path.exists(),
+        "{backend}: the refused server removed the socket"
+    );
+    for s in SERVERS {
+        let _ = sh_in(&client, &["ping", "-c1", "-W1", s], Duration::from_secs(3));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let threads = load(&client, stop.clone(), seen.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let (reverse, echo) = (example("reverse.wat"), example("echo.wat"));
+    let port = LIVE.to_string();
+    let mut changes = Vec::new();
+    for (file, f) in [
+        (&reverse, "reverse"),
+        (&echo, "echo"),
+        (&reverse, "reverse"),
+    ] {
+        changes.push(change(
+            &server,
+            &["deploy", "--port", &port, "--wasm", file],
+            Some(f),
+        ));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    contain_misbehaving(&client, &server, backend);
+    refuse_malformed(&server, &dir, backend);
+    std::thread::sleep(Duration::from_millis(300));
+    changes.push(change(&server, &["undeploy", "--port", &port], None));
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let (stopped, out) = serve.stop();
+    assert!(stopped, "{backend}: faas serve failed: {out}");
+    assert!(
+        !path.exists(),
+        "{backend}: the control socket outlived its server"
+    );
+
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.strange.is_empty(),
+        "{backend}: {} replies no request explains",
+        seen.strange.len()
+    );
+    let first = changes[0].acked;
+    let undeploy = changes.last().unwrap();
+    let (mut native, mut live, mut after_switch) = (0, 0, 0);
+    for (seq, (port, at)) in seen.sent.iter().enumerate() {
+        let reply = seen.replies.get(&(seq as u64)).copied();
+        if *port == NATIVE {
+            assert_eq!(reply, Some("reverse"), "{backend}: native request {seq}");
+            native += 1;
+            continue;
+        }
+        if *at < first {
+            continue; // before the first deploy: the kernel's
+        }
+        if *at >= undeploy.acked {
+            assert_eq!(
+                reply, None,
+                "{backend}: request {seq} answered after the undeploy"
+            );
+            continue;
+        }
+        if *at >= undeploy.started {
+            continue; // during the undeploy: either
+        }
+        // Deployed: answered, by the version acknowledged last before it.
+        let reply = reply.unwrap_or_else(|| panic!("{backend}: request {seq} to port {LIVE} lost"));
+        live += 1;
+        let last_acked = changes.iter().rev().find(|c| c.acked <= *at).unwrap();
+        let still_changing = changes.iter().any(|c| c.started <= *at && *at < c.acked);
+        if !still_changing {
+            assert_eq!(
+                Some(reply),
+                last_acked.serves,
+                "{backend}: request {seq} answered by the wrong version"
+            );
+            after_switch += 1;
+        }
+    }
+    eprintln!("{backend}: {native} native and {live} deployed-port requests answered, {after_switch} checked for their version");
+    assert!(
+        native > 2000 && after_switch > 1000,
+        "{backend}: too little load ({native}, {after_switch})"
+    );
+}
+
+#[test]
+fn afxdp_deploy_replace_undeploy_under_load() {
+    if !privileged_here() {
+        return;
+    }
+    live_deployment("afxdp", "pg-live-x");
+}
+
+#[test]
+fn socket_deploy_replace_undeploy_under_load() {
+    if !privileged_here() {
+        return;
+    }
+    live_deployment("socket", "pg-live-s");
+}
+
+/// The mmsg backend serves a fixed set of functions: deploy and undeploy
+/// are refused in one line and change nothing; list still answers.
+#[test]
+fn mmsg_refuses_changes_in_one_line() {
+    if !privileged_here() {
+        return;
+    }
+    let pair = pair("pg-live-m");
+    let mut serve = Serve::start(&pair.b, "mmsg");
+    assert!(
+        wait_until(Duration::from_secs(10), || faas(
+            &pair.b,
+            &["list", "--json"]
+        )
+        .0),
+        "the server's control socket did not answer"
+    );
+    let before = deployments(&pair.b);
+    let echo = example("echo.wat");
+    let native = NATIVE.to_string();
+    for args in [
+        vec!["deploy", "--port", "1300", "--wasm", &echo],
+        vec!["deploy", "--port", &native, "--wasm", &echo],
+        vec!["undeploy", "--port", &native],
+    ] {
+        let (ok, _, err) = faas(&pair.b, &args);
+        assert!(
+            !ok && err.contains("fixed set of functions"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+    assert_eq!(deployments(&pair.b), before);
+    let (stopped, out) = serve.stop();
+    assert!(stopped, "faas serve failed: {out}");
+}
