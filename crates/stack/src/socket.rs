@@ -254,7 +254,9 @@ impl UdpSocket {
                 break;
             }
         }
-        match d.got {
+        // What a drain queued for us meanwhile (it keeps the order).
+        let got = Self::take_queued(&mut self.shared.lock(), d.bufs, d.meta, d.got);
+        match got {
             0 => Err(io::ErrorKind::WouldBlock.into()),
             n => Ok(n),
         }

@@ -299,7 +299,12 @@ impl Inner {
                 };
                 let payload = &frame[inc.payload];
                 if let Some(d) = direct.as_deref_mut() {
-                    if std::ptr::eq(d.me, &**sock) && d.got < d.bufs.len().min(d.meta.len()) {
+                    // Straight to the caller only while its queue is empty:
+                    // what another drain queued for it came first.
+                    if std::ptr::eq(d.me, &**sock)
+                        && d.got < d.bufs.len().min(d.meta.len())
+                        && sock.lock().datagrams.is_empty()
+                    {
                         let buf = &mut d.bufs[d.got];
                         let n = payload.len().min(buf.len());
                         buf[..n].copy_from_slice(&payload[..n]);
@@ -331,6 +336,10 @@ impl Inner {
         let mut data = q.spare.pop().unwrap_or_default();
         data.clear();
         data.extend_from_slice(payload);
+        // Counted before the reader can see it: a reader's count of what
+        // it got never runs ahead of the stack's.
+        Counters::add(&c.rx_datagrams, 1);
+        Counters::add(&c.rx_bytes, payload.len() as u64);
         q.datagrams.push_back(Queued { from, data });
         let w = q.waker.take();
         drop(q);
@@ -338,8 +347,6 @@ impl Inner {
         if let Some(w) = w {
             w.wake();
         }
-        Counters::add(&c.rx_datagrams, 1);
-        Counters::add(&c.rx_bytes, payload.len() as u64);
     }
 
     /// The TX queue a socket sends on: sockets spread over the queues.

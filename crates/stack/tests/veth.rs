@@ -366,3 +366,101 @@ fn async_readiness_wakes_a_waiting_task() {
     assert_eq!(got, (0..10u8).map(|i| vec![i; 100]).collect::<Vec<_>>());
     assert_eq!(stack.counters().drops(), 0);
 }
+
+/// Several queues and sockets: a veth pair with 2 RX/TX queues per end
+/// (one AF_XDP socket each), 4 stack sockets on 4 ports, 4 peer sockets
+/// each sending to every stack socket from its own thread (the peer's
+/// flows spread over the queues). Each stack socket receives exactly its
+/// own datagrams, whichever socket's call or thread drained the ring.
+#[test]
+fn several_queues_and_sockets_each_get_their_own_datagrams() {
+    if !privileged_here() {
+        return;
+    }
+    const E: &str = "pg-stack-e";
+    const F: &str = "pg-stack-f";
+    let _pair = NsPair::new(E, F);
+    ip(&["-n", E, "link", "del", "eth0"]);
+    ip(&[
+        "-n",
+        E,
+        "link",
+        "add",
+        "eth0",
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        F,
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+    ]);
+    for (ns, v4) in [(E, "198.18.2.1/24"), (F, "198.18.2.2/24")] {
+        ip(&["-n", ns, "addr", "add", v4, "dev", "eth0"]);
+        ip(&["-n", ns, "link", "set", "eth0", "up"]);
+    }
+    const PER_FLOW: usize = 200;
+    let peers: Vec<KernelUdp> = netns::run_in(F, || {
+        (0..4)
+            .map(|_| KernelUdp::bind("198.18.2.2:0").unwrap())
+            .collect()
+    })
+    .unwrap();
+    let _in = NetnsGuard::enter(E).unwrap();
+    let stack = Stack::open(StackConfig::new("eth0")).unwrap();
+    assert_eq!(stack.queues(), 2);
+    let socks: Vec<UdpSocket> = (0..4)
+        .map(|i| {
+            let mut s = stack
+                .bind(format!("198.18.2.1:{}", 5000 + i).parse().unwrap())
+                .unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3)));
+            s
+        })
+        .collect();
+    // Each message names its stack socket, its peer and its number.
+    let msg = |to: usize, from: usize, n: usize| format!("to {to} from {from} #{n}").into_bytes();
+    std::thread::scope(|s| {
+        for (from, p) in peers.iter().enumerate() {
+            s.spawn(move || {
+                for n in 0..PER_FLOW {
+                    for to in 0..4 {
+                        let dst: SocketAddr = format!("198.18.2.1:{}", 5000 + to).parse().unwrap();
+                        p.send_to(&msg(to, from, n), dst).unwrap();
+                    }
+                    if n % 16 == 15 {
+                        // Stay under the receive queues' depth.
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+            });
+        }
+        for (to, sock) in socks.iter().enumerate() {
+            s.spawn(move || {
+                let mut next = [0usize; 4];
+                let mut buf = [0u8; 64];
+                for _ in 0..4 * PER_FLOW {
+                    let (len, src) = sock
+                        .recv_from(&mut buf)
+                        .unwrap_or_else(|e| panic!("socket {to}: {e} after {next:?}"));
+                    let text = String::from_utf8_lossy(&buf[..len]).into_owned();
+                    let from: usize = text.split(' ').nth(3).unwrap().parse().unwrap();
+                    assert_eq!(text.into_bytes(), msg(to, from, next[from]), "from {src}");
+                    next[from] += 1;
+                }
+                assert_eq!(next, [PER_FLOW; 4]);
+            });
+        }
+    });
+    let c = stack.counters();
+    assert_eq!(c.rx_datagrams, 16 * PER_FLOW as u64, "{c}");
+    assert_eq!(c.drops(), 0, "{c}");
+}
