@@ -464,3 +464,54 @@ fn several_queues_and_sockets_each_get_their_own_datagrams() {
     assert_eq!(c.rx_datagrams, 16 * PER_FLOW as u64, "{c}");
     assert_eq!(c.drops(), 0, "{c}");
 }
+
+/// Next hops are the kernel's routes: a destination behind a gateway is
+/// sent to the gateway's MAC (the peer, which owns that address on its
+/// loopback); a destination the kernel has no route for is refused in one
+/// line once the route lookup said so, and the datagram held meanwhile is
+/// counted as dropped.
+#[test]
+fn next_hops_follow_the_kernels_routes() {
+    if !privileged_here() {
+        return;
+    }
+    const G: &str = "pg-stack-g";
+    const H: &str = "pg-stack-h";
+    let _pair = NsPair::addressed(G, H);
+    ip(&["-n", H, "addr", "add", "198.19.5.5/32", "dev", "lo"]);
+    ip(&[
+        "-n",
+        G,
+        "route",
+        "add",
+        "198.19.5.0/24",
+        "via",
+        "198.18.0.2",
+    ]);
+    let far = netns::run_in(H, || KernelUdp::bind("198.19.5.5:7000").unwrap()).unwrap();
+    far.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let _in = NetnsGuard::enter(G).unwrap();
+    let stack = Stack::open(StackConfig::new("eth0")).unwrap();
+    let sock = stack.bind("198.18.0.1:4433".parse().unwrap()).unwrap();
+    let to: SocketAddr = "198.19.5.5:7000".parse().unwrap();
+    for i in 0..10u8 {
+        sock.send_to(&[i; 300], to).unwrap();
+    }
+    let mut b = [0u8; 512];
+    for i in 0..10u8 {
+        let (n, from) = far.recv_from(&mut b).unwrap();
+        assert_eq!((n, b[0], from), (300, i, sock.local_addr()));
+    }
+    // The gateway's MAC is what the stack knows of 198.18.0.2.
+    assert!(stack.neighbour_mac("198.18.0.2".parse().unwrap()).is_some());
+    // No route: the first datagram waits for the lookup, then is dropped
+    // and counted; later ones are refused at once.
+    let nowhere: SocketAddr = "198.19.9.9:7000".parse().unwrap();
+    sock.send_to(b"lost", nowhere).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || {
+        stack.counters().tx_no_neighbour == 1
+    }));
+    let e = sock.send_to(b"refused", nowhere).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::NetworkUnreachable, "{e}");
+    assert!(e.to_string().contains("no route to 198.19.9.9"), "{e}");
+}
