@@ -31,16 +31,6 @@ PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct stack_steer_stats)
 struct stack_steer_stats stack_steer_stats_anchor;
 enum stack_limits stack_limits_anchor;
 
-/* IPv6 fragment header (RFC 8200 4.5). */
-struct stack_frag6 {
-	__u8 nexthdr;
-	__u8 reserved;
-	__be16 frag_off; /* offset in 8-byte units << 3, M flag in bit 0 */
-	__be32 identification;
-};
-
-#define STACK_FRAG6_OFFSET 0xfff8
-
 /* The destination address of `l3` in a bind key (IPv4 mapped). */
 static __always_inline void key_addr(struct stack_bind_key *k, const struct ip_hdr *l3)
 {
@@ -74,55 +64,25 @@ static __always_inline int bound(const struct ip_hdr *l3, __be16 port)
 	return bpf_map_lookup_elem(&stack_bindings, &k) != NULL;
 }
 
-/* A first fragment whose UDP header is in this frame: dropped and counted
- * when it is for a binding, passed otherwise. */
-static __always_inline int first_fragment(struct cursor *c, const struct ip_hdr *l3,
-					  struct stack_steer_stats *st)
-{
-	struct udphdr *udp = parse_udp(c);
-
-	if (!udp || !bound(l3, udp->dest))
-		return XDP_PASS;
-	st->fragments++;
-	return XDP_DROP;
-}
-
 SEC("xdp")
 int stack_steer(struct xdp_md *ctx)
 {
 	struct cursor c = xdp_cursor(ctx);
 	__u64 len = c.end - c.pos;
 	struct stack_steer_stats *st = map_first(&stack_steer_stats_map);
-	struct ethhdr *eth;
 	struct ip_hdr l3;
-	int vlans;
-	int proto;
+	struct udphdr *udp;
 
 	if (!st)
 		return XDP_PASS;
-	/* Tagged frames belong to the VLAN's device. */
-	int eth_proto = parse_eth(&c, &eth, &vlans);
-	if (eth_proto < 0 || vlans)
+	int found = find_udp(&c, &l3, &udp);
+	if (found == UDP_NONE || !bound(&l3, udp->dest))
 		return XDP_PASS;
-	proto = parse_ip(&c, eth_proto, &l3);
-	if (proto < 0 || ip_cut_short(&l3, &c))
-		return XDP_PASS;
-	if (ip_is_fragment(&l3)) {
-		if (proto == IPPROTO_UDP && !(l3.v4->frag_off & bpf_htons(IP_OFFSET)))
-			return first_fragment(&c, &l3, st);
-		return XDP_PASS; /* a later fragment: no port to tell whose */
+	if (found == UDP_FIRST_FRAGMENT) {
+		/* The stack does not reassemble (QUIC sets DF): counted. */
+		st->fragments++;
+		return XDP_DROP;
 	}
-	if (l3.family == 6 && proto == IPPROTO_FRAGMENT) {
-		struct stack_frag6 *fh = cursor_take(&c, sizeof(*fh));
-		if (fh && fh->nexthdr == IPPROTO_UDP && !(fh->frag_off & bpf_htons(STACK_FRAG6_OFFSET)))
-			return first_fragment(&c, &l3, st);
-		return XDP_PASS;
-	}
-	if (proto != IPPROTO_UDP)
-		return XDP_PASS;
-	struct udphdr *udp = parse_udp(&c);
-	if (!udp || !bound(&l3, udp->dest))
-		return XDP_PASS;
 	int act = bpf_redirect_map(&stack_xsks, ctx->rx_queue_index, XDP_PASS);
 	if (act == XDP_REDIRECT) {
 		st->redirected++;
