@@ -32,17 +32,6 @@ struct dispatch_stats dispatch_stats_anchor;
 enum dispatch_limits dispatch_limits_anchor;
 enum dispatch_policy dispatch_policy_anchor;
 
-/* IPv6 fragment header (RFC 8200 4.5); parse.h does not walk extension
- * headers, so the one the invoker cares about is read here. */
-struct frag6_hdr {
-	__u8 nexthdr;
-	__u8 reserved;
-	__be16 frag_off; /* offset in 8-byte units << 3, M flag in bit 0 */
-	__be32 identification;
-};
-
-#define FRAG6_OFFSET 0xfff8
-
 /* The function id of `port` with its counters, or -1 when no function has it. */
 static __always_inline int lookup_function(__u16 port, __u32 *fid, struct dispatch_func **f,
 					   struct dispatch_stats **st)
@@ -58,51 +47,20 @@ static __always_inline int lookup_function(__u16 port, __u32 *fid, struct dispat
 	return 0;
 }
 
-/* A first fragment (offset 0, more to come) whose UDP header is in this
- * frame: XDP_DROP, counted, when it is addressed to a function's port;
- * XDP_PASS otherwise (other ports, later fragments: the kernel's). */
-static __always_inline int first_fragment(struct cursor *c)
-{
-	struct udphdr *udp = parse_udp(c);
-	struct dispatch_func *f;
-	struct dispatch_stats *st;
-	__u32 fid;
-
-	if (!udp || lookup_function(udp->dest, &fid, &f, &st) < 0)
-		return XDP_PASS;
-	st->fragments++;
-	return XDP_DROP;
-}
-
 SEC("xdp")
 int dispatch(struct xdp_md *ctx)
 {
 	struct cursor c = xdp_cursor(ctx);
 	__u64 len = c.end - c.pos;
-	struct ethhdr *eth;
 	struct ip_hdr l3;
-	int vlans;
+	struct udphdr *udp;
 	__u32 flow;
-	int proto;
 
-	/* Tagged frames belong to the VLAN's device, not the invoker's. */
-	int eth_proto = parse_eth(&c, &eth, &vlans);
-	if (eth_proto < 0 || vlans)
+	/* Tagged frames belong to the VLAN's device; later fragments carry no
+	 * port (the kernel's). */
+	int found = find_udp(&c, &l3, &udp);
+	if (found == UDP_NONE)
 		return XDP_PASS;
-	proto = parse_ip(&c, eth_proto, &l3);
-	if (proto < 0 || ip_cut_short(&l3, &c))
-		return XDP_PASS;
-	if (ip_is_fragment(&l3)) {
-		if (proto == IPPROTO_UDP && !(l3.v4->frag_off & bpf_htons(IP_OFFSET)))
-			return first_fragment(&c);
-		return XDP_PASS; /* a later fragment: no port to tell whose */
-	}
-	if (proto == IPPROTO_FRAGMENT) {
-		struct frag6_hdr *fh = cursor_take(&c, sizeof(*fh));
-		if (fh && fh->nexthdr == IPPROTO_UDP && !(fh->frag_off & bpf_htons(FRAG6_OFFSET)))
-			return first_fragment(&c);
-		return XDP_PASS;
-	}
 	if (l3.family == 4) {
 		flow = l3.v4->saddr;
 	} else {
@@ -110,17 +68,16 @@ int dispatch(struct xdp_md *ctx)
 		flow = a->in6_u.u6_addr32[0] ^ a->in6_u.u6_addr32[1] ^ a->in6_u.u6_addr32[2] ^
 		       a->in6_u.u6_addr32[3];
 	}
-	if (proto != IPPROTO_UDP)
-		return XDP_PASS;
-	struct udphdr *udp = parse_udp(&c);
-	if (!udp)
-		return XDP_PASS;
-
 	struct dispatch_func *f;
 	struct dispatch_stats *st;
 	__u32 fid;
 	if (lookup_function(udp->dest, &fid, &f, &st) < 0)
 		return XDP_PASS;
+	if (found == UDP_FIRST_FRAGMENT) {
+		/* A request larger than one frame: counted, dropped. */
+		st->fragments++;
+		return XDP_DROP;
+	}
 	__u32 socks = f->socks;
 	if (socks == 0 || socks > DISPATCH_MAX_SOCKS) {
 		st->disabled++;

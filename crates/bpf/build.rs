@@ -15,6 +15,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("dataplane", "nf"),
     ("dataplane", "policer"),
     ("xsk", "dispatch"),
+    ("stack", "steer"),
     ("host", "uapi"),
 ];
 

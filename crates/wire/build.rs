@@ -104,6 +104,7 @@ const NUMBERS: &[Numbers] = &[
         "u8",
         "linux/in6.h",
         &[
+            ("ICMP", "IPPROTO_ICMP"),
             ("TCP", "IPPROTO_TCP"),
             ("UDP", "IPPROTO_UDP"),
             ("ICMPV6", "IPPROTO_ICMPV6"),

@@ -199,6 +199,58 @@ static __always_inline struct udphdr *parse_udp(struct cursor *c)
 	return cursor_take(c, sizeof(struct udphdr));
 }
 
+/* IPv6 fragment header (RFC 8200 4.5). */
+struct frag6_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off; /* offset in 8-byte units << 3, M flag in bit 0 */
+	__be32 identification;
+};
+
+#define FRAG6_OFFSET 0xfff8
+
+/* What find_udp found. */
+enum udp_found {
+	UDP_NONE = 0,           /* no UDP header to act on */
+	UDP_WHOLE = 1,          /* a whole datagram */
+	UDP_FIRST_FRAGMENT = 2, /* the first fragment of one */
+};
+
+/* The UDP header of an untagged IPv4/IPv6 frame, for programs that steer
+ * datagrams by port: UDP_WHOLE with *udp and *l3 set for a whole datagram;
+ * UDP_FIRST_FRAGMENT for the first fragment of one (IPv4, or IPv6 with the
+ * fragment header right after the fixed header), its UDP header in *udp;
+ * UDP_NONE for anything else (VLAN-tagged, not IP, cut short or malformed,
+ * a later fragment, which carries no port, another protocol, other IPv6
+ * extension headers, which are not walked). */
+static __always_inline int find_udp(struct cursor *c, struct ip_hdr *l3, struct udphdr **udp)
+{
+	struct ethhdr *eth;
+	int vlans;
+	int found = UDP_WHOLE;
+
+	int eth_proto = parse_eth(c, &eth, &vlans);
+	if (eth_proto < 0 || vlans)
+		return UDP_NONE;
+	int proto = parse_ip(c, eth_proto, l3);
+	if (proto < 0 || ip_cut_short(l3, c))
+		return UDP_NONE;
+	if (ip_is_fragment(l3)) {
+		if (proto != IPPROTO_UDP || (l3->v4->frag_off & bpf_htons(IP_OFFSET)))
+			return UDP_NONE;
+		found = UDP_FIRST_FRAGMENT;
+	} else if (l3->family == 6 && proto == IPPROTO_FRAGMENT) {
+		struct frag6_hdr *fh = cursor_take(c, sizeof(*fh));
+		if (!fh || fh->nexthdr != IPPROTO_UDP || (fh->frag_off & bpf_htons(FRAG6_OFFSET)))
+			return UDP_NONE;
+		found = UDP_FIRST_FRAGMENT;
+	} else if (proto != IPPROTO_UDP) {
+		return UDP_NONE;
+	}
+	*udp = parse_udp(c);
+	return *udp ? found : UDP_NONE;
+}
+
 /* Source and destination port, where UDP and TCP headers both begin. */
 struct l4_ports {
 	__be16 source;

@@ -138,7 +138,7 @@ pub fn read_stats(map: &MapHandle, id: u32) -> Result<DispatchStats> {
 mod fixtures {
     use super::*;
     use crate::fixture::frames::{
-        arp, garbage, ip4_fragment, ip4_options, udp_ports, vlan, with_protocol,
+        arp, garbage, ip4_fragment, ip4_options, ip6_fragment, udp_ports, vlan, with_protocol,
     };
     use crate::fixture::{assert_counters, truncations, Case, Expect, Fixture};
     use crate::testing::privileged;
@@ -150,25 +150,6 @@ mod fixtures {
         let v6 = dst.contains(':');
         let src = if v6 { "2001:db8::1" } else { "198.18.0.1" };
         udp_ports((src, dst), (3333, port), 200, b"request")
-    }
-
-    /// An IPv6 `frame` made a fragment: the 8-byte fragment header after the
-    /// fixed header, more fragments to come, at `offset` 8-byte units.
-    /// (fixture::frames has the IPv4 one; this is the only IPv6 user.)
-    fn ip6_fragment(frame: &[u8], more: bool, offset: u16) -> Vec<u8> {
-        const L3: usize = peregrine_wire::ETH_HLEN;
-        let mut f = frame.to_vec();
-        let next = f[L3 + 6];
-        f[L3 + 6] = 44; // IPPROTO_FRAGMENT
-        let plen = u16::from_be_bytes([f[L3 + 4], f[L3 + 5]]) + 8;
-        f[L3 + 4..L3 + 6].copy_from_slice(&plen.to_be_bytes());
-        let off = (offset << 3) | u16::from(more);
-        let mut hdr = vec![next, 0];
-        hdr.extend_from_slice(&off.to_be_bytes());
-        hdr.extend_from_slice(&0x1234_5678u32.to_be_bytes());
-        let at = L3 + peregrine_wire::IPV6_HLEN;
-        f.splice(at..at, hdr);
-        f
     }
 
     /// What one frame adds: function 1's no_socket, function 2's disabled,

@@ -477,7 +477,7 @@ pub mod frames {
     }
 
     /// A `spec(src, dst)` frame with ports `sport` to `dport`, `frame_len`
-    /// bytes long (0: as short as `payload` allows).
+    /// bytes long (at least the headers and `payload`).
     pub fn udp_ports(
         (src, dst): (&str, &str),
         (sport, dport): (u16, u16),
@@ -556,6 +556,23 @@ pub mod frames {
         let v = (u16::from(more) << 13) | (offset & 0x1fff);
         f[IP4_FRAG..IP4_FRAG + 2].copy_from_slice(&v.to_be_bytes());
         fix_ip4_checksum(&mut f);
+        f
+    }
+
+    /// An IPv6 `frame` made a fragment: the 8-byte fragment header after the
+    /// fixed header, more fragments to come, at `offset` 8-byte units.
+    pub fn ip6_fragment(frame: &[u8], more: bool, offset: u16) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        let next = f[IP6_NEXTHDR];
+        f[IP6_NEXTHDR] = 44; // IPPROTO_FRAGMENT
+        let plen = u16::from_be_bytes([f[IP6_PLEN], f[IP6_PLEN + 1]]) + 8;
+        f[IP6_PLEN..IP6_PLEN + 2].copy_from_slice(&plen.to_be_bytes());
+        let off = (offset << 3) | u16::from(more);
+        let mut hdr = vec![next, 0];
+        hdr.extend_from_slice(&off.to_be_bytes());
+        hdr.extend_from_slice(&0x1234_5678u32.to_be_bytes());
+        let at = L3 + IPV6_HLEN;
+        f.splice(at..at, hdr);
         f
     }
 

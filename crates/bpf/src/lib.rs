@@ -13,7 +13,7 @@
 //!   `tcx`: the hooks' modes and what is attached there.
 //! - `bpffs`: the bpffs mount and the pins under `/sys/fs/bpf/peregrine`.
 //! - One thin wrapper per program (`gen`, `sink`, `router`, `nf`, `policer`, `dispatch`,
-//!   `replycheck`): typed config in, loaded program out, typed map accessors.
+//!   `stack`, `replycheck`): typed config in, loaded program out, typed map accessors.
 //! - `fixture`, `testing`: BPF_PROG_RUN fixtures and privileged-test helpers.
 
 pub mod bpffs;
@@ -30,6 +30,7 @@ pub mod policer;
 pub mod replycheck;
 pub mod router;
 pub mod sink;
+pub mod stack;
 pub mod tcx;
 pub mod testing;
 pub mod xdp;
@@ -54,5 +55,5 @@ macro_rules! skeletons {
 pub mod skel {
     #![allow(clippy::all, non_camel_case_types, dead_code, missing_docs)]
     // uapi: kernel uapi types and constants only (bpf/host/uapi.bpf.c), no program.
-    skeletons!(gen, sink, router, nf, policer, dispatch, replycheck, uapi);
+    skeletons!(gen, sink, router, nf, policer, dispatch, steer, replycheck, uapi);
 }

@@ -14,6 +14,7 @@ use crate::skel::router::types::{
     steer_v6_key,
 };
 use crate::skel::sink::types::sink_stats;
+use crate::skel::steer::types::{stack_bind_key, stack_steer_stats};
 
 /// Implemented for generated `#[repr(C)]` types that hold only integers and
 /// arrays of integers, so any byte pattern of the right size is a valid value.
@@ -72,9 +73,9 @@ macro_rules! plain_data {
 plain_data! {
     pod: gen_pace, gen_meta, xdp_md, router_port, steer_v4_key, steer_v6_key, steer_l4_key,
         steer_mac_key, steer_target, dispatch_func, policer_key, policer_mask, policer_rule,
-        policer_state, sched_port, sched_meta, sched_class;
+        policer_state, sched_port, sched_meta, sched_class, stack_bind_key;
     counters: sink_stats, gen_state, router_port_stats, nf_stats, dispatch_stats,
-        replycheck_stats, policer_counters, policer_totals, sched_counters, u64,
+        replycheck_stats, policer_counters, policer_totals, sched_counters, stack_steer_stats, u64,
 }
 
 /// The sum over CPUs of a per-CPU map's values (as `lookup_percpu` returns

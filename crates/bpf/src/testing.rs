@@ -130,6 +130,23 @@ impl NsPair {
         p
     }
 
+    /// `new`, then 198.18.0.1/24 and 2001:db8::1/64 on `a`'s eth0,
+    /// 198.18.0.2/24 and 2001:db8::2/64 on `b`'s (no duplicate address
+    /// detection), eth0 and lo up at both ends.
+    pub fn addressed(a: &str, b: &str) -> NsPair {
+        let p = NsPair::new(a, b);
+        for (ns, v4, v6) in [
+            (a, "198.18.0.1/24", "2001:db8::1/64"),
+            (b, "198.18.0.2/24", "2001:db8::2/64"),
+        ] {
+            ip(&["-n", ns, "addr", "add", v4, "dev", "eth0"]);
+            ip(&["-n", ns, "addr", "add", v6, "dev", "eth0", "nodad"]);
+            ip(&["-n", ns, "link", "set", "eth0", "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        p
+    }
+
     fn remove(&self) {
         for ns in [&self.a, &self.b] {
             let _ = std::process::Command::new("ip")

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use peregrine_bpf::testing::{ip, privileged, wait_until, NsPair};
+use peregrine_bpf::testing::{privileged, wait_until, NsPair};
 use peregrine_faas::functions::builtin;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
 use peregrine_faas::Registry;
@@ -23,17 +23,7 @@ const B: &str = "pg-tcsum-b";
 /// The client and server namespaces (`NsPair`), with both families'
 /// addresses.
 fn pair() -> NsPair {
-    let p = NsPair::new(A, B);
-    for (ns, v4, v6) in [
-        (A, "198.18.0.1/24", "2001:db8::1/64"),
-        (B, "198.18.0.2/24", "2001:db8::2/64"),
-    ] {
-        ip(&["-n", ns, "addr", "add", v4, "dev", "eth0"]);
-        ip(&["-n", ns, "addr", "add", v6, "dev", "eth0", "nodad"]);
-        ip(&["-n", ns, "link", "set", "eth0", "up"]);
-        ip(&["-n", ns, "link", "set", "lo", "up"]);
-    }
-    p
+    NsPair::addressed(A, B)
 }
 
 /// TX checksum offload of `ns`'s eth0, as ethtool reports it.

@@ -162,7 +162,18 @@ pub fn write_sysctl(key: &str, value: &str) -> Result<()> {
 /// namespace's /sys (a private mount of sysfs made inside it), for the
 /// settings netlink does not carry, like threaded NAPI.
 pub fn with_sysfs<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
-    let target = open(ns)?;
+    with_sysfs_of(open(ns)?, ns, f)
+}
+
+/// `with_sysfs` for the calling thread's own namespace, which may have no
+/// name (entered by setns, or by `ip netns exec`).
+pub fn with_sysfs_here<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T> {
+    let here = File::open("/proc/thread-self/ns/net")
+        .map_err(|e| HostError::Netns(format!("opening own namespace: {e}")))?;
+    with_sysfs_of(here, "this namespace", f)
+}
+
+fn with_sysfs_of<T: Send>(target: File, ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
     std::thread::scope(|s| {
         s.spawn(|| -> Result<T> {
             enter_with_sysfs(&target)

@@ -1,6 +1,9 @@
-//! rtnetlink, one connection per namespace. A connection's socket belongs to
-//! the namespace it was opened in, so it is opened with the thread briefly
-//! inside that namespace and then used from anywhere.
+//! rtnetlink, one connection per namespace (`Netlink`), or one in the
+//! calling thread's namespace (`NetlinkHere`: routes, neighbours,
+//! addresses, link MAC and MTU; `watch_here`: their changes as they
+//! happen). A connection's socket belongs to the namespace it was opened
+//! in, so it is opened with the thread briefly inside that namespace and
+//! then used from anywhere.
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
@@ -384,5 +387,339 @@ impl Netlink {
                 })
             })
             .collect())
+    }
+}
+
+/// What the kernel's neighbour table says of an entry, as a sender sees
+/// it (the NUD states folded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NeighbourUse {
+    /// REACHABLE, PERMANENT, NOARP, DELAY, PROBE: the MAC may be used.
+    Valid,
+    /// STALE: the MAC may be used, and the kernel should confirm it.
+    Stale,
+    /// INCOMPLETE: being resolved, no MAC yet.
+    Resolving,
+    /// FAILED, NONE, or the entry was deleted: resolve again.
+    Failed,
+}
+
+impl NeighbourUse {
+    fn of(state: NeighbourState) -> NeighbourUse {
+        match state {
+            NeighbourState::Reachable
+            | NeighbourState::Permanent
+            | NeighbourState::Noarp
+            | NeighbourState::Delay
+            | NeighbourState::Probe => NeighbourUse::Valid,
+            NeighbourState::Stale => NeighbourUse::Stale,
+            NeighbourState::Incomplete => NeighbourUse::Resolving,
+            _ => NeighbourUse::Failed,
+        }
+    }
+}
+
+/// One entry of the kernel's neighbour table (ARP or ND).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbour {
+    pub ifindex: u32,
+    pub ip: IpAddr,
+    pub mac: Option<MacAddr>,
+    pub state: NeighbourUse,
+}
+
+impl Neighbour {
+    fn from_message(m: &netlink_packet_route::neighbour::NeighbourMessage) -> Option<Neighbour> {
+        use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
+        let mut ip = None;
+        let mut mac = None;
+        for a in &m.attributes {
+            match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                    ip = Some(IpAddr::V4(*v4))
+                }
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                    ip = Some(IpAddr::V6(*v6))
+                }
+                NeighbourAttribute::LinkLayerAddress(b) if b.len() == 6 => {
+                    let mut m = [0u8; 6];
+                    m.copy_from_slice(b);
+                    mac = Some(MacAddr(m));
+                }
+                _ => {}
+            }
+        }
+        Some(Neighbour {
+            ifindex: m.header.ifindex,
+            ip: ip?,
+            mac,
+            state: NeighbourUse::of(m.header.state),
+        })
+    }
+}
+
+/// The kernel's answer to "how is `dst` reached" (`ip route get`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteTo {
+    /// The output interface.
+    pub oif: u32,
+    /// The next hop when it is not `dst` itself (on-link otherwise).
+    pub gateway: Option<IpAddr>,
+    /// The source address the kernel would pick.
+    pub prefsrc: Option<IpAddr>,
+}
+
+/// An interface's MAC address and MTU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkInfo {
+    pub mac: MacAddr,
+    pub mtu: u32,
+}
+
+/// A change the kernel announced (see `watch_here`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NlEvent {
+    /// A neighbour entry was added or changed.
+    Neighbour(Neighbour),
+    /// A neighbour entry was deleted.
+    NeighbourGone { ifindex: u32, ip: IpAddr },
+    /// A route was added or removed (either family).
+    RoutesChanged,
+    /// A link changed (MTU, MAC, state).
+    LinkChanged { ifindex: u32 },
+}
+
+fn route_ip(a: &netlink_packet_route::route::RouteAddress) -> Option<IpAddr> {
+    use netlink_packet_route::route::RouteAddress;
+    match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    }
+}
+
+/// A netlink connection in the network namespace of the thread that
+/// opened it, usable from any thread after: for a process that works in
+/// one namespace (the UDP/IP stack asks it for routes, neighbours, its
+/// interface's addresses, MAC and MTU).
+pub struct NetlinkHere {
+    nl: Netlink,
+    handle: Handle,
+}
+
+impl NetlinkHere {
+    pub fn open() -> Result<NetlinkHere> {
+        let nl = Netlink::new()?;
+        let handle = nl.handle_here()?;
+        Ok(NetlinkHere { nl, handle })
+    }
+
+    /// The route the kernel would take to `dst`.
+    pub fn route_to(&self, dst: IpAddr) -> Result<RouteTo> {
+        use netlink_packet_route::route::RouteAttribute;
+        let what = format!("looking up the route to {dst}");
+        let plen = if dst.is_ipv4() { 32 } else { 128 };
+        let msg = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(dst, plen)
+            .map_err(|e| HostError::Config(format!("{what}: {e}")))?
+            .build();
+        let h = self.handle.clone();
+        let m = self
+            .nl
+            .block_on(async { h.route().get(msg).execute().try_next().await })
+            .map_err(nl_err(&what))?
+            .ok_or_else(|| HostError::Netlink(format!("{what}: no answer")))?;
+        let mut r = RouteTo {
+            oif: 0,
+            gateway: None,
+            prefsrc: None,
+        };
+        for a in &m.attributes {
+            match a {
+                RouteAttribute::Oif(i) => r.oif = *i,
+                RouteAttribute::Gateway(g) => r.gateway = route_ip(g),
+                RouteAttribute::PrefSource(s) => r.prefsrc = route_ip(s),
+                _ => {}
+            }
+        }
+        Ok(r)
+    }
+
+    /// The neighbour table's entries on interface `ifindex`.
+    pub fn neighbours(&self, ifindex: u32) -> Result<Vec<Neighbour>> {
+        let h = self.handle.clone();
+        let msgs: Vec<_> = self
+            .nl
+            .block_on(async { h.neighbours().get().execute().try_collect::<Vec<_>>().await })
+            .map_err(nl_err("reading the neighbour table"))?;
+        Ok(msgs
+            .iter()
+            .filter_map(Neighbour::from_message)
+            .filter(|n| n.ifindex == ifindex)
+            .collect())
+    }
+
+    /// Asks the kernel to resolve `ip` on `ifindex` by its own means (ARP
+    /// or ND, as if it had a packet for it: RTM_NEWNEIGH with NTF_USE); the
+    /// result comes as a neighbour event. A STALE entry is re-confirmed.
+    pub fn resolve_neighbour(&self, ifindex: u32, ip: IpAddr) -> Result<()> {
+        use netlink_packet_route::neighbour::NeighbourFlags;
+        let mut req = self
+            .handle
+            .neighbours()
+            .add(ifindex, ip)
+            .state(NeighbourState::None)
+            .flags(NeighbourFlags::Use)
+            .replace();
+        // No link-layer address: the kernel finds it.
+        req.message_mut().attributes.retain(|a| {
+            !matches!(
+                a,
+                netlink_packet_route::neighbour::NeighbourAttribute::LinkLayerAddress(_)
+            )
+        });
+        self.nl
+            .block_on(async { req.execute().await })
+            .map_err(nl_err(format!("asking the kernel to resolve {ip}")))
+    }
+
+    /// The addresses assigned to interface `ifindex`.
+    pub fn addresses(&self, ifindex: u32) -> Result<Vec<IpAddr>> {
+        let h = self.handle.clone();
+        let msgs: Vec<_> = self
+            .nl
+            .block_on(async {
+                h.address()
+                    .get()
+                    .set_link_index_filter(ifindex)
+                    .execute()
+                    .try_collect::<Vec<_>>()
+                    .await
+            })
+            .map_err(nl_err(format!("reading the addresses of link {ifindex}")))?;
+        Ok(msgs
+            .iter()
+            .filter(|m| m.header.index == ifindex)
+            .filter_map(|m| {
+                m.attributes.iter().find_map(|a| match a {
+                    AddressAttribute::Address(ip) => Some(*ip),
+                    _ => None,
+                })
+            })
+            .collect())
+    }
+
+    /// Interface `ifindex`'s MAC address and MTU.
+    pub fn link_info(&self, ifindex: u32) -> Result<LinkInfo> {
+        let h = self.handle.clone();
+        let m = self
+            .nl
+            .block_on(async {
+                h.link()
+                    .get()
+                    .match_index(ifindex)
+                    .execute()
+                    .try_next()
+                    .await
+            })
+            .map_err(nl_err(format!("reading link {ifindex}")))?
+            .ok_or_else(|| HostError::Netlink(format!("no interface with index {ifindex}")))?;
+        let mut mac = None;
+        let mut mtu = None;
+        for a in &m.attributes {
+            match a {
+                LinkAttribute::Address(b) if b.len() == 6 => {
+                    let mut m = [0u8; 6];
+                    m.copy_from_slice(b);
+                    mac = Some(MacAddr(m));
+                }
+                LinkAttribute::Mtu(v) => mtu = Some(*v),
+                _ => {}
+            }
+        }
+        match (mac, mtu) {
+            (Some(mac), Some(mtu)) => Ok(LinkInfo { mac, mtu }),
+            _ => Err(HostError::Netlink(format!(
+                "link {ifindex} has no Ethernet address or MTU"
+            ))),
+        }
+    }
+}
+
+/// A thread following the kernel's neighbour, route and link changes in
+/// the namespace of the thread that started it; stops when dropped.
+pub struct NlWatch {
+    stop: Option<futures::channel::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Calls `on_event` for every neighbour, route and link change of the
+/// calling thread's namespace, from a thread of its own, until the watch
+/// is dropped. Subscribed before it returns: no change after this call
+/// is missed (read the current state after subscribing).
+pub fn watch_here(mut on_event: impl FnMut(NlEvent) + Send + 'static) -> Result<NlWatch> {
+    use futures::StreamExt;
+    use netlink_packet_core::NetlinkPayload;
+    use netlink_packet_route::RouteNetlinkMessage as M;
+    use rtnetlink::MulticastGroup as G;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| HostError::Other(format!("starting the netlink watch runtime: {e}")))?;
+    let (conn, _handle, mut messages) = {
+        let _enter = rt.enter();
+        rtnetlink::new_multicast_connection(&[G::Neigh, G::Ipv4Route, G::Ipv6Route, G::Link])
+            .map_err(|e| HostError::Netlink(format!("subscribing to netlink changes: {e}")))?
+    };
+    let (stop, mut stopped) = futures::channel::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("nl-watch".into())
+        .spawn(move || {
+            rt.spawn(conn);
+            rt.block_on(async move {
+                loop {
+                    let next = futures::future::select(messages.next(), &mut stopped).await;
+                    let msg = match next {
+                        futures::future::Either::Left((Some((m, _)), _)) => m,
+                        _ => break,
+                    };
+                    let NetlinkPayload::InnerMessage(m) = msg.payload else {
+                        continue;
+                    };
+                    let ev = match m {
+                        M::NewNeighbour(n) => Neighbour::from_message(&n).map(NlEvent::Neighbour),
+                        M::DelNeighbour(n) => {
+                            Neighbour::from_message(&n).map(|n| NlEvent::NeighbourGone {
+                                ifindex: n.ifindex,
+                                ip: n.ip,
+                            })
+                        }
+                        M::NewRoute(_) | M::DelRoute(_) => Some(NlEvent::RoutesChanged),
+                        M::NewLink(l) | M::DelLink(l) => Some(NlEvent::LinkChanged {
+                            ifindex: l.header.index,
+                        }),
+                        _ => None,
+                    };
+                    if let Some(ev) = ev {
+                        on_event(ev);
+                    }
+                }
+            });
+        })
+        .map_err(|e| HostError::Other(format!("starting the netlink watch thread: {e}")))?;
+    Ok(NlWatch {
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
+impl Drop for NlWatch {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }

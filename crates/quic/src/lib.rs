@@ -1,0 +1,10 @@
+//! QUIC on peregrine's UDP/IP stack: `StackSocket` is quinn 0.11's
+//! `AsyncUdpSocket` on a `peregrine_stack::UdpSocket` (a QUIC endpoint's
+//! datagrams move through AF_XDP, in the stack's batches), and `tls` sets
+//! up the certificates and rustls configurations the endpoints use (a
+//! self-signed certificate with its SHA-256 fingerprint when none is
+//! given; a client that trusts a CA file, or anything with `insecure`).
+mod socket;
+pub mod tls;
+
+pub use socket::{endpoint_on_stack, StackSocket};
