@@ -14,6 +14,7 @@ mod faas;
 mod io;
 mod metrics;
 mod qos;
+mod quic;
 mod scope;
 mod table;
 mod units;
@@ -62,6 +63,10 @@ enum Cmd {
     /// The serverless function invoker (AF_XDP, with socket baselines).
     #[command(subcommand)]
     Faas(faas::FaasCmd),
+    /// Files over HTTP/3 (QUIC): a server and a client, on a kernel UDP
+    /// socket or on peregrine's UDP/IP stack over AF_XDP.
+    #[command(subcommand)]
+    Quic(quic::QuicCmd),
     /// Turn result files into plots (PNG and SVG).
     Report(bench::ReportArgs),
     /// The built-in showcase (what `scripts/run.sh` runs).
@@ -279,6 +284,7 @@ fn main() -> ExitCode {
         Some(Cmd::Chain(c)) => dp::chain(c),
         Some(Cmd::Qos(c)) => qos::run(c),
         Some(Cmd::Faas(c)) => faas::run(c),
+        Some(Cmd::Quic(c)) => quic::run(c),
         Some(Cmd::Showcase(a)) => bench::showcase(a),
     };
     match res.context("peregrine") {

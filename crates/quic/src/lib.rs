@@ -4,7 +4,8 @@
 //! up the certificates and rustls configurations the endpoints use (a
 //! self-signed certificate with its SHA-256 fingerprint when none is
 //! given; a client that trusts a CA file, or anything with `insecure`).
+pub mod http3;
 mod socket;
 pub mod tls;
 
-pub use socket::{endpoint_on_stack, StackSocket};
+pub use socket::{endpoint_on_kernel, endpoint_on_stack, StackSocket};

@@ -52,6 +52,20 @@ pub fn endpoint_on_stack(
     )
 }
 
+/// A quinn endpoint on a kernel UDP socket bound to `addr` (GSO and GRO
+/// as quinn enables them), driven by the caller's tokio runtime.
+pub fn endpoint_on_kernel(
+    addr: SocketAddr,
+    server: Option<quinn::ServerConfig>,
+) -> io::Result<quinn::Endpoint> {
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        server,
+        std::net::UdpSocket::bind(addr)?,
+        Arc::new(quinn::TokioRuntime),
+    )
+}
+
 /// Waits for TX room on the stack socket's queue.
 struct Poller {
     sock: Arc<StackSocket>,

@@ -31,6 +31,18 @@ impl Identity {
         })
     }
 
+    /// A certificate chain and its private key from PEM files.
+    pub fn from_pem_files(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> Result<Identity, TlsError> {
+        use rustls::pki_types::pem::PemObject;
+        let chain = certs_from_pem(cert)?;
+        let key = PrivateKeyDer::from_pem_file(key)
+            .map_err(|e| TlsError::Config(format!("{}: {e}", key.display())))?;
+        Ok(Identity { chain, key })
+    }
+
     /// SHA-256 of the leaf certificate, as `AB:CD:...` (what
     /// `openssl x509 -fingerprint -sha256` prints).
     pub fn fingerprint(&self) -> String {
@@ -70,6 +82,28 @@ pub enum Trust {
     /// Any certificate (`--insecure`): the handshake still checks the
     /// server's signature, not who it is.
     Anything,
+}
+
+impl Trust {
+    /// The certificates of a PEM file (a CA, or a server's own).
+    pub fn from_pem_file(path: &std::path::Path) -> Result<Trust, TlsError> {
+        Ok(Trust::Certs(certs_from_pem(path)?))
+    }
+}
+
+/// The certificates of a PEM file; an error naming the file when it has none.
+fn certs_from_pem(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    use rustls::pki_types::pem::PemObject;
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| TlsError::Config(format!("{}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(TlsError::Config(format!(
+            "{}: no certificate in it",
+            path.display()
+        )));
+    }
+    Ok(certs)
 }
 
 /// A QUIC client configuration with `trust`, offering `alpn`.

@@ -117,14 +117,29 @@ impl Xsk {
         } else {
             XdpFlags::empty()
         };
+        // EBUSY while the queue's previous socket (a process that just
+        // exited, say) is still being torn down: the kernel releases its
+        // buffer pool from a deferred work item, after close() returned.
+        // Retried for up to a second; a queue a live socket holds stays busy.
         let attempt = |flags: XdpFlags| {
-            let mut addr = Address {
-                flags: flags | wake,
-                ifindex,
-                queue_id: queue,
-                ..Default::default()
-            };
-            syscall::bind(&fd, &mut addr)
+            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(1);
+            loop {
+                let mut addr = Address {
+                    flags: flags | wake,
+                    ifindex,
+                    queue_id: queue,
+                    ..Default::default()
+                };
+                match syscall::bind(&fd, &mut addr) {
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EBUSY)
+                            && std::time::Instant::now() < give_up =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(10))
+                    }
+                    r => return r,
+                }
+            }
         };
         let mode = match cfg.zero_copy {
             ZeroCopy::Off => attempt(XdpFlags::COPY)

@@ -1,0 +1,329 @@
+//! `peregrine quic serve|get`: files over HTTP/3 (quinn + h3), on the
+//! kernel's UDP or on peregrine's UDP/IP stack over AF_XDP.
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use peregrine_quic::http3::{self, ServeCounters, Target, ALPN};
+use peregrine_quic::tls::{self, Identity, Trust};
+use peregrine_stack::{Stack, StackConfig};
+
+use crate::units::DurationArg;
+
+#[derive(Subcommand)]
+pub enum QuicCmd {
+    /// Serve the files of a directory over HTTP/3 until Ctrl-C or --duration.
+    Serve(ServeArgs),
+    /// Download a URL over HTTP/3; prints status, size, SHA-256 and goodput.
+    Get(GetArgs),
+}
+
+/// Which UDP carries QUIC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum QuicIo {
+    /// peregrine's UDP/IP stack on AF_XDP (an XDP program on the interface
+    /// takes the endpoint's datagrams; everything else stays the kernel's).
+    Afxdp,
+    /// A kernel UDP socket (quinn's own, GSO and GRO where the kernel has them).
+    Kernel,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Interface the stack runs on (--io afxdp); default: the one that has
+    /// the --listen address.
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// Address and UDP port to serve on, e.g. 198.18.0.1:4433 or [2001:db8::1]:443.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Directory whose files are served (GET /NAME, subdirectories too).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// afxdp (peregrine's UDP/IP stack) or kernel (a kernel UDP socket).
+    #[arg(long, value_enum, default_value = "afxdp")]
+    pub io: QuicIo,
+    /// Certificate chain (PEM); without it a self-signed one is made for the
+    /// listen address and its SHA-256 fingerprint printed.
+    #[arg(long, requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// Private key of --cert (PEM).
+    #[arg(long, requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// Stop after this long (10, 10s, 5m); default: until Ctrl-C.
+    #[arg(long)]
+    pub duration: Option<DurationArg>,
+    /// Print the final counters as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct GetArgs {
+    /// https://ADDR:PORT/PATH
+    pub url: String,
+    /// afxdp (peregrine's UDP/IP stack) or kernel (a kernel UDP socket).
+    #[arg(long, value_enum, default_value = "afxdp")]
+    pub io: QuicIo,
+    /// Interface the stack runs on (--io afxdp); default: the one the
+    /// kernel routes the server's address through.
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// Accept any server certificate (the handshake still checks its key).
+    #[arg(long, conflicts_with = "ca")]
+    pub insecure: bool,
+    /// Trust the certificates of this PEM file (a CA or the server's own).
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+    /// Write the body here (default: count and hash it only).
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// Give up after this long (30, 30s, 5m).
+    #[arg(long, default_value = "5m")]
+    pub timeout: DurationArg,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(cmd: QuicCmd) -> Result<()> {
+    match cmd {
+        QuicCmd::Serve(a) => serve(a),
+        QuicCmd::Get(a) => get(a),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// The interface that holds `ip` here, for the stack.
+fn iface_with(ip: IpAddr) -> Result<String> {
+    let has = |a: &nix::sys::socket::SockaddrStorage| {
+        a.as_sockaddr_in().map(|s| IpAddr::V4(s.ip())) == Some(ip)
+            || a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())) == Some(ip)
+    };
+    let found = nix::ifaddrs::getifaddrs()
+        .context("listing the interfaces' addresses")?
+        .find(|i| i.address.as_ref().is_some_and(has))
+        .map(|i| i.interface_name);
+    match found {
+        Some(name) => Ok(name),
+        None => {
+            crate::usage!("no interface here has {ip}: listen on one of an interface's addresses")
+        }
+    }
+}
+
+/// The interface the kernel routes `dst` through, and the source address it
+/// would pick.
+fn route_to(dst: IpAddr) -> Result<(String, IpAddr)> {
+    let nl = peregrine_host::nl::NetlinkHere::open()?;
+    let r = nl.route_to(dst)?;
+    let name = nix::net::if_::if_indextoname(r.oif)
+        .map_err(|e| anyhow::anyhow!("interface {}: {e}", r.oif))?
+        .to_string_lossy()
+        .into_owned();
+    let src = r
+        .prefsrc
+        .ok_or_else(|| anyhow::anyhow!("no source address toward {dst}"))?;
+    Ok((name, src))
+}
+
+fn serve(a: ServeArgs) -> Result<()> {
+    if !a.dir.is_dir() {
+        crate::usage!("--dir {}: not a directory", a.dir.display());
+    }
+    let id = match (&a.cert, &a.key) {
+        (Some(c), Some(k)) => Identity::from_pem_files(c, k)?,
+        _ => Identity::self_signed(&[a.listen.ip().to_string(), "localhost".into()])?,
+    };
+    let fingerprint = id.fingerprint();
+    let server_cfg = tls::server_config(id, ALPN)?;
+    // The stack (its XDP program) lives until this function returns: on
+    // Ctrl-C, --duration or an error alike.
+    let mut stack = None;
+    let rt = runtime()?;
+    let counters = Arc::new(ServeCounters::default());
+    let endpoint = match a.io {
+        QuicIo::Afxdp => {
+            let iface = match &a.iface {
+                Some(i) => i.clone(),
+                None => iface_with(a.listen.ip())?,
+            };
+            let s = Stack::open(StackConfig::new(&iface))
+                .with_context(|| format!("the UDP/IP stack on {iface}"))?;
+            let sock = s
+                .bind(a.listen)
+                .with_context(|| format!("binding {}", a.listen))?;
+            stack = Some(s);
+            let _in = rt.enter();
+            peregrine_quic::endpoint_on_stack(sock, Some(server_cfg))?
+        }
+        QuicIo::Kernel => {
+            let _in = rt.enter();
+            peregrine_quic::endpoint_on_kernel(a.listen, Some(server_cfg))
+                .with_context(|| format!("binding {}", a.listen))?
+        }
+    };
+    let on = match (&stack, a.io) {
+        (Some(s), _) => format!("the UDP/IP stack on {} (AF_XDP)", s.iface()),
+        _ => "a kernel UDP socket".to_string(),
+    };
+    eprintln!(
+        "serving {} over HTTP/3 at https://{}/ on {on}; certificate SHA-256 {fingerprint}",
+        a.dir.display(),
+        a.listen
+    );
+    let limit = a.duration.map(Duration::from);
+    let start = Instant::now();
+    rt.block_on(async {
+        let serving = tokio::spawn(http3::serve(
+            endpoint.clone(),
+            a.dir.clone(),
+            counters.clone(),
+        ));
+        while !peregrine_host::signals::stop_requested()
+            && limit.is_none_or(|l| start.elapsed() < l)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        endpoint.close(0x100u32.into(), b"server stopping");
+        let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        serving.abort();
+    });
+    let c = &counters;
+    let v = serde_json::json!({
+        "connections": c.connections.load(Ordering::Relaxed),
+        "requests": c.requests.load(Ordering::Relaxed),
+        "served": c.served.load(Ordering::Relaxed),
+        "not_found": c.not_found.load(Ordering::Relaxed),
+        "failed": c.failed.load(Ordering::Relaxed),
+        "body_bytes": c.body_bytes.load(Ordering::Relaxed),
+        "stack": stack.as_ref().map(|s| s.counters().to_string()),
+    });
+    if a.json {
+        println!("{v}");
+    } else {
+        println!(
+            "served {} of {} requests ({} B of bodies) on {} connections; {} not found, {} failed{}",
+            v["served"],
+            v["requests"],
+            v["body_bytes"],
+            v["connections"],
+            v["not_found"],
+            v["failed"],
+            stack
+                .as_ref()
+                .map(|s| format!("; stack: {}", s.counters()))
+                .unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+fn get(a: GetArgs) -> Result<()> {
+    let target = Target::parse(&a.url).map_err(|e| crate::usage::UsageError(e.to_string()))?;
+    let trust = match (&a.ca, a.insecure) {
+        (Some(ca), _) => Trust::from_pem_file(ca)?,
+        (None, true) => Trust::Anything,
+        (None, false) => crate::usage!(
+            "quic get needs --ca FILE (the server's certificate or its CA) or --insecure"
+        ),
+    };
+    let client_cfg = tls::client_config(trust, ALPN)?;
+    let mut out: Box<dyn std::io::Write> = match &a.output {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => Box::new(std::io::sink()),
+    };
+    let rt = runtime()?;
+    let mut stack = None;
+    let mut endpoint = match a.io {
+        QuicIo::Afxdp => {
+            let (routed, src) = route_to(target.addr.ip())?;
+            let iface = a.iface.clone().unwrap_or(routed);
+            let s = Stack::open(StackConfig::new(&iface))
+                .with_context(|| format!("the UDP/IP stack on {iface}"))?;
+            let sock = s
+                .bind(SocketAddr::new(src, 0))
+                .with_context(|| format!("binding {src}"))?;
+            stack = Some(s);
+            let _in = rt.enter();
+            peregrine_quic::endpoint_on_stack(sock, None)?
+        }
+        QuicIo::Kernel => {
+            let any: SocketAddr = if target.addr.is_ipv6() {
+                "[::]:0".parse()?
+            } else {
+                "0.0.0.0:0".parse()?
+            };
+            let _in = rt.enter();
+            peregrine_quic::endpoint_on_kernel(any, None)?
+        }
+    };
+    endpoint.set_default_client_config(client_cfg);
+    let json = a.json;
+    let mut last = Instant::now();
+    let fetched = rt.block_on(async {
+        let fetch = http3::get(&endpoint, &target, &mut *out, |got, len| {
+            if !json && last.elapsed() >= Duration::from_secs(1) {
+                last = Instant::now();
+                let of = len
+                    .map(|l| format!(" of {:.1} MiB", l as f64 / 1048576.0))
+                    .unwrap_or_default();
+                eprintln!("  {:.1} MiB{of}", got as f64 / 1048576.0);
+            }
+        });
+        let stop = async {
+            while !peregrine_host::signals::stop_requested() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let r = tokio::select! {
+            r = tokio::time::timeout(a.timeout.into(), fetch) => r
+                .map_err(|_| anyhow::anyhow!("no complete answer from {} within {}", target.addr, a.timeout))
+                .and_then(|r| Ok(r?)),
+            _ = stop => Err(anyhow::anyhow!("interrupted")),
+        };
+        endpoint.close(0x100u32.into(), b"");
+        let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        r
+    })?;
+    let mbit = fetched.bytes as f64 * 8.0 / fetched.seconds.max(1e-9) / 1e6;
+    if a.json {
+        let mut v = serde_json::to_value(&fetched)?;
+        v["url"] = a.url.clone().into();
+        v["goodput_mbit_s"] = mbit.into();
+        v["io"] = format!("{:?}", a.io).to_lowercase().into();
+        println!("{v}");
+    } else {
+        println!(
+            "{} {}: {} B in {:.3} s ({:.3} s with the handshake), {:.1} Mbit/s goodput; sha256 {}{}",
+            fetched.status,
+            a.url,
+            fetched.bytes,
+            fetched.seconds,
+            fetched.seconds_with_handshake,
+            mbit,
+            fetched.sha256,
+            stack
+                .as_ref()
+                .map(|s| format!("; stack: {}", s.counters()))
+                .unwrap_or_default()
+        );
+    }
+    if fetched.status != 200 {
+        anyhow::bail!("{} answered {}", a.url, fetched.status);
+    }
+    Ok(())
+}

@@ -1,0 +1,297 @@
+//! HTTP/3 against an independent implementation: aioquic (PyPI, pinned in
+//! tests/interop/requirements.txt, installed by scripts/setup.sh), not
+//! built on quinn or peregrine. Between two namespaces made with `ip`
+//! (veth at its default offloads), IPv4 and IPv6:
+//! - aioquic's client downloads 0 B, 1 B, 1 MiB and 100 MiB from
+//!   `peregrine quic serve --io afxdp`, SHA-256 checked;
+//! - `peregrine quic get --io afxdp` downloads the same files from
+//!   aioquic's server, trusting its certificate (`--ca`), bytes checked.
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use peregrine_bpf::testing::{privileged_here, NsPair};
+use sha2::{Digest, Sha256};
+
+mod common;
+use common::{text, tmp};
+
+const PY: &str = "/opt/peregrine/interop-venv/bin/python";
+const A: &str = "pg-h3-a";
+const B: &str = "pg-h3-b";
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/interop")
+        .join(name)
+}
+
+/// The aioquic peer is installed; outside CI a missing one skips (said),
+/// in CI it fails: setup.sh installs it.
+fn peer_installed() -> bool {
+    if Path::new(PY).exists() {
+        return true;
+    }
+    let why = format!("{PY} is missing: run scripts/setup.sh (installs aioquic)");
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    eprintln!("skipped: {why}");
+    false
+}
+
+/// The files served: name, bytes (deterministic, not compressible).
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut bytes = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    let set = vec![
+        ("empty".to_string(), Vec::new()),
+        ("one".to_string(), bytes(1)),
+        ("mib".to_string(), bytes(1 << 20)),
+        ("big".to_string(), bytes(100 << 20)),
+    ];
+    for (name, b) in &set {
+        std::fs::write(dir.join(name), b).unwrap();
+    }
+    set
+}
+
+fn sha(b: &[u8]) -> String {
+    Sha256::digest(b)
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
+}
+
+/// A child process, interrupted (SIGINT) and reaped when dropped.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        );
+        for _ in 0..50 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Running {
+    /// SIGINT, then its exit status and what it printed on stdout.
+    fn interrupt(&mut self) -> (std::process::ExitStatus, String) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        );
+        let mut stdout = String::new();
+        if let Some(o) = self.0.stdout.as_mut() {
+            let _ = std::io::Read::read_to_string(o, &mut stdout);
+        }
+        (self.0.wait().unwrap(), stdout)
+    }
+}
+
+/// Starts `args` in namespace `ns` and waits (at most 20 s) for a line of
+/// its `stream` output (stdout or stderr) containing `ready`.
+fn start_until(ns: &str, args: &[&str], ready: &str, on_stderr: bool) -> Running {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).args(args);
+    if on_stderr {
+        c.stderr(Stdio::piped()).stdout(Stdio::piped());
+    } else {
+        c.stdout(Stdio::piped()).stderr(Stdio::inherit());
+    }
+    let mut child = c.spawn().unwrap();
+    let out: Box<dyn std::io::Read + Send> = if on_stderr {
+        Box::new(child.stderr.take().unwrap())
+    } else {
+        Box::new(child.stdout.take().unwrap())
+    };
+    let (tx, rx) = mpsc::channel();
+    let wanted = ready.to_string();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            eprintln!("  | {line}");
+            if line.contains(&wanted) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let running = Running(child);
+    rx.recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{args:?} did not say {ready:?} within 20 s"));
+    running
+}
+
+#[test]
+fn aioquic_downloads_from_peregrine_quic_serve_on_afxdp() {
+    if !privileged_here() || !peer_installed() {
+        return;
+    }
+    let _pair = NsPair::addressed(A, B);
+    let dir = tmp("h3-serve");
+    let set = files(&dir);
+    let pg = env!("CARGO_BIN_EXE_peregrine");
+    for (listen, host) in [
+        ("198.18.0.1:4433", "198.18.0.1"),
+        ("[2001:db8::1]:4433", "[2001:db8::1]"),
+    ] {
+        let dir_s = dir.to_str().unwrap();
+        let server = start_until(
+            A,
+            &[
+                pg,
+                "quic",
+                "serve",
+                "--listen",
+                listen,
+                "--dir",
+                dir_s,
+                "--io",
+                "afxdp",
+                "--duration",
+                "120s",
+                "--json",
+            ],
+            "serving",
+            true,
+        );
+        let mut args = vec![script("h3_client.py").to_str().unwrap().to_string()];
+        args.push("--insecure".into());
+        args.extend(set.iter().map(|(n, _)| format!("https://{host}:4433/{n}")));
+        let out = Command::new("ip")
+            .args(["netns", "exec", B, PY])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "aioquic client from {listen}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let got: Vec<serde_json::Value> = text(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(got.len(), set.len(), "{got:?}");
+        for ((name, b), g) in set.iter().zip(&got) {
+            assert_eq!(g["status"], 200, "{name} from {listen}: {g}");
+            assert_eq!(g["bytes"], b.len() as u64, "{name} from {listen}: {g}");
+            assert_eq!(g["sha256"], sha(b).as_str(), "{name} from {listen}: {g}");
+        }
+        let mut server = server;
+        let (status, stdout) = server.interrupt();
+        assert!(status.success(), "quic serve ended with {status}");
+        let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(v["served"], set.len() as u64, "{v}");
+        assert_eq!(v["failed"], 0, "{v}");
+    }
+}
+
+#[test]
+fn peregrine_quic_get_on_afxdp_downloads_from_aioquic() {
+    if !privileged_here() || !peer_installed() {
+        return;
+    }
+    let _pair = NsPair::addressed(A, B);
+    let dir = tmp("h3-get");
+    let set = files(&dir.join("www"));
+    let www = dir.join("www");
+    let pg = env!("CARGO_BIN_EXE_peregrine");
+    for (addr, host) in [
+        ("198.18.0.1", "198.18.0.1"),
+        ("2001:db8::1", "[2001:db8::1]"),
+    ] {
+        let cert = dir.join(format!("cert-{}.pem", addr.replace(':', "-")));
+        let _server = start_until(
+            A,
+            &[
+                PY,
+                script("h3_server.py").to_str().unwrap(),
+                "--host",
+                addr,
+                "--port",
+                "4433",
+                "--dir",
+                www.to_str().unwrap(),
+                "--cert-out",
+                cert.to_str().unwrap(),
+                "--duration",
+                "120",
+            ],
+            "listening",
+            false,
+        );
+        for (name, b) in &set {
+            let saved = dir.join(format!("got-{name}"));
+            let url = format!("https://{host}:4433/{name}");
+            let out = Command::new("ip")
+                .args(["netns", "exec", B, pg, "quic", "get", &url, "--io", "afxdp"])
+                .args(["--ca", cert.to_str().unwrap()])
+                .args(["-o", saved.to_str().unwrap(), "--json"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "quic get {url}: {}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+            let v: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+            assert_eq!(v["status"], 200, "{url}: {v}");
+            assert_eq!(v["bytes"], b.len() as u64, "{url}: {v}");
+            assert_eq!(v["sha256"], sha(b).as_str(), "{url}: {v}");
+            assert!(
+                std::fs::read(&saved).unwrap() == *b,
+                "{url}: the saved file differs"
+            );
+        }
+    }
+}
+
+#[test]
+fn quic_get_refuses_bad_urls_and_missing_trust_in_one_line() {
+    let pg = env!("CARGO_BIN_EXE_peregrine");
+    for (args, says) in [
+        (
+            &["quic", "get", "http://198.18.0.1/x", "--insecure"][..],
+            "https://",
+        ),
+        (&["quic", "get", "https://198.18.0.1/x"][..], "--insecure"),
+        (
+            &[
+                "quic",
+                "get",
+                "https://198.18.0.1/x",
+                "--ca",
+                "/nonexistent.pem",
+            ][..],
+            "/nonexistent.pem",
+        ),
+    ] {
+        let o = Command::new(pg).args(args).output().unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        let e = text(&o.stderr);
+        assert!(e.contains(says) && e.lines().count() == 1, "{args:?}: {e}");
+    }
+}
