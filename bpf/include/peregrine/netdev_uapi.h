@@ -24,6 +24,10 @@ enum peregrine_ethtool_cmd {
 	PG_ETHTOOL_STXCSUM = ETHTOOL_STXCSUM, /* TX checksum offload on/off */
 	PG_ETHTOOL_GGSO = ETHTOOL_GGSO,       /* generic segmentation offload: read */
 	PG_ETHTOOL_SGSO = ETHTOOL_SGSO,       /* generic segmentation offload on/off */
+	PG_ETHTOOL_GGRO = ETHTOOL_GGRO,       /* generic receive offload: read */
+	PG_ETHTOOL_SGRO = ETHTOOL_SGRO,       /* generic receive offload on/off */
+	PG_ETHTOOL_GTSO = ETHTOOL_GTSO,       /* TCP segmentation offload: read */
+	PG_ETHTOOL_STSO = ETHTOOL_STSO,       /* TCP segmentation offload on/off */
 	PG_SIOCETHTOOL = SIOCETHTOOL,
 };
 

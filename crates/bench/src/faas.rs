@@ -45,7 +45,46 @@ pub struct FaasBenchConfig {
     pub saturate: RateSetting,
     /// Request rate at which latency is compared.
     pub latency_rate: RateSetting,
+    /// Where the client receives and checks the replies.
+    pub client_receive: ClientReceive,
     pub output: ResultOutput,
+}
+
+/// Where the client's receive of the replies (and the tcx check) runs, the
+/// same for every backend of a run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum ClientReceive {
+    /// veth's default: on the CPU that sent the reply, the server's.
+    #[default]
+    Sender,
+    /// RPS on the client interface to the generator's CPU.
+    Rps,
+    /// The client interface's own threaded NAPI (GRO on, TSO off at the
+    /// server's end) pinned to the generator's CPU, as a separate client
+    /// host would receive.
+    Napi,
+}
+
+impl ClientReceive {
+    pub fn note(self) -> &'static str {
+        match self {
+            ClientReceive::Sender => "veth runs the server's kernel receive on the client's sending CPU and the client's reply receive and checks on the server's sending CPU (veth default)",
+            ClientReceive::Rps => "veth runs the server's kernel receive on the client's sending CPU; the client's reply receive and checks are steered by RPS on the client's veth to the generator's CPU",
+            ClientReceive::Napi => "veth runs the server's kernel receive on the client's sending CPU; the client's reply receive and checks run in the client veth's threaded NAPI (GRO on; TSO off on the server's veth, so veth hands AF_XDP's replies to that NAPI too) pinned to the generator's CPU, as on a separate client host",
+        }
+    }
+}
+
+impl std::str::FromStr for ClientReceive {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sender" => Ok(ClientReceive::Sender),
+            "rps" => Ok(ClientReceive::Rps),
+            "napi" => Ok(ClientReceive::Napi),
+            _ => Err(format!("{s:?}: expected sender, rps or napi")),
+        }
+    }
 }
 
 /// The invoker's server backends.
@@ -302,6 +341,8 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
             cfg.duration = dur;
             cfg.cpus = client_cpus.clone();
             cfg.flows = 64;
+            cfg.check_on_client_cpus = a.client_receive == ClientReceive::Rps;
+            cfg.receive_in_client_napi = a.client_receive == ClientReceive::Napi;
             let frame = request_frame_size(&cfg.frame, size) as f64;
             let search = SearchParams {
                 loss_tolerance: a.loss,
@@ -344,7 +385,10 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
                 dut_cpus: server_cpus.clone(),
                 sink_cpus: client_cpus.clone(),
                 notes: vec![
-                    "the server's workers are pinned; veth runs the server's kernel receive on the client's sending CPU and the client's reply checks on the server's sending CPU".into(),
+                    format!(
+                        "the server's workers are pinned; {}",
+                        a.client_receive.note()
+                    ),
                     lab.topo.offloads_note(),
                 ],
             };
@@ -448,6 +492,16 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_receive_parses_and_is_noted() {
+        assert_eq!("sender".parse(), Ok(ClientReceive::Sender));
+        assert_eq!("rps".parse(), Ok(ClientReceive::Rps));
+        assert_eq!("napi".parse(), Ok(ClientReceive::Napi));
+        assert!("gro".parse::<ClientReceive>().is_err());
+        assert_eq!(ClientReceive::default(), ClientReceive::Sender);
+        assert!(ClientReceive::Napi.note().contains("threaded NAPI"));
+    }
 
     #[test]
     fn contenders_parse_and_label() {

@@ -343,6 +343,12 @@ pub struct BenchFaasArgs {
     /// Request rate at which latency is compared (every backend sustains it).
     #[arg(long, default_value = "100k")]
     pub latency_rate: RateArg,
+    /// Where the client receives and checks replies: sender (veth's
+    /// default: on the server's CPU that sent them), rps (RPS to the
+    /// generator's CPU) or napi (the client veth's threaded NAPI pinned to
+    /// the generator's CPU, as on a separate client host).
+    #[arg(long, default_value = "sender")]
+    pub client_receive: peregrine_bench::faas::ClientReceive,
     /// Directory for the result file and plots.
     #[arg(long, default_value = DEFAULT_OUT)]
     pub out: PathBuf,
@@ -446,6 +452,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 loss: a.loss,
                 saturate: a.saturate,
                 latency_rate: a.latency_rate,
+                client_receive: a.client_receive,
                 output: output(a.out, a.name, a.json),
             })
         }

@@ -17,6 +17,14 @@ pub enum Offload {
     /// Generic segmentation offload: the sender hands the device TCP
     /// super-packets that an XDP program sees as one oversized frame.
     Gso,
+    /// Generic receive offload. On veth it also gives the receiving end a
+    /// NAPI instance (ring and poll) instead of the sending CPU's backlog,
+    /// which threaded NAPI can then move to a CPU of one's choice.
+    Gro,
+    /// TCP segmentation offload. On veth, with it on at the sender, only
+    /// socket-owned skbs may take the receiver's NAPI (GRO) path; others
+    /// (AF_XDP's) go to the sending CPU's backlog.
+    Tso,
 }
 
 impl Offload {
@@ -31,6 +39,14 @@ impl Offload {
                 peregrine_ethtool_cmd::PG_ETHTOOL_GGSO,
                 peregrine_ethtool_cmd::PG_ETHTOOL_SGSO,
             ),
+            Offload::Gro => (
+                peregrine_ethtool_cmd::PG_ETHTOOL_GGRO,
+                peregrine_ethtool_cmd::PG_ETHTOOL_SGRO,
+            ),
+            Offload::Tso => (
+                peregrine_ethtool_cmd::PG_ETHTOOL_GTSO,
+                peregrine_ethtool_cmd::PG_ETHTOOL_STSO,
+            ),
         }
     }
 
@@ -39,6 +55,8 @@ impl Offload {
         match self {
             Offload::TxChecksum => "tx-checksumming",
             Offload::Gso => "generic-segmentation-offload",
+            Offload::Gro => "generic-receive-offload",
+            Offload::Tso => "tcp-segmentation-offload",
         }
     }
 }

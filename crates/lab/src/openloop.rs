@@ -52,6 +52,14 @@ pub struct OpenLoopConfig {
     /// result, and the socket's TX completions run on the client's core
     /// (contending for AF_XDP's completion lock).
     pub check_on_client_cpus: bool,
+    /// Receive replies in the client interface's own NAPI thread pinned to
+    /// the first generator CPU (GRO on gives the veth end NAPI, threaded
+    /// NAPI its kernel thread; TSO goes off at the server's end, see `run`),
+    /// as a client host receives on its own cores
+    /// from its own NIC. Unlike RPS, the sending (server's) core does not
+    /// queue each reply to another CPU's backlog: it only puts the skb in
+    /// the veth ring and wakes the thread.
+    pub receive_in_client_napi: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -131,6 +139,7 @@ impl OpenLoopConfig {
             cpus: vec![0],
             drain: Duration::from_millis(500),
             check_on_client_cpus: false,
+            receive_in_client_napi: false,
         })
     }
 }
@@ -158,6 +167,28 @@ pub fn run(cfg: &OpenLoopConfig, progress: &OpenLoopProgress) -> Result<OpenLoop
         Some(peregrine_host::netdev::steer_receive(
             &cfg.ns, &cfg.iface, &cfg.cpus,
         )?)
+    } else {
+        None
+    };
+    let _napi = if cfg.receive_in_client_napi {
+        let gro = peregrine_host::netdev::OffloadOverride::set(
+            [(cfg.ns.clone(), cfg.iface.clone())],
+            peregrine_host::netdev::Offload::Gro,
+            true,
+        )?;
+        // veth hands the receiver's NAPI only skbs eligible for GRO: with
+        // TSO on at the sender, socket-owned ones only (AF_XDP's replies are
+        // not), so TSO goes off at the server's end for every backend.
+        let tso = match &cfg.peer {
+            Some((pns, piface)) => Some(peregrine_host::netdev::OffloadOverride::set(
+                [(pns.clone(), piface.clone())],
+                peregrine_host::netdev::Offload::Tso,
+                false,
+            )?),
+            None => None,
+        };
+        peregrine_host::napi::pin_receive(&cfg.ns, &cfg.iface, cfg.cpus[0])?;
+        Some((gro, tso))
     } else {
         None
     };

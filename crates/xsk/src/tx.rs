@@ -84,11 +84,12 @@ impl Xsk {
     }
 
     /// Asks the kernel to send what waits in the TX ring. In copy mode one
-    /// sendto() sends at most 32 frames and answers EAGAIN while more wait,
-    /// so it is repeated (a bounded number of times): one kick per batch
-    /// would leave the ring filling up and replies dropped for want of room.
+    /// sendto() sends at most `tx_budget` frames (32 unless the kernel took
+    /// XDP_MAX_TX_SKB_BUDGET) and answers EAGAIN while more wait, so it is
+    /// repeated (a bounded number of times): one kick per batch would leave
+    /// the ring filling up and replies dropped for want of room.
     pub(crate) fn kick_tx(&self) {
-        for _ in 0..=self.cfg.ring / 32 {
+        for _ in 0..=self.cfg.ring / self.tx_budget.max(1) {
             match syscall::wake_tx(&self.fd) {
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EBUSY)) => {
                     continue
