@@ -172,7 +172,9 @@ pub struct Target {
 impl Target {
     pub fn parse(url: &str) -> Result<Target, Http3Error> {
         let bad = |why: &str| Http3Error::Url(format!("{url}: {why}"));
-        let uri: http::Uri = url.parse().map_err(|_| bad("not a URL (https://ADDR:PORT/PATH)"))?;
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|_| bad("not a URL (https://ADDR:PORT/PATH)"))?;
         if uri.scheme_str() != Some("https") {
             return Err(bad("HTTP/3 URLs start with https://"));
         }
