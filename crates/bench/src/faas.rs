@@ -439,18 +439,30 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
                     .unwrap_or(f64::NAN)
             };
             use FaasBackend::{Afxdp, Mmsg, Socket};
+            // A ratio needs both sides in this run: "n/a" where one did not run.
+            let ratio = |num: f64, den: f64| {
+                if num > 0.0 && den > 0.0 {
+                    format!("{:.2}x", num / den)
+                } else {
+                    "n/a".to_string()
+                }
+            };
             let (s, x) = (sat(Afxdp), tput(Afxdp));
-            println!(
-                "ratio  {size} B, one worker: saturated afxdp {s:.0} req/s = {:.2}x mmsg, {:.2}x socket; RFC 2544 afxdp {x:.0} req/s = {:.2}x mmsg, {:.2}x socket; p50 at {}: afxdp {:.1} us, mmsg {:.1} us, socket {:.1} us",
-                s / sat(Mmsg).max(1.0),
-                s / sat(Socket).max(1.0),
-                x / tput(Mmsg).max(1.0),
-                x / tput(Socket).max(1.0),
-                a.latency_rate,
-                p50(Afxdp),
-                p50(Mmsg),
-                p50(Socket),
-            );
+            if find(Afxdp, size).is_some()
+                && (find(Mmsg, size).is_some() || find(Socket, size).is_some())
+            {
+                println!(
+                    "ratio  {size} B, one worker: saturated afxdp {s:.0} req/s = {} mmsg, {} socket; RFC 2544 afxdp {x:.0} req/s = {} mmsg, {} socket; p50 at {}: afxdp {:.1} us, mmsg {:.1} us, socket {:.1} us",
+                    ratio(s, sat(Mmsg)),
+                    ratio(s, sat(Socket)),
+                    ratio(x, tput(Mmsg)),
+                    ratio(x, tput(Socket)),
+                    a.latency_rate,
+                    p50(Afxdp),
+                    p50(Mmsg),
+                    p50(Socket),
+                );
+            }
             // WebAssembly beside native, where both ran (same logic).
             for b in [Afxdp, Mmsg, Socket] {
                 let (Some(w), Some(n)) = (find_as(b, true, size), find_as(b, false, size)) else {

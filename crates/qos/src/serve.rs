@@ -379,8 +379,8 @@ pub fn serve(
     for q in 0..MAX_QUEUES {
         let x = match Xsk::open(iface, q, xcfg) {
             Ok(x) => x,
-            Err(XskError::Sys { source, .. })
-                if q > 0 && source.raw_os_error() == Some(libc::EINVAL) =>
+            Err(XskError::Sys { error, .. })
+                if q > 0 && error.raw_os_error() == Some(libc::EINVAL) =>
             {
                 break
             }

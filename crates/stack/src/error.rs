@@ -5,11 +5,12 @@ use peregrine_xsk::XskError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StackError {
-    #[error("{0}")]
+    // Transparent: the inner error's message and causes, not repeated.
+    #[error(transparent)]
     Bpf(#[from] BpfError),
-    #[error("{0}")]
+    #[error(transparent)]
     Xsk(#[from] XskError),
-    #[error("{0}")]
+    #[error(transparent)]
     Host(#[from] HostError),
     #[error("binding {addr}: {reason}")]
     Bind {

@@ -2,12 +2,14 @@
 
 #[derive(Debug, thiserror::Error)]
 pub enum XskError {
-    #[error("AF_XDP on {iface} queue {queue}: {what}: {source}")]
+    // The OS error is in the message and not a `source` too: printed as a
+    // chain of causes it would appear twice.
+    #[error("AF_XDP on {iface} queue {queue}: {what}: {error}")]
     Sys {
         iface: String,
         queue: u32,
         what: &'static str,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("unknown interface {0:?}")]
     UnknownInterface(String),
@@ -22,7 +24,7 @@ pub type Result<T, E = XskError> = std::result::Result<T, E>;
 impl From<XskError> for std::io::Error {
     fn from(e: XskError) -> Self {
         let kind = match &e {
-            XskError::Sys { source, .. } => source.kind(),
+            XskError::Sys { error, .. } => error.kind(),
             _ => std::io::ErrorKind::Other,
         };
         std::io::Error::new(kind, e.to_string())
@@ -36,10 +38,10 @@ pub(crate) fn sys_err(
     what: &'static str,
 ) -> impl Fn(std::io::Error) -> XskError {
     let iface = iface.to_string();
-    move |source| XskError::Sys {
+    move |error| XskError::Sys {
         iface: iface.clone(),
         queue,
         what,
-        source,
+        error,
     }
 }
