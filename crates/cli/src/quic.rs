@@ -170,7 +170,8 @@ fn serve(a: ServeArgs) -> Result<()> {
         }
         QuicIo::Kernel => {
             let _in = rt.enter();
-            peregrine_quic::endpoint_on_kernel(a.listen, Some(server_cfg))
+            std::net::UdpSocket::bind(a.listen)
+                .and_then(|sock| peregrine_quic::endpoint_on_kernel(sock, Some(server_cfg)))
                 .with_context(|| format!("binding {}", a.listen))?
         }
     };
@@ -268,7 +269,7 @@ fn get(a: GetArgs) -> Result<()> {
                 "0.0.0.0:0".parse()?
             };
             let _in = rt.enter();
-            peregrine_quic::endpoint_on_kernel(any, None)?
+            peregrine_quic::endpoint_on_kernel(std::net::UdpSocket::bind(any)?, None)?
         }
     };
     endpoint.set_default_client_config(client_cfg);

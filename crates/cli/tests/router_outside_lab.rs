@@ -228,6 +228,21 @@ fn two_namespaces_have_their_own_routers() {
     assert!(!s.router(&["stats"]).status.success());
 }
 
+/// `peregrine ARGS` through `ip netns exec NS`, killed (SIGKILL) after
+/// `delay`: a command stopped midway, as a user's kill -9 would.
+fn killed_after(ns: &str, args: &[&str], delay: Duration) {
+    let mut c = Command::new("ip")
+        .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_peregrine")])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(delay);
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
 /// `attach` killed with -9 (at several moments, and after it finished):
 /// what it attached keeps forwarding, and `detach --all` removes it all,
 /// stale pins included.
@@ -238,24 +253,11 @@ fn sigkilled_attach_is_found_and_removed_by_detach_all() {
     };
     let bin = env!("CARGO_BIN_EXE_peregrine");
     for delay_ms in [5u64, 30, 80, 3000] {
-        let mut c = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &t.ns("R"),
-                bin,
-                "router",
-                "attach",
-                "a1",
-                "b0",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        let _ = c.kill();
-        let _ = c.wait();
+        killed_after(
+            &t.ns("R"),
+            &["router", "attach", "a1", "b0"],
+            Duration::from_millis(delay_ms),
+        );
         let listed = t.listed();
         if listed.len() == 2 && listed.iter().all(|a| a["stale"] == false) {
             assert!(t.ping("198.18.2.1"), "forwards after attach was killed");
@@ -311,18 +313,13 @@ fn sigkilled_join_leaves_the_running_router_whole() {
     let Some(t) = Topo::privileged_up("pgo6") else {
         return;
     };
-    let bin = env!("CARGO_BIN_EXE_peregrine");
     for delay_ms in [2u64, 10, 30, 80] {
         ok(&t.router(&["attach", "a1"]), "router attach a1");
-        let mut c = Command::new("ip")
-            .args(["netns", "exec", &t.ns("R"), bin, "router", "attach", "b0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        let _ = c.kill();
-        let _ = c.wait();
+        killed_after(
+            &t.ns("R"),
+            &["router", "attach", "b0"],
+            Duration::from_millis(delay_ms),
+        );
         let listed = t.listed();
         assert!(
             listed

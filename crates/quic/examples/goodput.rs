@@ -131,13 +131,7 @@ fn main() {
             send.finish().unwrap();
             let _ = conn.closed().await;
         });
-        let mut ep = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
-            None,
-            client,
-            Arc::new(quinn::TokioRuntime),
-        )
-        .unwrap();
+        let mut ep = peregrine_quic::endpoint_on_kernel(client, None).unwrap();
         ep.set_default_client_config(client_config(Trust::Anything, ALPN).unwrap());
         let conn = ep.connect(server_addr, "localhost").unwrap().await.unwrap();
         let (t0, c0) = (Instant::now(), cpu());

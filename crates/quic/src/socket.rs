@@ -52,16 +52,16 @@ pub fn endpoint_on_stack(
     )
 }
 
-/// A quinn endpoint on a kernel UDP socket bound to `addr` (GSO and GRO
-/// as quinn enables them), driven by the caller's tokio runtime.
+/// A quinn endpoint on kernel UDP socket `sock` (GSO and GRO as quinn
+/// enables them), driven by the caller's tokio runtime.
 pub fn endpoint_on_kernel(
-    addr: SocketAddr,
+    sock: std::net::UdpSocket,
     server: Option<quinn::ServerConfig>,
 ) -> io::Result<quinn::Endpoint> {
     quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
         server,
-        std::net::UdpSocket::bind(addr)?,
+        sock,
         Arc::new(quinn::TokioRuntime),
     )
 }
