@@ -10,6 +10,7 @@ PACKAGES=(
   nftables                                     # bench netmodes: NAT port publishing (bridge mode)
   prometheus                                   # promtool: tests check the metrics endpoints
   python3 python3-venv                         # the aioquic peer of the QUIC interop tests
+  linux-perf                                   # bench quic: where the CPU goes
 )
 
 if [ "$(id -u)" -ne 0 ]; then

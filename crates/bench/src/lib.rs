@@ -32,6 +32,7 @@ pub mod gen;
 pub mod netmodes;
 pub mod qos;
 mod qos_sched;
+pub mod quic;
 pub mod report;
 pub mod router;
 pub mod showcase;

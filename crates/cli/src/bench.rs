@@ -31,6 +31,67 @@ pub enum BenchCmd {
     /// network modes (host, bridge with NAT, macvlan, overlay, same-host),
     /// its three scenarios, loss by place, CPU per datagram, latency.
     Netmodes(BenchNetmodesArgs),
+    /// Seed 002 again: an HTTP/3 download of a body held in memory, quinn
+    /// on kernel UDP without and with GSO/GRO and on peregrine's UDP/IP
+    /// stack over AF_XDP, then the stack's ablations: goodput, CPU per GB,
+    /// where the CPU went (perf).
+    Quic(BenchQuicArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct BenchQuicArgs {
+    /// Body bytes each download carries (the seed: 2GiB).
+    #[arg(long, default_value = "1GiB")]
+    pub size: units::ByteSize,
+    /// Contenders, comma-separated: kernel-nogso, kernel-gso, afxdp.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kernel-nogso,kernel-gso,afxdp"
+    )]
+    pub contenders: Vec<String>,
+    /// The stack's ablations, comma-separated: tx-batch, busy-poll, queues,
+    /// xdp-generic, threads, or none.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "tx-batch,busy-poll,queues,xdp-generic,threads"
+    )]
+    pub ablations: Vec<String>,
+    /// TX batches (datagrams per quinn transmit, 1-10) the tx-batch
+    /// ablation tries beside the default 10.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    pub tx_batches: Vec<usize>,
+    /// The busy-poll ablation's time per poll (20, 20us).
+    #[arg(long, default_value = "20us", value_parser = units::micros)]
+    pub busy_poll: u32,
+    /// The queues ablation's RX queue count (veth and stack).
+    #[arg(long, default_value_t = 2)]
+    pub queues: u32,
+    /// The threads ablation's async runtime threads per end (default runs: 1).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Rounds; the contenders take turns within each.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: u32,
+    /// Over IPv6 instead of IPv4.
+    #[arg(long)]
+    pub ipv6: bool,
+    /// Skip perf (the CPU breakdown of the first round).
+    #[arg(long)]
+    pub no_perf: bool,
+    /// A short run for CI: 64 MiB, one round, no ablations, no perf.
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for the result file and plots.
+    #[arg(long, default_value = DEFAULT_OUT)]
+    pub out: PathBuf,
+    /// File name stem of the result and plots.
+    #[arg(long, default_value = "bench-quic")]
+    pub name: String,
+    /// Print the result as JSON on stdout (progress stays on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -401,6 +462,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             output: output(a.out, a.name, a.json),
         }),
         BenchCmd::Netmodes(a) => netmodes(a),
+        BenchCmd::Quic(a) => quic(a),
         BenchCmd::Qos(a) => {
             let mut rates = Vec::new();
             for r in &a.rates {
@@ -565,6 +627,49 @@ fn netmodes(a: BenchNetmodesArgs) -> Result<()> {
         cfg.repeats = 1;
     }
     peregrine_bench::netmodes::bench_netmodes(cfg)
+}
+
+fn quic(a: BenchQuicArgs) -> Result<()> {
+    use peregrine_bench::quic::{Ablation, QuicBenchConfig, QuicIo};
+    let mut contenders = Vec::new();
+    for c in &a.contenders {
+        match QuicIo::ALL.into_iter().find(|io| io.name() == c) {
+            Some(io) => contenders.push(io),
+            None => crate::usage!("--contenders {c}: expected kernel-nogso, kernel-gso or afxdp"),
+        }
+    }
+    let mut ablations = Vec::new();
+    for x in &a.ablations {
+        match x.as_str() {
+            "tx-batch" => ablations.extend(a.tx_batches.iter().map(|&n| Ablation::TxBatch(n))),
+            "busy-poll" => ablations.push(Ablation::BusyPoll(a.busy_poll)),
+            "queues" => ablations.push(Ablation::Queues(a.queues)),
+            "xdp-generic" => ablations.push(Ablation::XdpGeneric),
+            "threads" => ablations.push(Ablation::Threads(a.threads)),
+            "none" => {}
+            _ => crate::usage!(
+                "--ablations {x}: expected tx-batch, busy-poll, queues, xdp-generic, threads or none"
+            ),
+        }
+    }
+    let mut cfg = QuicBenchConfig {
+        exe: std::env::current_exe()
+            .map_err(|e| anyhow::anyhow!("finding the peregrine binary: {e}"))?,
+        size: a.size.0,
+        contenders,
+        ablations,
+        repeats: a.repeats,
+        ipv6: a.ipv6,
+        perf: !a.no_perf,
+        output: output(a.out, a.name, a.json),
+    };
+    if a.quick {
+        cfg.size = 64 << 20;
+        cfg.repeats = 1;
+        cfg.ablations.clear();
+        cfg.perf = false;
+    }
+    peregrine_bench::quic::bench_quic(cfg)
 }
 
 fn output(dir: PathBuf, stem: String, json: bool) -> ResultOutput {

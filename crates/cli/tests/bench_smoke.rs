@@ -324,3 +324,27 @@ fn bench_netmodes_quick_run_holds_together() {
     // What this kernel cannot build is said, not skipped in silence.
     assert!(stdout.contains("ipvlan unavailable"), "{stdout}");
 }
+
+#[test]
+fn bench_quic_quick_run_holds_together() {
+    let Some((r, stdout)) = run_result("bench quic --quick", "bench-quic") else {
+        return;
+    };
+    assert!(stdout.contains("afxdp / kernel-gso"), "{stdout}");
+    let contenders: Vec<String> = r
+        .runs
+        .iter()
+        .map(|run| run.label.split(" | ").next().unwrap().to_string())
+        .collect();
+    assert_eq!(contenders, ["kernel-nogso", "kernel-gso", "afxdp"]);
+    for run in &r.runs {
+        let v = |k: &str| run.values[k];
+        // Every download carried the whole body (the bench checks size and
+        // status, and the SHA-256 of a 64 MiB body before measuring).
+        assert_eq!(v("bytes"), (64u64 << 20) as f64, "{}", run.label);
+        assert!(v("goodput mbit/s") > 10.0, "{}", run.label);
+        for k in ["machine cpu-s/gb", "server cpu-s/gb", "client cpu-s/gb"] {
+            assert!(v(k) > 0.0 && v(k).is_finite(), "{}: {k}", run.label);
+        }
+    }
+}

@@ -5,7 +5,9 @@
 //! - aioquic's client downloads 0 B, 1 B, 1 MiB and 100 MiB from
 //!   `peregrine quic serve --io afxdp`, SHA-256 checked;
 //! - `peregrine quic get --io afxdp` downloads the same files from
-//!   aioquic's server, trusting its certificate (`--ca`), bytes checked.
+//!   aioquic's server, trusting its certificate (`--ca`), bytes checked;
+//! - `quic serve --io afxdp` killed with -9 mid-download leaves nothing
+//!   behind and serves again at once.
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -288,10 +290,142 @@ fn quic_get_refuses_bad_urls_and_missing_trust_in_one_line() {
             ][..],
             "/nonexistent.pem",
         ),
+        (
+            &[
+                "quic",
+                "get",
+                "https://198.18.0.1/x",
+                "--insecure",
+                "--io",
+                "kernel",
+                "--tx-batch",
+                "4",
+            ][..],
+            "--tx-batch sets the AF_XDP stack",
+        ),
+        (
+            &[
+                "quic",
+                "serve",
+                "--listen",
+                "198.18.0.1:4433",
+                "--memory",
+                "f",
+            ][..],
+            "NAME=SIZE",
+        ),
     ] {
         let o = Command::new(pg).args(args).output().unwrap();
         assert!(!o.status.success(), "{args:?}");
         let e = text(&o.stderr);
         assert!(e.contains(says) && e.lines().count() == 1, "{args:?}: {e}");
     }
+}
+
+/// Runs `args` in namespace `ns` in the background (output dropped).
+fn spawn_in(ns: &str, args: &[&str]) -> Child {
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Whether interface `iface` of namespace `ns` has an XDP program.
+fn has_xdp(ns: &str, iface: &str) -> bool {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-j", "link", "show", iface])
+        .output()
+        .unwrap();
+    text(&out.stdout).contains("\"xdp\"")
+}
+
+/// `quic serve --io afxdp` killed with -9 in the middle of a download
+/// (from memory, 1 GiB), then a client killed with -9 in the middle of
+/// one: the dead server's XDP program and AF_XDP socket go with it, a
+/// new server binds the same address and port at once and serves whole
+/// bodies, and survives its client's death.
+#[test]
+fn sigkilled_quic_serve_leaves_nothing_and_serves_again() {
+    if !privileged_here() {
+        return;
+    }
+    let _pair = NsPair::addressed(A, B);
+    let pg = env!("CARGO_BIN_EXE_peregrine");
+    let serve = [
+        pg,
+        "quic",
+        "serve",
+        "--listen",
+        "198.18.0.1:4433",
+        "--io",
+        "afxdp",
+        "--memory",
+        "big=1GiB",
+        "--memory",
+        "small=16MiB",
+        "--duration",
+        "120s",
+        "--json",
+    ];
+    let get = |path: &str, hash: bool| -> Vec<String> {
+        let mut v: Vec<String> = [pg, "quic", "get"].map(String::from).to_vec();
+        v.push(format!("https://198.18.0.1:4433/{path}"));
+        v.extend(["--io", "kernel", "--insecure", "--json", "--timeout", "60s"].map(String::from));
+        if !hash {
+            v.push("--no-sha256".into());
+        }
+        v
+    };
+    let small_sha = peregrine_quic::http3::memory_sha256(16 << 20);
+    // The 16 MiB body, whole and intact.
+    let fetch_small = || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", B])
+            .args(strs(&get("small", true)))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+        assert_eq!(v["bytes"], 16u64 << 20, "{v}");
+        assert_eq!(v["sha256"], small_sha.as_str(), "{v}");
+    };
+
+    // The server dies mid-download.
+    let mut server = start_until(A, &serve, "serving", true);
+    assert!(has_xdp(A, "eth0"), "the stack's program is attached");
+    let mut client = spawn_in(B, &strs(&get("big", false)));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        client.try_wait().unwrap().is_none(),
+        "the 1 GiB download was still running when the server was killed"
+    );
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
+    let _ = client.kill();
+    let _ = client.wait();
+    assert!(!has_xdp(A, "eth0"), "the killed server's program is gone");
+
+    // A new server on the same address and port, at once.
+    let mut server = start_until(A, &serve, "serving", true);
+    fetch_small();
+
+    // Its client dies mid-download; the next one is served whole.
+    let mut client = spawn_in(B, &strs(&get("big", false)));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(client.try_wait().unwrap().is_none(), "still downloading");
+    client.kill().unwrap();
+    client.wait().unwrap();
+    fetch_small();
+    let (status, stdout) = server.interrupt();
+    assert!(status.success(), "quic serve ended with {status}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["served"], 2, "{v}");
+    assert!(!has_xdp(A, "eth0"), "the program is gone after Ctrl-C too");
 }

@@ -962,20 +962,118 @@ fn draw_sched<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let area = with_caption(root, r)?;
     let (_, title, y, key, prefix) = fig;
+    let first = value_groups(r, |scenario, run| {
+        run.values
+            .get(key)
+            .filter(|_| scenario.starts_with(prefix))
+            .copied()
+    })
+    .0
+    .into_iter()
+    .next()
+    .unwrap_or_else(|| "-".into());
+    draw_value_bars(
+        root,
+        r,
+        &format!("{}: {title}; ratio to {first}", r.kind),
+        y,
+        key,
+        |scenario| scenario.starts_with(prefix),
+    )
+}
+
+/// Bars of value `key` per scenario (those `scenarios` takes) and
+/// contender, ratios to each group's first bar.
+fn draw_value_bars<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    r: &ResultFile,
+    title: &str,
+    y: &str,
+    key: &str,
+    scenarios: impl Fn(&str) -> bool,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let area = with_caption(root, r)?;
     let (names, groups) = value_groups(r, |scenario, run| {
-        if !scenario.starts_with(prefix) {
+        if !scenarios(scenario) {
             return None;
         }
         run.values.get(key).copied()
     });
-    let base = names.first().map(String::as_str).unwrap_or("-");
+    draw_bars(&area, title, y, &names, &groups)?;
+    root.present().map_err(perr)
+}
+
+/// `bench quic`'s bar charts: (file suffix, title, y axis, value key).
+const QUIC_FIGURES: [(&str, &str, &str, &str); 2] = [
+    (
+        "goodput",
+        "HTTP/3 download goodput, median of the rounds (min-max); ratio to each group's first",
+        "goodput (Mbit/s)",
+        "goodput mbit/s",
+    ),
+    (
+        "cpu",
+        "machine CPU per GB downloaded (both ends and the kernel); ratio to each group's first",
+        "CPU-seconds per GB",
+        "machine cpu-s/gb",
+    ),
+];
+
+/// Prefix of `bench quic`'s perf shares in a run's values.
+const PERF_SHARE: &str = "perf % ";
+
+/// `bench quic --perf`: per contender (the first round's run that has
+/// shares), a bar per CPU category.
+fn draw_perf<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFile) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let area = with_caption(root, r)?;
+    let mut categories: Vec<String> = Vec::new();
+    let mut groups: Vec<BarGroup> = Vec::new();
+    for run in &r.runs {
+        let Some(key) = RunKey::parse(&run.label) else {
+            continue;
+        };
+        if groups.iter().any(|g| g.label == key.contender) {
+            continue;
+        }
+        let mut bars = Vec::new();
+        for (k, v) in &run.values {
+            let Some(cat) = k.strip_prefix(PERF_SHARE) else {
+                continue;
+            };
+            let ci = match categories.iter().position(|c| c == cat) {
+                Some(i) => i,
+                None => {
+                    categories.push(cat.to_string());
+                    categories.len() - 1
+                }
+            };
+            bars.push(Bar {
+                contender: ci,
+                median: *v,
+                min: *v,
+                max: *v,
+                note: format!("{v:.0}"),
+            });
+        }
+        if !bars.is_empty() {
+            groups.push(BarGroup {
+                label: key.contender,
+                bars,
+            });
+        }
+    }
     draw_bars(
         &area,
-        &format!("{}: {title}; ratio to {base}", r.kind),
-        y,
-        &names,
+        &format!("{}: where the busy CPU went (perf, first round)", r.kind),
+        "% of busy samples",
+        &categories,
         &groups,
     )?;
     root.present().map_err(perr)
@@ -1050,6 +1148,15 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
             }
         }
     }
+    if r.kind == "bench-quic" {
+        figures = QUIC_FIGURES.iter().map(|f| (f.0, None)).collect();
+        if r.runs
+            .iter()
+            .any(|run| run.values.keys().any(|k| k.starts_with(PERF_SHARE)))
+        {
+            figures.push(("perf", None));
+        }
+    }
     if !scenarios_of(r, compare::Metric::Tcp).is_empty() {
         figures.push(("tcp", None));
     }
@@ -1073,6 +1180,20 @@ pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
             ("tcp", None) => {
                 draw_tcp(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
                 draw_tcp(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
+            }
+            ("perf", None) if r.kind == "bench-quic" => {
+                draw_perf(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
+                draw_perf(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
+            }
+            (k, None) if r.kind == "bench-quic" && QUIC_FIGURES.iter().any(|f| f.0 == k) => {
+                let f = *QUIC_FIGURES.iter().find(|f| f.0 == k).expect("found");
+                let title = format!("{}: {}", r.kind, f.1);
+                let (png_root, svg_root) = (
+                    BitMapBackend::new(&png, SIZE).into_drawing_area(),
+                    SVGBackend::new(&svg, SIZE).into_drawing_area(),
+                );
+                draw_value_bars(&png_root, r, &title, f.2, f.3, |_| true)?;
+                draw_value_bars(&svg_root, r, &title, f.2, f.3, |_| true)?;
             }
             (k, None) if SCHED_FIGURES.iter().any(|f| f.0 == k) => {
                 let f = *SCHED_FIGURES.iter().find(|f| f.0 == k).expect("found");

@@ -68,11 +68,59 @@ pub fn file_under(root: &Path, path: &str) -> Option<PathBuf> {
     (any && out.is_file()).then_some(out)
 }
 
-/// Serves the files under `root` on `endpoint` until it is closed: `GET
-/// /PATH` answers the file's bytes (200 with content-length), 404 when
+/// What a server answers GETs from.
+#[derive(Debug, Clone, Default)]
+pub struct Files {
+    /// Files under this directory, by their path below it.
+    pub dir: Option<PathBuf>,
+    /// Bodies held in memory, by name (`GET /NAME`): that many bytes of
+    /// [`memory_chunk`] repeated. No file I/O, as the seed's server served
+    /// its 2 GiB file from memory; checked before `dir`.
+    pub memory: Vec<(String, u64)>,
+}
+
+/// Bytes an in-memory body repeats: one send chunk of fixed pseudo-random
+/// bytes (xorshift64 from a constant seed), the same in every process, so
+/// a client can check a body with [`memory_sha256`].
+pub fn memory_chunk() -> Bytes {
+    static CHUNK_BYTES: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    CHUNK_BYTES
+        .get_or_init(|| {
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            let mut v = Vec::with_capacity(CHUNK);
+            while v.len() < CHUNK {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                v.extend_from_slice(&x.to_le_bytes());
+            }
+            Bytes::from(v)
+        })
+        .clone()
+}
+
+/// The SHA-256 (hex) of an in-memory body of `len` bytes.
+pub fn memory_sha256(len: u64) -> String {
+    let chunk = memory_chunk();
+    let mut hash = Sha256::new();
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        hash.update(&chunk[..n]);
+        left -= n as u64;
+    }
+    hex(&hash.finalize())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Serves `files` on `endpoint` until it is closed: `GET /PATH` answers
+/// the in-memory body or file's bytes (200 with content-length), 404 when
 /// there is none, 405 for other methods.
-pub async fn serve(endpoint: quinn::Endpoint, root: PathBuf, counters: Arc<ServeCounters>) {
-    let root = Arc::new(root);
+pub async fn serve(endpoint: quinn::Endpoint, files: Files, counters: Arc<ServeCounters>) {
+    let root = Arc::new(files);
     while let Some(incoming) = endpoint.accept().await {
         let (root, c) = (root.clone(), counters.clone());
         tokio::spawn(async move {
@@ -85,7 +133,7 @@ pub async fn serve(endpoint: quinn::Endpoint, root: PathBuf, counters: Arc<Serve
 
 async fn connection(
     incoming: quinn::Incoming,
-    root: Arc<PathBuf>,
+    root: Arc<Files>,
     c: Arc<ServeCounters>,
 ) -> Result<(), Http3Error> {
     let conn = incoming.await.map_err(protocol)?;
@@ -112,7 +160,7 @@ async fn connection(
 
 async fn request(
     resolver: h3::server::RequestResolver<h3_quinn::Connection, Bytes>,
-    root: &Path,
+    files: &Files,
     c: &ServeCounters,
 ) -> Result<(), Http3Error> {
     let (req, mut stream) = resolver.resolve_request().await.map_err(protocol)?;
@@ -128,8 +176,21 @@ async fn request(
             .map_err(protocol)?;
         return stream.finish().await.map_err(protocol);
     }
-    let file = file_under(root, req.uri().path()).and_then(|p| std::fs::File::open(p).ok());
-    let Some(mut file) = file else {
+    let path = req.uri().path();
+    let in_memory = files
+        .memory
+        .iter()
+        .find(|(name, _)| path.strip_prefix('/') == Some(name.as_str()))
+        .map(|&(_, len)| len);
+    let file = match in_memory {
+        Some(_) => None,
+        None => files
+            .dir
+            .as_deref()
+            .and_then(|root| file_under(root, path))
+            .and_then(|p| std::fs::File::open(p).ok()),
+    };
+    if in_memory.is_none() && file.is_none() {
         c.not_found.fetch_add(1, Ordering::Relaxed);
         stream
             .send_response(answer(404).map_err(protocol)?)
@@ -137,7 +198,11 @@ async fn request(
             .map_err(protocol)?;
         return stream.finish().await.map_err(protocol);
     };
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let len = match (&file, in_memory) {
+        (_, Some(len)) => len,
+        (Some(f), None) => f.metadata().map(|m| m.len()).unwrap_or(0),
+        (None, None) => 0,
+    };
     let resp = http::Response::builder()
         .status(200)
         .header(http::header::CONTENT_LENGTH, len)
@@ -145,14 +210,25 @@ async fn request(
         .map_err(protocol)?;
     stream.send_response(resp).await.map_err(protocol)?;
     let mut left = len;
+    let mut file = file;
+    let chunk = memory_chunk();
     while left > 0 {
-        let mut buf = vec![0u8; CHUNK.min(left as usize)];
-        // A page-cache read of at most CHUNK bytes: short next to sending it.
-        file.read_exact(&mut buf)
-            .map_err(|e| Http3Error::Protocol(format!("reading the file: {e}")))?;
-        left -= buf.len() as u64;
-        c.body_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        stream.send_data(Bytes::from(buf)).await.map_err(protocol)?;
+        let n = CHUNK.min(left as usize);
+        let buf = match &mut file {
+            Some(f) => {
+                let mut buf = vec![0u8; n];
+                // A page-cache read of at most CHUNK bytes: short next to
+                // sending it.
+                f.read_exact(&mut buf)
+                    .map_err(|e| Http3Error::Protocol(format!("reading the file: {e}")))?;
+                Bytes::from(buf)
+            }
+            // The shared chunk, not a copy of it.
+            None => chunk.slice(..n),
+        };
+        left -= n as u64;
+        c.body_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        stream.send_data(buf).await.map_err(protocol)?;
     }
     stream.finish().await.map_err(protocol)?;
     c.served.fetch_add(1, Ordering::Relaxed);
@@ -205,16 +281,18 @@ pub struct Fetched {
     pub seconds: f64,
     /// Including the QUIC and TLS handshake.
     pub seconds_with_handshake: f64,
-    pub sha256: String,
+    /// The body's SHA-256 (hex), when asked for.
+    pub sha256: Option<String>,
 }
 
 /// GETs `target` on `endpoint` (with a client configuration set), writing
-/// the body to `out` as it comes and calling `progress(received, length)`
-/// after each chunk.
+/// the body to `out` as it comes (hashing it with SHA-256 when `sha256`)
+/// and calling `progress(received, length)` after each chunk.
 pub async fn get(
     endpoint: &quinn::Endpoint,
     target: &Target,
     out: &mut dyn std::io::Write,
+    sha256: bool,
     mut progress: impl FnMut(u64, Option<u64>),
 ) -> Result<Fetched, Http3Error> {
     let t0 = Instant::now();
@@ -245,12 +323,14 @@ pub async fn get(
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
-    let mut hash = Sha256::new();
+    let mut hash = sha256.then(Sha256::new);
     let mut bytes = 0u64;
     while let Some(mut chunk) = stream.recv_data().await.map_err(protocol)? {
         while chunk.has_remaining() {
             let part = chunk.chunk();
-            hash.update(part);
+            if let Some(h) = &mut hash {
+                h.update(part);
+            }
             out.write_all(part).map_err(Http3Error::Write)?;
             bytes += part.len() as u64;
             let n = part.len();
@@ -269,7 +349,7 @@ pub async fn get(
         bytes,
         seconds,
         seconds_with_handshake: t0.elapsed().as_secs_f64(),
-        sha256: hash.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        sha256: hash.map(|h| hex(&h.finalize())),
     })
 }
 
@@ -289,6 +369,17 @@ mod tests {
             assert_eq!(file_under(&root, bad), None, "{bad}");
         }
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn memory_bodies_hash_as_their_bytes() {
+        let c = memory_chunk();
+        assert_eq!(c.len(), CHUNK);
+        assert_ne!(c[..8], c[8..16], "not one repeated word");
+        assert_eq!(memory_sha256(0), hex(&Sha256::digest(b"")));
+        let mut body = c.to_vec();
+        body.extend_from_slice(&c[..5]);
+        assert_eq!(memory_sha256(CHUNK as u64 + 5), hex(&Sha256::digest(&body)));
     }
 
     #[test]

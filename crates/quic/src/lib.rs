@@ -8,4 +8,6 @@ pub mod http3;
 mod socket;
 pub mod tls;
 
-pub use socket::{endpoint_on_kernel, endpoint_on_stack, StackSocket};
+pub use socket::{
+    endpoint_on_kernel, endpoint_on_stack, KernelOffload, StackSocket, QUINN_MAX_SEGMENTS,
+};

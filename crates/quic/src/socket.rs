@@ -15,18 +15,41 @@ use quinn::{AsyncUdpSocket, UdpPoller};
 /// as one stack batch), and most received per poll.
 const BATCH: usize = 32;
 
+/// Segments quinn puts in one transmit at most (its MAX_TRANSMIT_SEGMENTS):
+/// more is never asked of a socket.
+pub const QUINN_MAX_SEGMENTS: usize = 10;
+
 /// A stack socket as quinn's UDP socket.
 pub struct StackSocket {
     sock: UdpSocket,
+    tx_segments: usize,
 }
 
 impl StackSocket {
+    /// Takes transmits of as many datagrams as quinn builds.
     pub fn new(sock: UdpSocket) -> StackSocket {
-        StackSocket { sock }
+        StackSocket {
+            sock,
+            tx_segments: QUINN_MAX_SEGMENTS,
+        }
+    }
+
+    /// Tells quinn to build transmits of at most `n` datagrams (1 to
+    /// `QUINN_MAX_SEGMENTS`), each sent as one TX batch: one AF_XDP kick per
+    /// transmit, so `n` is the TX batch size.
+    pub fn with_tx_segments(mut self, n: usize) -> StackSocket {
+        self.tx_segments = n.clamp(1, QUINN_MAX_SEGMENTS);
+        self
     }
 
     pub fn socket(&self) -> &UdpSocket {
         &self.sock
+    }
+}
+
+impl From<UdpSocket> for StackSocket {
+    fn from(sock: UdpSocket) -> StackSocket {
+        StackSocket::new(sock)
     }
 }
 
@@ -38,32 +61,99 @@ impl fmt::Debug for StackSocket {
     }
 }
 
-/// A quinn endpoint on `sock` (a server when `server` is given), driven by
-/// the tokio runtime the caller is in.
+/// A quinn endpoint on stack socket `sock` (a server when `server` is
+/// given), driven by the tokio runtime the caller is in.
 pub fn endpoint_on_stack(
-    sock: UdpSocket,
+    sock: impl Into<StackSocket>,
     server: Option<quinn::ServerConfig>,
 ) -> io::Result<quinn::Endpoint> {
     quinn::Endpoint::new_with_abstract_socket(
         quinn::EndpointConfig::default(),
         server,
-        Arc::new(StackSocket::new(sock)),
+        Arc::new(sock.into()),
         Arc::new(quinn::TokioRuntime),
     )
 }
 
-/// A quinn endpoint on kernel UDP socket `sock` (GSO and GRO as quinn
-/// enables them), driven by the caller's tokio runtime.
+/// What a kernel UDP socket under quinn may use of the kernel's offloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelOffload {
+    /// GSO on send (quinn's transmits of up to 10 datagrams in one
+    /// sendmsg) and GRO on receive, as quinn sets them up.
+    GsoGro,
+    /// One datagram per sendmsg and UDP_GRO off: plain kernel UDP, what a
+    /// QUIC implementation without segmentation offload does (the seed's
+    /// "kernel UDP").
+    Off,
+}
+
+/// A quinn endpoint on kernel UDP socket `sock`, driven by the caller's
+/// tokio runtime.
 pub fn endpoint_on_kernel(
     sock: std::net::UdpSocket,
     server: Option<quinn::ServerConfig>,
+    offload: KernelOffload,
 ) -> io::Result<quinn::Endpoint> {
-    quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        server,
-        sock,
-        Arc::new(quinn::TokioRuntime),
-    )
+    let rt = Arc::new(quinn::TokioRuntime);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+    let sock = quinn::Runtime::wrap_udp_socket(&*rt, sock)?;
+    let sock = match offload {
+        KernelOffload::GsoGro => sock,
+        KernelOffload::Off => {
+            // quinn-udp turned UDP_GRO on while wrapping; off again, the
+            // kernel hands over one datagram per receive.
+            let off: libc::c_int = 0;
+            // Safety: `fd` is the socket `sock` owns, open for the call;
+            // the option value is a c_int of the size given.
+            let r = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_UDP,
+                    libc::UDP_GRO,
+                    (&off as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Arc::new(Unsegmented(sock))
+        }
+    };
+    quinn::Endpoint::new_with_abstract_socket(quinn::EndpointConfig::default(), server, sock, rt)
+}
+
+/// A kernel socket quinn sees as taking and giving one datagram per call.
+#[derive(Debug)]
+struct Unsegmented(Arc<dyn AsyncUdpSocket>);
+
+impl AsyncUdpSocket for Unsegmented {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        self.0.clone().create_io_poller()
+    }
+    fn try_send(&self, t: &quinn::udp::Transmit) -> io::Result<()> {
+        self.0.try_send(t)
+    }
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [quinn::udp::RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        self.0.poll_recv(cx, bufs, meta)
+    }
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+    fn max_transmit_segments(&self) -> usize {
+        1
+    }
+    fn max_receive_segments(&self) -> usize {
+        1
+    }
+    fn may_fragment(&self) -> bool {
+        self.0.may_fragment()
+    }
 }
 
 /// Waits for TX room on the stack socket's queue.
@@ -158,7 +248,7 @@ impl AsyncUdpSocket for StackSocket {
     }
 
     fn max_transmit_segments(&self) -> usize {
-        BATCH
+        self.tx_segments
     }
 
     fn max_receive_segments(&self) -> usize {

@@ -68,7 +68,12 @@ fn a_stream_is_echoed_through_the_stack_v4_and_v6() {
                 server.wait_idle().await;
                 got.len()
             });
-            let mut ep = peregrine_quic::endpoint_on_kernel(client, None).unwrap();
+            let mut ep = peregrine_quic::endpoint_on_kernel(
+                client,
+                None,
+                peregrine_quic::KernelOffload::GsoGro,
+            )
+            .unwrap();
             ep.set_default_client_config(client_config(Trust::Anything, ALPN).unwrap());
             let run = async {
                 let conn = ep.connect(server_addr, "localhost").unwrap().await.unwrap();
@@ -154,7 +159,9 @@ fn an_http3_get_through_the_stack() {
             // Keep the connection until the client closes it.
             let _ = h3.accept().await;
         });
-        let mut ep = peregrine_quic::endpoint_on_kernel(client, None).unwrap();
+        let mut ep =
+            peregrine_quic::endpoint_on_kernel(client, None, peregrine_quic::KernelOffload::GsoGro)
+                .unwrap();
         ep.set_default_client_config(client_config(Trust::Anything, &[b"h3"]).unwrap());
         let get = async {
             let conn = ep.connect(server_addr, "localhost").unwrap().await.unwrap();

@@ -1,0 +1,845 @@
+//! `peregrine bench quic`: seed 002's experiment asked of quinn. An HTTP/3
+//! download of a body the server holds in memory (1 GiB by default, 2 GiB
+//! in the seed), `peregrine quic serve` in one namespace and `peregrine
+//! quic get` in another over a veth left at the kernel's defaults, with
+//! quinn on kernel UDP without GSO/GRO, on kernel UDP with GSO/GRO and on
+//! peregrine's UDP/IP stack over AF_XDP; then the stack's ablations (TX
+//! batch, busy polling, queues). Each run: goodput, CPU per GB (the
+//! machine's, the server's, the client's) and, with `--perf`, where the
+//! CPU went. Contenders take turns within each round, so the machine's
+//! drift spreads over all of them.
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use peregrine_host::{netns, signals};
+use peregrine_lab::lab::{Lab, Lifetime};
+use peregrine_lab::measure::CpuSnapshot;
+use peregrine_lab::results::{median, Placement, ResultFile, Run, RunKey, RunParams};
+
+use crate::common::{builtin_topology, command_line, ResultOutput};
+use crate::tcp::{finish, Reaped};
+
+/// How quinn's datagrams move, at both ends of a contender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuicIo {
+    /// Kernel UDP, one datagram per system call each way.
+    KernelNogso,
+    /// Kernel UDP with GSO (quinn's 10 datagrams per sendmsg) and GRO.
+    KernelGso,
+    /// peregrine's UDP/IP stack on AF_XDP.
+    Afxdp,
+}
+
+impl QuicIo {
+    pub const ALL: [QuicIo; 3] = [QuicIo::KernelNogso, QuicIo::KernelGso, QuicIo::Afxdp];
+
+    /// The contender's name, as `--contenders` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuicIo::KernelNogso => "kernel-nogso",
+            QuicIo::KernelGso => "kernel-gso",
+            QuicIo::Afxdp => "afxdp",
+        }
+    }
+
+    /// `quic serve|get --io`'s value.
+    fn cli(self) -> &'static str {
+        match self {
+            QuicIo::KernelNogso => "kernel-nogso",
+            QuicIo::KernelGso => "kernel",
+            QuicIo::Afxdp => "afxdp",
+        }
+    }
+}
+
+/// One setting of the stack changed from its default, for the ablations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ablation {
+    /// Datagrams per quinn transmit = per TX batch (1..=10).
+    TxBatch(usize),
+    /// Busy polling after each batch, microseconds.
+    BusyPoll(u32),
+    /// RX queues of the veth and the stack.
+    Queues(u32),
+    /// The steering program in generic (skb) XDP mode, not native.
+    XdpGeneric,
+    /// Async runtime threads of both ends (1 by default).
+    Threads(usize),
+}
+
+impl Ablation {
+    fn name(self) -> String {
+        match self {
+            Ablation::TxBatch(n) => format!("afxdp tx-batch {n}"),
+            Ablation::BusyPoll(us) => format!("afxdp busy-poll {us}us"),
+            Ablation::Queues(q) => format!("afxdp {q} queues"),
+            Ablation::XdpGeneric => "afxdp xdp-generic".into(),
+            Ablation::Threads(n) => format!("afxdp {n} runtime threads"),
+        }
+    }
+
+    /// Runs of the same scenario share one chart group.
+    fn scenario(self) -> &'static str {
+        match self {
+            Ablation::TxBatch(_) => "ablation: TX batch",
+            Ablation::BusyPoll(_) => "ablation: busy poll",
+            Ablation::Queues(_) => "ablation: queues",
+            Ablation::XdpGeneric => "ablation: XDP mode",
+            Ablation::Threads(_) => "ablation: runtime threads",
+        }
+    }
+}
+
+/// `peregrine bench quic`.
+#[derive(Clone, Debug)]
+pub struct QuicBenchConfig {
+    /// The peregrine binary the server and client run as.
+    pub exe: PathBuf,
+    /// Body bytes per download.
+    pub size: u64,
+    pub contenders: Vec<QuicIo>,
+    pub ablations: Vec<Ablation>,
+    pub repeats: u32,
+    pub ipv6: bool,
+    /// Record `perf` over the first round's downloads.
+    pub perf: bool,
+    pub output: ResultOutput,
+}
+
+/// What one run sets up.
+#[derive(Debug, Clone)]
+struct Setup {
+    contender: String,
+    scenario: String,
+    io: QuicIo,
+    queues: u32,
+    /// `quic serve|get` flags of the stack, both ends.
+    stack_args: Vec<String>,
+}
+
+fn setups(cfg: &QuicBenchConfig) -> Vec<Setup> {
+    let main = format!("download {}", size_name(cfg.size));
+    let mut v: Vec<Setup> = cfg
+        .contenders
+        .iter()
+        .map(|&io| Setup {
+            contender: io.name().into(),
+            scenario: main.clone(),
+            io,
+            queues: 1,
+            stack_args: Vec::new(),
+        })
+        .collect();
+    let mut groups: Vec<&str> = Vec::new();
+    for a in &cfg.ablations {
+        // Each ablation group opens with the stack at its defaults: the
+        // group's ratios are to it.
+        if !groups.contains(&a.scenario()) {
+            groups.push(a.scenario());
+            v.push(Setup {
+                contender: "afxdp defaults".into(),
+                scenario: a.scenario().into(),
+                io: QuicIo::Afxdp,
+                queues: 1,
+                stack_args: Vec::new(),
+            });
+        }
+        let (queues, args) = match *a {
+            Ablation::TxBatch(n) => (1, vec!["--tx-batch".into(), n.to_string()]),
+            Ablation::BusyPoll(us) => (1, vec!["--busy-poll".into(), us.to_string()]),
+            Ablation::Queues(q) => (q, vec!["--queues".into(), q.to_string()]),
+            Ablation::XdpGeneric => (1, vec!["--xdp-mode".into(), "generic".into()]),
+            Ablation::Threads(n) => (1, vec!["--threads".into(), n.to_string()]),
+        };
+        v.push(Setup {
+            contender: a.name(),
+            scenario: a.scenario().into(),
+            io: QuicIo::Afxdp,
+            queues,
+            stack_args: args,
+        });
+    }
+    v
+}
+
+fn size_name(bytes: u64) -> String {
+    if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
+        format!("{} GiB", bytes >> 30)
+    } else if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// The body every contender downloads once, unmeasured and hashed, before
+/// its measured downloads (which skip the client's SHA-256: it would cost
+/// the client about a CPU-second per 2 GB).
+const CHECK_BYTES: u64 = 64 << 20;
+const PORT: u16 = 4433;
+
+/// The perf categories, in the order tables and plots show them.
+pub const CATEGORIES: [&str; 7] = [
+    "crypto",
+    "QUIC+HTTP/3",
+    "packet I/O, user",
+    "packet I/O, kernel",
+    "copies",
+    "runtime",
+    "other",
+];
+
+pub fn bench_quic(cfg: QuicBenchConfig) -> Result<()> {
+    if cfg.contenders.is_empty() && cfg.ablations.is_empty() {
+        bad_setting!("bench quic needs at least one contender or ablation");
+    }
+    if cfg.size < 1 << 20 {
+        bad_setting!("--size {}: at least 1 MiB", cfg.size);
+    }
+    if cfg.repeats == 0 {
+        bad_setting!("--repeats 0: at least one round");
+    }
+    for a in &cfg.ablations {
+        match *a {
+            Ablation::TxBatch(n) if !(1..=10).contains(&n) => {
+                bad_setting!("--tx-batches {n}: 1 to 10 datagrams (quinn's most)")
+            }
+            Ablation::Queues(q) if !(1..=8).contains(&q) => {
+                bad_setting!("--queues {q}: 1 to 8")
+            }
+            Ablation::Threads(n) if !(2..=64).contains(&n) => {
+                bad_setting!("--threads {n}: 2 to 64 (1 is the default the ablation compares with)")
+            }
+            _ => {}
+        }
+    }
+    if cfg.perf && !tool_available("perf") {
+        bad_setting!("--perf needs perf (scripts/setup.sh installs linux-perf)");
+    }
+    let setups = setups(&cfg);
+    let expected = peregrine_quic::http3::memory_sha256(CHECK_BYTES);
+    let mut runs = Vec::new();
+    let total = setups.len() * cfg.repeats as usize;
+    for round in 1..=cfg.repeats {
+        for s in &setups {
+            signals::check()?;
+            let key = RunKey {
+                contender: s.contender.clone(),
+                scenario: s.scenario.clone(),
+                round: Some(round),
+            };
+            eprintln!(
+                "[{}/{total}] {} ...",
+                runs.len() + 1,
+                key.label().replace(" | ", ", ")
+            );
+            let check = (round == 1).then_some(expected.as_str());
+            let perf = cfg.perf && round == 1;
+            let f = download(&cfg, s, check, perf)
+                .with_context(|| format!("{}, round {round}", s.contender))?;
+            eprintln!(
+                "    {:.0} Mbit/s, {:.2} CPU-s per GB (server {:.2}, client {:.2})",
+                f.values["goodput mbit/s"],
+                f.values["machine cpu-s/gb"],
+                f.values["server cpu-s/gb"],
+                f.values["client cpu-s/gb"]
+            );
+            runs.push(Run {
+                label: key.label(),
+                params: RunParams {
+                    backend: s.io.name().into(),
+                    ip: if cfg.ipv6 { "ipv6" } else { "ipv4" }.into(),
+                    frame_size: "quic".into(),
+                    mean_frame_bytes: 0.0,
+                    flows: 1,
+                    threads: s.queues as usize,
+                    sink: "quic get".into(),
+                    sent: true,
+                },
+                values: f.values,
+                placement: Some(placement(s)),
+                ..Default::default()
+            });
+        }
+    }
+    let result = ResultFile::new("bench-quic", command_line(), runs);
+    cfg.output.write_with_table(&result, &table(&result))
+}
+
+/// Where a run's parties ran and what the lab tunes: nothing.
+fn placement(s: &Setup) -> Placement {
+    let all: Vec<usize> = (0..crate::common::cpu_count()).collect();
+    Placement {
+        generator_cpus: all.clone(),
+        dut_cpus: Vec::new(),
+        sink_cpus: all,
+        notes: vec![
+            "server (quic serve) and client (quic get) are separate processes, unpinned: \
+             the scheduler places them; veth's receive work runs on the sending CPU"
+                .into(),
+            format!(
+                "nothing tuned: veth with {} queue(s) at the kernel's default offloads (TX \
+                 checksum and GSO on), no sysctls; stack flags: {}",
+                s.queues,
+                if s.stack_args.is_empty() {
+                    "none (defaults)".to_string()
+                } else {
+                    s.stack_args.join(" ")
+                }
+            ),
+        ],
+    }
+}
+
+fn tool_available(name: &str) -> bool {
+    Command::new(name)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// One download's figures, by name.
+struct Figures {
+    values: std::collections::BTreeMap<String, f64>,
+}
+
+/// Reads a child's stderr until a line starting with `prefix`; the lines
+/// after it are drained (and dropped) so the child never blocks on a full
+/// pipe.
+fn wait_for_line(child: &mut Reaped, prefix: &str, limit: Duration, what: &str) -> Result<()> {
+    let err = child
+        .0
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow!("{what}: no stderr"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            // Sent until the receiver stops listening; drained after.
+            let _ = tx.send(line);
+        }
+    });
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < limit {
+        signals::check()?;
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(line) if line.starts_with(prefix) => return Ok(()),
+            Ok(line) => last = Some(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    bail!(
+        "{what} did not start within {:.0} s: {}",
+        limit.as_secs_f64(),
+        last.as_deref().unwrap_or("no output")
+    )
+}
+
+/// User plus system CPU seconds of process `pid` so far (/proc/PID/stat).
+fn process_cpu(pid: u32) -> f64 {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // The fields after the command name (which may hold spaces) in ")".
+    let rest = text.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line: 12 and 13 here.
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Safety: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11) + ticks(12)) / hz
+}
+
+fn download(cfg: &QuicBenchConfig, s: &Setup, check: Option<&str>, perf: bool) -> Result<Figures> {
+    let mut topo = builtin_topology("pair", "benchquic")?;
+    topo.links[0].queues = s.queues;
+    let lab = Lab::up(topo, Lifetime::Ephemeral)?;
+    let (server_ns, client_ns) = (lab.ns("a"), lab.ns("b"));
+    let server_ip = if cfg.ipv6 {
+        "[2001:db8::1]"
+    } else {
+        "198.18.0.1"
+    };
+    let listen: SocketAddr = format!("{server_ip}:{PORT}").parse()?;
+    let mut server = Reaped(
+        netns::command(&server_ns, &cfg.exe.to_string_lossy())?
+            .args(["quic", "serve", "--listen", &listen.to_string()])
+            .args(["--io", s.io.cli()])
+            .args(&s.stack_args)
+            .args(["--memory", &format!("file={}", cfg.size)])
+            .args(["--memory", &format!("check={CHECK_BYTES}")])
+            .arg("--json")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting quic serve")?,
+    );
+    wait_for_line(
+        &mut server,
+        "serving",
+        Duration::from_secs(20),
+        "quic serve",
+    )?;
+    let get = |path: &str, hash: bool| -> Result<Command> {
+        let mut c = netns::command(&client_ns, &cfg.exe.to_string_lossy())?;
+        c.args(["quic", "get", &format!("https://{listen}/{path}")])
+            .args(["--io", s.io.cli()])
+            .args(&s.stack_args)
+            .args(["--insecure", "--json", "--timeout", "10m"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if !hash {
+            c.arg("--no-sha256");
+        }
+        Ok(c)
+    };
+    // Generous: a download at 20 Mbit/s, plus start and handshake.
+    let limit = Duration::from_secs_f64(cfg.size as f64 * 8.0 / 20e6 + 30.0);
+    if let Some(want) = check {
+        let child = Reaped(get("check", true)?.spawn().context("starting quic get")?);
+        let out = finish(child, limit, "quic get (the check download)")?;
+        let v: serde_json::Value = serde_json::from_str(out.trim())
+            .with_context(|| format!("quic get printed no JSON: {out}"))?;
+        if v["status"] != 200 || v["bytes"] != CHECK_BYTES || v["sha256"] != want {
+            bail!("the check download came back wrong: {v}");
+        }
+    }
+    let server_pid = server.0.id();
+    let recorder = if perf {
+        Some(Perf::start(&perf_file(&s.contender))?)
+    } else {
+        None
+    };
+    let (cpu0, server0, t0) = (CpuSnapshot::take(), process_cpu(server_pid), Instant::now());
+    let child = Reaped(get("file", false)?.spawn().context("starting quic get")?);
+    let out = finish(child, limit, "quic get")?;
+    let wall = t0.elapsed().as_secs_f64();
+    let cores = CpuSnapshot::take().usage_since(&cpu0);
+    let server_cpu = process_cpu(server_pid) - server0;
+    let shares = recorder.map(Perf::finish).transpose()?;
+    let v: serde_json::Value = serde_json::from_str(out.trim())
+        .with_context(|| format!("quic get printed no JSON: {out}"))?;
+    if v["status"] != 200 || v["bytes"] != cfg.size {
+        bail!("the download came back wrong: {v}");
+    }
+    // The server's own account: every request answered, none failed.
+    // Safety: kill with a pid this process spawned and has not reaped.
+    unsafe { libc::kill(server_pid as i32, libc::SIGINT) };
+    let served = finish(server, Duration::from_secs(10), "quic serve")?;
+    let sv: serde_json::Value = serde_json::from_str(served.trim())
+        .with_context(|| format!("quic serve printed no JSON: {served}"))?;
+    if sv["failed"] != 0 {
+        bail!("the server counted failed requests: {sv}");
+    }
+    drop(lab);
+    let seconds = v["seconds"].as_f64().unwrap_or(f64::NAN);
+    let gb = cfg.size as f64 / 1e9;
+    let busy: f64 = cores.iter().map(|c| (100.0 - c.idle_pct) / 100.0).sum();
+    let mut values = std::collections::BTreeMap::new();
+    values.insert("bytes".into(), cfg.size as f64);
+    values.insert("seconds".into(), seconds);
+    values.insert(
+        "goodput mbit/s".into(),
+        cfg.size as f64 * 8.0 / seconds / 1e6,
+    );
+    values.insert("machine cpu-s/gb".into(), busy * wall / gb);
+    values.insert("server cpu-s/gb".into(), server_cpu / gb);
+    values.insert(
+        "client cpu-s/gb".into(),
+        v["cpu_seconds"].as_f64().unwrap_or(f64::NAN) / gb,
+    );
+    for (cat, share) in shares.into_iter().flatten() {
+        values.insert(format!("perf % {cat}"), share);
+    }
+    Ok(Figures { values })
+}
+
+fn perf_file(contender: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "peregrine-bench-quic-{}-{}.perf",
+        std::process::id(),
+        contender.replace(' ', "-")
+    ))
+}
+
+/// `perf record` of every CPU while it lives.
+struct Perf {
+    child: Reaped,
+    file: PathBuf,
+}
+
+impl Perf {
+    fn start(file: &PathBuf) -> Result<Perf> {
+        // 1997 Hz as the seed: no lockstep with periodic work.
+        let child = Reaped(
+            Command::new("perf")
+                .args(["record", "-a", "-F", "1997", "-q", "-o"])
+                .arg(file)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting perf record")?,
+        );
+        // perf needs a moment to open its events on every CPU.
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(Perf {
+            child,
+            file: file.clone(),
+        })
+    }
+
+    /// Stops recording; each category's share of the samples that were not
+    /// idle, percent.
+    fn finish(mut self) -> Result<Vec<(&'static str, f64)>> {
+        // Safety: kill with a pid this process spawned and has not reaped.
+        unsafe { libc::kill(self.child.0.id() as i32, libc::SIGINT) };
+        let _ = self.child.0.wait();
+        let out = Command::new("perf")
+            .args(["report", "--stdio", "--no-children", "-q"])
+            .args(["--sort", "dso,sym", "--percent-limit", "0", "-i"])
+            .arg(&self.file)
+            .stderr(Stdio::null())
+            .output()
+            .context("running perf report")?;
+        let _ = std::fs::remove_file(&self.file);
+        let _ = std::fs::remove_file(self.file.with_extension("perf.old"));
+        if !out.status.success() {
+            bail!("perf report failed on {}", self.file.display());
+        }
+        Ok(categorize(&String::from_utf8_lossy(&out.stdout)))
+    }
+}
+
+/// What a sampled function is, by its name and the object it is in.
+pub fn category(dso: &str, sym: &str) -> Option<&'static str> {
+    let s = sym.to_ascii_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| s.contains(w));
+    let kernel = dso.contains("kernel") || dso.starts_with('[');
+    // Idle: not counted at all.
+    if kernel
+        && has(&[
+            "idle",
+            "safe_halt",
+            "mwait",
+            "cpu_startup_entry",
+            "do_idle",
+            "acpi_processor",
+        ])
+    {
+        return None;
+    }
+    if has(&[
+        "aes",
+        "gcm",
+        "ghash",
+        "chacha",
+        "poly1305",
+        "sha256",
+        "sha2::",
+        "ring_core",
+        "x25519",
+        "nistz",
+        "hkdf",
+        "hmac",
+        "aead",
+    ]) {
+        return Some("crypto");
+    }
+    if has(&[
+        "memcpy",
+        "memmove",
+        "copy_user",
+        "copy_to_iter",
+        "copy_from_iter",
+        "rep_mov",
+    ]) {
+        return Some("copies");
+    }
+    // The stack's checksums are inlined into its frame code: they count as
+    // its packet I/O, as the kernel's do as the kernel's.
+    if has(&[
+        "quinn_udp",
+        "peregrine_stack",
+        "peregrine_xsk",
+        "peregrine_wire",
+        "s2n_quic_xdp",
+        "peregrine_io",
+    ]) {
+        return Some("packet I/O, user");
+    }
+    if has(&["quinn", "h3::", "h3_quinn", "peregrine_quic", "bytes::"]) {
+        return Some("QUIC+HTTP/3");
+    }
+    if has(&[
+        "tokio",
+        "futex",
+        "schedule",
+        "sched",
+        "pick_next",
+        "switch_to",
+        "task_switch",
+        "wake_up",
+        "epoll",
+        "ep_poll",
+        "malloc",
+        "free",
+        "parking_lot",
+        "std::thread",
+        "hrtimer",
+        "update_curr",
+        "enqueue_task",
+        "dequeue_task",
+        "psi_",
+    ]) {
+        return Some("runtime");
+    }
+    if kernel {
+        return Some("packet I/O, kernel");
+    }
+    Some("other")
+}
+
+/// Category shares of `perf report --stdio --no-children -q --sort dso,sym`
+/// lines ("  12.34%  dso  [k] symbol"), percent of the non-idle samples.
+pub fn categorize(report: &str) -> Vec<(&'static str, f64)> {
+    let mut sums = [0.0f64; CATEGORIES.len()];
+    for line in report.lines() {
+        let line = line.trim();
+        let Some((pct, rest)) = line.split_once('%') else {
+            continue;
+        };
+        let Ok(pct) = pct.trim().parse::<f64>() else {
+            continue;
+        };
+        let rest = rest.trim();
+        let (dso, sym) = match rest.split_once(' ') {
+            Some((d, s)) => (d, s.trim()),
+            None => (rest, ""),
+        };
+        // "[k] name" or "[.] name".
+        let sym = sym.split_once("] ").map(|(_, s)| s).unwrap_or(sym);
+        let kernel_mark = rest.contains("[k]");
+        let dso = if kernel_mark { "[kernel]" } else { dso };
+        if let Some(c) = category(dso, sym) {
+            let i = CATEGORIES.iter().position(|k| *k == c).expect("known");
+            sums[i] += pct;
+        }
+    }
+    let total: f64 = sums.iter().sum();
+    CATEGORIES
+        .iter()
+        .zip(sums)
+        .map(|(c, s)| (*c, if total > 0.0 { s * 100.0 / total } else { 0.0 }))
+        .collect()
+}
+
+/// The table for people: per contender the median goodput and CPU per GB
+/// over the rounds (min..max), the ratio to the group's first contender
+/// and to kernel-gso in the main group, then the perf shares.
+pub fn table(r: &ResultFile) -> String {
+    // (scenario, [(contender, its runs)]) in the order the runs came.
+    type Contenders<'a> = Vec<(String, Vec<&'a Run>)>;
+    let mut groups: Vec<(String, Contenders)> = Vec::new();
+    for run in &r.runs {
+        let Some(k) = RunKey::parse(&run.label) else {
+            continue;
+        };
+        let gi = match groups.iter().position(|(g, _)| *g == k.scenario) {
+            Some(i) => i,
+            None => {
+                groups.push((k.scenario.clone(), Vec::new()));
+                groups.len() - 1
+            }
+        };
+        let cs = &mut groups[gi].1;
+        match cs.iter_mut().find(|(c, _)| *c == k.contender) {
+            Some((_, v)) => v.push(run),
+            None => cs.push((k.contender.clone(), vec![run])),
+        }
+    }
+    let med = |runs: &[&Run], key: &str| {
+        median(
+            &runs
+                .iter()
+                .filter_map(|r| r.values.get(key).copied())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let span = |runs: &[&Run], key: &str| {
+        let v: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| r.values.get(key).copied())
+            .collect();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0, f64::max);
+        format!("{lo:.0}..{hi:.0}")
+    };
+    let w = groups
+        .iter()
+        .flat_map(|(_, cs)| cs.iter().map(|(c, _)| c.len()))
+        .max()
+        .unwrap_or(10)
+        .max(10);
+    let mut out = String::new();
+    for (g, cs) in &groups {
+        out.push_str(&format!("\n{g}\n"));
+        out.push_str(&format!(
+            "  {:<w$} {:>7} {:>12} {:>10} {:>10} {:>12} {:>12} {:>12}\n",
+            "contender", "rounds", "Mbit/s", "range", "ratio", "CPU-s/GB", "server", "client"
+        ));
+        let base = cs.first().map(|(_, v)| med(v, "goodput mbit/s"));
+        for (c, v) in cs {
+            let m = med(v, "goodput mbit/s");
+            let ratio = match base {
+                Some(b) if b > 0.0 => format!("{:.2}x", m / b),
+                _ => "n/a".into(),
+            };
+            out.push_str(&format!(
+                "  {:<w$} {:>7} {:>12.0} {:>10} {:>10} {:>12.2} {:>12.2} {:>12.2}\n",
+                c,
+                v.len(),
+                m,
+                span(v, "goodput mbit/s"),
+                ratio,
+                med(v, "machine cpu-s/gb"),
+                med(v, "server cpu-s/gb"),
+                med(v, "client cpu-s/gb"),
+            ));
+        }
+        let find = |name: &str| {
+            cs.iter()
+                .find(|(c, _)| c == name)
+                .map(|(_, v)| med(v, "goodput mbit/s"))
+        };
+        if let Some(a) = find("afxdp") {
+            for other in ["kernel-nogso", "kernel-gso"] {
+                if let Some(o) = find(other).filter(|o| *o > 0.0) {
+                    out.push_str(&format!("  afxdp / {other}: {:.2}x\n", a / o));
+                }
+            }
+        }
+        let perf: Vec<(&String, &Run)> = cs
+            .iter()
+            .filter_map(|(c, v)| {
+                v.iter()
+                    .find(|r| r.values.keys().any(|k| k.starts_with("perf % ")))
+                    .map(|r| (c, *r))
+            })
+            .collect();
+        if !perf.is_empty() {
+            out.push_str(&format!(
+                "  perf, % of busy samples (round 1):\n  {:<w$}",
+                "contender"
+            ));
+            for cat in CATEGORIES {
+                out.push_str(&format!(" {:>10}", short(cat)));
+            }
+            out.push('\n');
+            for (c, run) in perf {
+                out.push_str(&format!("  {c:<w$}"));
+                for cat in CATEGORIES {
+                    let v = run.values.get(&format!("perf % {cat}")).copied();
+                    out.push_str(&format!(" {:>10.1}", v.unwrap_or(0.0)));
+                }
+                out.push('\n');
+            }
+        }
+    }
+    out.push_str(
+        "\nMbit/s: body bytes over the time from request to the body's end, median of the \
+         rounds. CPU-s/GB: the machine's busy CPU over the download (both ends, the kernel \
+         between them), then the server's and the client's processes. kernel-gso rides \
+         veth's GSO: a 10-datagram super-packet crosses the veth as one skb and reaches the \
+         client's GRO socket whole, a cost a NIC path does not share.\n",
+    );
+    out
+}
+
+fn short(cat: &str) -> &str {
+    match cat {
+        "QUIC+HTTP/3" => "QUIC/H3",
+        "packet I/O, user" => "pktio usr",
+        "packet I/O, kernel" => "pktio krn",
+        c => c,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_lines_fall_into_categories() {
+        let report = "\
+    30.00%  [kernel.kallsyms]  [k] pv_native_safe_halt
+    10.00%  peregrine          [.] ring_core_0_17_14__aes_gcm_enc_update_vaes_avx2
+     5.00%  peregrine          [.] quinn_proto::connection::Connection::poll_transmit
+     5.00%  [kernel.kallsyms]  [k] __xsk_generic_xmit
+     5.00%  libc.so.6          [.] __memmove_avx_unaligned_erms
+     5.00%  peregrine          [.] peregrine_stack::socket::UdpSocket::send_batch
+     5.00%  [kernel.kallsyms]  [k] __schedule
+     2.50%  peregrine          [.] peregrine_wire::checksum::fold
+     2.50%  peregrine          [.] main
+";
+        let c: std::collections::HashMap<_, _> = categorize(report).into_iter().collect();
+        // 70% of the samples were busy; shares are of those.
+        let pct = |x: f64| x * 100.0 / 40.0;
+        assert!((c["crypto"] - pct(10.0)).abs() < 1e-9);
+        assert!((c["QUIC+HTTP/3"] - pct(5.0)).abs() < 1e-9);
+        assert!((c["packet I/O, kernel"] - pct(5.0)).abs() < 1e-9);
+        assert!((c["copies"] - pct(5.0)).abs() < 1e-9);
+        assert!((c["runtime"] - pct(5.0)).abs() < 1e-9);
+        assert!((c["packet I/O, user"] - pct(7.5)).abs() < 1e-9);
+        assert!((c["other"] - pct(2.5)).abs() < 1e-9);
+        assert!(categorize("").iter().all(|(_, v)| *v == 0.0));
+    }
+
+    #[test]
+    fn ablation_groups_open_with_the_defaults() {
+        let cfg = QuicBenchConfig {
+            exe: "peregrine".into(),
+            size: 1 << 30,
+            contenders: QuicIo::ALL.to_vec(),
+            ablations: vec![
+                Ablation::TxBatch(1),
+                Ablation::TxBatch(5),
+                Ablation::Queues(2),
+            ],
+            repeats: 1,
+            ipv6: false,
+            perf: false,
+            output: ResultOutput {
+                dir: ".".into(),
+                stem: "x".into(),
+                json: false,
+            },
+        };
+        let names: Vec<(String, String)> = setups(&cfg)
+            .into_iter()
+            .map(|s| (s.scenario, s.contender))
+            .collect();
+        let want = [
+            ("download 1 GiB", "kernel-nogso"),
+            ("download 1 GiB", "kernel-gso"),
+            ("download 1 GiB", "afxdp"),
+            ("ablation: TX batch", "afxdp defaults"),
+            ("ablation: TX batch", "afxdp tx-batch 1"),
+            ("ablation: TX batch", "afxdp tx-batch 5"),
+            ("ablation: queues", "afxdp defaults"),
+            ("ablation: queues", "afxdp 2 queues"),
+        ];
+        assert_eq!(names.len(), want.len());
+        for ((s, c), (ws, wc)) in names.iter().zip(want) {
+            assert_eq!((s.as_str(), c.as_str()), (ws, wc));
+        }
+    }
+}
