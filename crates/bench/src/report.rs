@@ -33,7 +33,11 @@ pub fn report(a: ReportConfig) -> Result<()> {
             .unwrap_or_else(|| "result".into());
         written.extend(peregrine_lab::plot::plot(&r, &dir, &stem)?);
         if !a.json {
-            print!("{}", peregrine_lab::compare::report(&r));
+            // A benchmark with its own table prints that one again.
+            match r.kind.as_str() {
+                "bench-quic" => print!("{}", crate::quic::table(&r)),
+                _ => print!("{}", peregrine_lab::compare::report(&r)),
+            }
         }
     }
     if a.json {

@@ -43,11 +43,12 @@ pub struct BenchQuicArgs {
     /// Body bytes each download carries (the seed: 2GiB).
     #[arg(long, default_value = "1GiB")]
     pub size: units::ByteSize,
-    /// Contenders, comma-separated: kernel-nogso, kernel-gso, afxdp.
+    /// Contenders, comma-separated: kernel-nogso, kernel-gso,
+    /// kernel-gso-segmented (GSO with the server's veth segmenting), afxdp.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kernel-nogso,kernel-gso,afxdp"
+        default_value = "kernel-nogso,kernel-gso,kernel-gso-segmented,afxdp"
     )]
     pub contenders: Vec<String>,
     /// The stack's ablations, comma-separated: tx-batch, busy-poll, queues,
@@ -635,7 +636,9 @@ fn quic(a: BenchQuicArgs) -> Result<()> {
     for c in &a.contenders {
         match QuicIo::ALL.into_iter().find(|io| io.name() == c) {
             Some(io) => contenders.push(io),
-            None => crate::usage!("--contenders {c}: expected kernel-nogso, kernel-gso or afxdp"),
+            None => crate::usage!(
+                "--contenders {c}: expected kernel-nogso, kernel-gso, kernel-gso-segmented or afxdp"
+            ),
         }
     }
     let mut ablations = Vec::new();

@@ -336,7 +336,19 @@ fn bench_quic_quick_run_holds_together() {
         .iter()
         .map(|run| run.label.split(" | ").next().unwrap().to_string())
         .collect();
-    assert_eq!(contenders, ["kernel-nogso", "kernel-gso", "afxdp"]);
+    assert_eq!(
+        contenders,
+        [
+            "kernel-nogso",
+            "kernel-gso",
+            "kernel-gso-segmented",
+            "afxdp"
+        ]
+    );
+    // What a run tunes is in its result.
+    let notes = |i: usize| r.runs[i].placement.as_ref().unwrap().notes.join(" ");
+    assert!(notes(2).contains("tx-udp-segmentation off"), "{}", notes(2));
+    assert!(notes(3).contains("nothing tuned:"), "{}", notes(3));
     for run in &r.runs {
         let v = |k: &str| run.values[k];
         // Every download carried the whole body (the bench checks size and

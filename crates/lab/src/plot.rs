@@ -32,7 +32,8 @@ fn register_font() -> Result<()> {
 }
 
 /// Ten distinguishable colours (matplotlib's tab10), one per contender.
-const COLORS: [RGBColor; 10] = [
+/// Tableau's ten, then two darker ones for the charts with more contenders.
+const COLORS: [RGBColor; 12] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -43,6 +44,8 @@ const COLORS: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(0, 0, 128),
+    RGBColor(128, 64, 0),
 ];
 
 /// Size of every plot, pixels.

@@ -406,11 +406,23 @@ impl Inner {
         mtu.saturating_sub(hl).min(umem)
     }
 
-    /// The service thread: waits for frames on every queue, drains them
+    /// The service thread: waits for frames on every queue and gets them
     /// to their sockets, follows netlink events, resolves next hops for
     /// held datagrams and sends them, expires the ones that waited too
     /// long, and wakes senders waiting for room.
+    ///
+    /// When every bound socket has an async reader waiting (a waker
+    /// registered by `poll_recv`), frames are not drained here but handed
+    /// off: the readers are woken and drain the ring themselves, straight
+    /// into their buffers (no second copy through a socket queue, no lock
+    /// handed between threads per batch). The queue then leaves the poll
+    /// set (its POLLIN stays up until they drain; on a copy-mode socket
+    /// every poll() also drives TX, against the senders' own kicks) until
+    /// the readers wait again, or drains here after `HAND_OFF_LIMIT` if
+    /// they do not.
     fn serve(self: Arc<Self>) {
+        /// How long handed-off frames may wait for their readers.
+        const HAND_OFF_LIMIT: Duration = Duration::from_millis(2);
         let mut fds: Vec<libc::pollfd> = self
             .fds
             .iter()
@@ -420,15 +432,41 @@ impl Inner {
                 revents: 0,
             })
             .collect();
+        let mut handed: Vec<Option<Instant>> = vec![None; fds.len()];
         while !self.stop.load(Ordering::Relaxed) {
+            for (i, p) in fds.iter_mut().enumerate() {
+                // poll() skips negative descriptors.
+                p.fd = if handed[i].is_some() { -1 } else { self.fds[i] };
+                p.revents = 0;
+            }
+            let timeout = if handed.iter().any(Option::is_some) {
+                1
+            } else {
+                5
+            };
             // Safety: `fds` is a valid array of pollfd for the call.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 5) };
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
             if n > 0 {
                 for (q, p) in fds.iter().enumerate() {
                     if p.revents & libc::POLLIN != 0 {
-                        let mut x = lock(&self.queues[q]);
-                        while self.drain(&mut x, None) > 0 {}
+                        if self.hand_off() {
+                            handed[q] = Some(Instant::now());
+                        } else {
+                            let mut x = lock(&self.queues[q]);
+                            while self.drain(&mut x, None) > 0 {}
+                        }
                     }
+                }
+            }
+            for (q, h) in handed.iter_mut().enumerate() {
+                let Some(at) = *h else { continue };
+                if self.readers_waiting() {
+                    // They drained and found the ring empty: poll again.
+                    *h = None;
+                } else if at.elapsed() >= HAND_OFF_LIMIT {
+                    let mut x = lock(&self.queues[q]);
+                    while self.drain(&mut x, None) > 0 {}
+                    *h = None;
                 }
             }
             self.follow_events();
@@ -437,6 +475,30 @@ impl Inner {
                 w.wake();
             }
         }
+    }
+
+    /// Whether every bound socket (there is one at least) has an async
+    /// reader waiting.
+    fn readers_waiting(&self) -> bool {
+        let b = self.bindings.read().unwrap_or_else(|p| p.into_inner());
+        !b.is_empty() && b.values().all(|s| s.lock().waker.is_some())
+    }
+
+    /// Wakes every bound socket's waiting reader when all of them wait;
+    /// whether it did.
+    fn hand_off(&self) -> bool {
+        if !self.readers_waiting() {
+            return false;
+        }
+        let b = self.bindings.read().unwrap_or_else(|p| p.into_inner());
+        // Taken one socket at a time; one an enqueue woke meanwhile has
+        // no waker left to take, and is awake already.
+        let wakers: Vec<Waker> = b.values().filter_map(|s| s.lock().waker.take()).collect();
+        drop(b);
+        for w in wakers {
+            w.wake();
+        }
+        true
     }
 
     fn follow_events(&self) {

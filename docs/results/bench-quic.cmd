@@ -1,0 +1,1 @@
+target/release/peregrine bench quic --out docs/results
