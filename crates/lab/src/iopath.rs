@@ -935,80 +935,43 @@ pub struct NextHop {
 /// resolved with one ARP/ND exchange if the kernel has no entry yet. Raw
 /// paths build frames with it.
 pub fn next_hop(dst: IpAddr) -> Result<NextHop> {
-    let route = ip_json(&["route", "get", &dst.to_string()])?;
-    let r = route
-        .first()
-        .ok_or_else(|| LabError::Other(format!("no route to {dst}")))?;
-    let dev = r["dev"]
-        .as_str()
-        .ok_or_else(|| LabError::Other(format!("no route to {dst} through a device")))?
-        .to_string();
-    let src: IpAddr = r["prefsrc"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
+    use peregrine_host::nl::{NeighbourUse, NetlinkHere};
+    let nl = NetlinkHere::open()?;
+    let route = nl.route_to(dst)?;
+    let iface = nix::net::if_::if_indextoname(route.oif)
+        .map_err(|e| LabError::Other(format!("the interface toward {dst}: {e}")))?
+        .to_string_lossy()
+        .into_owned();
+    let src = route
+        .prefsrc
         .ok_or_else(|| LabError::Other(format!("no source address toward {dst}")))?;
-    let hop: IpAddr = r["gateway"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(dst);
-    let own = ip_json(&["link", "show", "dev", &dev])?;
-    let src_mac = own
-        .first()
-        .and_then(|l| l["address"].as_str())
-        .and_then(|m| m.parse().ok())
-        .ok_or_else(|| LabError::Other(format!("{dev} has no MAC address")))?;
-    let mtu = own.first().and_then(|l| l["mtu"].as_u64()).unwrap_or(1500) as u32;
+    let hop = route.gateway.unwrap_or(dst);
+    let own = nl.link_info(route.oif)?;
     for attempt in 0..60 {
-        let n = ip_json(&["neigh", "show", &hop.to_string(), "dev", &dev])?;
-        let mac = n.first().and_then(|e| {
-            let bad = e["state"]
-                .as_array()
-                .is_some_and(|s| s.iter().any(|v| v == "INCOMPLETE" || v == "FAILED"));
-            e["lladdr"].as_str().filter(|_| !bad)?.parse().ok()
-        });
+        let mac = nl
+            .neighbours(route.oif)?
+            .into_iter()
+            .find(|n| n.ip == hop && matches!(n.state, NeighbourUse::Valid | NeighbourUse::Stale))
+            .and_then(|n| n.mac);
         if let Some(dst_mac) = mac {
             return Ok(NextHop {
-                iface: dev,
-                mtu,
+                iface,
+                mtu: own.mtu,
                 src,
-                src_mac,
+                src_mac: own.mac,
                 dst_mac,
             });
         }
         if attempt % 10 == 0 {
-            // A datagram to the discard port makes the kernel resolve (again
-            // every 0.5 s: a link that was still coming up lost the last).
-            let any: SocketAddr = if dst.is_ipv6() {
-                "[::]:0".parse().expect("literal")
-            } else {
-                "0.0.0.0:0".parse().expect("literal")
-            };
-            if let Ok(s) = std::net::UdpSocket::bind(any) {
-                let _ = s.send_to(&[0], SocketAddr::new(hop, 9));
-            }
+            // The kernel sends ARP or ND as if it had a packet for the hop
+            // (again every 0.5 s: a link still coming up lost the last).
+            nl.resolve_neighbour(route.oif, hop)?;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     Err(LabError::Other(format!(
-        "next hop {hop} on {dev} did not resolve (no ARP/ND answer in 3 s)"
+        "next hop {hop} on {iface} did not resolve (no ARP/ND answer in 3 s)"
     )))
-}
-
-fn ip_json(args: &[&str]) -> Result<Vec<serde_json::Value>> {
-    let out = std::process::Command::new("ip")
-        .arg("-j")
-        .args(args)
-        .output()
-        .map_err(|e| LabError::Other(format!("running ip: {e}")))?;
-    if !out.status.success() {
-        return Err(LabError::Other(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    serde_json::from_slice(&out.stdout)
-        .map_err(|e| LabError::Other(format!("ip {}: {e}", args.join(" "))))
 }
 
 #[cfg(test)]
