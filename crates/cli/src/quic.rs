@@ -156,6 +156,9 @@ fn process_cpu_seconds() -> f64 {
 }
 
 #[derive(Args)]
+#[command(group(
+    clap::ArgGroup::new("content").required(true).multiple(true).args(["dir", "memory"])
+))]
 pub struct ServeArgs {
     /// Interface the stack runs on (--io afxdp); default: the one that has
     /// the --listen address.
@@ -165,7 +168,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub listen: SocketAddr,
     /// Directory whose files are served (GET /NAME, subdirectories too).
-    #[arg(long, required_unless_present = "memory")]
+    #[arg(long)]
     pub dir: Option<PathBuf>,
     /// A body held in memory, NAME=SIZE (GET /NAME answers SIZE bytes of a
     /// fixed pattern, no file I/O); repeatable.
