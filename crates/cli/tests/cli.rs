@@ -611,7 +611,7 @@ fn exit_status_and_live_metrics_pass_promtool() {
                 "--backend",
                 "mmsg",
                 "--duration",
-                "8s",
+                "10s",
                 "--metrics",
                 "127.0.0.1:19470",
                 "--json",
@@ -650,11 +650,10 @@ fn exit_status_and_live_metrics_pass_promtool() {
     let mut client = spawn(
         &with(
             &faas_load_in("tcode", "1232=reverse"),
-            &["--duration", "2s", "--metrics", "127.0.0.1:19473", "--json"],
+            &["--duration", "4s", "--metrics", "127.0.0.1:19473", "--json"],
         ),
         Stdio::null(),
     );
-    std::thread::sleep(Duration::from_millis(800));
     assert_live_metrics(
         "127.0.0.1:19473",
         "peregrine_faas_load_requests_total",

@@ -289,7 +289,14 @@ pub fn promtool_check(text: &str, what: &str) {
 /// Scrapes `addr` (`what` serves it) and asserts a Prometheus text body
 /// that names `metric` and passes `promtool check metrics`.
 pub fn assert_live_metrics(addr: &str, metric: &str, what: &str) {
-    let r = scrape(addr);
+    // A process just spawned may not listen yet (a loaded CI machine
+    // delays its start): scrape again until it answers, 5 s at most.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut r = scrape(addr);
+    while r.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        r = scrape(addr);
+    }
     let (head, body) = r.split_once("\r\n\r\n").unwrap_or(("", ""));
     assert!(
         head.contains("Content-Type: text/plain; version=0.0.4"),
