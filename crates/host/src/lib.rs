@@ -9,6 +9,7 @@ pub mod netdev;
 pub mod netns;
 pub mod nl;
 pub mod signals;
+pub mod snmp;
 pub mod veth;
 
 pub use error::{HostError, Result};
