@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use peregrine_host::{netns, signals};
+use peregrine_lab::compare::runs_by_key;
 use peregrine_lab::lab::{Lab, Lifetime};
 use peregrine_lab::measure::CpuSnapshot;
 use peregrine_lab::results::{median, Placement, ResultFile, Run, RunKey, RunParams};
@@ -675,26 +676,7 @@ pub fn categorize(report: &str) -> Vec<(&'static str, f64)> {
 /// over the rounds (min..max), the ratio to the group's first contender
 /// and to kernel-gso in the main group, then the perf shares.
 pub fn table(r: &ResultFile) -> String {
-    // (scenario, [(contender, its runs)]) in the order the runs came.
-    type Contenders<'a> = Vec<(String, Vec<&'a Run>)>;
-    let mut groups: Vec<(String, Contenders)> = Vec::new();
-    for run in &r.runs {
-        let Some(k) = RunKey::parse(&run.label) else {
-            continue;
-        };
-        let gi = match groups.iter().position(|(g, _)| *g == k.scenario) {
-            Some(i) => i,
-            None => {
-                groups.push((k.scenario.clone(), Vec::new()));
-                groups.len() - 1
-            }
-        };
-        let cs = &mut groups[gi].1;
-        match cs.iter_mut().find(|(c, _)| *c == k.contender) {
-            Some((_, v)) => v.push(run),
-            None => cs.push((k.contender.clone(), vec![run])),
-        }
-    }
+    let groups = runs_by_key(r);
     let med = |runs: &[&Run], key: &str| {
         median(
             &runs

@@ -95,49 +95,71 @@ impl ScenarioFigures {
     }
 }
 
+/// Items grouped by their key's scenario, then by its contender, each
+/// group in the order its first item came (for runs: the order they ran).
+pub fn group_by_key<T>(items: impl IntoIterator<Item = (RunKey, T)>) -> Grouped<T> {
+    let mut groups: Grouped<T> = Vec::new();
+    for (key, item) in items {
+        let gi = match groups.iter().position(|(s, _)| *s == key.scenario) {
+            Some(i) => i,
+            None => {
+                groups.push((key.scenario, Vec::new()));
+                groups.len() - 1
+            }
+        };
+        let cs = &mut groups[gi].1;
+        match cs.iter_mut().find(|(c, _)| *c == key.contender) {
+            Some((_, v)) => v.push(item),
+            None => cs.push((key.contender, vec![item])),
+        }
+    }
+    groups
+}
+
+/// What [`group_by_key`] gives: (scenario, [(contender, its items)]).
+pub type Grouped<T> = Vec<(String, Vec<(String, Vec<T>)>)>;
+
+/// The runs of `r` that carry a [`RunKey`], grouped by [`group_by_key`].
+pub fn runs_by_key(r: &ResultFile) -> Grouped<&Run> {
+    group_by_key(
+        r.runs
+            .iter()
+            .filter_map(|run| Some((RunKey::parse(&run.label)?, run))),
+    )
+}
+
 /// The result file's runs that carry a [`RunKey`] and a figure (RFC 2544
 /// or TCP), per scenario in the order they ran; empty for files of other
 /// benchmarks.
 pub fn by_scenario(r: &ResultFile) -> Vec<ScenarioFigures> {
-    let mut out: Vec<ScenarioFigures> = Vec::new();
-    for run in &r.runs {
-        let (Some(key), Some((metric, figure, lower))) =
-            (RunKey::parse(&run.label), Metric::of(run))
-        else {
-            continue;
-        };
-        let si = match out.iter().position(|x| x.scenario == key.scenario) {
-            Some(i) => i,
-            None => {
-                out.push(ScenarioFigures {
-                    scenario: key.scenario.clone(),
-                    metric,
-                    contenders: Vec::new(),
-                });
-                out.len() - 1
+    let figured = r.runs.iter().filter_map(|run| {
+        let figure = Metric::of(run)?;
+        Some((RunKey::parse(&run.label)?, (run, figure)))
+    });
+    group_by_key(figured)
+        .into_iter()
+        .map(|(scenario, cs)| {
+            // The metric of the scenario's first run.
+            let (_, (metric, _, _)) = cs[0].1[0];
+            ScenarioFigures {
+                scenario,
+                metric,
+                contenders: cs
+                    .into_iter()
+                    .map(|(contender, runs)| ContenderFigures {
+                        contender,
+                        rounds: runs.iter().map(|(_, (_, figure, _))| *figure).collect(),
+                        cpu_per_gbit_s: runs
+                            .iter()
+                            .filter_map(|(run, _)| run.tcp.as_ref())
+                            .map(|t| t.cpu_cores_per_gbit_s)
+                            .collect(),
+                        generator_limited: runs.iter().any(|(_, (_, _, lower))| *lower),
+                    })
+                    .collect(),
             }
-        };
-        let cs = &mut out[si].contenders;
-        let i = match cs.iter().position(|c| c.contender == key.contender) {
-            Some(i) => i,
-            None => {
-                cs.push(ContenderFigures {
-                    contender: key.contender,
-                    rounds: Vec::new(),
-                    cpu_per_gbit_s: Vec::new(),
-                    generator_limited: false,
-                });
-                cs.len() - 1
-            }
-        };
-        let c = &mut cs[i];
-        c.rounds.push(figure);
-        c.generator_limited |= lower;
-        if let Some(t) = &run.tcp {
-            c.cpu_per_gbit_s.push(t.cpu_cores_per_gbit_s);
-        }
-    }
-    out
+        })
+        .collect()
 }
 
 /// Contenders in the order they first ran (one colour each in plots).

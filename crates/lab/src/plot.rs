@@ -864,38 +864,23 @@ fn value_groups(
     r: &ResultFile,
     value: impl Fn(&str, &crate::results::Run) -> Option<f64>,
 ) -> (Vec<String>, Vec<BarGroup>) {
+    let values: Vec<(RunKey, f64)> = r
+        .runs
+        .iter()
+        .filter_map(|run| {
+            let key = RunKey::parse(&run.label)?;
+            let v = value(&key.scenario, run)?;
+            Some((key, v))
+        })
+        .collect();
+    // One colour per contender, in the order they first ran.
     let mut names: Vec<String> = Vec::new();
-    // (scenario, [(contender index, one value per round)])
-    type Rounds = Vec<(usize, Vec<f64>)>;
-    let mut groups: Vec<(String, Rounds)> = Vec::new();
-    for run in &r.runs {
-        let Some(key) = RunKey::parse(&run.label) else {
-            continue;
-        };
-        let Some(v) = value(&key.scenario, run) else {
-            continue;
-        };
-        let ci = match names.iter().position(|n| *n == key.contender) {
-            Some(i) => i,
-            None => {
-                names.push(key.contender.clone());
-                names.len() - 1
-            }
-        };
-        let gi = match groups.iter().position(|(g, _)| *g == key.scenario) {
-            Some(i) => i,
-            None => {
-                groups.push((key.scenario.clone(), Vec::new()));
-                groups.len() - 1
-            }
-        };
-        let bars = &mut groups[gi].1;
-        match bars.iter_mut().find(|(c, _)| *c == ci) {
-            Some((_, vs)) => vs.push(v),
-            None => bars.push((ci, vec![v])),
+    for (key, _) in &values {
+        if !names.contains(&key.contender) {
+            names.push(key.contender.clone());
         }
     }
-    let groups = groups
+    let groups = compare::group_by_key(values)
         .into_iter()
         .map(|(label, bars)| {
             let base = bars.first().map(|(_, v)| compare::median(v));
@@ -907,7 +892,7 @@ fn value_groups(
                     .map(|(i, (c, v))| {
                         let m = compare::median(v);
                         Bar {
-                            contender: *c,
+                            contender: names.iter().position(|n| n == c).unwrap_or(0),
                             median: m,
                             min: v.iter().copied().fold(f64::INFINITY, f64::min),
                             max: v.iter().copied().fold(0.0, f64::max),

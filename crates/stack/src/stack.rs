@@ -127,6 +127,12 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Whether every socket of `bindings` (there is one at least) has an async
+/// reader waiting.
+fn all_readers_waiting(bindings: &HashMap<SocketAddr, Arc<SocketShared>>) -> bool {
+    !bindings.is_empty() && bindings.values().all(|s| s.lock().waker.is_some())
+}
+
 /// The stack of one interface. Dropping it stops the service thread and
 /// detaches the program (sockets still open keep the maps, not the hook).
 pub struct Stack {
@@ -452,8 +458,7 @@ impl Inner {
                         if self.hand_off() {
                             handed[q] = Some(Instant::now());
                         } else {
-                            let mut x = lock(&self.queues[q]);
-                            while self.drain(&mut x, None) > 0 {}
+                            self.drain_all(q);
                         }
                     }
                 }
@@ -464,8 +469,7 @@ impl Inner {
                     // They drained and found the ring empty: poll again.
                     *h = None;
                 } else if at.elapsed() >= HAND_OFF_LIMIT {
-                    let mut x = lock(&self.queues[q]);
-                    while self.drain(&mut x, None) > 0 {}
+                    self.drain_all(q);
                     *h = None;
                 }
             }
@@ -477,20 +481,25 @@ impl Inner {
         }
     }
 
+    /// Drains queue `q`'s RX ring into its sockets until it is empty.
+    fn drain_all(&self, q: usize) {
+        let mut x = lock(&self.queues[q]);
+        while self.drain(&mut x, None) > 0 {}
+    }
+
     /// Whether every bound socket (there is one at least) has an async
     /// reader waiting.
     fn readers_waiting(&self) -> bool {
-        let b = self.bindings.read().unwrap_or_else(|p| p.into_inner());
-        !b.is_empty() && b.values().all(|s| s.lock().waker.is_some())
+        all_readers_waiting(&self.bindings.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Wakes every bound socket's waiting reader when all of them wait;
     /// whether it did.
     fn hand_off(&self) -> bool {
-        if !self.readers_waiting() {
+        let b = self.bindings.read().unwrap_or_else(|p| p.into_inner());
+        if !all_readers_waiting(&b) {
             return false;
         }
-        let b = self.bindings.read().unwrap_or_else(|p| p.into_inner());
         // Taken one socket at a time; one an enqueue woke meanwhile has
         // no waker left to take, and is awake already.
         let wakers: Vec<Waker> = b.values().filter_map(|s| s.lock().waker.take()).collect();
