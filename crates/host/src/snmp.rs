@@ -77,6 +77,52 @@ mod tests {
         assert_eq!(snmp6_field(t, "Udp6InErrors"), None);
     }
 
+    /// Kernel UDP sockets in namespaces made with plain `ip`, over a veth
+    /// at its default offloads: a receiver with a small buffer reads
+    /// nothing while 2000 datagrams arrive. Every datagram it did not get
+    /// is counted, exactly, in its namespace's count (read from this
+    /// process, whose own namespace is another).
+    #[test]
+    fn a_full_receive_buffer_counts_every_datagram_it_refused() {
+        if !peregrine_bpf::testing::privileged_here() {
+            return;
+        }
+        use nix::sys::socket::{setsockopt, sockopt};
+        let pair = peregrine_bpf::testing::NsPair::addressed("pg-snmp-a", "pg-snmp-b");
+        let rx = netns::run_in(&pair.b, || {
+            let rx = std::net::UdpSocket::bind("198.18.0.2:0").unwrap();
+            setsockopt(&rx, sockopt::RcvBuf, &4096).unwrap();
+            rx
+        })
+        .unwrap();
+        let tx = netns::run_in(&pair.a, || {
+            std::net::UdpSocket::bind("198.18.0.1:0").unwrap()
+        })
+        .unwrap();
+        // One datagram through first: the sender's neighbour entry is
+        // resolved before the count starts (datagrams held for ARP are not
+        // the receiver's).
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        tx.send_to(b"first", rx.local_addr().unwrap()).unwrap();
+        rx.recv(&mut [0u8; 16]).unwrap();
+        let before = udp_receive_buffer_errors(&pair.b).unwrap();
+        const SENT: usize = 2000;
+        for i in 0..SENT {
+            tx.send_to(&(i as u32).to_be_bytes(), rx.local_addr().unwrap())
+                .unwrap();
+        }
+        rx.set_nonblocking(true).unwrap();
+        let mut got = 0;
+        let mut buf = [0u8; 16];
+        while rx.recv(&mut buf).is_ok() {
+            got += 1;
+        }
+        let refused = udp_receive_buffer_errors(&pair.b).unwrap() - before;
+        assert!(got > 0 && got < SENT, "received {got} of {SENT}");
+        assert_eq!(refused as usize, SENT - got, "received {got} of {SENT}");
+    }
+
     #[test]
     fn this_namespace_has_a_count() {
         // /proc/net/snmp exists in every namespace, without privileges.
