@@ -20,7 +20,8 @@ pub enum Refusal {
     /// Sent to a unicast MAC or IP address that is not this interface's.
     NotOurs,
     /// From an address no unicast host has (unspecified, broadcast,
-    /// multicast, loopback from the wire, or one of ours).
+    /// multicast, loopback from the wire, or one of ours), or from a group
+    /// (broadcast or multicast) source MAC.
     BadSource,
     /// From UDP source port 0, which no reply can be sent to.
     SourcePortZero,
@@ -113,7 +114,11 @@ impl LocalAddrs {
         if Some(req.dst_mac) != self.mac || !self.unicast.contains(&req.dst_ip) {
             return Err(Refusal::NotOurs);
         }
-        if invalid_source(req.src_ip, true)
+        // A group source MAC (broadcast or multicast) is no host's: the
+        // reply would go to every host on the link. The kernel replies to
+        // the neighbour's unicast MAC; a frame source can only be spoofed.
+        if req.src_mac.0[0] & 1 != 0
+            || invalid_source(req.src_ip, true)
             || self.is_broadcast(req.src_ip)
             || self.unicast.contains(&req.src_ip)
         {
@@ -143,8 +148,18 @@ mod tests {
     }
 
     fn check(src: &str, dst: &str, mac: [u8; 6], sport: u16) -> Result<(), Refusal> {
+        check_from([2, 0, 0, 0, 0, 1], src, dst, mac, sport)
+    }
+
+    fn check_from(
+        src_mac: [u8; 6],
+        src: &str,
+        dst: &str,
+        mac: [u8; 6],
+        sport: u16,
+    ) -> Result<(), Refusal> {
         let spec = UdpFrameSpec {
-            src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            src_mac: MacAddr(src_mac),
             dst_mac: MacAddr(mac),
             src_ip: src.parse().unwrap(),
             dst_ip: dst.parse().unwrap(),
@@ -209,6 +224,14 @@ mod tests {
         for (want, requests) in groups {
             for &(src, dst, mac) in requests {
                 assert_eq!(check(src, dst, mac, 40000), want, "{src} -> {dst} {mac:x?}");
+            }
+        }
+        // A request good but for its group source MAC: the reply would go
+        // to every host on the link.
+        for src_mac in [[0xff; 6], [1, 0, 0x5e, 0, 0, 1], [0x33, 0x33, 0, 0, 0, 1]] {
+            for (src, dst) in [("198.18.0.1", "198.18.0.2"), ("2001:db8::1", "2001:db8::2")] {
+                let got = check_from(src_mac, src, dst, ours, 40000);
+                assert_eq!(got, Err(BadSource), "{src} from {src_mac:x?}");
             }
         }
         // A request good but for its source port 0.

@@ -139,7 +139,7 @@ impl PktinfoBatch {
         &mut self,
         fd: i32,
         buf: &mut [u8],
-        out: &mut Vec<(usize, Result<SocketAddr, Refusal>)>,
+        out: &mut Vec<(usize, Taken)>,
     ) -> std::io::Result<()> {
         let n = self.headers.len().min(buf.len() / self.slot);
         for i in 0..n {
@@ -203,15 +203,43 @@ impl PktinfoBatch {
                     c = libc::CMSG_NXTHDR(m, c);
                 }
             }
-            let checked = if cut {
-                Err(Refusal::NotUnicast)
+            let taken = if m.msg_flags & libc::MSG_TRUNC != 0 {
+                // Larger than a slot: answering its first bytes would be a
+                // wrong reply.
+                Taken::TooLarge
+            } else if cut {
+                Taken::Refused(Refusal::NotUnicast)
             } else {
-                refusal(from, &dsts)
+                refusal(from, &dsts).map_or_else(Taken::Refused, Taken::Answer)
             };
-            out.push(((h.msg_len as usize).min(self.slot), checked));
+            out.push(((h.msg_len as usize).min(self.slot), taken));
         }
         Ok(())
     }
+}
+
+/// What the mmsg server makes of one received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    /// To be answered, to this source.
+    Answer(SocketAddr),
+    /// Not answered, for this reason.
+    Refused(Refusal),
+    /// Longer than a receive slot (cut short by the kernel): not answered.
+    TooLarge,
+}
+
+/// Counts a reply the kernel refused to send: to a broadcast destination
+/// (EACCES without SO_BROADCAST: the request came from a subnet's
+/// broadcast address, which the kernel does not drop as a martian on
+/// input) it is `bad_source`, as the AF_XDP invoker counts the same
+/// request; any other error, a reply made but not sent.
+fn unsent(c: &Counters, e: &std::io::Error) {
+    let counter = match e.raw_os_error() {
+        Some(libc::EACCES) => &c.bad_source,
+        _ => &c.tx_ring_full,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Batch of the mmsg baseline (the source used 1024).
@@ -253,7 +281,7 @@ fn answer(d: &Deployed, req: &[u8], out: &mut Vec<u8>, c: &Counters) -> bool {
         c.failed.fetch_add(1, Ordering::Relaxed);
         return false;
     }
-    c.replies.fetch_add(1, Ordering::Relaxed);
+    // `replies` is counted once the kernel took the reply.
     if let Some(p) = c.per_function.get(d.id as usize) {
         p.fetch_add(1, Ordering::Relaxed);
     }
@@ -319,7 +347,13 @@ fn serve_socket(d: &Deployed, bufs: &mut SimpleBuffers, c: &Counters) {
             }
         };
         if answer(d, &bufs.rx[..n], &mut bufs.out, c) {
-            let _ = s.send_to(&bufs.out, from);
+            match s.send_to(&bufs.out, from) {
+                Ok(_) => c.replies.fetch_add(1, Ordering::Relaxed),
+                Err(e) => {
+                    unsent(c, &e);
+                    0
+                }
+            };
         }
     }
 }
@@ -494,7 +528,7 @@ fn mmsg_loop(sock: UdpSocket, d: &Deployed, c: &Counters, stop: &AtomicBool) {
     // carry no control messages), then sendmmsg through `io`.
     let mut batch = PktinfoBatch::new(MMSG_BATCH, SLOT);
     let mut rx = vec![0u8; MMSG_BATCH * SLOT];
-    let mut got: Vec<(usize, Result<SocketAddr, Refusal>)> = Vec::with_capacity(MMSG_BATCH);
+    let mut got: Vec<(usize, Taken)> = Vec::with_capacity(MMSG_BATCH);
     let mut tx = vec![0u8; MMSG_BATCH * SLOT];
     let mut replies: Vec<(usize, usize, Option<SocketAddr>)> = Vec::with_capacity(MMSG_BATCH);
     let mut out = Vec::with_capacity(SLOT);
@@ -505,17 +539,26 @@ fn mmsg_loop(sock: UdpSocket, d: &Deployed, c: &Counters, stop: &AtomicBool) {
             continue;
         }
         replies.clear();
-        for (i, (n, checked)) in got.iter().enumerate() {
-            let from = match checked {
-                Ok(from) => *from,
-                Err(why) => {
+        for (i, (n, taken)) in got.iter().enumerate() {
+            let from = match *taken {
+                Taken::Answer(from) => from,
+                Taken::Refused(why) => {
                     c.requests.fetch_add(1, Ordering::Relaxed);
-                    c.refused(*why);
+                    c.refused(why);
+                    continue;
+                }
+                Taken::TooLarge => {
+                    c.requests.fetch_add(1, Ordering::Relaxed);
+                    c.too_large.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
             };
             let req = &rx[i * SLOT..i * SLOT + n];
-            if answer(d, req, &mut out, c) && out.len() <= SLOT {
+            if answer(d, req, &mut out, c) {
+                if out.len() > SLOT {
+                    c.too_large.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 tx[i * SLOT..i * SLOT + out.len()].copy_from_slice(&out);
                 replies.push((i, out.len(), Some(from)));
             }
@@ -527,11 +570,24 @@ fn mmsg_loop(sock: UdpSocket, d: &Deployed, c: &Counters, stop: &AtomicBool) {
                 contents: &tx[i * SLOT..i * SLOT + len],
             })
             .collect();
+        // sendmmsg stops at the first reply the kernel refuses: that one
+        // is counted and the rest sent after it.
         let mut done = 0;
         while done < transmits.len() {
             match io.send(&transmits[done..]) {
-                Ok(sent) if sent > 0 => done += sent,
-                _ => break,
+                Ok(0) => {
+                    let left = (transmits.len() - done) as u64;
+                    c.tx_ring_full.fetch_add(left, Ordering::Relaxed);
+                    break;
+                }
+                Ok(sent) => {
+                    c.replies.fetch_add(sent as u64, Ordering::Relaxed);
+                    done += sent;
+                }
+                Err(e) => {
+                    unsent(c, &e);
+                    done += 1;
+                }
             }
         }
     }

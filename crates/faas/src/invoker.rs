@@ -71,9 +71,12 @@ pub struct Counters {
     pub unknown_port: AtomicU64,
     /// The function returned an error: dropped.
     pub failed: AtomicU64,
-    /// The reply did not fit in the UMEM frame: dropped.
+    /// The reply did not fit in the UMEM frame, or the request was longer
+    /// than the mmsg backend's 2 KiB receive slot: dropped.
     pub too_large: AtomicU64,
-    /// Replies made but dropped: the TX ring stayed full (AF_XDP only).
+    /// Replies made but not sent: the TX ring stayed full (AF_XDP), or the
+    /// kernel refused the send for a reason other than a broadcast
+    /// destination (socket backends).
     pub tx_ring_full: AtomicU64,
     /// Sent to a broadcast or multicast MAC or IP address: not answered,
     /// or one request would draw a reply from every server (amplification).

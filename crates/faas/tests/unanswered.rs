@@ -165,6 +165,10 @@ fn mac(m: [u8; 6]) -> impl FnOnce(&mut UdpFrameSpec) {
     move |s| s.dst_mac = MacAddr(m)
 }
 
+fn src_mac(m: [u8; 6]) -> impl FnOnce(&mut UdpFrameSpec) {
+    move |s| s.src_mac = MacAddr(m)
+}
+
 fn keep() -> impl FnOnce(&mut UdpFrameSpec) {
     |_| {}
 }
@@ -282,6 +286,40 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Want, Want)> {
             frame("2001:db8::1", "2001:db8::2", zero_port),
             SourcePortZero,
             SourcePortZero,
+        ),
+        // Issue 28: a group source MAC is no host's; the kernel answers
+        // the neighbour's unicast MAC (ARP), the invoker must not answer
+        // the group address (one request, every host on the link).
+        (
+            "v4 from the broadcast MAC",
+            frame("198.18.0.1", "198.18.0.2", src_mac([0xff; 6])),
+            BadSource,
+            Answered,
+        ),
+        (
+            "v4 from a multicast MAC",
+            frame("198.18.0.1", "198.18.0.2", src_mac([1, 0, 0x5e, 0, 0, 1])),
+            BadSource,
+            Answered,
+        ),
+        (
+            "v6 from a multicast MAC",
+            frame(
+                "2001:db8::1",
+                "2001:db8::2",
+                src_mac([0x33, 0x33, 0, 0, 0, 1]),
+            ),
+            BadSource,
+            Answered,
+        ),
+        // Issue 28: the kernel takes a datagram from the subnet's broadcast
+        // address but refuses to send the reply there (EACCES): the socket
+        // backends count it as the invoker does, not as a reply.
+        (
+            "v4 from the subnet broadcast",
+            frame("198.18.0.255", "198.18.0.2", keep()),
+            BadSource,
+            BadSource,
         ),
         // Last: once these are answered, everything before them was seen
         // (one queue, one worker or socket, in order).
@@ -574,5 +612,63 @@ fn requests_larger_than_one_frame_are_counted_not_lost() {
         "xsk_tx_invalid_descs",
     ] {
         assert!(names.contains(&n), "{n} shown");
+    }
+}
+
+/// Issue 28: the mmsg backend receives into 2 KiB slots. A longer request
+/// was answered with the reply to its first 2048 bytes and counted as a
+/// reply; it is counted `too_large` and not answered. A request that fits
+/// is answered whole. The simple socket backend reads 64 KiB and answers
+/// all of them whole.
+#[test]
+fn mmsg_counts_requests_longer_than_its_slot_as_too_large() {
+    if !privileged("mmsg_counts_requests_longer_than_its_slot_as_too_large") {
+        return;
+    }
+    let pair = pair("pg-i28big");
+    let sizes = [2048usize, 2049, 3000, 9000];
+    for backend in ["mmsg", "socket"] {
+        let server = netns::run_in(&pair.b, || {
+            let r = Registry::parse("1232=echo").unwrap();
+            match backend {
+                "socket" => SocketServer::simple(r),
+                _ => SocketServer::mmsg(r, 1, &one_cpu()),
+            }
+        })
+        .unwrap()
+        .unwrap();
+        let c = &server.counters;
+        let sock = netns::run_in(&pair.a, || UdpSocket::bind("198.18.0.1:0"))
+            .unwrap()
+            .unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let to: SocketAddr = "198.18.0.2:1232".parse().unwrap();
+        let mut answered = vec![];
+        let mut buf = vec![0u8; 65536];
+        for (i, &size) in sizes.iter().enumerate() {
+            let req: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
+            sock.send_to(&req, to).unwrap();
+            if let Ok((n, _)) = sock.recv_from(&mut buf) {
+                assert!(
+                    buf[..n] == req[..],
+                    "{backend}: the reply to {size} B is not its echo ({n} B)"
+                );
+                answered.push(size);
+            }
+        }
+        let want_answered: Vec<usize> = match backend {
+            "mmsg" => vec![2048],
+            _ => sizes.to_vec(),
+        };
+        assert_eq!(answered, want_answered, "{backend}: requests answered");
+        let counts = (get(&c.requests), get(&c.replies), get(&c.too_large));
+        let n = sizes.len() as u64;
+        let want = (
+            n,
+            want_answered.len() as u64,
+            n - want_answered.len() as u64,
+        );
+        assert_eq!(counts, want, "{backend}: requests, replies, too_large");
     }
 }
