@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{Limiter, Placement, ResultFile, Run, RunParams, Window};
+use peregrine_lab::results::{Limiter, Placement, ResultFile, Run, RunParams, Values, Window};
 use peregrine_lab::sinks::Sink;
 use peregrine_lab::sinks::XdpSink;
 use peregrine_lab::topology::builtin;
@@ -15,6 +15,8 @@ use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::{measure_trial, DropPoint, DropProbes, SearchParams, TrialSetup};
 use peregrine_lab::{Endpoint, Lab, Topology};
 use peregrine_wire::UdpFrameSpec;
+
+use crate::report::Report;
 
 /// Where benchmarks put their files unless told: never the checkout's
 /// docs/results, which holds the published runs.
@@ -357,23 +359,31 @@ pub struct ResultOutput {
 }
 
 impl ResultOutput {
-    pub(crate) fn write(&self, result: &ResultFile) -> Result<()> {
-        let table = peregrine_lab::compare::report(result);
-        write_outputs(result, &self.dir, &self.stem, self.json, &table)
+    /// Writes `result` of report `R` with its figures, and prints its table.
+    pub(crate) fn write<R: Report>(&self, result: &ResultFile<R::Values>) -> Result<()> {
+        self.write_with_table::<R>(result, &R::table(result))
     }
 
-    /// As `write`, with the benchmark's own `table` for people.
-    pub(crate) fn write_with_table(&self, result: &ResultFile, table: &str) -> Result<()> {
-        write_outputs(result, &self.dir, &self.stem, self.json, table)
+    /// As `write`, with `table` for people instead of the report's.
+    pub(crate) fn write_with_table<R: Report>(
+        &self,
+        result: &ResultFile<R::Values>,
+        table: &str,
+    ) -> Result<()> {
+        let (out, stem) = (&self.dir, &self.stem);
+        write_outputs(result, out, stem, self.json, table, || {
+            crate::report::draw::<R>(result, out, stem)
+        })
     }
 }
 
-fn write_outputs(
-    result: &ResultFile,
+fn write_outputs<V: Values>(
+    result: &ResultFile<V>,
     out: &Path,
     stem: &str,
     json: bool,
     table: &str,
+    plot: impl FnOnce() -> Result<Vec<PathBuf>>,
 ) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let path = out.join(format!("{stem}.json"));
@@ -383,7 +393,7 @@ fn write_outputs(
         out.join(format!("{stem}.cmd")),
         format!("{}\n", result.command),
     )?;
-    let plots = peregrine_lab::plot::plot(result, out, stem)?;
+    let plots = plot()?;
     if json {
         println!("{}", result.to_json());
     } else {

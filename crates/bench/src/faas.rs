@@ -30,9 +30,13 @@ use peregrine_lab::results::{
 use peregrine_lab::trial::{classify, rfc2544_search, SearchParams};
 use peregrine_lab::{Endpoint, Lab, Lifetime};
 
+mod report;
+pub use report::BenchFaas;
+
 use crate::common::{
     builtin_topology, command_line, cpu_count, warn_shortfall, RateSetting, ResultOutput,
 };
+use crate::report::Report;
 
 /// `peregrine bench faas`.
 #[derive(Clone, Debug)]
@@ -524,7 +528,7 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
             drop(lab);
         }
     }
-    let result = ResultFile::new("bench-faas", command_line(), runs);
+    let result = ResultFile::new(BenchFaas::KIND, command_line(), runs);
     if !a.output.json {
         let find_as = |backend: FaasBackend, wasm: bool, size: usize| {
             let c = FaasContender {
@@ -618,7 +622,7 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
             }
         }
     }
-    a.output.write(&result)
+    a.output.write::<BenchFaas>(&result)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::XdpAction;
 use peregrine_host::signals;
 use peregrine_lab::pacing::{Limit, Rate};
-use peregrine_lab::results::{Limiter, Placement, ResultFile, Run};
+use peregrine_lab::results::{Limiter, NoValues, Placement, ResultFile, Run};
 use peregrine_lab::sinks::{Sink, SocketSink};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
 use peregrine_lab::trial::DropProbes;
@@ -18,6 +18,7 @@ use crate::common::{
     builtin_topology, command_line, cpu_count, frame_for, lab_sink, one_trial_run, params,
     path_drops, trial_setup, warn_shortfall, RateSetting, ResultOutput,
 };
+use crate::report::Report;
 
 /// `peregrine bench gen`.
 #[derive(Clone, Debug)]
@@ -239,8 +240,8 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
 
     drop(drops);
     drop(lab);
-    let result = ResultFile::new("bench-gen", command_line(), runs);
-    a.output.write(&result)
+    let result = ResultFile::new(BenchGen::KIND, command_line(), runs);
+    a.output.write::<BenchGen>(&result)
 }
 
 /// Where a `bench gen` trial's frames are counted: the sink, its name in
@@ -381,7 +382,7 @@ pub fn gen(a: GenConfig) -> Result<()> {
         Some(s) => format!("xdp drop sink {s}"),
         None => "none: delivery not counted (no --sink)".into(),
     };
-    let run = Run {
+    let run: Run = Run {
         label,
         params: params(&spec, &sink_desc),
         trials: vec![trial],
@@ -393,7 +394,7 @@ pub fn gen(a: GenConfig) -> Result<()> {
         }),
         ..Default::default()
     };
-    let result = ResultFile::new("gen", command_line(), vec![run]);
+    let result = ResultFile::new(Gen::KIND, command_line(), vec![run]);
     if a.json {
         println!("{}", result.to_json());
     } else {
@@ -429,4 +430,20 @@ pub fn gen(a: GenConfig) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `bench gen`'s result files: the generator's ceiling per backend.
+pub struct BenchGen;
+
+impl Report for BenchGen {
+    const KIND: &'static str = "bench-gen";
+    type Values = NoValues;
+}
+
+/// `peregrine gen --json`'s result: one run.
+pub struct Gen;
+
+impl Report for Gen {
+    const KIND: &'static str = "gen";
+    type Values = NoValues;
 }

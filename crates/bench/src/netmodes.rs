@@ -14,10 +14,14 @@ use peregrine_lab::iopath::IoPath;
 use peregrine_lab::netmodes::{self, run_pair, ModeLab, NetMode, PairRun, PairSpec};
 use peregrine_lab::pacing::{Limit, Rate};
 use peregrine_lab::results::{
-    median, DropCount, Limiter, Placement, ResultFile, Run, RunKey, RunParams, Trial,
+    median, DropCount, Limiter, Placement, ResultFile, Run, RunKey, RunParams, Trial, Values,
 };
 
+use peregrine_lab::plot::{Chart, Figure, Series};
+use serde::{Deserialize, Serialize};
+
 use crate::common::{command_line, ResultOutput};
+use crate::report::Report;
 
 /// The seed's scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,9 +191,9 @@ pub fn bench_netmodes(cfg: NetmodesBenchConfig) -> Result<()> {
             }
         }
     }
-    let result = ResultFile::new("bench-netmodes", command_line(), runs);
+    let result = ResultFile::new(BenchNetmodes::KIND, command_line(), runs);
     cfg.output
-        .write_with_table(&result, &table(&result, &cfg.paths))
+        .write_with_table::<BenchNetmodes>(&result, &table(&result, &cfg.paths))
 }
 
 fn to_run(
@@ -199,7 +203,7 @@ fn to_run(
     spec: &PairSpec,
     fb: f64,
     unavailable: &[netmodes::Unavailable],
-) -> Run {
+) -> Run<NetmodeValues> {
     let el = r.sent.elapsed_s.max(1e-9);
     // Offered over the sender's time, delivered over the delivery window.
     let offered_pps = r.sent.sent as f64 / el;
@@ -249,29 +253,24 @@ fn to_run(
         drops,
         wrong: Some(r.received.corrupt + r.received.duplicates + r.received.out_of_order),
     };
-    let mut values = std::collections::BTreeMap::new();
-    for (k, v) in [
-        ("x", p.x),
-        ("delivered_pps", delivered_pps),
-        ("delivered_gbit_s", delivered_pps * fb * 8.0 / 1e9),
-        ("cpu_ns_per_packet", r.cpu_ns_per_packet()),
-        ("machine_cpu_ns_per_packet", r.machine_cpu_ns_per_packet()),
-        ("sender_cpu_s", r.sent.cpu_s),
-        ("receiver_cpu_s", r.received.cpu_s),
-        ("lost", r.lost as f64),
-        ("lost_sender", r.loss.sender as f64),
-        ("lost_path", r.loss.path as f64),
-        ("lost_receiver", r.loss.receiver as f64),
-        ("lost_unattributed", r.loss.unattributed as f64),
-        ("out_of_order", r.received.out_of_order as f64),
-        ("duplicates", r.received.duplicates as f64),
-        ("corrupt", r.received.corrupt as f64),
-    ] {
-        values.insert(k.to_string(), v);
-    }
-    if let Some(q) = requested {
-        values.insert("pacing_error_pct".into(), (offered_pps - q) / q * 100.0);
-    }
+    let values = NetmodeValues {
+        x: p.x,
+        delivered_pps,
+        delivered_gbit_s: delivered_pps * fb * 8.0 / 1e9,
+        cpu_ns_per_packet: r.cpu_ns_per_packet(),
+        machine_cpu_ns_per_packet: r.machine_cpu_ns_per_packet(),
+        sender_cpu_s: r.sent.cpu_s,
+        receiver_cpu_s: r.received.cpu_s,
+        lost: r.lost as f64,
+        lost_sender: r.loss.sender as f64,
+        lost_path: r.loss.path as f64,
+        lost_receiver: r.loss.receiver as f64,
+        lost_unattributed: r.loss.unattributed as f64,
+        out_of_order: r.received.out_of_order as f64,
+        duplicates: r.received.duplicates as f64,
+        corrupt: r.received.corrupt as f64,
+        pacing_error_pct: requested.map(|q| (offered_pps - q) / q * 100.0),
+    };
     let mut notes = vec![
         format!("mode {}: {}", r.mode, mode_words(r.mode)),
         format!("receiver: {}", r.received.note),
@@ -347,8 +346,11 @@ fn mode_words(m: NetMode) -> &'static str {
     }
 }
 
+/// A run of `bench netmodes`.
+type NRun = Run<NetmodeValues>;
+
 /// A run's contender ("mmap host") split, its scenario label, a value.
-fn keyed(r: &ResultFile) -> Vec<(String, String, String, &Run)> {
+fn keyed(r: &ResultFile<NetmodeValues>) -> Vec<(String, String, String, &NRun)> {
     r.runs
         .iter()
         .filter_map(|run| {
@@ -361,16 +363,16 @@ fn keyed(r: &ResultFile) -> Vec<(String, String, String, &Run)> {
 
 /// Median of `value` over the repeats of (path, mode, scenario label).
 fn med(
-    rows: &[(String, String, String, &Run)],
+    rows: &[(String, String, String, &NRun)],
     path: &str,
     mode: &str,
     sc: &str,
-    value: &str,
+    value: impl Fn(&NetmodeValues) -> Option<f64>,
 ) -> Option<f64> {
     let v: Vec<f64> = rows
         .iter()
         .filter(|r| r.0 == path && r.1 == mode && r.2 == sc)
-        .filter_map(|r| r.3.values.get(value).copied())
+        .filter_map(|r| value(&r.3.values))
         .collect();
     (!v.is_empty()).then(|| median(&v))
 }
@@ -378,7 +380,7 @@ fn med(
 /// Per scenario: delivered kpps per path and mode (medians over repeats),
 /// the ratios the issue asks for, then loss by place, CPU per datagram and
 /// latency.
-pub fn table(r: &ResultFile, paths: &[IoPath]) -> String {
+pub fn table(r: &ResultFile<NetmodeValues>, paths: &[IoPath]) -> String {
     let rows = keyed(r);
     let mut out = String::new();
     let mut scenarios: Vec<String> = Vec::new();
@@ -408,7 +410,7 @@ pub fn table(r: &ResultFile, paths: &[IoPath]) -> String {
     ));
     for sc in &scenarios {
         for m in &modes {
-            let v = |p: &str| med(&rows, p, m, sc, "delivered_pps");
+            let v = |p: &str| med(&rows, p, m, sc, |v| Some(v.delivered_pps));
             if paths.iter().all(|p| v(p.as_str()).is_none()) {
                 continue;
             }
@@ -443,16 +445,18 @@ pub fn table(r: &ResultFile, paths: &[IoPath]) -> String {
                 else {
                     continue;
                 };
-                let g = |k: &str| med(&rows, p, m, sc, k).unwrap_or(0.0);
-                let pace = med(&rows, p, m, sc, "pacing_error_pct")
+                let g = |k: fn(&NetmodeValues) -> f64| {
+                    med(&rows, p, m, sc, |v| Some(k(v))).unwrap_or(0.0)
+                };
+                let pace = med(&rows, p, m, sc, |v| v.pacing_error_pct)
                     .map(|e| format!("{e:+.2}"))
                     .unwrap_or("-".into());
                 let lost = format!(
                     "{}/{}/{}/{}",
-                    g("lost_sender"),
-                    g("lost_path"),
-                    g("lost_receiver"),
-                    g("lost_unattributed")
+                    g(|v| v.lost_sender),
+                    g(|v| v.lost_path),
+                    g(|v| v.lost_receiver),
+                    g(|v| v.lost_unattributed)
                 );
                 let lat = run
                     .trials
@@ -462,8 +466,8 @@ pub fn table(r: &ResultFile, paths: &[IoPath]) -> String {
                     .unwrap_or("-".into());
                 let cpu = format!(
                     "{:.0}/{:.0}",
-                    g("cpu_ns_per_packet"),
-                    g("machine_cpu_ns_per_packet")
+                    g(|v| v.cpu_ns_per_packet),
+                    g(|v| v.machine_cpu_ns_per_packet)
                 );
                 out.push_str(&format!(
                     "{sc:<22} {m:<10} {p:<8} {pace:>8} {lost:>24} {cpu:>14} {lat:>16}\n"
@@ -477,4 +481,144 @@ pub fn table(r: &ResultFile, paths: &[IoPath]) -> String {
         }
     }
     out
+}
+
+/// What a run measured beside its trial, named in the file as before (the
+/// keys of `values`, in their order).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetmodeValues {
+    /// Datagrams corrupted on the way.
+    pub corrupt: f64,
+    /// CPU ns per delivered datagram, sender and receiver threads.
+    pub cpu_ns_per_packet: f64,
+    pub delivered_gbit_s: f64,
+    pub delivered_pps: f64,
+    /// Datagrams received twice.
+    pub duplicates: f64,
+    /// Datagrams lost, all places together, then by place.
+    pub lost: f64,
+    pub lost_path: f64,
+    pub lost_receiver: f64,
+    pub lost_sender: f64,
+    pub lost_unattributed: f64,
+    /// CPU ns per delivered datagram, machine-wide (/proc/stat).
+    pub machine_cpu_ns_per_packet: f64,
+    pub out_of_order: f64,
+    /// Offered over requested rate, % off (paced runs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pacing_error_pct: Option<f64>,
+    pub receiver_cpu_s: f64,
+    pub sender_cpu_s: f64,
+    /// What the scenario varies: datagrams sent (I), the requested rate
+    /// (II), the UDP payload (III).
+    pub x: f64,
+}
+
+impl Values for NetmodeValues {
+    fn is_empty(&self) -> bool {
+        *self == NetmodeValues::default()
+    }
+}
+
+/// `bench netmodes`'s result files: delivered rate per path and mode.
+pub struct BenchNetmodes;
+
+/// The figures, one per scenario of seed 003: (name, scenario, x axis).
+pub const SCENARIO_FIGURES: [(&str, &str, &str); 3] = [
+    ("scenario-i", "I", "datagrams sent"),
+    ("scenario-ii", "II", "offered Mbit/s (measured)"),
+    ("scenario-iii", "III", "UDP payload (bytes)"),
+];
+
+impl Report for BenchNetmodes {
+    const KIND: &'static str = "bench-netmodes";
+    type Values = NetmodeValues;
+
+    /// One chart per scenario; rates and timelines say nothing here.
+    fn figures(r: &ResultFile<NetmodeValues>) -> Vec<Figure> {
+        SCENARIO_FIGURES
+            .iter()
+            .filter_map(|&(name, scenario, x_desc)| {
+                let panels = scenario_panels(r, scenario)?;
+                Some(Figure {
+                    name,
+                    chart: Chart::Panels {
+                        title: format!("{}: scenario {scenario}, delivered kpps", r.kind),
+                        axes: (x_desc.into(), "delivered kpps".into()),
+                        panels,
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+/// Scenario `name`'s runs ("PATH MODE | I|II|III ... | round N"):
+/// delivered kpps per path and mode (median of rounds) against what the
+/// scenario varies (scenario II: the offered rate as measured, so the
+/// unpaced run sits where it saturated), one panel per mode with a line
+/// per path (twenty-five lines on one chart cannot be told apart); None
+/// without runs.
+fn scenario_panels(r: &ResultFile<NetmodeValues>, name: &str) -> Option<Vec<(String, Series)>> {
+    // (contender, point label) -> (xs, ys) over rounds.
+    let mut points: Vec<(String, String, Vec<f64>, Vec<f64>)> = Vec::new();
+    for run in &r.runs {
+        let Some(key) = RunKey::parse(&run.label) else {
+            continue;
+        };
+        if key.scenario.split(' ').next() != Some(name) {
+            continue;
+        }
+        let Some(t) = run.trials.first() else {
+            continue;
+        };
+        let x = if name == "II" {
+            t.offered_bps / 1e6
+        } else {
+            run.values.x
+        };
+        let at = points
+            .iter()
+            .position(|p| p.0 == key.contender && p.1 == key.scenario);
+        let i = at.unwrap_or_else(|| {
+            points.push((key.contender.clone(), key.scenario.clone(), vec![], vec![]));
+            points.len() - 1
+        });
+        points[i].2.push(x);
+        points[i].3.push(t.delivered_pps / 1e3);
+    }
+    if points.is_empty() {
+        return None;
+    }
+    let mut series: Series = Vec::new();
+    for (contender, _, xs, ys) in &points {
+        let p = (median(xs), median(ys));
+        match series.iter_mut().find(|s| &s.0 == contender) {
+            Some(s) => s.1.push(p),
+            None => series.push((contender.clone(), vec![p])),
+        }
+    }
+    let mut modes: Vec<&str> = Vec::new();
+    for (name, _) in &series {
+        let mode = name.split_once(' ').map_or("", |(_, m)| m);
+        if !modes.contains(&mode) {
+            modes.push(mode);
+        }
+    }
+    let panels = modes
+        .iter()
+        .map(|mode| {
+            let of_mode: Series = series
+                .iter()
+                .filter(|(name, _)| name.split_once(' ').map_or("", |(_, m)| m) == *mode)
+                .map(|(name, pts)| {
+                    let path = name.split_once(' ').map_or(name.as_str(), |(p, _)| p);
+                    (path.to_string(), pts.clone())
+                })
+                .collect();
+            (mode.to_string(), of_mode)
+        })
+        .collect();
+    Some(panels)
 }

@@ -24,7 +24,8 @@ use peregrine_bpf::policer::{Exceed, Match, Rate as PolicerRate, Rule};
 use peregrine_host::{netns, signals};
 use peregrine_lab::compare::median;
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{Placement, ResultFile, Run, RunParams, Trial};
+use peregrine_lab::plot::{self, bars_by_key, BarGroup, Chart};
+use peregrine_lab::results::{Placement, ResultFile, Run, RunKey, RunParams, Trial};
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::{Lab, Lifetime};
 use peregrine_qos::attach as policer;
@@ -34,6 +35,8 @@ use crate::common::{
     builtin_topology, command_line, frame_for, params, place, progress_line, shown_trial,
     trial_setup, ChainPath, PlacementConfig, ResultOutput,
 };
+pub use crate::qos_sched::SchedValues;
+use crate::report::Report;
 use crate::tcp::{self, TcpTransfer};
 
 /// `peregrine bench qos`.
@@ -469,7 +472,7 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
     drop(drops);
     drop(sink);
     drop(lab);
-    let result = ResultFile::new("bench-qos", command_line(), runs);
+    let result = ResultFile::new(BenchQos::KIND, command_line(), runs);
     if !a.output.json {
         if !figures.is_empty() {
             summary(&figures);
@@ -478,7 +481,7 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
             crate::qos_sched::summary(&sched_figures);
         }
     }
-    a.output.write(&result)
+    a.output.write::<BenchQos>(&result)
 }
 
 /// The label of contender `c`'s run in `scenario`, `round`, printed as the
@@ -547,4 +550,78 @@ fn summary(figures: &[Figure]) {
         }
         println!("{line}");
     }
+}
+
+/// `bench qos`'s result files: the policer's runs (nothing beside their
+/// trials) and the scheduler part's (its [`SchedValues`]).
+pub struct BenchQos;
+
+/// Delivered in steady state per UDP scenario and contender.
+pub const ACCURACY: &str = "accuracy";
+/// The DUT CPU's busy share per UDP scenario and contender.
+pub const CPU: &str = "cpu";
+
+impl Report for BenchQos {
+    const KIND: &'static str = "bench-qos";
+    type Values = SchedValues;
+
+    /// Its runs compare contenders per rate: the per-trial scatter and
+    /// timeline of 75 runs say nothing there.
+    fn figures(r: &ResultFile<SchedValues>) -> Vec<plot::Figure> {
+        let mut f = Vec::new();
+        if r.runs
+            .iter()
+            .any(|run| RunKey::parse(&run.label).is_some_and(|k| k.scenario.starts_with("udp ")))
+        {
+            for (name, cpu, what, y_desc) in [
+                (
+                    ACCURACY,
+                    false,
+                    "delivered in steady state (UDP offered at 2x the rate)",
+                    "delivered (Mbit/s of frames, no FCS)",
+                ),
+                (
+                    CPU,
+                    true,
+                    "DUT CPU busy at the same offered load (UDP at 2x the rate)",
+                    "DUT CPU busy (%)",
+                ),
+            ] {
+                let (legend, groups) = udp_groups(r, cpu);
+                let base = legend.first().map(String::as_str).unwrap_or("-");
+                f.push(plot::Figure {
+                    name,
+                    chart: Chart::Bars {
+                        title: format!("{}: {what}; ratio to {base}", r.kind),
+                        y_desc: y_desc.into(),
+                        legend,
+                        groups,
+                    },
+                });
+            }
+        }
+        f.extend(crate::qos_sched::figures(r));
+        f
+    }
+}
+
+/// Per UDP scenario and contender, the delivered rate in steady state
+/// (Mbit/s of frames without FCS) or the DUT CPU's busy share (`cpu`),
+/// medians over rounds with min-max.
+fn udp_groups(r: &ResultFile<SchedValues>, cpu: bool) -> (Vec<String>, Vec<BarGroup>) {
+    bars_by_key(r, |key, run| {
+        if !key.scenario.starts_with("udp ") {
+            return None;
+        }
+        let t = run.trials.first()?;
+        Some(if cpu {
+            let core = run
+                .placement
+                .as_ref()
+                .and_then(|p| p.dut_cpus.first().copied());
+            core.map_or(f64::NAN, |c| t.busy_pct(c))
+        } else {
+            t.steady_delivered_pps() * (run.params.mean_frame_bytes - 4.0) * 8.0 / 1e6
+        })
+    })
 }

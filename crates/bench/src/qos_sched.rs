@@ -32,7 +32,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use peregrine_bpf::gen::{FlowVary, FrameSizes};
 use peregrine_host::{netns, signals};
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{Placement, Run, RunParams};
+use peregrine_lab::plot::{bars_by_key, Chart, Figure};
+use peregrine_lab::results::{Placement, ResultFile, Run, RunParams, Values};
 use peregrine_lab::sinks::XdpSink;
 use peregrine_lab::topology::Endpoint;
 use peregrine_lab::traffic::{Generator, TrafficSpec};
@@ -42,6 +43,7 @@ use peregrine_qos::attach as policer;
 use peregrine_qos::serve::{serve, ServeOptions};
 use peregrine_qos::PolicerConfig;
 use peregrine_wire::UdpFrameSpec;
+use serde::{Deserialize, Serialize};
 
 use crate::common::{params, place, progress_line, shown_trial, trial_setup};
 use crate::tcp::{finish, Reaped};
@@ -369,6 +371,107 @@ fn share_of(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>, class
     d(class) / all.max(1.0)
 }
 
+/// What a run of the scheduler part measured beside its trial, named in
+/// the file as before (the keys of `values`, in their order); each
+/// scenario fills its own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedValues {
+    /// Bulk's delivered Mbit/s of frames (priority).
+    #[serde(
+        rename = "bulk delivered mbit/s",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub bulk_delivered_mbit_s: Option<f64>,
+    /// Delivered Gbit/s of frames in steady state (WFQ, UDP).
+    #[serde(
+        rename = "delivered gbit/s",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub delivered_gbit_s: Option<f64>,
+    /// Delivered Mpps in steady state (saturation).
+    #[serde(
+        rename = "delivered mpps",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub delivered_mpps: Option<f64>,
+    /// The DUT CPU's busy share (WFQ, UDP).
+    #[serde(rename = "dut cpu %", default, skip_serializing_if = "Option::is_none")]
+    pub dut_cpu_pct: Option<f64>,
+    /// That share per Gbit/s delivered.
+    #[serde(
+        rename = "dut cpu % per gbit/s",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub dut_cpu_pct_per_gbit_s: Option<f64>,
+    /// The gold class's share of what left (WFQ).
+    #[serde(
+        rename = "gold share",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub gold_share: Option<f64>,
+    /// Both TCP flows' goodput (WFQ, TCP).
+    #[serde(
+        rename = "goodput mbit/s",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub goodput_mbit_s: Option<f64>,
+    /// Frames on the link, Mbit/s (WFQ, TCP).
+    #[serde(
+        rename = "link mbit/s",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub link_mbit_s: Option<f64>,
+    /// Share of pings lost under the flood (priority).
+    #[serde(
+        rename = "ping lost loaded",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ping_lost_loaded: Option<f64>,
+    /// Ping p99 without load, us (priority).
+    #[serde(
+        rename = "ping p99 idle us",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ping_p99_idle_us: Option<f64>,
+    /// Ping p99 under the flood over idle (priority).
+    #[serde(
+        rename = "ping p99 loaded / idle",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ping_p99_loaded_over_idle: Option<f64>,
+    /// Ping p99 under the flood, us (priority).
+    #[serde(
+        rename = "ping p99 loaded us",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ping_p99_loaded_us: Option<f64>,
+    /// Voice's delivered share of what it offered (priority).
+    #[serde(
+        rename = "voice delivered / offered",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub voice_delivered_over_offered: Option<f64>,
+}
+
+impl Values for SchedValues {
+    fn is_empty(&self) -> bool {
+        *self == SchedValues::default()
+    }
+}
+
 /// What the scheduler part needs of the bench's lab.
 pub(crate) struct Path<'a> {
     pub lab: &'a Lab,
@@ -386,7 +489,7 @@ pub(crate) struct Path<'a> {
 pub(crate) struct SchedFigure {
     pub scenario: String,
     pub contender: SchedContender,
-    pub values: BTreeMap<String, f64>,
+    pub values: SchedValues,
 }
 
 const CONTENDERS: [SchedContender; 2] = [SchedContender::Htb, SchedContender::Scheduler];
@@ -398,8 +501,8 @@ fn run_of(
     params: RunParams,
     trials: Vec<peregrine_lab::results::Trial>,
     placement: Placement,
-    values: BTreeMap<String, f64>,
-) -> Run {
+    values: SchedValues,
+) -> Run<SchedValues> {
     Run {
         label,
         params,
@@ -413,13 +516,13 @@ fn run_of(
 
 /// Where a round's runs go, and their figures for the summary.
 struct Rec<'a> {
-    runs: &'a mut Vec<Run>,
+    runs: &'a mut Vec<Run<SchedValues>>,
     figures: &'a mut Vec<SchedFigure>,
 }
 
 impl Rec<'_> {
     /// Keeps `run` and its figures under `scenario`.
-    fn add(&mut self, scenario: &str, contender: SchedContender, run: Run) {
+    fn add(&mut self, scenario: &str, contender: SchedContender, run: Run<SchedValues>) {
         self.figures.push(SchedFigure {
             scenario: scenario.to_string(),
             contender,
@@ -439,7 +542,7 @@ impl Rec<'_> {
         spec: &TrafficSpec,
         t: peregrine_lab::results::Trial,
         placement: Placement,
-        values: BTreeMap<String, f64>,
+        values: SchedValues,
     ) {
         let params = params(spec, "xdp drop sink sink:eth0");
         self.add(
@@ -462,7 +565,7 @@ pub(crate) fn round(
     p: &Path,
     link: u64,
     round: u32,
-    runs: &mut Vec<Run>,
+    runs: &mut Vec<Run<SchedValues>>,
     figures: &mut Vec<SchedFigure>,
 ) -> Result<()> {
     let mut rec = Rec { runs, figures };
@@ -547,17 +650,17 @@ pub(crate) fn round(
         let after = class_bytes(c, &dut, &set)?;
         let gbit = t.steady_delivered_pps() * counted * 8.0 / 1e9;
         let cpu = p.dut_cpu.map_or(f64::NAN, |cpu| t.busy_pct(cpu));
-        let values = BTreeMap::from([
-            ("gold share".to_string(), share_of(&before, &after, "gold")),
-            ("delivered gbit/s".to_string(), gbit),
-            ("dut cpu %".to_string(), cpu),
-            ("dut cpu % per gbit/s".to_string(), cpu / gbit.max(1e-9)),
-        ]);
+        let (gold, per_gbit) = (share_of(&before, &after, "gold"), cpu / gbit.max(1e-9));
+        let values = SchedValues {
+            gold_share: Some(gold),
+            delivered_gbit_s: Some(gbit),
+            dut_cpu_pct: Some(cpu),
+            dut_cpu_pct_per_gbit_s: Some(per_gbit),
+            ..Default::default()
+        };
         eprintln!(
-            "  gold's share {:.4}, {:.1} Mbit/s delivered, DUT cpu {cpu:.1}% = {:.1}% per Gbit/s",
-            values["gold share"],
+            "  gold's share {gold:.4}, {:.1} Mbit/s delivered, DUT cpu {cpu:.1}% = {per_gbit:.1}% per Gbit/s",
             gbit * 1e3,
-            values["dut cpu % per gbit/s"]
         );
         rec.trial(&scenario, c, label, &spec, t, placement, values);
     }
@@ -589,14 +692,12 @@ pub(crate) fn round(
             * 8.0
             / mid.as_secs_f64()
             / 1e6;
-        let values = BTreeMap::from([
-            ("gold share".to_string(), gold),
-            ("link mbit/s".to_string(), link_mbit),
-            (
-                "goodput mbit/s".to_string(),
-                got.iter().map(|g| g.1).sum::<f64>() / 1e6,
-            ),
-        ]);
+        let values = SchedValues {
+            gold_share: Some(gold),
+            link_mbit_s: Some(link_mbit),
+            goodput_mbit_s: Some(got.iter().map(|g| g.1).sum::<f64>() / 1e6),
+            ..Default::default()
+        };
         eprintln!("  gold's share {gold:.4}, {link_mbit:.1} Mbit/s of frames on the link");
         let placement = notes(p.lab, c, &format!("two iperf3 TCP flows gen -> sink, ports 5401 (gold) / 5402 (silver), {} s; share from the class counters over the middle {} s", p.tcp_time.as_secs(), mid.as_secs()));
         let params = tcp_params("2 iperf3 flows");
@@ -674,20 +775,15 @@ pub(crate) fn round(
         let voice = flows.finish()?;
         // iperf3's rate is of UDP payload, as is what it reports received.
         let delivered = voice.first().map_or(0.0, |v| v.1) / voice_rate as f64;
-        let values = BTreeMap::from([
-            ("voice delivered / offered".to_string(), delivered),
-            ("ping p99 idle us".to_string(), idle),
-            ("ping p99 loaded us".to_string(), loaded),
-            (
-                "ping p99 loaded / idle".to_string(),
-                loaded / idle.max(1e-9),
-            ),
-            ("ping lost loaded".to_string(), ping_lost),
-            (
-                "bulk delivered mbit/s".to_string(),
-                t.steady_delivered_pps() * counted * 8.0 / 1e6,
-            ),
-        ]);
+        let values = SchedValues {
+            voice_delivered_over_offered: Some(delivered),
+            ping_p99_idle_us: Some(idle),
+            ping_p99_loaded_us: Some(loaded),
+            ping_p99_loaded_over_idle: Some(loaded / idle.max(1e-9)),
+            ping_lost_loaded: Some(ping_lost),
+            bulk_delivered_mbit_s: Some(t.steady_delivered_pps() * counted * 8.0 / 1e6),
+            ..Default::default()
+        };
         eprintln!("  voice got {delivered:.4} of what it offered; ping p99 {loaded:.0} us loaded vs {idle:.0} us idle ({:.2}x), {:.1}% of pings lost", loaded / idle.max(1e-9),
             ping_lost * 100.0);
         rec.trial(&scenario, c, label, &spec, t, placement, values);
@@ -728,8 +824,10 @@ pub(crate) fn round(
             let label = crate::common::announce(c.label(), &scenario, round);
             let setup = trial_setup(&gen, p.sink, p.drops, p.trial, size as f64, 1.0);
             let t = shown_trial(&setup, &label, "max", Rate::Max, &mut progress_line(&label))?;
-            let values =
-                BTreeMap::from([("delivered mpps".to_string(), t.steady_delivered_pps() / 1e6)]);
+            let values = SchedValues {
+                delivered_mpps: Some(t.steady_delivered_pps() / 1e6),
+                ..Default::default()
+            };
             eprintln!("  delivered {:.3} Mpps", t.steady_delivered_pps() / 1e6);
             rec.trial(&scenario, c, label, &spec, t, placement, values);
         }
@@ -872,11 +970,90 @@ pub(crate) fn summary(figures: &[SchedFigure]) {
                 .collect();
             let Some(first) = of.first() else { continue };
             line.push_str(&format!("\n  {}:", c.label()));
-            for k in first.values.keys() {
-                let v: Vec<f64> = of.iter().filter_map(|f| f.values.get(k).copied()).collect();
+            for (k, _) in first.values.named() {
+                let v: Vec<f64> = of
+                    .iter()
+                    .flat_map(|f| f.values.named())
+                    .filter(|(name, _)| *name == k)
+                    .map(|(_, v)| v)
+                    .collect();
                 line.push_str(&format!(" {k} {:.4};", peregrine_lab::compare::median(&v)));
             }
         }
         println!("{line}");
     }
+}
+
+/// The gold class's share under WFQ overload.
+pub const SHARES: &str = "shares";
+/// DUT CPU per Gbit/s under WFQ.
+pub const WFQ_CPU: &str = "wfq-cpu";
+/// Voice's ping p99 under a bulk flood over idle.
+pub const PRIORITY: &str = "priority";
+/// Delivered with one class that never binds.
+pub const SATURATION: &str = "saturation";
+
+/// The scheduler part's figures: (name, title, y axis, the value, the
+/// scenarios' prefix).
+type SchedFigureSpec = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&SchedValues) -> Option<f64>,
+    &'static str,
+);
+
+const SCHED_FIGURES: [SchedFigureSpec; 4] = [
+    (
+        SHARES,
+        "WFQ 80/20 under overload: the gold class's share of what left",
+        "gold share",
+        |v| v.gold_share,
+        "wfq",
+    ),
+    (
+        WFQ_CPU,
+        "WFQ 80/20, UDP: DUT CPU busy per Gbit/s delivered",
+        "DUT CPU % per Gbit/s",
+        |v| v.dut_cpu_pct_per_gbit_s,
+        "wfq",
+    ),
+    (
+        PRIORITY,
+        "Strict priority: voice's ping p99 under a bulk flood over its idle p99",
+        "p99 loaded / idle",
+        |v| v.ping_p99_loaded_over_idle,
+        "priority",
+    ),
+    (
+        SATURATION,
+        "Saturation: delivered with one class that never binds",
+        "delivered (Mpps)",
+        |v| v.delivered_mpps,
+        "saturation",
+    ),
+];
+
+/// Bars per scenario and contender of each figure the runs have a value
+/// for, ratios to each group's first bar.
+pub(crate) fn figures(r: &ResultFile<SchedValues>) -> Vec<Figure> {
+    SCHED_FIGURES
+        .iter()
+        .filter(|f| r.runs.iter().any(|run| f.3(&run.values).is_some()))
+        .map(|&(name, title, y, value, prefix)| {
+            let (legend, groups) = bars_by_key(r, |key, run| {
+                value(&run.values).filter(|_| key.scenario.starts_with(prefix))
+            });
+            let first = legend.first().map(String::as_str).unwrap_or("-");
+            Figure {
+                name,
+                chart: Chart::Bars {
+                    title: format!("{}: {title}; ratio to {first}", r.kind),
+                    y_desc: y.into(),
+                    legend,
+                    groups,
+                },
+            }
+        })
+        .collect()
 }

@@ -19,9 +19,12 @@ use peregrine_host::{netns, signals};
 use peregrine_lab::compare::runs_by_key;
 use peregrine_lab::lab::{Lab, Lifetime};
 use peregrine_lab::measure::CpuSnapshot;
-use peregrine_lab::results::{median, Placement, ResultFile, Run, RunKey, RunParams};
+use peregrine_lab::plot::{bars_by_key, Bar, BarGroup, Chart, Figure};
+use peregrine_lab::results::{median, Placement, ResultFile, Run, RunKey, RunParams, Values};
+use serde::{Deserialize, Serialize};
 
 use crate::common::{builtin_topology, command_line, ResultOutput};
+use crate::report::Report;
 use crate::tcp::{finish, Reaped};
 
 /// How quinn's datagrams move, at both ends of a contender.
@@ -254,10 +257,7 @@ pub fn bench_quic(cfg: QuicBenchConfig) -> Result<()> {
                 .with_context(|| format!("{}, round {round}", s.contender))?;
             eprintln!(
                 "    {:.0} Mbit/s, {:.2} CPU-s per GB (server {:.2}, client {:.2})",
-                f.values["goodput mbit/s"],
-                f.values["machine cpu-s/gb"],
-                f.values["server cpu-s/gb"],
-                f.values["client cpu-s/gb"]
+                f.goodput_mbit_s, f.machine_cpu_s_gb, f.server_cpu_s_gb, f.client_cpu_s_gb
             );
             runs.push(Run {
                 label: key.label(),
@@ -271,14 +271,14 @@ pub fn bench_quic(cfg: QuicBenchConfig) -> Result<()> {
                     sink: "quic get".into(),
                     sent: true,
                 },
-                values: f.values,
+                values: f,
                 placement: Some(placement(s)),
                 ..Default::default()
             });
         }
     }
-    let result = ResultFile::new("bench-quic", command_line(), runs);
-    cfg.output.write_with_table(&result, &table(&result))
+    let result = ResultFile::new(BenchQuic::KIND, command_line(), runs);
+    cfg.output.write::<BenchQuic>(&result)
 }
 
 /// Where a run's parties ran and what the lab tunes: nothing.
@@ -320,9 +320,105 @@ fn tool_available(name: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// One download's figures, by name.
-struct Figures {
-    values: std::collections::BTreeMap<String, f64>,
+/// One download's figures, named in the file as before (the keys of
+/// `values`, in their order).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuicValues {
+    /// Body bytes downloaded.
+    pub bytes: f64,
+    /// The client process's CPU-seconds per GB.
+    #[serde(rename = "client cpu-s/gb")]
+    pub client_cpu_s_gb: f64,
+    /// Body bits over the time from request to the body's end, Mbit/s.
+    #[serde(rename = "goodput mbit/s")]
+    pub goodput_mbit_s: f64,
+    /// The machine's busy CPU-seconds per GB (both ends and the kernel).
+    #[serde(rename = "machine cpu-s/gb")]
+    pub machine_cpu_s_gb: f64,
+    /// perf's share of busy samples per category ([`CATEGORIES`]), %.
+    #[serde(
+        rename = "perf % QUIC+HTTP/3",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub perf_quic: Option<f64>,
+    #[serde(
+        rename = "perf % copies",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub perf_copies: Option<f64>,
+    #[serde(
+        rename = "perf % crypto",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub perf_crypto: Option<f64>,
+    #[serde(
+        rename = "perf % other",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub perf_other: Option<f64>,
+    #[serde(
+        rename = "perf % packet I/O, kernel",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub perf_io_kernel: Option<f64>,
+    #[serde(
+        rename = "perf % packet I/O, user",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub perf_io_user: Option<f64>,
+    #[serde(
+        rename = "perf % runtime",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub perf_runtime: Option<f64>,
+    /// Seconds from request to the body's end.
+    pub seconds: f64,
+    /// The server process's CPU-seconds per GB.
+    #[serde(rename = "server cpu-s/gb")]
+    pub server_cpu_s_gb: f64,
+}
+
+impl Values for QuicValues {
+    fn is_empty(&self) -> bool {
+        *self == QuicValues::default()
+    }
+}
+
+impl QuicValues {
+    /// The perf shares, in the order of [`CATEGORIES`].
+    pub fn perf(&self) -> [Option<f64>; CATEGORIES.len()] {
+        [
+            self.perf_crypto,
+            self.perf_quic,
+            self.perf_io_user,
+            self.perf_io_kernel,
+            self.perf_copies,
+            self.perf_runtime,
+            self.perf_other,
+        ]
+    }
+
+    /// Sets the perf shares from `shares` (category, %), as [`categorize`]
+    /// gives them.
+    fn set_perf(&mut self, shares: &[(&str, f64)]) {
+        let [crypto, quic, io_user, io_kernel, copies, runtime, other] =
+            CATEGORIES.map(|c| shares.iter().find(|s| s.0 == c).map(|s| s.1));
+        (self.perf_crypto, self.perf_quic) = (crypto, quic);
+        (self.perf_io_user, self.perf_io_kernel) = (io_user, io_kernel);
+        (self.perf_copies, self.perf_runtime, self.perf_other) = (copies, runtime, other);
+    }
+
+    fn has_perf(&self) -> bool {
+        self.perf().iter().any(Option::is_some)
+    }
 }
 
 /// Reads a child's stderr until a line starting with `prefix`; the lines
@@ -375,7 +471,12 @@ fn process_cpu(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / hz
 }
 
-fn download(cfg: &QuicBenchConfig, s: &Setup, check: Option<&str>, perf: bool) -> Result<Figures> {
+fn download(
+    cfg: &QuicBenchConfig,
+    s: &Setup,
+    check: Option<&str>,
+    perf: bool,
+) -> Result<QuicValues> {
     let mut topo = builtin_topology("pair", "benchquic")?;
     topo.links[0].queues = s.queues;
     let lab = Lab::up(topo, Lifetime::Ephemeral)?;
@@ -474,23 +575,19 @@ fn download(cfg: &QuicBenchConfig, s: &Setup, check: Option<&str>, perf: bool) -
     let seconds = v["seconds"].as_f64().unwrap_or(f64::NAN);
     let gb = cfg.size as f64 / 1e9;
     let busy: f64 = cores.iter().map(|c| (100.0 - c.idle_pct) / 100.0).sum();
-    let mut values = std::collections::BTreeMap::new();
-    values.insert("bytes".into(), cfg.size as f64);
-    values.insert("seconds".into(), seconds);
-    values.insert(
-        "goodput mbit/s".into(),
-        cfg.size as f64 * 8.0 / seconds / 1e6,
-    );
-    values.insert("machine cpu-s/gb".into(), busy * wall / gb);
-    values.insert("server cpu-s/gb".into(), server_cpu / gb);
-    values.insert(
-        "client cpu-s/gb".into(),
-        v["cpu_seconds"].as_f64().unwrap_or(f64::NAN) / gb,
-    );
-    for (cat, share) in shares.into_iter().flatten() {
-        values.insert(format!("perf % {cat}"), share);
+    let mut values = QuicValues {
+        bytes: cfg.size as f64,
+        seconds,
+        goodput_mbit_s: cfg.size as f64 * 8.0 / seconds / 1e6,
+        machine_cpu_s_gb: busy * wall / gb,
+        server_cpu_s_gb: server_cpu / gb,
+        client_cpu_s_gb: v["cpu_seconds"].as_f64().unwrap_or(f64::NAN) / gb,
+        ..Default::default()
+    };
+    if let Some(shares) = shares {
+        values.set_perf(&shares);
     }
-    Ok(Figures { values })
+    Ok(values)
 }
 
 fn perf_file(contender: &str) -> PathBuf {
@@ -675,21 +772,15 @@ pub fn categorize(report: &str) -> Vec<(&'static str, f64)> {
 /// The table for people: per contender the median goodput and CPU per GB
 /// over the rounds (min..max), the ratio to the group's first contender
 /// and to kernel-gso in the main group, then the perf shares.
-pub fn table(r: &ResultFile) -> String {
+pub fn table(r: &ResultFile<QuicValues>) -> String {
     let groups = runs_by_key(r);
-    let med = |runs: &[&Run], key: &str| {
-        median(
-            &runs
-                .iter()
-                .filter_map(|r| r.values.get(key).copied())
-                .collect::<Vec<_>>(),
-        )
+    type Value = fn(&QuicValues) -> f64;
+    let goodput: Value = |v| v.goodput_mbit_s;
+    let med = |runs: &[&QRun], key: Value| {
+        median(&runs.iter().map(|r| key(&r.values)).collect::<Vec<_>>())
     };
-    let span = |runs: &[&Run], key: &str| {
-        let v: Vec<f64> = runs
-            .iter()
-            .filter_map(|r| r.values.get(key).copied())
-            .collect();
+    let span = |runs: &[&QRun], key: Value| {
+        let v: Vec<f64> = runs.iter().map(|r| key(&r.values)).collect();
         let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = v.iter().copied().fold(0.0, f64::max);
         format!("{lo:.0}..{hi:.0}")
@@ -707,9 +798,9 @@ pub fn table(r: &ResultFile) -> String {
             "  {:<w$} {:>7} {:>12} {:>10} {:>10} {:>12} {:>12} {:>12}\n",
             "contender", "rounds", "Mbit/s", "range", "ratio", "CPU-s/GB", "server", "client"
         ));
-        let base = cs.first().map(|(_, v)| med(v, "goodput mbit/s"));
+        let base = cs.first().map(|(_, v)| med(v, goodput));
         for (c, v) in cs {
-            let m = med(v, "goodput mbit/s");
+            let m = med(v, goodput);
             let ratio = match base {
                 Some(b) if b > 0.0 => format!("{:.2}x", m / b),
                 _ => "n/a".into(),
@@ -719,17 +810,17 @@ pub fn table(r: &ResultFile) -> String {
                 c,
                 v.len(),
                 m,
-                span(v, "goodput mbit/s"),
+                span(v, goodput),
                 ratio,
-                med(v, "machine cpu-s/gb"),
-                med(v, "server cpu-s/gb"),
-                med(v, "client cpu-s/gb"),
+                med(v, |v| v.machine_cpu_s_gb),
+                med(v, |v| v.server_cpu_s_gb),
+                med(v, |v| v.client_cpu_s_gb),
             ));
         }
         let find = |name: &str| {
             cs.iter()
                 .find(|(c, _)| c == name)
-                .map(|(_, v)| med(v, "goodput mbit/s"))
+                .map(|(_, v)| med(v, goodput))
         };
         if let Some(a) = find("afxdp") {
             for other in ["kernel-nogso", "kernel-gso", "kernel-gso-segmented"] {
@@ -738,13 +829,9 @@ pub fn table(r: &ResultFile) -> String {
                 }
             }
         }
-        let perf: Vec<(&String, &Run)> = cs
+        let perf: Vec<(&String, &QRun)> = cs
             .iter()
-            .filter_map(|(c, v)| {
-                v.iter()
-                    .find(|r| r.values.keys().any(|k| k.starts_with("perf % ")))
-                    .map(|r| (c, *r))
-            })
+            .filter_map(|(c, v)| v.iter().find(|r| r.values.has_perf()).map(|r| (c, *r)))
             .collect();
         if !perf.is_empty() {
             out.push_str(&format!(
@@ -757,8 +844,7 @@ pub fn table(r: &ResultFile) -> String {
             out.push('\n');
             for (c, run) in perf {
                 out.push_str(&format!("  {c:<w$}"));
-                for cat in CATEGORIES {
-                    let v = run.values.get(&format!("perf % {cat}")).copied();
+                for v in run.values.perf() {
                     out.push_str(&format!(" {:>10.1}", v.unwrap_or(0.0)));
                 }
                 out.push('\n');
@@ -774,6 +860,113 @@ pub fn table(r: &ResultFile) -> String {
          has the server's veth segment them (tx-udp-segmentation off), so datagrams cross.\n",
     );
     out
+}
+
+/// A run of `bench quic`.
+type QRun = Run<QuicValues>;
+
+/// `bench quic`'s result files: goodput and CPU per download.
+pub struct BenchQuic;
+
+/// Goodput per group and contender.
+pub const GOODPUT: &str = "goodput";
+/// Machine CPU per GB per group and contender.
+pub const CPU: &str = "cpu";
+/// Where the busy CPU went (perf), per contender.
+pub const PERF: &str = "perf";
+
+impl Report for BenchQuic {
+    const KIND: &'static str = "bench-quic";
+    type Values = QuicValues;
+
+    fn table(r: &ResultFile<QuicValues>) -> String {
+        table(r)
+    }
+
+    fn figures(r: &ResultFile<QuicValues>) -> Vec<Figure> {
+        let bars = |name, title: &str, y_desc: &str, value: fn(&QuicValues) -> f64| {
+            let (legend, groups) = bars_by_key(r, |_, run| Some(value(&run.values)));
+            Figure {
+                name,
+                chart: Chart::Bars {
+                    title: format!("{}: {title}", r.kind),
+                    y_desc: y_desc.into(),
+                    legend,
+                    groups,
+                },
+            }
+        };
+        let mut f = vec![
+            bars(
+                GOODPUT,
+                "HTTP/3 download goodput, median of the rounds (min-max); ratio to each group's first",
+                "goodput (Mbit/s)",
+                |v| v.goodput_mbit_s,
+            ),
+            bars(
+                CPU,
+                "machine CPU per GB downloaded (both ends and the kernel); ratio to each group's first",
+                "CPU-seconds per GB",
+                |v| v.machine_cpu_s_gb,
+            ),
+        ];
+        if r.runs.iter().any(|run| run.values.has_perf()) {
+            f.push(perf_figure(r));
+        }
+        f
+    }
+}
+
+/// `--perf`: per contender (the first run that has shares), a bar per CPU
+/// category, categories in the order of their names.
+fn perf_figure(r: &ResultFile<QuicValues>) -> Figure {
+    let mut order: Vec<usize> = (0..CATEGORIES.len()).collect();
+    order.sort_by_key(|&i| CATEGORIES[i]);
+    let mut categories: Vec<String> = Vec::new();
+    let mut groups: Vec<BarGroup> = Vec::new();
+    for run in &r.runs {
+        let Some(key) = RunKey::parse(&run.label) else {
+            continue;
+        };
+        if groups.iter().any(|g| g.label == key.contender) {
+            continue;
+        }
+        let shares = run.values.perf();
+        let mut bars = Vec::new();
+        for &i in &order {
+            let Some(v) = shares[i] else { continue };
+            let cat = CATEGORIES[i];
+            let ci = match categories.iter().position(|c| c == cat) {
+                Some(ci) => ci,
+                None => {
+                    categories.push(cat.to_string());
+                    categories.len() - 1
+                }
+            };
+            bars.push(Bar {
+                contender: ci,
+                median: v,
+                min: v,
+                max: v,
+                note: format!("{v:.0}"),
+            });
+        }
+        if !bars.is_empty() {
+            groups.push(BarGroup {
+                label: key.contender,
+                bars,
+            });
+        }
+    }
+    Figure {
+        name: PERF,
+        chart: Chart::Bars {
+            title: format!("{}: where the busy CPU went (perf, first round)", r.kind),
+            y_desc: "% of busy samples".into(),
+            legend: categories,
+            groups,
+        },
+    }
 }
 
 fn short(cat: &str) -> &str {

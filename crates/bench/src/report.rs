@@ -1,8 +1,91 @@
-//! `peregrine report`: plots (and tables) redrawn from result files.
+//! What each benchmark's result file is and shows: the [`Report`] trait
+//! (its kind, its typed values, its table and figures), and `peregrine
+//! report`, which redraws plots (and prints tables) from result files,
+//! choosing the report by the file's kind in one place ([`REPORTS`]).
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use peregrine_lab::results::ResultFile;
+use peregrine_lab::compare::{self, RateUnit};
+use peregrine_lab::plot::{self, Figure};
+use peregrine_lab::results::{self, NoValues, ResultFile, Values};
+
+/// A benchmark's result file: what it is called, what its runs measure
+/// beside their trials, and the table and figures it is shown as.
+pub trait Report {
+    /// The `kind` its result files carry.
+    const KIND: &'static str;
+    /// The unit its RFC 2544 rates are shown in.
+    const RATE_UNIT: RateUnit = RateUnit::MPPS;
+    /// What its runs measure beside their trials.
+    type Values: Values;
+
+    /// The table for people.
+    fn table(r: &ResultFile<Self::Values>) -> String {
+        compare::report(r, Self::RATE_UNIT)
+    }
+
+    /// Its figures (TCP transfers, where runs carried them, come after
+    /// these in every report: [`figures`]).
+    fn figures(r: &ResultFile<Self::Values>) -> Vec<Figure> {
+        vec![plot::rates(r, Self::RATE_UNIT), plot::timeline(r)]
+    }
+}
+
+/// Every figure of `r`: the report's own, then the TCP transfers.
+pub fn figures<R: Report>(r: &ResultFile<R::Values>) -> Vec<Figure> {
+    let mut f = R::figures(r);
+    f.extend(plot::tcp(r, R::RATE_UNIT));
+    f
+}
+
+/// Draws every figure of `r` into `dir` as `<stem>-<figure>.{png,svg}`.
+pub(crate) fn draw<R: Report>(
+    r: &ResultFile<R::Values>,
+    dir: &Path,
+    stem: &str,
+) -> Result<Vec<PathBuf>> {
+    Ok(plot::draw(r, &figures::<R>(r), dir, stem)?)
+}
+
+/// Result files of kinds no benchmark here writes (`faas load`'s): the
+/// table and the rates and timeline.
+pub struct Other;
+
+impl Report for Other {
+    const KIND: &'static str = "";
+    type Values = NoValues;
+}
+
+/// Reads a result file of report `R`, draws its figures and returns its
+/// table and the plots written.
+fn show<R: Report>(text: &str, dir: &Path, stem: &str) -> Result<(String, Vec<PathBuf>)> {
+    let r = ResultFile::<R::Values>::from_json(text).map_err(anyhow::Error::msg)?;
+    let written = draw::<R>(&r, dir, stem)?;
+    Ok((R::table(&r), written))
+}
+
+type Show = fn(&str, &Path, &str) -> Result<(String, Vec<PathBuf>)>;
+
+/// The report of each kind of result file.
+pub const REPORTS: [(&str, Show); 8] = [
+    (crate::gen::Gen::KIND, show::<crate::gen::Gen>),
+    (crate::gen::BenchGen::KIND, show::<crate::gen::BenchGen>),
+    (
+        crate::showcase::Showcase::KIND,
+        show::<crate::showcase::Showcase>,
+    ),
+    (
+        crate::router::BenchRouter::KIND,
+        show::<crate::router::BenchRouter>,
+    ),
+    (crate::faas::BenchFaas::KIND, show::<crate::faas::BenchFaas>),
+    (crate::qos::BenchQos::KIND, show::<crate::qos::BenchQos>),
+    (crate::quic::BenchQuic::KIND, show::<crate::quic::BenchQuic>),
+    (
+        crate::netmodes::BenchNetmodes::KIND,
+        show::<crate::netmodes::BenchNetmodes>,
+    ),
+];
 
 /// `peregrine report`.
 #[derive(Clone, Debug)]
@@ -21,8 +104,6 @@ pub fn report(a: ReportConfig) -> Result<()> {
     for f in &a.files {
         let text =
             std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        let r =
-            ResultFile::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
         let dir = a
             .out
             .clone()
@@ -31,13 +112,18 @@ pub fn report(a: ReportConfig) -> Result<()> {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "result".into());
-        written.extend(peregrine_lab::plot::plot(&r, &dir, &stem)?);
+        // A file of no known kind is checked as a plain one (the schema
+        // names what is wrong).
+        let kind = results::kind_of(&text).unwrap_or_default();
+        let show = REPORTS
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map_or(show::<Other> as Show, |(_, s)| *s);
+        let (table, plots) =
+            show(&text, &dir, &stem).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
+        written.extend(plots);
         if !a.json {
-            // A benchmark with its own table prints that one again.
-            match r.kind.as_str() {
-                "bench-quic" => print!("{}", crate::quic::table(&r)),
-                _ => print!("{}", peregrine_lab::compare::report(&r)),
-            }
+            print!("{table}");
         }
     }
     if a.json {

@@ -18,7 +18,7 @@ use peregrine_host::nl::Netlink;
 use peregrine_host::{netns, signals};
 use peregrine_lab::compare::median;
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{Placement, ResultFile, Rfc2544, Run, RunParams};
+use peregrine_lab::results::{NoValues, Placement, ResultFile, Rfc2544, Run, RunParams};
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::rfc2544_search;
 use peregrine_lab::{Lab, Lifetime};
@@ -27,6 +27,7 @@ use crate::common::{
     builtin_topology, command_line, dut_search, frame_for, params, place, progress_line,
     shown_trial, trial_setup, ChainPath, PlacementConfig, RateSetting, ResultOutput,
 };
+use crate::report::Report;
 use crate::tcp::{self, TcpTransfer};
 
 /// `peregrine bench router`.
@@ -376,11 +377,11 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     }
     drop(nl);
     drop(lab);
-    let result = ResultFile::new("bench-router", command_line(), runs);
+    let result = ResultFile::new(BenchRouter::KIND, command_line(), runs);
     if !a.output.json {
         print_ratios(&scenarios, &figures);
     }
-    a.output.write(&result)
+    a.output.write::<BenchRouter>(&result)
 }
 
 /// The label of contender `c`'s run in `scenario`, `round`, printed as the
@@ -601,4 +602,13 @@ fn print_ratios(scenarios: &[Scenario], figures: &[Figure]) {
             );
         }
     }
+}
+
+/// `bench router`'s result files: RFC 2544 and TCP per scenario and
+/// contender.
+pub struct BenchRouter;
+
+impl Report for BenchRouter {
+    const KIND: &'static str = "bench-router";
+    type Values = NoValues;
 }

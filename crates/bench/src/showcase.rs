@@ -6,7 +6,7 @@ use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::XdpAction;
 use peregrine_host::signals;
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{Placement, ResultFile, Run};
+use peregrine_lab::results::{NoValues, Placement, ResultFile, Run};
 use peregrine_lab::sinks::Sink;
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::rfc2544_search;
@@ -16,6 +16,7 @@ use crate::common::{
     builtin_topology, command_line, dut_search, frame_for, lab_sink, one_trial_run, params,
     path_drops, place, progress_line, shown_trial, trial_setup, PlacementConfig, ResultOutput,
 };
+use crate::report::Report;
 
 /// `peregrine showcase`.
 #[derive(Clone, Debug)]
@@ -123,6 +124,14 @@ pub fn showcase(a: ShowcaseConfig) -> Result<()> {
     }
 
     drop(lab);
-    let result = ResultFile::new("showcase", command_line(), runs);
-    a.output.write(&result)
+    let result = ResultFile::new(Showcase::KIND, command_line(), runs);
+    a.output.write::<Showcase>(&result)
+}
+
+/// The showcase's result file.
+pub struct Showcase;
+
+impl Report for Showcase {
+    const KIND: &'static str = "showcase";
+    type Values = NoValues;
 }

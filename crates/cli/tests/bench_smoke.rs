@@ -7,8 +7,12 @@
 use std::path::Path;
 use std::process::Output;
 
+use peregrine_bench::netmodes::NetmodeValues;
+use peregrine_bench::qos::SchedValues;
+use peregrine_bench::quic::QuicValues;
 use peregrine_bpf::testing::privileged_here;
-use peregrine_lab::results::{Limiter, ResultFile};
+use peregrine_lab::plot::RATES;
+use peregrine_lab::results::{Limiter, NoValues, ResultFile, Values};
 
 mod common;
 use common::{bin, ok, pair_lab_up, tmp};
@@ -18,7 +22,7 @@ use common::{bin, ok, pair_lab_up, tmp};
 /// a fresh scratch directory, asserts that it succeeded and that
 /// DIR/`stem`.json holds a result (`check_result`), and removes the
 /// directory; the result and what the command printed.
-fn run_result(args: &str, stem: &str) -> Option<(ResultFile, String)> {
+fn run_result<V: Values>(args: &str, stem: &str) -> Option<(ResultFile<V>, String)> {
     if !privileged_here() {
         return None;
     }
@@ -57,7 +61,7 @@ fn gen_in_pair_lab(lab: &str, from: &str, args: &str) -> Option<Output> {
 }
 
 /// Reads a result file and checks what every result must hold.
-fn check_result(path: &Path) -> ResultFile {
+fn check_result<V: Values>(path: &Path) -> ResultFile<V> {
     let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let r = ResultFile::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -136,9 +140,11 @@ fn bench_gen_writes_to_peregrine_results_by_default() {
     ok(&out, "bench gen");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("limited by"), "{stdout}");
-    let r = check_result(&cwd.join("peregrine-results/bench-gen.json"));
+    let r: ResultFile = check_result(&cwd.join("peregrine-results/bench-gen.json"));
     assert!(cwd.join("peregrine-results/bench-gen.cmd").exists());
-    assert!(cwd.join("peregrine-results/bench-gen-rates.png").exists());
+    assert!(cwd
+        .join(format!("peregrine-results/bench-gen-{RATES}.png"))
+        .exists());
     let unsent: Vec<_> = r.runs.iter().filter(|x| !x.params.sent).collect();
     assert_eq!(unsent.len(), 1, "the generator-alone run is marked unsent");
     let _ = std::fs::remove_dir_all(&cwd);
@@ -146,7 +152,7 @@ fn bench_gen_writes_to_peregrine_results_by_default() {
 
 #[test]
 fn bench_router_quick_run_holds_together() {
-    let Some((r, stdout)) = run_result(
+    let Some((r, stdout)) = run_result::<NoValues>(
         "bench router --quick --rounds 1 --trial 500ms --resolution 100k --tcp-time 2",
         "bench-router",
     ) else {
@@ -190,7 +196,7 @@ fn bench_router_quick_run_holds_together() {
 /// it, never more.
 #[test]
 fn bench_faas_quick_run_holds_together() {
-    let Some((r, _)) = run_result(
+    let Some((r, _)) = run_result::<NoValues>(
         "bench faas --sizes 200 --configs mmsg:1,afxdp:1,afxdp-wasm:1 --duration 500ms",
         "bench-faas",
     ) else {
@@ -216,7 +222,7 @@ fn bench_faas_quick_run_holds_together() {
 
 #[test]
 fn showcase_runs_and_its_search_uses_offered_rates() {
-    let Some((_, stdout)) = run_result("showcase --trial 500ms", "showcase") else {
+    let Some((_, stdout)) = run_result::<NoValues>("showcase --trial 500ms", "showcase") else {
         return;
     };
     assert!(stdout.contains("RFC 2544 throughput"), "{stdout}");
@@ -238,7 +244,7 @@ fn gen_warns_and_marks_a_rate_it_cannot_offer() {
         err.contains("warning") && err.contains("generator-limited"),
         "{err}"
     );
-    let r = ResultFile::from_json(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let r = ResultFile::<NoValues>::from_json(&String::from_utf8_lossy(&out.stdout)).unwrap();
     let t = &r.runs[0].trials[0];
     // The mark: what was offered, measured, stands beside what was asked.
     let asked = t.requested_pps.expect("a paced trial records its rate");
@@ -272,7 +278,7 @@ fn gen_names_a_missing_interface() {
 /// voice class keeps its rate, and the saturation runs deliver.
 #[test]
 fn bench_qos_quick_run_holds_together() {
-    let Some((r, _)) = run_result(
+    let Some((r, _)) = run_result::<SchedValues>(
         "bench qos --rounds 1 --trial 3s --tcp-time 3s --rates 100Mbit --rules 1000 --sched-link 100Mbit",
         "bench-qos",
     ) else {
@@ -282,7 +288,7 @@ fn bench_qos_quick_run_holds_together() {
     // scale. Scheduler: 2 WFQ UDP, 2 WFQ TCP, 2 priority, 6 saturation.
     assert_eq!(r.runs.len(), 23, "{:#?}", r.runs);
     for run in r.runs.iter().filter(|x| x.label.contains("wfq 80/20")) {
-        let share = run.values["gold share"];
+        let share = run.values.gold_share.unwrap();
         assert!(
             (share - 0.8).abs() <= 0.03,
             "{}: gold's share {share}",
@@ -290,11 +296,11 @@ fn bench_qos_quick_run_holds_together() {
         );
     }
     for run in r.runs.iter().filter(|x| x.label.contains("priority")) {
-        let voice = run.values["voice delivered / offered"];
+        let voice = run.values.voice_delivered_over_offered.unwrap();
         assert!(voice >= 0.98, "{}: voice got {voice}", run.label);
     }
     for run in r.runs.iter().filter(|x| x.label.contains("saturation")) {
-        assert!(run.values["delivered mpps"] > 0.01, "{}", run.label);
+        assert!(run.values.delivered_mpps.unwrap() > 0.01, "{}", run.label);
     }
     let policer_runs: Vec<_> = r.runs.iter().filter(|x| x.values.is_empty()).collect();
     assert_eq!(policer_runs.len(), 11);
@@ -321,7 +327,7 @@ fn bench_qos_quick_run_holds_together() {
 
 #[test]
 fn bench_netmodes_quick_run_holds_together() {
-    let Some((r, stdout)) = run_result(
+    let Some((r, stdout)) = run_result::<NetmodeValues>(
         "bench netmodes --quick --modes host,bridge",
         "bench-netmodes",
     ) else {
@@ -331,15 +337,19 @@ fn bench_netmodes_quick_run_holds_together() {
     // 2 modes x (1 count + 2 rates + 2 sizes) x 5 paths.
     assert_eq!(r.runs.len(), 50);
     for run in &r.runs {
-        let v = |k: &str| run.values[k];
-        for k in ["corrupt", "duplicates", "out_of_order"] {
-            assert_eq!(v(k), 0.0, "{}: {k}", run.label);
+        let v = &run.values;
+        for (k, x) in [
+            ("corrupt", v.corrupt),
+            ("duplicates", v.duplicates),
+            ("out_of_order", v.out_of_order),
+        ] {
+            assert_eq!(x, 0.0, "{}: {k}", run.label);
         }
         // Every lost datagram has a place, or is counted as unattributed.
-        let places = v("lost_sender") + v("lost_path") + v("lost_receiver");
-        assert_eq!(places + v("lost_unattributed"), v("lost"), "{}", run.label);
+        let places = v.lost_sender + v.lost_path + v.lost_receiver;
+        assert_eq!(places + v.lost_unattributed, v.lost, "{}", run.label);
         assert!(
-            v("delivered_pps") > 0.0 && v("cpu_ns_per_packet") > 0.0,
+            v.delivered_pps > 0.0 && v.cpu_ns_per_packet > 0.0,
             "{}",
             run.label
         );
@@ -350,7 +360,7 @@ fn bench_netmodes_quick_run_holds_together() {
 
 #[test]
 fn bench_quic_quick_run_holds_together() {
-    let Some((r, stdout)) = run_result("bench quic --quick", "bench-quic") else {
+    let Some((r, stdout)) = run_result::<QuicValues>("bench quic --quick", "bench-quic") else {
         return;
     };
     assert!(stdout.contains("afxdp / kernel-gso"), "{stdout}");
@@ -373,13 +383,17 @@ fn bench_quic_quick_run_holds_together() {
     assert!(notes(2).contains("tx-udp-segmentation off"), "{}", notes(2));
     assert!(notes(3).contains("nothing tuned:"), "{}", notes(3));
     for run in &r.runs {
-        let v = |k: &str| run.values[k];
+        let v = &run.values;
         // Every download carried the whole body (the bench checks size and
         // status, and the SHA-256 of a 64 MiB body before measuring).
-        assert_eq!(v("bytes"), (64u64 << 20) as f64, "{}", run.label);
-        assert!(v("goodput mbit/s") > 10.0, "{}", run.label);
-        for k in ["machine cpu-s/gb", "server cpu-s/gb", "client cpu-s/gb"] {
-            assert!(v(k) > 0.0 && v(k).is_finite(), "{}: {k}", run.label);
+        assert_eq!(v.bytes, (64u64 << 20) as f64, "{}", run.label);
+        assert!(v.goodput_mbit_s > 10.0, "{}", run.label);
+        for (k, x) in [
+            ("machine cpu-s/gb", v.machine_cpu_s_gb),
+            ("server cpu-s/gb", v.server_cpu_s_gb),
+            ("client cpu-s/gb", v.client_cpu_s_gb),
+        ] {
+            assert!(x > 0.0 && x.is_finite(), "{}: {k}", run.label);
         }
     }
 }

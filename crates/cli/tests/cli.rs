@@ -116,19 +116,22 @@ fn main_job_runs_and_leaves_nothing() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("RFC 2544 throughput"), "{table}");
     let json = std::fs::read_to_string(dir.join("showcase.json")).unwrap();
-    let r = peregrine_lab::results::ResultFile::from_json(&json).unwrap();
+    let r =
+        peregrine_lab::results::ResultFile::<peregrine_lab::results::NoValues>::from_json(&json)
+            .unwrap();
     assert_eq!(r.runs.len(), 2);
     let direct = &r.runs[0].trials[0];
     assert!(direct.delivered_packets > 100_000, "{direct:?}");
     assert!(r.runs[1].rfc2544.as_ref().unwrap().throughput_pps > 10_000.0);
+    use peregrine_lab::plot::{RATES, TIMELINE};
     for f in [
-        "showcase-rates.png",
-        "showcase-rates.svg",
-        "showcase-timeline.png",
-        "showcase-timeline.svg",
-        "showcase.cmd",
+        format!("showcase-{RATES}.png"),
+        format!("showcase-{RATES}.svg"),
+        format!("showcase-{TIMELINE}.png"),
+        format!("showcase-{TIMELINE}.svg"),
+        "showcase.cmd".into(),
     ] {
-        assert!(dir.join(f).metadata().unwrap().len() > 10, "{f}");
+        assert!(dir.join(&f).metadata().unwrap().len() > 10, "{f}");
     }
     assert!(namespaces("showcase").is_empty());
     assert!(!pins("showcase"));

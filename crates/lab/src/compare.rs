@@ -5,6 +5,26 @@
 //! plots both read this.
 use crate::results::{ResultFile, Run, RunKey};
 
+/// How a benchmark shows RFC 2544 rates: packets per second in Mpps, or
+/// (function benchmarks) requests per second in kreq/s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateUnit {
+    /// The divisor from packets (requests) per second.
+    pub scale: f64,
+    pub name: &'static str,
+}
+
+impl RateUnit {
+    pub const MPPS: RateUnit = RateUnit {
+        scale: 1e6,
+        name: "Mpps",
+    };
+    pub const KREQ_S: RateUnit = RateUnit {
+        scale: 1e3,
+        name: "kreq/s",
+    };
+}
+
 /// What a scenario's figures measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Metric {
@@ -17,7 +37,7 @@ pub enum Metric {
 impl Metric {
     /// The figure of `run` in this metric, and whether it is a lower bound
     /// (generator-limited).
-    fn of(run: &Run) -> Option<(Metric, f64, bool)> {
+    fn of<V>(run: &Run<V>) -> Option<(Metric, f64, bool)> {
         match (&run.rfc2544, &run.tcp) {
             (Some(s), _) => Some((Metric::Rfc2544, s.throughput_pps, s.generator_limited)),
             (None, Some(t)) => Some((Metric::Tcp, t.gbit_s, false)),
@@ -25,13 +45,12 @@ impl Metric {
         }
     }
 
-    /// Divisor and unit for tables and plots (`kreq/s` where the file is a
-    /// faas benchmark's).
-    pub fn unit(self, kind: &str) -> (f64, &'static str) {
+    /// Divisor and unit for tables and plots (`rate`: the benchmark's unit
+    /// of RFC 2544 rates).
+    pub fn unit(self, rate: RateUnit) -> (f64, &'static str) {
         match self {
             Metric::Tcp => (1.0, "Gbit/s"),
-            Metric::Rfc2544 if kind == "bench-faas" => (1e3, "kreq/s"),
-            Metric::Rfc2544 => (1e6, "Mpps"),
+            Metric::Rfc2544 => (rate.scale, rate.name),
         }
     }
 
@@ -120,7 +139,7 @@ pub fn group_by_key<T>(items: impl IntoIterator<Item = (RunKey, T)>) -> Grouped<
 pub type Grouped<T> = Vec<(String, Vec<(String, Vec<T>)>)>;
 
 /// The runs of `r` that carry a [`RunKey`], grouped by [`group_by_key`].
-pub fn runs_by_key(r: &ResultFile) -> Grouped<&Run> {
+pub fn runs_by_key<V>(r: &ResultFile<V>) -> Grouped<&Run<V>> {
     group_by_key(
         r.runs
             .iter()
@@ -131,7 +150,7 @@ pub fn runs_by_key(r: &ResultFile) -> Grouped<&Run> {
 /// The result file's runs that carry a [`RunKey`] and a figure (RFC 2544
 /// or TCP), per scenario in the order they ran; empty for files of other
 /// benchmarks.
-pub fn by_scenario(r: &ResultFile) -> Vec<ScenarioFigures> {
+pub fn by_scenario<V>(r: &ResultFile<V>) -> Vec<ScenarioFigures> {
     let figured = r.runs.iter().filter_map(|run| {
         let figure = Metric::of(run)?;
         Some((RunKey::parse(&run.label)?, (run, figure)))
@@ -175,7 +194,7 @@ pub fn contenders(scenarios: &[ScenarioFigures]) -> Vec<String> {
 
 /// The contender part of a run's label, or the whole label when it has no
 /// [`RunKey`]: what plots colour and name a run by.
-pub fn contender_of(run: &Run) -> String {
+pub fn contender_of<V>(run: &Run<V>) -> String {
     RunKey::parse(&run.label)
         .map(|k| k.contender)
         .unwrap_or_else(|| run.label.clone())
@@ -183,8 +202,8 @@ pub fn contender_of(run: &Run) -> String {
 
 /// Lines for the table: per scenario and contender, the median, min and
 /// max over rounds and the ratio to the scenario's baseline (and, for TCP,
-/// CPU cores per Gbit/s); `kind` is the result file's.
-pub fn table(scenarios: &[ScenarioFigures], kind: &str) -> String {
+/// CPU cores per Gbit/s); `rate` is the benchmark's unit of rates.
+pub fn table(scenarios: &[ScenarioFigures], rate: RateUnit) -> String {
     if scenarios.is_empty() {
         return String::new();
     }
@@ -198,7 +217,7 @@ pub fn table(scenarios: &[ScenarioFigures], kind: &str) -> String {
         "Per scenario, median over rounds (min..max), ratio to the first contender:\n",
     );
     for s in scenarios {
-        let (scale, unit) = s.metric.unit(kind);
+        let (scale, unit) = s.metric.unit(rate);
         out.push_str(&format!(
             "{} [{}]:\n  {:<cw$}  {:>12} {:>21} {:>8}{}\n",
             s.scenario,
@@ -237,9 +256,10 @@ pub fn table(scenarios: &[ScenarioFigures], kind: &str) -> String {
     out
 }
 
-/// A result file's table followed by its per-scenario comparison.
-pub fn report(file: &ResultFile) -> String {
-    file.table() + &table(&by_scenario(file), &file.kind)
+/// A result file's table followed by its per-scenario comparison, rates
+/// in `rate`.
+pub fn report<V: crate::results::Values>(file: &ResultFile<V>, rate: RateUnit) -> String {
+    file.table() + &table(&by_scenario(file), rate)
 }
 
 #[cfg(test)]

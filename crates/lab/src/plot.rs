@@ -1,10 +1,15 @@
 //! Plots from result files (PNG and SVG), drawn with plotters and the
 //! embedded DejaVu Sans font, registered as the one family the plots name,
 //! so no system fonts are looked up (PNGs are drawn with it; SVGs name
-//! "sans-serif" and the viewer draws their text). Benchmarks that compare
-//! contenders per scenario get grouped bars (median over rounds, min-max
-//! whiskers, one colour per contender); every plot has a caption with the
-//! machine and the placement and tuning the result file records.
+//! "sans-serif" and the viewer draws their text). This module knows no
+//! benchmark: each hands it [`Figure`]s, generic charts (grouped bars with
+//! min-max whiskers, lines, percentiles, points against the no-loss line,
+//! panels of lines), and [`draw`] writes them. The figures every result
+//! file can have are built here from its runs: [`rates`] (grouped bars
+//! per scenario where runs compare contenders, median over rounds,
+//! min-max whiskers, one colour per contender; else delivered vs offered),
+//! [`timeline`] and [`tcp`]. Every plot has a caption with the machine and
+//! the placement and tuning the result file records.
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -13,6 +18,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::compare;
+use crate::compare::RateUnit;
 use crate::error::{LabError, Result};
 use crate::results::{ResultFile, Run, RunKey};
 
@@ -79,7 +85,7 @@ const CAPTION_LINES: usize = 7;
 
 /// The machine, and where the runs ran and what the lab tuned, as the
 /// result file records them: the caption under every plot.
-fn caption(r: &ResultFile) -> Vec<String> {
+fn caption<V>(r: &ResultFile<V>) -> Vec<String> {
     let mut items = vec![format!(
         "machine: Linux {}, {} CPUs",
         r.machine.kernel, r.machine.cpus
@@ -116,13 +122,12 @@ fn caption(r: &ResultFile) -> Vec<String> {
 /// Draws the caption at the foot of `root` and returns the area above it.
 fn with_caption<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
-    r: &ResultFile,
+    lines: &[String],
 ) -> Result<DrawingArea<DB, Shift>>
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(perr)?;
-    let lines = caption(r);
     let line_h = 16;
     let (_, h) = root.dim_in_pixel();
     let foot = line_h * lines.len() as u32 + 12;
@@ -138,19 +143,78 @@ where
 
 /// One bar: a contender's median with its min-max whisker, and a note
 /// printed above it (the ratio to the baseline).
-struct Bar {
-    contender: usize,
-    median: f64,
-    min: f64,
-    max: f64,
-    note: String,
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bar {
+    /// Index of its name in the chart's legend (and so its colour).
+    pub contender: usize,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub note: String,
 }
 
 /// Bars side by side under one label (a scenario).
-struct BarGroup {
-    label: String,
-    bars: Vec<Bar>,
+#[derive(Debug, Clone, PartialEq)]
+pub struct BarGroup {
+    pub label: String,
+    pub bars: Vec<Bar>,
 }
+
+/// Labelled point series of one chart: (name, points); one colour per name.
+pub type Series = Vec<(String, Vec<(f64, f64)>)>;
+
+/// A chart, as a benchmark's report hands it over.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Chart {
+    /// Grouped bars: one group per label, one bar per legend entry,
+    /// min-max whiskers, a note above each bar.
+    Bars {
+        title: String,
+        y_desc: String,
+        legend: Vec<String>,
+        groups: Vec<BarGroup>,
+    },
+    /// Lines with dots, axes from zero (`axes`: x and y descriptions).
+    Lines {
+        title: String,
+        axes: (String, String),
+        series: Series,
+    },
+    /// Percentiles p50, p90, p99, p99.9 (x 1..4) per series, y on a log
+    /// scale.
+    Percentiles {
+        title: String,
+        y_desc: String,
+        series: Series,
+    },
+    /// Points of offered (x) against delivered (y) with the no-loss line.
+    Delivered {
+        title: String,
+        axes: (String, String),
+        series: Series,
+    },
+    /// One line chart per panel (a name each, up to three in a row), a
+    /// series' colour by its order in the panel; drawn half as large again.
+    Panels {
+        title: String,
+        axes: (String, String),
+        panels: Vec<(String, Series)>,
+    },
+}
+
+/// A chart and the suffix of its files (`<stem>-<name>.{png,svg}`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    pub name: &'static str,
+    pub chart: Chart,
+}
+
+/// The figure of delivered rates ([`rates`]).
+pub const RATES: &str = "rates";
+/// The figure of delivered rate over time ([`timeline`]).
+pub const TIMELINE: &str = "timeline";
+/// The figure of TCP transfers ([`tcp`]).
+pub const TCP: &str = "tcp";
 
 /// Grouped bars: one group per scenario, one bar per contender, coloured
 /// by contender with a legend of contenders only.
@@ -262,24 +326,20 @@ where
     draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
-/// Packets (requests) per second shown in the unit of `kind`'s plots.
 /// Scenarios of one metric (RFC 2544 throughput, or TCP Gbit/s) per
 /// contender: median over rounds, min-max whiskers, ratio to the scenario's
 /// first contender above each other bar ("2.45x", ">=" when
-/// generator-limited).
-fn draw_comparison<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    r: &ResultFile,
+/// generator-limited); rates in `rate`.
+fn comparison<V>(
+    r: &ResultFile<V>,
     scenarios: &[compare::ScenarioFigures],
-) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
+    rate: RateUnit,
+) -> Chart {
     let names = compare::contenders(scenarios);
     let metric = scenarios
         .first()
         .map_or(compare::Metric::Rfc2544, |s| s.metric);
-    let (scale, unit) = metric.unit(&r.kind);
+    let (scale, unit) = metric.unit(rate);
     let rounds = scenarios
         .iter()
         .flat_map(|s| s.contenders.iter())
@@ -317,109 +377,77 @@ where
     } else {
         String::new()
     };
-    draw_bars(
-        area,
-        &format!(
+    Chart::Bars {
+        title: format!(
             "{}: {}{whiskers}; ratio to {}",
             r.kind,
             metric.name(),
             names.first().map(String::as_str).unwrap_or("-")
         ),
-        &format!("{} ({unit})", metric.name()),
-        &names,
-        &groups,
-    )
+        y_desc: format!("{} ({unit})", metric.name()),
+        legend: names,
+        groups,
+    }
 }
 
 /// The file's scenarios compared in `metric`.
-fn scenarios_of(r: &ResultFile, metric: compare::Metric) -> Vec<compare::ScenarioFigures> {
+fn scenarios_of<V>(r: &ResultFile<V>, metric: compare::Metric) -> Vec<compare::ScenarioFigures> {
     compare::by_scenario(r)
         .into_iter()
         .filter(|s| s.metric == metric)
         .collect()
 }
 
-/// TCP transfers per scenario and contender, as grouped bars.
-fn draw_tcp<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFile) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let area = with_caption(root, r)?;
-    draw_comparison(&area, r, &scenarios_of(r, compare::Metric::Tcp))?;
-    root.present().map_err(perr)
+/// TCP transfers per scenario and contender, as grouped bars; None when no
+/// run carried TCP.
+pub fn tcp<V>(r: &ResultFile<V>, rate: RateUnit) -> Option<Figure> {
+    let scenarios = scenarios_of(r, compare::Metric::Tcp);
+    (!scenarios.is_empty()).then(|| Figure {
+        name: TCP,
+        chart: comparison(r, &scenarios, rate),
+    })
 }
 
-/// Offered vs delivered rate for every trial of every run, or, for
-/// benchmarks that compare contenders per scenario, grouped bars.
-fn draw_rates<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFile) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let area = with_caption(root, r)?;
+/// RFC 2544 throughput per scenario and contender as grouped bars (rates in
+/// `rate`), or, for files without such comparisons, offered vs delivered
+/// rate for every trial of every run.
+pub fn rates<V>(r: &ResultFile<V>, rate: RateUnit) -> Figure {
     let scenarios = scenarios_of(r, compare::Metric::Rfc2544);
     if !scenarios.is_empty() {
-        draw_comparison(&area, r, &scenarios)?;
-        return root.present().map_err(perr);
+        return Figure {
+            name: RATES,
+            chart: comparison(r, &scenarios, rate),
+        };
     }
     // Runs whose frames were built but not sent have nothing delivered to
     // show: they stay in the table, not on this chart.
-    let sent = || r.runs.iter().filter(|x| x.params.sent);
-    let max = sent()
-        .flat_map(|x| x.trials.iter())
-        .map(|t| t.offered_pps.max(t.delivered_pps))
-        .fold(0.0f64, f64::max)
-        .max(1.0)
-        / 1e6
-        * 1.1;
-    let mut chart = ChartBuilder::on(&area)
-        .caption(
-            format!("{}: delivered vs offered", r.kind),
-            ("sans-serif", 20),
-        )
-        .margin(15)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..max, 0.0..max)
-        .map_err(perr)?;
-    chart
-        .configure_mesh()
-        .x_desc("offered (Mpps)")
-        .y_desc("delivered (Mpps)")
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(perr)?;
-    chart
-        .draw_series(LineSeries::new(
-            vec![(0.0, 0.0), (max, max)],
-            BLACK.mix(0.3),
-        ))
-        .map_err(perr)?
-        .label("no loss")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.3)));
-    for (i, run) in sent().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        let mut pts: Vec<(f64, f64)> = run
-            .trials
-            .iter()
-            .map(|t| (t.offered_pps / 1e6, t.delivered_pps / 1e6))
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
-            .map_err(perr)?
-            .label(run.label.clone())
-            .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
+    let series = r
+        .runs
+        .iter()
+        .filter(|x| x.params.sent)
+        .map(|run| {
+            let mut pts: Vec<(f64, f64)> = run
+                .trials
+                .iter()
+                .map(|t| (t.offered_pps / 1e6, t.delivered_pps / 1e6))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (run.label.clone(), pts)
+        })
+        .collect();
+    Figure {
+        name: RATES,
+        chart: Chart::Delivered {
+            title: format!("{}: delivered vs offered", r.kind),
+            axes: ("offered (Mpps)".into(), "delivered (Mpps)".into()),
+            series,
+        },
     }
-    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
-    root.present().map_err(perr)
 }
 
 /// Delivered rate per ~1 s window of each run's longest trial, one colour
 /// per contender.
-fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFile) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
+pub fn timeline<V>(r: &ResultFile<V>) -> Figure {
     let series: Series = r
         .runs
         .iter()
@@ -438,16 +466,211 @@ where
             ))
         })
         .collect();
-    let area = with_caption(root, r)?;
-    draw_lines(
-        &area,
-        &format!("{}: delivered rate per second", r.kind),
-        ("time (s)", "delivered (Mpps)"),
-        &series,
-    )?;
+    Figure {
+        name: TIMELINE,
+        chart: Chart::Lines {
+            title: format!("{}: delivered rate per second", r.kind),
+            axes: ("time (s)".into(), "delivered (Mpps)".into()),
+            series,
+        },
+    }
+}
+
+/// Bars per scenario and contender of what `value` reads from each run
+/// (None: the run is not in the figure), medians over rounds with min-max
+/// whiskers; notes give the ratio to the first contender. Returns the
+/// contenders in the order they first ran (the legend) and the groups.
+pub fn bars_by_key<V>(
+    r: &ResultFile<V>,
+    value: impl Fn(&RunKey, &Run<V>) -> Option<f64>,
+) -> (Vec<String>, Vec<BarGroup>) {
+    let values: Vec<(RunKey, f64)> = r
+        .runs
+        .iter()
+        .filter_map(|run| {
+            let key = RunKey::parse(&run.label)?;
+            let v = value(&key, run)?;
+            Some((key, v))
+        })
+        .collect();
+    // One colour per contender, in the order they first ran.
+    let mut names: Vec<String> = Vec::new();
+    for (key, _) in &values {
+        if !names.contains(&key.contender) {
+            names.push(key.contender.clone());
+        }
+    }
+    let groups = compare::group_by_key(values)
+        .into_iter()
+        .map(|(label, bars)| {
+            let base = bars.first().map(|(_, v)| compare::median(v));
+            BarGroup {
+                label,
+                bars: bars
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (c, v))| {
+                        let m = compare::median(v);
+                        Bar {
+                            contender: names.iter().position(|n| n == c).unwrap_or(0),
+                            median: m,
+                            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+                            max: v.iter().copied().fold(0.0, f64::max),
+                            note: match (i, base) {
+                                (0, _) | (_, None) => String::new(),
+                                (_, Some(b)) => format!("{:.2}x", m / b.max(1e-9)),
+                            },
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    (names, groups)
+}
+
+/// Offered (x) against delivered (y) points per series, both axes to the
+/// largest coordinate, with the no-loss diagonal.
+fn draw_delivered<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let max = series_max(series, |p| p.0.max(p.1), 1e-6) * 1.1;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..max, 0.0..max)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(perr)?;
+    chart
+        .draw_series(LineSeries::new(
+            vec![(0.0, 0.0), (max, max)],
+            BLACK.mix(0.3),
+        ))
+        .map_err(perr)?
+        .label("no loss")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.3)));
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
+            .map_err(perr)?
+            .label(name.clone())
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
+    }
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
+}
+
+/// One line chart per panel under one title, up to three panels in a row.
+fn draw_panels<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    panels: &[(String, Series)],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let (head, body) = area.split_vertically(34);
+    head.titled(title, ("sans-serif", 20)).map_err(perr)?;
+    let cols = panels.len().clamp(1, 3);
+    let rows = panels.len().div_ceil(cols).max(1);
+    for ((name, series), panel) in panels.iter().zip(body.split_evenly((rows, cols))) {
+        draw_lines(&panel, name, (x_desc, y_desc), series)?;
+    }
+    Ok(())
+}
+
+/// Draws `chart` with the caption `caption` under it.
+fn draw_chart<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    caption: &[String],
+    chart: &Chart,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let area = with_caption(root, caption)?;
+    match chart {
+        Chart::Bars {
+            title,
+            y_desc,
+            legend,
+            groups,
+        } => draw_bars(&area, title, y_desc, legend, groups)?,
+        Chart::Lines {
+            title,
+            axes,
+            series,
+        } => draw_lines(&area, title, (&axes.0, &axes.1), series)?,
+        Chart::Percentiles {
+            title,
+            y_desc,
+            series,
+        } => draw_percentiles(&area, title, y_desc, series)?,
+        Chart::Delivered {
+            title,
+            axes,
+            series,
+        } => draw_delivered(&area, title, (&axes.0, &axes.1), series)?,
+        Chart::Panels {
+            title,
+            axes,
+            panels,
+        } => draw_panels(&area, title, (&axes.0, &axes.1), panels)?,
+    }
     root.present().map_err(perr)
 }
 
+/// Writes `<stem>-<name>.{png,svg}` of every figure into `outdir`, each
+/// with the caption of `r` (its machine, placement and tuning); returns
+/// the paths written.
+pub fn draw<V>(
+    r: &ResultFile<V>,
+    figures: &[Figure],
+    outdir: &Path,
+    stem: &str,
+) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    std::fs::create_dir_all(outdir)
+        .map_err(|e| LabError::Other(format!("creating {}: {e}", outdir.display())))?;
+    let caption = caption(r);
+    let mut out = Vec::new();
+    for f in figures {
+        let png = outdir.join(format!("{stem}-{}.png", f.name));
+        let svg = outdir.join(format!("{stem}-{}.svg", f.name));
+        let size = match f.chart {
+            Chart::Panels { .. } => (SIZE.0 * 3 / 2, SIZE.1 * 3 / 2),
+            _ => SIZE,
+        };
+        draw_chart(
+            &BitMapBackend::new(&png, size).into_drawing_area(),
+            &caption,
+            &f.chart,
+        )?;
+        draw_chart(
+            &SVGBackend::new(&svg, size).into_drawing_area(),
+            &caption,
+            &f.chart,
+        )?;
+        out.push(png);
+        out.push(svg);
+    }
+    Ok(out)
+}
 /// The largest coordinate `of` any point in `series`, at least `floor` (an
 /// empty or all-zero chart still gets an axis).
 fn series_max(
@@ -552,10 +775,11 @@ where
         .map_err(perr)
 }
 
-/// Latency percentiles (x: 1..4 = p50, p90, p99, p99.9) on a log scale.
+/// Percentiles (x: 1..4 = p50, p90, p99, p99.9) on a log scale.
 fn draw_percentiles<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     title: &str,
+    y_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Result<()>
 where
@@ -572,7 +796,7 @@ where
     chart
         .configure_mesh()
         .x_desc("percentile")
-        .y_desc("request to reply (us, log)")
+        .y_desc(y_desc)
         .x_labels(4)
         .x_label_formatter(&|x: &f64| match x.round() as i64 {
             1 => "p50".into(),
@@ -585,621 +809,4 @@ where
         .draw()
         .map_err(perr)?;
     draw_series(&mut chart, series, SeriesLabelPosition::UpperLeft)
-}
-
-/// Runs of bench faas ("CONTENDER | SIZE B") grouped by contender: one
-/// point per size, `y` taken from each run.
-fn by_size(r: &ResultFile, y: impl Fn(&Run) -> Option<f64>) -> Series {
-    let mut series: Series = Vec::new();
-    for run in &r.runs {
-        let Some((contender, size)) = contender_and_size(run) else {
-            continue;
-        };
-        let Some(v) = y(run) else { continue };
-        match series.iter_mut().find(|s| s.0 == contender) {
-            Some(s) => s.1.push((size, v)),
-            None => series.push((contender, vec![(size, v)])),
-        }
-    }
-    series
-}
-
-/// A bench faas run's contender and request size (its scenario, "200 B").
-fn contender_and_size(run: &Run) -> Option<(String, f64)> {
-    let key = crate::results::RunKey::parse(&run.label)?;
-    let size = key.scenario.strip_suffix(" B")?.parse().ok()?;
-    Some((key.contender, size))
-}
-
-/// Labelled point series of one chart.
-type Series = Vec<(String, Vec<(f64, f64)>)>;
-
-/// A chart to draw: file suffix, title, axis descriptions, series.
-type Figure = (&'static str, String, (&'static str, &'static str), Series);
-
-/// The function benchmark's figures, in the shape of the source's Tables 6
-/// and 7 and its latency figure: requests/s and Mbit/s per request size
-/// (saturated), latency percentiles per backend at the fixed rate (the size
-/// nearest 800 B).
-fn faas_figures(r: &ResultFile) -> Vec<Figure> {
-    let saturated = |run: &Run| {
-        run.trials
-            .iter()
-            .find(|t| t.phase == "saturate" || t.phase == "max")
-            .cloned()
-    };
-    let requests = by_size(r, |run| saturated(run).map(|t| t.delivered_pps / 1e3));
-    let mbits = by_size(r, |run| saturated(run).map(|t| t.delivered_bps / 1e6));
-    let sizes: Vec<f64> = requests
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.0))
-        .collect();
-    let pick = sizes
-        .iter()
-        .copied()
-        .min_by(|a, b| (a - 800.0).abs().total_cmp(&(b - 800.0).abs()))
-        .unwrap_or(800.0);
-    let mut latency = Vec::new();
-    for run in &r.runs {
-        let Some((contender, size)) = contender_and_size(run) else {
-            continue;
-        };
-        if size != pick {
-            continue;
-        }
-        let Some(l) = run
-            .trials
-            .iter()
-            .find(|t| t.phase == "latency")
-            .and_then(|t| t.latency.as_ref())
-        else {
-            continue;
-        };
-        let us = |ns: u64| ns as f64 / 1e3;
-        latency.push((
-            contender,
-            vec![
-                (1.0, us(l.p50_ns)),
-                (2.0, us(l.p90_ns)),
-                (3.0, us(l.p99_ns)),
-                (4.0, us(l.p999_ns)),
-            ],
-        ));
-    }
-    vec![
-        (
-            "requests",
-            format!("{}: answered requests/s, saturated (Table 6)", r.kind),
-            ("request payload (bytes)", "kreq/s"),
-            requests,
-        ),
-        (
-            "mbits",
-            format!("{}: answered Mbit/s, saturated (Table 7)", r.kind),
-            ("request payload (bytes)", "Mbit/s (request frames)"),
-            mbits,
-        ),
-        (
-            "latency",
-            format!("{}: latency at the fixed rate, {pick} B", r.kind),
-            ("percentile", "request to reply (us)"),
-            latency,
-        ),
-    ]
-}
-
-/// bench netmodes' figures, one per scenario of seed 003 (runs labelled
-/// "PATH MODE | I|II|III ... | round N"): delivered kpps per path and mode
-/// (median of rounds) against what the scenario varies (scenario II: the
-/// offered rate as measured, so the unpaced run sits where it saturated).
-fn netmodes_figures(r: &ResultFile) -> Vec<Figure> {
-    let scenarios: [(&'static str, &str, &'static str); 3] = [
-        ("scenario-i", "I", "datagrams sent"),
-        ("scenario-ii", "II", "offered Mbit/s (measured)"),
-        ("scenario-iii", "III", "UDP payload (bytes)"),
-    ];
-    let mut out = Vec::new();
-    for (suffix, name, x_desc) in scenarios {
-        // (contender, point label) -> (xs, ys) over rounds.
-        let mut points: Vec<(String, String, Vec<f64>, Vec<f64>)> = Vec::new();
-        for run in &r.runs {
-            let Some(key) = RunKey::parse(&run.label) else {
-                continue;
-            };
-            if key.scenario.split(' ').next() != Some(name) {
-                continue;
-            }
-            let Some(t) = run.trials.first() else {
-                continue;
-            };
-            let x = if name == "II" {
-                t.offered_bps / 1e6
-            } else {
-                run.values.get("x").copied().unwrap_or(0.0)
-            };
-            let at = points
-                .iter()
-                .position(|p| p.0 == key.contender && p.1 == key.scenario);
-            let i = at.unwrap_or_else(|| {
-                points.push((key.contender.clone(), key.scenario.clone(), vec![], vec![]));
-                points.len() - 1
-            });
-            points[i].2.push(x);
-            points[i].3.push(t.delivered_pps / 1e3);
-        }
-        if points.is_empty() {
-            continue;
-        }
-        let mut series: Series = Vec::new();
-        for (contender, _, xs, ys) in &points {
-            let p = (crate::results::median(xs), crate::results::median(ys));
-            match series.iter_mut().find(|s| &s.0 == contender) {
-                Some(s) => s.1.push(p),
-                None => series.push((contender.clone(), vec![p])),
-            }
-        }
-        out.push((
-            suffix,
-            format!("{}: scenario {name}, delivered kpps", r.kind),
-            (x_desc, "delivered kpps"),
-            series,
-        ));
-    }
-    out
-}
-
-/// A bench netmodes figure as one panel per network mode (series are named
-/// "PATH MODE"), each path in the same colour on every panel: twenty-five
-/// lines on one chart cannot be told apart.
-fn draw_mode_panels<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    r: &ResultFile,
-    (_, title, axes, series): &Figure,
-) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let area = with_caption(root, r)?;
-    let (head, body) = area.split_vertically(34);
-    head.titled(title, ("sans-serif", 20)).map_err(perr)?;
-    let mut modes: Vec<&str> = Vec::new();
-    for (name, _) in series {
-        let mode = name.split_once(' ').map_or("", |(_, m)| m);
-        if !modes.contains(&mode) {
-            modes.push(mode);
-        }
-    }
-    let cols = modes.len().clamp(1, 3);
-    let rows = modes.len().div_ceil(cols).max(1);
-    for (mode, panel) in modes.iter().zip(body.split_evenly((rows, cols))) {
-        let of_mode: Series = series
-            .iter()
-            .filter(|(name, _)| name.split_once(' ').map_or("", |(_, m)| m) == *mode)
-            .map(|(name, pts)| {
-                let path = name.split_once(' ').map_or(name.as_str(), |(p, _)| p);
-                (path.to_string(), pts.clone())
-            })
-            .collect();
-        draw_lines(&panel, mode, *axes, &of_mode)?;
-    }
-    root.present().map_err(perr)
-}
-
-/// One of bench faas's figures: percentiles on a log scale, a value per
-/// size as lines, or as bars when there is only one size (a one-point line
-/// shows nothing), with ratios to the first contender.
-fn draw_faas_figure<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    r: &ResultFile,
-    (kind, title, axes, series): &Figure,
-) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let area = with_caption(root, r)?;
-    let sizes: Vec<f64> = series
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.0))
-        .collect();
-    let one_size = sizes.windows(2).all(|w| w[0] == w[1]);
-    if *kind == "latency" {
-        draw_percentiles(&area, title, series)?;
-    } else if one_size && !sizes.is_empty() {
-        let names: Vec<String> = series.iter().map(|s| s.0.clone()).collect();
-        let base = series[0].1[0].1.max(1e-9);
-        let bars = series
-            .iter()
-            .enumerate()
-            .map(|(i, (_, pts))| Bar {
-                contender: i,
-                median: pts[0].1,
-                min: pts[0].1,
-                max: pts[0].1,
-                note: if i == 0 {
-                    String::new()
-                } else {
-                    format!("{:.2}x", pts[0].1 / base)
-                },
-            })
-            .collect();
-        let group = BarGroup {
-            label: format!("{} B request payload", sizes[0]),
-            bars,
-        };
-        draw_bars(&area, title, axes.1, &names, &[group])?;
-    } else {
-        draw_lines(&area, title, *axes, series)?;
-    }
-    root.present().map_err(perr)
-}
-
-/// Writes `<stem>-rates.{png,svg}` and `<stem>-timeline.{png,svg}` into
-/// `outdir` (and bench faas's own figures, and `<stem>-tcp` where runs
-/// carried TCP); returns the paths written.
-/// `bench qos`'s figures: per UDP scenario and contender, the delivered
-/// rate in steady state ("accuracy", Mbit/s of frames without FCS) and
-/// the DUT CPU's busy share ("cpu"), medians over rounds with min-max.
-fn qos_groups(r: &ResultFile, cpu: bool) -> (Vec<String>, Vec<BarGroup>) {
-    value_groups(r, |scenario, run| {
-        if !scenario.starts_with("udp ") {
-            return None;
-        }
-        let t = run.trials.first()?;
-        Some(if cpu {
-            let core = run
-                .placement
-                .as_ref()
-                .and_then(|p| p.dut_cpus.first().copied());
-            core.map_or(f64::NAN, |c| t.busy_pct(c))
-        } else {
-            t.steady_delivered_pps() * (run.params.mean_frame_bytes - 4.0) * 8.0 / 1e6
-        })
-    })
-}
-
-/// Bars per scenario and contender of what `value` reads from each run
-/// (None: the run is not in the figure), medians over rounds with
-/// min-max whiskers; notes give the ratio to the first contender.
-fn value_groups(
-    r: &ResultFile,
-    value: impl Fn(&str, &crate::results::Run) -> Option<f64>,
-) -> (Vec<String>, Vec<BarGroup>) {
-    let values: Vec<(RunKey, f64)> = r
-        .runs
-        .iter()
-        .filter_map(|run| {
-            let key = RunKey::parse(&run.label)?;
-            let v = value(&key.scenario, run)?;
-            Some((key, v))
-        })
-        .collect();
-    // One colour per contender, in the order they first ran.
-    let mut names: Vec<String> = Vec::new();
-    for (key, _) in &values {
-        if !names.contains(&key.contender) {
-            names.push(key.contender.clone());
-        }
-    }
-    let groups = compare::group_by_key(values)
-        .into_iter()
-        .map(|(label, bars)| {
-            let base = bars.first().map(|(_, v)| compare::median(v));
-            BarGroup {
-                label,
-                bars: bars
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (c, v))| {
-                        let m = compare::median(v);
-                        Bar {
-                            contender: names.iter().position(|n| n == c).unwrap_or(0),
-                            median: m,
-                            min: v.iter().copied().fold(f64::INFINITY, f64::min),
-                            max: v.iter().copied().fold(0.0, f64::max),
-                            note: match (i, base) {
-                                (0, _) | (_, None) => String::new(),
-                                (_, Some(b)) => format!("{:.2}x", m / b.max(1e-9)),
-                            },
-                        }
-                    })
-                    .collect(),
-            }
-        })
-        .collect();
-    (names, groups)
-}
-
-/// `bench qos`'s scheduler figures: (file suffix, title, y axis, the
-/// value key of the runs, the scenarios' prefix).
-const SCHED_FIGURES: [(&str, &str, &str, &str, &str); 4] = [
-    (
-        "shares",
-        "WFQ 80/20 under overload: the gold class's share of what left",
-        "gold share",
-        "gold share",
-        "wfq",
-    ),
-    (
-        "wfq-cpu",
-        "WFQ 80/20, UDP: DUT CPU busy per Gbit/s delivered",
-        "DUT CPU % per Gbit/s",
-        "dut cpu % per gbit/s",
-        "wfq",
-    ),
-    (
-        "priority",
-        "Strict priority: voice's ping p99 under a bulk flood over its idle p99",
-        "p99 loaded / idle",
-        "ping p99 loaded / idle",
-        "priority",
-    ),
-    (
-        "saturation",
-        "Saturation: delivered with one class that never binds",
-        "delivered (Mpps)",
-        "delivered mpps",
-        "saturation",
-    ),
-];
-
-fn draw_sched<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    r: &ResultFile,
-    fig: (&str, &str, &str, &str, &str),
-) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let (_, title, y, key, prefix) = fig;
-    let first = value_groups(r, |scenario, run| {
-        run.values
-            .get(key)
-            .filter(|_| scenario.starts_with(prefix))
-            .copied()
-    })
-    .0
-    .into_iter()
-    .next()
-    .unwrap_or_else(|| "-".into());
-    draw_value_bars(
-        root,
-        r,
-        &format!("{}: {title}; ratio to {first}", r.kind),
-        y,
-        key,
-        |scenario| scenario.starts_with(prefix),
-    )
-}
-
-/// Bars of value `key` per scenario (those `scenarios` takes) and
-/// contender, ratios to each group's first bar.
-fn draw_value_bars<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    r: &ResultFile,
-    title: &str,
-    y: &str,
-    key: &str,
-    scenarios: impl Fn(&str) -> bool,
-) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let area = with_caption(root, r)?;
-    let (names, groups) = value_groups(r, |scenario, run| {
-        if !scenarios(scenario) {
-            return None;
-        }
-        run.values.get(key).copied()
-    });
-    draw_bars(&area, title, y, &names, &groups)?;
-    root.present().map_err(perr)
-}
-
-/// `bench quic`'s bar charts: (file suffix, title, y axis, value key).
-const QUIC_FIGURES: [(&str, &str, &str, &str); 2] = [
-    (
-        "goodput",
-        "HTTP/3 download goodput, median of the rounds (min-max); ratio to each group's first",
-        "goodput (Mbit/s)",
-        "goodput mbit/s",
-    ),
-    (
-        "cpu",
-        "machine CPU per GB downloaded (both ends and the kernel); ratio to each group's first",
-        "CPU-seconds per GB",
-        "machine cpu-s/gb",
-    ),
-];
-
-/// Prefix of `bench quic`'s perf shares in a run's values.
-const PERF_SHARE: &str = "perf % ";
-
-/// `bench quic --perf`: per contender (the first round's run that has
-/// shares), a bar per CPU category.
-fn draw_perf<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ResultFile) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let area = with_caption(root, r)?;
-    let mut categories: Vec<String> = Vec::new();
-    let mut groups: Vec<BarGroup> = Vec::new();
-    for run in &r.runs {
-        let Some(key) = RunKey::parse(&run.label) else {
-            continue;
-        };
-        if groups.iter().any(|g| g.label == key.contender) {
-            continue;
-        }
-        let mut bars = Vec::new();
-        for (k, v) in &run.values {
-            let Some(cat) = k.strip_prefix(PERF_SHARE) else {
-                continue;
-            };
-            let ci = match categories.iter().position(|c| c == cat) {
-                Some(i) => i,
-                None => {
-                    categories.push(cat.to_string());
-                    categories.len() - 1
-                }
-            };
-            bars.push(Bar {
-                contender: ci,
-                median: *v,
-                min: *v,
-                max: *v,
-                note: format!("{v:.0}"),
-            });
-        }
-        if !bars.is_empty() {
-            groups.push(BarGroup {
-                label: key.contender,
-                bars,
-            });
-        }
-    }
-    draw_bars(
-        &area,
-        &format!("{}: where the busy CPU went (perf, first round)", r.kind),
-        "% of busy samples",
-        &categories,
-        &groups,
-    )?;
-    root.present().map_err(perr)
-}
-
-fn draw_qos<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    r: &ResultFile,
-    cpu: bool,
-) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let area = with_caption(root, r)?;
-    let (names, groups) = qos_groups(r, cpu);
-    let base = names.first().map(String::as_str).unwrap_or("-");
-    if cpu {
-        draw_bars(
-            &area,
-            &format!(
-                "{}: DUT CPU busy at the same offered load (UDP at 2x the rate); ratio to {base}",
-                r.kind
-            ),
-            "DUT CPU busy (%)",
-            &names,
-            &groups,
-        )?;
-    } else {
-        draw_bars(
-            &area,
-            &format!(
-                "{}: delivered in steady state (UDP offered at 2x the rate); ratio to {base}",
-                r.kind
-            ),
-            "delivered (Mbit/s of frames, no FCS)",
-            &names,
-            &groups,
-        )?;
-    }
-    root.present().map_err(perr)
-}
-
-pub fn plot(r: &ResultFile, outdir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
-    register_font()?;
-    std::fs::create_dir_all(outdir)
-        .map_err(|e| LabError::Other(format!("creating {}: {e}", outdir.display())))?;
-    let mut out = Vec::new();
-    let mut figures: Vec<(&str, Option<Figure>)> = vec![("rates", None), ("timeline", None)];
-    if r.kind == "bench-faas" {
-        figures.extend(faas_figures(r).into_iter().map(|f| (f.0, Some(f))));
-    }
-    if r.kind == "bench-netmodes" {
-        // One chart per scenario; rates and timelines say nothing here.
-        figures = netmodes_figures(r)
-            .into_iter()
-            .map(|f| (f.0, Some(f)))
-            .collect();
-    }
-    if r.kind == "bench-qos" {
-        // Its runs compare contenders per rate: the per-trial scatter and
-        // timeline of 75 runs say nothing there.
-        figures = Vec::new();
-        if r.runs
-            .iter()
-            .any(|run| RunKey::parse(&run.label).is_some_and(|k| k.scenario.starts_with("udp ")))
-        {
-            figures = vec![("accuracy", None), ("cpu", None)];
-        }
-        for f in SCHED_FIGURES {
-            if r.runs.iter().any(|run| run.values.contains_key(f.3)) {
-                figures.push((f.0, None));
-            }
-        }
-    }
-    if r.kind == "bench-quic" {
-        figures = QUIC_FIGURES.iter().map(|f| (f.0, None)).collect();
-        if r.runs
-            .iter()
-            .any(|run| run.values.keys().any(|k| k.starts_with(PERF_SHARE)))
-        {
-            figures.push(("perf", None));
-        }
-    }
-    if !scenarios_of(r, compare::Metric::Tcp).is_empty() {
-        figures.push(("tcp", None));
-    }
-    for (kind, figure) in &figures {
-        let png = outdir.join(format!("{stem}-{kind}.png"));
-        let svg = outdir.join(format!("{stem}-{kind}.svg"));
-        match (*kind, figure) {
-            (_, Some(f)) if r.kind == "bench-netmodes" => {
-                let big = (SIZE.0 * 3 / 2, SIZE.1 * 3 / 2);
-                draw_mode_panels(&BitMapBackend::new(&png, big).into_drawing_area(), r, f)?;
-                draw_mode_panels(&SVGBackend::new(&svg, big).into_drawing_area(), r, f)?;
-            }
-            (_, Some(f)) => {
-                draw_faas_figure(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r, f)?;
-                draw_faas_figure(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r, f)?;
-            }
-            ("rates", None) => {
-                draw_rates(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
-                draw_rates(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
-            }
-            ("tcp", None) => {
-                draw_tcp(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
-                draw_tcp(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
-            }
-            ("perf", None) if r.kind == "bench-quic" => {
-                draw_perf(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
-                draw_perf(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
-            }
-            (k, None) if r.kind == "bench-quic" && QUIC_FIGURES.iter().any(|f| f.0 == k) => {
-                let f = *QUIC_FIGURES.iter().find(|f| f.0 == k).expect("found");
-                let title = format!("{}: {}", r.kind, f.1);
-                let (png_root, svg_root) = (
-                    BitMapBackend::new(&png, SIZE).into_drawing_area(),
-                    SVGBackend::new(&svg, SIZE).into_drawing_area(),
-                );
-                draw_value_bars(&png_root, r, &title, f.2, f.3, |_| true)?;
-                draw_value_bars(&svg_root, r, &title, f.2, f.3, |_| true)?;
-            }
-            (k, None) if SCHED_FIGURES.iter().any(|f| f.0 == k) => {
-                let f = *SCHED_FIGURES.iter().find(|f| f.0 == k).expect("found");
-                draw_sched(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r, f)?;
-                draw_sched(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r, f)?;
-            }
-            (k @ ("accuracy" | "cpu"), None) => {
-                let cpu = k == "cpu";
-                draw_qos(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r, cpu)?;
-                draw_qos(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r, cpu)?;
-            }
-            _ => {
-                draw_timeline(&BitMapBackend::new(&png, SIZE).into_drawing_area(), r)?;
-                draw_timeline(&SVGBackend::new(&svg, SIZE).into_drawing_area(), r)?;
-            }
-        }
-        out.push(png);
-        out.push(svg);
-    }
-    Ok(out)
 }

@@ -1,21 +1,65 @@
 //! Result files: the JSON every benchmark writes (schema
 //! `peregrine.result/1`, documented in docs/RESULTS.md and
 //! docs/results.schema.json) and the human table.
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub const SCHEMA: &str = "peregrine.result/1";
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// What a benchmark measured beside a run's trials (its `values`): each
+/// benchmark declares its own typed struct, serialised as the JSON object
+/// of numbers the schema describes.
+pub trait Values:
+    Serialize + DeserializeOwned + Default + Clone + std::fmt::Debug + PartialEq
+{
+    /// Nothing measured: the run's `values` is left out of the file.
+    fn is_empty(&self) -> bool;
+
+    /// The figures present, by their name in the file, in the file's order.
+    fn named(&self) -> Vec<(String, f64)> {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(m)) => m
+                .into_iter()
+                .filter_map(|(k, v)| Some((k, v.as_f64()?)))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Runs that measure nothing beside their trials (no `values` in the file).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct ResultFile {
+pub struct NoValues {}
+
+impl Values for NoValues {
+    fn is_empty(&self) -> bool {
+        true
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, bound = "V: Values")]
+pub struct ResultFile<V = NoValues> {
     pub schema: String,
-    /// What produced it: "bench-gen", "showcase", ...
+    /// What produced it: each benchmark's `Report::KIND`.
     pub kind: String,
     /// The command line that produced it.
     pub command: String,
     pub created_unix: u64,
     pub machine: Machine,
-    pub runs: Vec<Run>,
+    pub runs: Vec<Run<V>>,
+}
+
+/// The `kind` of a result file's text, read before its type is known.
+pub fn kind_of(text: &str) -> Result<String, String> {
+    #[derive(Deserialize)]
+    struct Kind {
+        kind: String,
+    }
+    serde_json::from_str::<Kind>(text)
+        .map(|k| k.kind)
+        .map_err(|e| format!("not a peregrine result file: {e}"))
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -41,8 +85,8 @@ impl Machine {
 
 /// One contender / configuration and its trials.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Run {
+#[serde(deny_unknown_fields, bound = "V: Values")]
+pub struct Run<V = NoValues> {
     pub label: String,
     pub params: RunParams,
     pub trials: Vec<Trial>,
@@ -54,10 +98,11 @@ pub struct Run {
     /// generated frames (then `trials` is empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpFigure>,
-    /// Figures a benchmark measured beside the trials, by name (bench qos's
-    /// scheduler part: a class's share, latency percentiles, CPU per Gbit/s).
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub values: std::collections::BTreeMap<String, f64>,
+    /// Figures a benchmark measured beside the trials, typed by the
+    /// benchmark (bench qos's scheduler part: a class's share, latency
+    /// percentiles, CPU per Gbit/s).
+    #[serde(default, skip_serializing_if = "Values::is_empty")]
+    pub values: V,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -326,8 +371,8 @@ pub struct Rfc2544 {
     pub limited_by: Option<Limiter>,
 }
 
-impl ResultFile {
-    pub fn new(kind: &str, command: String, runs: Vec<Run>) -> ResultFile {
+impl<V: Values> ResultFile<V> {
+    pub fn new(kind: &str, command: String, runs: Vec<Run<V>>) -> ResultFile<V> {
         let created_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -348,7 +393,7 @@ impl ResultFile {
 
     /// Parses a result file, first checking it against the published schema
     /// so an error names the offending field.
-    pub fn from_json(text: &str) -> Result<ResultFile, String> {
+    pub fn from_json(text: &str) -> Result<ResultFile<V>, String> {
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
         let schema: serde_json::Value =
@@ -356,7 +401,7 @@ impl ResultFile {
         if let Some(first) = schema_errors(&v, &schema).into_iter().next() {
             return Err(format!("not a {SCHEMA} result file: {first}"));
         }
-        let r: ResultFile =
+        let r: ResultFile<V> =
             serde_json::from_str(text).map_err(|e| format!("not a peregrine result file: {e}"))?;
         if r.schema != SCHEMA {
             return Err(format!(
@@ -753,6 +798,6 @@ mod tests {
                 .any(|m| m.contains("$.machine: missing field \"cpus\"")),
             "{e:?}"
         );
-        assert!(ResultFile::from_json("{}").is_err());
+        assert!(ResultFile::<NoValues>::from_json("{}").is_err());
     }
 }
