@@ -418,6 +418,23 @@ pub(crate) fn in_first_seen_order<'a>(items: impl Iterator<Item = &'a str>) -> V
     out
 }
 
+/// Runs `tc ARGS` (iproute2) in namespace `ns`; its error output becomes
+/// the error (bench qos's HTB and filters).
+pub(crate) fn tc(ns: &str, args: &[&str]) -> Result<()> {
+    let out = peregrine_host::netns::command(ns, "tc")?
+        .args(args)
+        .output()
+        .context("running tc (iproute2)")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "tc {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::policer::{Exceed, Match, Rate as PolicerRate, Rule};
 use peregrine_host::{netns, signals};
@@ -32,7 +32,7 @@ use peregrine_qos::attach as policer;
 use peregrine_qos::PolicerHook;
 
 use crate::common::{
-    builtin_topology, command_line, frame_for, params, place, progress_line, shown_trial,
+    builtin_topology, command_line, frame_for, params, place, progress_line, shown_trial, tc,
     trial_setup, ChainPath, PlacementConfig, ResultOutput,
 };
 pub use crate::qos_sched::SchedValues;
@@ -172,21 +172,6 @@ impl Drop for Attached {
             eprintln!("peregrine: removing a bench qos contender: {e:#}");
         }
     }
-}
-
-pub(crate) fn tc(ns: &str, args: &[&str]) -> Result<()> {
-    let out = netns::command(ns, "tc")?
-        .args(args)
-        .output()
-        .context("running tc (iproute2)")?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "tc {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
 }
 
 /// The rule every policer run uses: traffic to the sink's prefix.

@@ -45,7 +45,7 @@ use peregrine_qos::PolicerConfig;
 use peregrine_wire::UdpFrameSpec;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{params, place, progress_line, shown_trial, trial_setup};
+use crate::common::{params, place, progress_line, shown_trial, tc, trial_setup};
 use crate::tcp::{finish, Reaped};
 
 /// A contender of the scheduler part.
@@ -227,10 +227,6 @@ impl ClassSet {
         }
         Ok(on)
     }
-}
-
-fn tc(ns: &str, args: &[&str]) -> Result<()> {
-    crate::qos::tc(ns, args)
 }
 
 /// HTB on dut:out0, removed when dropped.

@@ -35,6 +35,20 @@ pub struct Upper;
 /// SHA-256 of the payload, as 64 lower-case hex digits.
 pub struct Sha256;
 
+impl Function for WasmFunction {
+    fn name(&self) -> &str {
+        WasmFunction::name(self)
+    }
+
+    fn as_wasm(&self) -> Option<&WasmFunction> {
+        Some(self)
+    }
+
+    fn call(&self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), String> {
+        WasmFunction::call(self, request, reply)
+    }
+}
+
 impl Function for Reverse {
     fn name(&self) -> &str {
         "reverse"

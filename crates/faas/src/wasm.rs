@@ -21,8 +21,6 @@ use wasmtime::{
     TypedFunc,
 };
 
-use crate::functions::Function;
-
 /// The engine's epoch counts time in these units: a call's deadline is a
 /// whole number of them.
 pub const EPOCH_UNIT: Duration = Duration::from_micros(100);
@@ -498,16 +496,15 @@ impl WasmFunction {
     }
 }
 
-impl Function for WasmFunction {
-    fn name(&self) -> &str {
+impl WasmFunction {
+    /// The name it was deployed under (the file's stem when loaded).
+    pub fn name(&self) -> &str {
         &self.name
     }
 
-    fn as_wasm(&self) -> Option<&WasmFunction> {
-        Some(self)
-    }
-
-    fn call(&self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), String> {
+    /// Runs the function on `request` into `reply` in this thread's
+    /// instance (made on first use); a failure is counted and named.
+    pub fn call(&self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), String> {
         let shared = &self.shared;
         INSTANCES.with_borrow_mut(|list| {
             let at = match list.iter().position(|(id, _, _)| *id == shared.id) {
@@ -538,7 +535,7 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::functions::{Echo, Reverse};
+    use crate::functions::{Echo, Function, Reverse};
 
     fn example(name: &str) -> WasmFunction {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -57,15 +57,10 @@ impl NetMode {
         }
     }
 
-    /// The mode's topology file.
+    /// The mode's topology file (the built-in `netmode-<mode>`).
     pub fn topology_toml(self) -> &'static str {
-        match self {
-            NetMode::Host => include_str!("../topologies/netmodes/host.toml"),
-            NetMode::Bridge => include_str!("../topologies/netmodes/bridge.toml"),
-            NetMode::Macvlan => include_str!("../topologies/netmodes/macvlan.toml"),
-            NetMode::Overlay => include_str!("../topologies/netmodes/overlay.toml"),
-            NetMode::SameHost => include_str!("../topologies/netmodes/same-host.toml"),
-        }
+        crate::topology::builtin::get(&format!("netmode-{}", self.as_str()))
+            .expect("every mode has a built-in topology")
     }
 
     pub fn topology(self) -> Result<Topology> {

@@ -548,10 +548,12 @@ pub mod builtin {
             "pair" => Some(PAIR),
             "gen-dut-sink" => Some(GEN_DUT_SINK),
             "chain" => Some(CHAIN),
-            _ => crate::netmodes::NetMode::ALL
-                .into_iter()
-                .find(|m| name.strip_prefix("netmode-") == Some(m.as_str()))
-                .map(|m| m.topology_toml()),
+            "netmode-host" => Some(include_str!("../topologies/netmodes/host.toml")),
+            "netmode-bridge" => Some(include_str!("../topologies/netmodes/bridge.toml")),
+            "netmode-macvlan" => Some(include_str!("../topologies/netmodes/macvlan.toml")),
+            "netmode-overlay" => Some(include_str!("../topologies/netmodes/overlay.toml")),
+            "netmode-same-host" => Some(include_str!("../topologies/netmodes/same-host.toml")),
+            _ => None,
         }
     }
 

@@ -13,7 +13,7 @@ use peregrine_wire::MacAddr;
 use crate::counters::Counters;
 use crate::error::{Result, StackError};
 use crate::neigh::{Held, Lookup};
-use crate::stack::{lock, source_for, Direct, Inner, SockQueue, SocketShared};
+use crate::stack::{lock, source_for, Direct, Inner, SockQueue, SocketShared, Stack};
 
 pub struct UdpSocket {
     inner: Arc<Inner>,
@@ -23,6 +23,17 @@ pub struct UdpSocket {
     /// program takes the port's datagrams first).
     _reservation: std::net::UdpSocket,
     read_timeout: Option<Duration>,
+}
+
+impl Stack {
+    /// A UDP socket on `addr` (port 0: one the kernel picks). The address
+    /// must be one of the interface's, or unspecified (every address of the
+    /// interface, of that family). The port is reserved in the kernel too
+    /// (a kernel UDP socket bound to it, which receives nothing), so no
+    /// program on the host takes it meanwhile.
+    pub fn bind(&self, addr: SocketAddr) -> Result<UdpSocket> {
+        UdpSocket::bind(&self.inner, addr)
+    }
 }
 
 impl UdpSocket {

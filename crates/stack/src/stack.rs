@@ -23,7 +23,6 @@ use crate::counters::{Counters, StackCounters};
 use crate::error::{Result, StackError};
 use crate::neigh::{Held, NextHops, Route};
 use crate::rx::classify;
-use crate::socket::UdpSocket;
 
 /// How a stack is set up.
 #[derive(Debug, Clone)]
@@ -136,7 +135,7 @@ fn all_readers_waiting(bindings: &HashMap<SocketAddr, Arc<SocketShared>>) -> boo
 /// The stack of one interface. Dropping it stops the service thread and
 /// detaches the program (sockets still open keep the maps, not the hook).
 pub struct Stack {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     service: Option<std::thread::JoinHandle<()>>,
     _watch: NlWatch,
     _link: Link,
@@ -208,15 +207,6 @@ impl Stack {
             _watch: watch,
             _link: attached,
         })
-    }
-
-    /// A UDP socket on `addr` (port 0: one the kernel picks). The address
-    /// must be one of the interface's, or unspecified (every address of the
-    /// interface, of that family). The port is reserved in the kernel too
-    /// (a kernel UDP socket bound to it, which receives nothing), so no
-    /// program on the host takes it meanwhile.
-    pub fn bind(&self, addr: SocketAddr) -> Result<UdpSocket> {
-        UdpSocket::bind(&self.inner, addr)
     }
 
     pub fn iface(&self) -> &str {
