@@ -9,7 +9,6 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use peregrine_lab::iopath::{self, IoPath, Receiver, RecvConfig, SendConfig};
 use peregrine_lab::pacing::Rate;
-use peregrine_wire::UdpFrameSpec;
 
 use crate::bench::PaceArgs;
 use crate::units::DurationArg;
@@ -81,32 +80,11 @@ fn send(a: SendArgs) -> Result<()> {
         crate::usage!("io send needs --count or --duration (runs are always bounded)");
     }
     let dst = a.to;
-    let hop = iopath::next_hop(dst.ip())?;
-    iopath::check_mtu(a.payload, dst.is_ipv6(), hop.mtu, &hop.iface)?;
-    let frame = UdpFrameSpec {
-        src_mac: hop.src_mac,
-        dst_mac: hop.dst_mac,
-        src_ip: hop.src,
-        dst_ip: dst.ip(),
-        src_port: a.src_port,
-        dst_port: dst.port(),
-        ttl: 64,
-        frame_len: 0,
+    let mut cfg = SendConfig::toward(a.path, dst, a.src_port, a.payload, a.pace.limit())?;
+    let frame_bytes = cfg.frame_bytes() as f64;
+    if let Some(r) = a.pace.rate {
+        cfg.rate = Rate::Pps(r.pps(frame_bytes));
     }
-    .sized_for(a.payload);
-    let frame_bytes = (frame.frame_len + peregrine_wire::FCS_LEN) as f64;
-    let rate = match a.pace.rate {
-        Some(r) => Rate::Pps(r.pps(frame_bytes)),
-        None => Rate::Max,
-    };
-    let cfg = SendConfig {
-        path: a.path,
-        iface: hop.iface,
-        frame,
-        payload_len: a.payload,
-        rate,
-        limit: a.pace.limit(),
-    };
     let r = iopath::send(&cfg, &AtomicU64::new(0))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

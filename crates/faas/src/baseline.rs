@@ -567,6 +567,7 @@ fn mmsg_loop(sock: UdpSocket, d: &Deployed, c: &Counters, stop: &AtomicBool) {
             .iter()
             .map(|&(i, len, to)| Transmit {
                 destination: to,
+                source: None,
                 contents: &tx[i * SLOT..i * SLOT + len],
             })
             .collect();

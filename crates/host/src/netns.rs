@@ -216,25 +216,16 @@ pub fn cookie() -> Result<u64> {
         None,
     )
     .map_err(|e| HostError::Netns(format!("a socket to read the namespace cookie: {e}")))?;
-    let mut cookie = 0u64;
-    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
-    // Safety: `cookie` and `len` outlive the call and `len` is cookie's size.
-    let rc = unsafe {
-        libc::getsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&sock),
-            libc::SOL_SOCKET,
-            peregrine_sock_opt::PG_SO_NETNS_COOKIE.0 as libc::c_int,
-            (&mut cookie as *mut u64).cast(),
-            &mut len,
-        )
-    };
-    if rc < 0 {
-        return Err(HostError::Netns(format!(
-            "reading the namespace cookie (SO_NETNS_COOKIE, Linux 5.14+): {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(cookie)
+    peregrine_io::sockopt::get::<u64>(
+        &sock,
+        libc::SOL_SOCKET,
+        peregrine_sock_opt::PG_SO_NETNS_COOKIE.0 as libc::c_int,
+    )
+    .map_err(|e| {
+        HostError::Netns(format!(
+            "reading the namespace cookie (SO_NETNS_COOKIE, Linux 5.14+): {e}"
+        ))
+    })
 }
 
 /// A network namespace found on the host, open.

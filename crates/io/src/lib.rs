@@ -4,16 +4,23 @@
 //! datagrams. Shaped like quinn-udp's: a batch of `Transmit`s goes out in one
 //! call, a batch comes in into the caller's buffers with a `RecvMeta` each.
 //!
-//! - `udp`: kernel UDP sockets with sendmmsg/recvmmsg;
-//! - `packet_mmap`: AF_PACKET TX and RX rings shared with the kernel;
+//! - `udp`: kernel UDP sockets with sendmmsg/recvmmsg (`UdpBatch`), or one
+//!   send/recv per datagram (`std::net::UdpSocket`);
+//! - `packet_mmap`: AF_PACKET TX and RX rings shared with the kernel, and
+//!   both behind the trait (`MmapDatagrams`);
+//! - `frames`: UDP datagrams in Ethernet frames, built and classified for
+//!   the transports that move whole frames (PACKET_MMAP, AF_XDP);
 //! - `recv_batch`: reusable buffers a batch is received into;
-//! - `addr`: socket addresses to and from the kernel's sockaddr.
+//! - `addr`: socket addresses to and from the kernel's sockaddr;
+//! - `sockopt`: socket options nix has no type for, one safe get and set.
 use std::io::IoSliceMut;
 use std::net::SocketAddr;
 
 mod addr;
+pub mod frames;
 pub mod packet_mmap;
 mod recv_batch;
+pub mod sockopt;
 mod udp;
 
 pub use recv_batch::RecvBatch;
@@ -25,7 +32,23 @@ pub struct Transmit<'a> {
     /// Where to: None sends to the peer a connected socket has (which spares
     /// the kernel a route lookup per datagram).
     pub destination: Option<SocketAddr>,
+    /// From where, for transports that build whole frames (PACKET_MMAP,
+    /// AF_XDP; a generator's flows): None is the transport's own address
+    /// and port. Sockets (the kernel's, the stack's) send from theirs.
+    pub source: Option<SocketAddr>,
     pub contents: &'a [u8],
+}
+
+impl<'a> Transmit<'a> {
+    /// `contents` to `destination` (None: a connected socket's peer) from
+    /// the transport's own address.
+    pub fn to(destination: Option<SocketAddr>, contents: &'a [u8]) -> Transmit<'a> {
+        Transmit {
+            destination,
+            source: None,
+            contents,
+        }
+    }
 }
 
 /// What came with one received datagram.

@@ -3,7 +3,9 @@
 //! the rest of the batch is whatever is already queued).
 use std::io::IoSliceMut;
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
+
+use nix::sys::socket::{getsockopt, setsockopt, sockopt};
 
 use crate::{addr, DatagramIo, RecvMeta, Transmit};
 
@@ -164,6 +166,42 @@ impl DatagramIo for UdpBatch {
     }
 }
 
+/// The plain path: one send(2) or recv(2) per call, one datagram each
+/// (the baseline the batched paths are measured against).
+impl DatagramIo for UdpSocket {
+    fn max_batch(&self) -> usize {
+        1
+    }
+
+    fn send(&mut self, transmits: &[Transmit<'_>]) -> std::io::Result<usize> {
+        let Some(t) = transmits.first() else {
+            return Ok(0);
+        };
+        match t.destination {
+            Some(to) => self.send_to(t.contents, to)?,
+            None => UdpSocket::send(self, t.contents)?,
+        };
+        Ok(1)
+    }
+
+    fn recv(
+        &mut self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> std::io::Result<usize> {
+        let (Some(buf), Some(m)) = (bufs.first_mut(), meta.first_mut()) else {
+            return Ok(0);
+        };
+        let (len, from) = self.recv_from(buf)?;
+        *m = RecvMeta {
+            len,
+            source: Some(from),
+            stride: 0,
+        };
+        Ok(1)
+    }
+}
+
 /// The UDP GRO segment size the kernel put in a received message's
 /// control data, or 0 when it coalesced nothing.
 fn gro_segment(m: &libc::msghdr) -> usize {
@@ -186,57 +224,27 @@ fn gro_segment(m: &libc::msghdr) -> usize {
 /// that size (UDP_SEGMENT): one send of a buffer of k segments leaves as
 /// k datagrams, split by the stack (or the device) after the socket layer.
 /// 0 turns it off.
-pub fn set_udp_gso(socket: &impl AsRawFd, segment: u16) -> std::io::Result<()> {
-    set_udp_int(socket, libc::UDP_SEGMENT, libc::c_int::from(segment))
+pub fn set_udp_gso(socket: &impl AsFd, segment: u16) -> std::io::Result<()> {
+    setsockopt(socket, sockopt::UdpGsoSegment, &libc::c_int::from(segment)).map_err(Into::into)
 }
 
 /// Lets the stack coalesce received datagrams of one flow into one buffer
 /// (UDP_GRO); each received message then says its segment size
 /// (`RecvMeta::stride`).
-pub fn set_udp_gro(socket: &impl AsRawFd, on: bool) -> std::io::Result<()> {
-    set_udp_int(socket, libc::UDP_GRO, libc::c_int::from(on))
-}
-
-fn set_udp_int(socket: &impl AsRawFd, opt: libc::c_int, v: libc::c_int) -> std::io::Result<()> {
-    // Safety: `v` is a c_int that outlives the call; its size is passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_UDP,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+pub fn set_udp_gro(socket: &impl AsFd, on: bool) -> std::io::Result<()> {
+    setsockopt(socket, sockopt::UdpGroSegment, &on).map_err(Into::into)
 }
 
 /// Gives `socket` a receive buffer of `bytes`: forced past `rmem_max` where
 /// the caller may (CAP_NET_ADMIN), as a tuned server has; otherwise as much
 /// as `rmem_max` allows. A burst must not be lost for want of room while the
 /// receiving thread waits for a CPU. Returns the buffer the kernel granted.
-pub fn deep_receive_buffer(socket: &impl AsRawFd, bytes: usize) -> usize {
-    let fd = socket.as_raw_fd();
-    let want = bytes.min(i32::MAX as usize) as libc::c_int;
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        // Safety: `want` is a c_int that outlives the call; its size is passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                (&want as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            break;
-        }
+pub fn deep_receive_buffer(socket: &impl AsFd, bytes: usize) -> usize {
+    let want = bytes.min(i32::MAX as usize);
+    if setsockopt(socket, sockopt::RcvBufForce, &want).is_err() {
+        let _ = setsockopt(socket, sockopt::RcvBuf, &want);
     }
-    socket_int(fd, libc::SO_RCVBUF).unwrap_or(0) as usize
+    getsockopt(socket, sockopt::RcvBuf).unwrap_or(0)
 }
 
 /// Datagrams the kernel dropped at `socket` (receive buffer full, or a bad
@@ -245,42 +253,8 @@ pub fn receive_drops(socket: &impl AsRawFd) -> std::io::Result<u64> {
     // <linux/sock_diag.h>: SK_MEMINFO_VARS is 9 since Linux 4.x, DROPS
     // the last; asm-generic/socket.h: SO_MEMINFO 55 (libc lacks it here).
     const SO_MEMINFO: libc::c_int = 55;
-    let mut info = [0u32; 9];
-    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
-    // Safety: `info` and `len` are valid for writes of `len` bytes; the
-    // kernel writes at most `len` and updates it.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_MEMINFO,
-            info.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let info: [u32; 9] = crate::sockopt::get(socket, libc::SOL_SOCKET, SO_MEMINFO)?;
     Ok(u64::from(info[libc::SK_MEMINFO_DROPS as usize]))
-}
-
-fn socket_int(fd: std::os::fd::RawFd, opt: libc::c_int) -> std::io::Result<libc::c_int> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // Safety: `v` and `len` are valid for writes; the kernel writes a c_int.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(v)
 }
 
 #[cfg(test)]
@@ -304,6 +278,7 @@ mod tests {
             .iter()
             .map(|p| Transmit {
                 destination: Some(to),
+                source: None,
                 contents: p,
             })
             .collect();
@@ -342,6 +317,7 @@ mod tests {
         let mut tx = UdpBatch::new(tx, 4);
         let t = Transmit {
             destination: None,
+            source: None,
             contents: b"peregrine",
         };
         assert_eq!(tx.send(&[t, t]).unwrap(), 2);
@@ -368,6 +344,7 @@ mod tests {
             let mut tx = UdpBatch::new(tx, 2);
             let t = Transmit {
                 destination: None,
+                source: None,
                 contents: &buf,
             };
             assert_eq!(tx.send(&[t]).unwrap(), 1);

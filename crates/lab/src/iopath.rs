@@ -1,6 +1,9 @@
-//! I/O paths: one sender and one receiver for each way a program can move
-//! UDP datagrams on Linux, usable on their own (`peregrine io send|recv`)
-//! and in `bench netmodes`:
+//! I/O paths: the lab's one family of senders and receivers, a transport
+//! for each way a program can move UDP datagrams on Linux (`PathIo`, one
+//! `peregrine_io::DatagramIo` each), a paced sender over it
+//! (`DatagramSender`) and a checking receiver (`Receiver`). Used on their
+//! own (`peregrine io send|recv`), in `bench netmodes`, and by the
+//! generator's socket and afxdp backends (`traffic`):
 //!
 //! - `udp`: one `send`/`recv` per datagram on a kernel UDP socket (the
 //!   seed's baseline);
@@ -8,29 +11,32 @@
 //! - `mmsg-gso`: the same with UDP GSO on the sender (one buffer of up to
 //!   64 datagrams per message, split by the stack) and UDP GRO on the
 //!   receiver (coalesced datagrams split by their segment size);
-//! - `mmap`: PACKET_MMAP, a TPACKET_V2 TX ring of frames built here and a
-//!   TPACKET_V3 RX block ring (`peregrine_io::packet_mmap`);
-//! - `afxdp`: AF_XDP sockets (`peregrine_xsk`), the receiver fed by
-//!   `dispatch.bpf.c` on its interface.
+//! - `mmap`: PACKET_MMAP, a TPACKET_V2 TX ring and a TPACKET_V3 RX block
+//!   ring (`peregrine_io::packet_mmap::MmapDatagrams`);
+//! - `afxdp`: AF_XDP sockets (`peregrine_xsk::XskDatagrams`), the receiver
+//!   fed by `dispatch.bpf.c` on its interface.
 //!
 //! Every datagram carries the generator's meta (magic, sequence, send time)
 //! and then a pattern derived from its sequence number, so a receiver checks
 //! count, order and every payload byte, and times each datagram (one clock:
 //! sender and receiver run on one host).
+use std::io::IoSliceMut;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use peregrine_bpf::dispatch::DispatchProgram;
 use peregrine_bpf::gen::{read_meta, PEREGRINE_MAGIC};
 use peregrine_bpf::pod::Pod;
 use peregrine_bpf::skel::gen::types::gen_meta;
-use peregrine_bpf::{XdpMode, XdpProgram};
+use peregrine_bpf::{Link, XdpMode, XdpProgram};
 use peregrine_host::cpu::monotonic_ns;
-use peregrine_io::packet_mmap::{RxRing, RxRingConfig, TxRing, TxRingConfig};
-use peregrine_io::{DatagramIo, RecvBatch, Transmit, UdpBatch};
+use peregrine_io::packet_mmap::MmapDatagrams;
+use peregrine_io::{DatagramIo, RecvBatch, RecvMeta, Transmit, UdpBatch};
 use peregrine_wire::{MacAddr, UdpFrameSpec};
+use peregrine_xsk::{XskConfig, XskDatagrams};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
@@ -147,6 +153,46 @@ pub struct SendConfig {
     pub limit: Limit,
 }
 
+impl SendConfig {
+    /// Datagrams of `payload_len` bytes to `dst` from our address toward it
+    /// and `src_port`, over the route the calling thread's namespace has
+    /// (raw paths build frames for its next hop, resolved if need be); the
+    /// payload checked against the route's MTU. Unpaced until `rate` is set.
+    pub fn toward(
+        path: IoPath,
+        dst: SocketAddr,
+        src_port: u16,
+        payload_len: usize,
+        limit: Limit,
+    ) -> Result<SendConfig> {
+        let hop = next_hop(dst.ip())?;
+        check_mtu(payload_len, dst.is_ipv6(), hop.mtu, &hop.iface)?;
+        Ok(SendConfig {
+            path,
+            iface: hop.iface,
+            frame: UdpFrameSpec {
+                src_mac: hop.src_mac,
+                dst_mac: hop.dst_mac,
+                src_ip: hop.src,
+                dst_ip: dst.ip(),
+                src_port,
+                dst_port: dst.port(),
+                ttl: 64,
+                frame_len: 0,
+            }
+            .sized_for(payload_len),
+            payload_len,
+            rate: Rate::Max,
+            limit,
+        })
+    }
+
+    /// Bytes of each frame on the wire, FCS included (rates in bits).
+    pub fn frame_bytes(&self) -> usize {
+        self.frame.header_len() + self.payload_len + peregrine_wire::FCS_LEN
+    }
+}
+
 /// What a sender did.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct SendReport {
@@ -173,13 +219,6 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// The send loop of one path: `send(n) -> (sent, dropped)`.
-trait PathSender {
-    fn send(&mut self, n: u64) -> std::io::Result<u64>;
-    fn drops(&self) -> u64;
-    fn max_batch(&self) -> u64;
-}
-
 /// Sends as `cfg` says from the calling thread (in the namespace it is
 /// in), adding to `progress` as it goes.
 pub fn send(cfg: &SendConfig, progress: &AtomicU64) -> Result<SendReport> {
@@ -198,18 +237,22 @@ pub fn send(cfg: &SendConfig, progress: &AtomicU64) -> Result<SendReport> {
         }
     }
     let frame = cfg.frame.clone().sized_for(cfg.payload_len);
-    let mut sender: Box<dyn PathSender> = match cfg.path {
-        IoPath::Udp | IoPath::Mmsg | IoPath::MmsgGso => {
-            Box::new(SocketSender::new(&frame, cfg.path)?)
-        }
-        IoPath::Mmap => Box::new(MmapSender::new(&cfg.iface, frame)?),
-        IoPath::Afxdp => Box::new(XskSender::new(&cfg.iface, frame)?),
-    };
+    let io = PathIo::sender(cfg.path, &frame, &cfg.iface, 0)?;
+    // Connected sockets name no destination (no route lookup per
+    // datagram); raw paths build it into every frame.
+    let dst = SocketAddr::new(frame.dst_ip, frame.dst_port);
+    let flows = vec![(None, cfg.path.raw().then_some(dst))];
+    let mut sender =
+        DatagramSender::new(vec![io], cfg.payload_len, Refused::Dropped)?.with_flows(flows);
     let cpu0 = thread_cpu();
     let start = Instant::now();
-    let batch = sender.max_batch();
+    let batch = sender.max_batch() as u64;
     let sent = pace(cfg.rate, cfg.limit, batch, |n| {
-        let k = sender.send(n)?;
+        let now = monotonic_ns();
+        let k = sender.send(n as usize, |seq, buf| {
+            write_payload(buf, seq as u32, now);
+            buf.len()
+        })? as u64;
         progress.fetch_add(k, Ordering::Relaxed);
         Ok(k)
     })
@@ -223,217 +266,392 @@ pub fn send(cfg: &SendConfig, progress: &AtomicU64) -> Result<SendReport> {
     })
 }
 
-/// Kernel UDP: one datagram per call (`udp`), a batch of messages
-/// (`mmsg`), or a batch of GSO buffers of several datagrams each
-/// (`mmsg-gso`).
-struct SocketSender {
-    io: UdpBatch,
-    /// One buffer per message of a call, `per_message` payloads each.
-    buffers: Vec<Vec<u8>>,
-    per_message: usize,
-    payload_len: usize,
-    plain: bool,
-    seq: u32,
-    drops: u64,
-}
-
 /// Datagrams per sendmmsg/recvmmsg.
 const MMSG_BATCH: usize = 64;
 
 /// GSO buffers per sendmmsg (each up to 64 datagrams, the kernel's most).
 const GSO_MESSAGES: usize = 8;
 
-impl SocketSender {
-    fn new(f: &UdpFrameSpec, path: IoPath) -> Result<SocketSender> {
-        let src = SocketAddr::new(f.src_ip, f.src_port);
-        let dst = SocketAddr::new(f.dst_ip, f.dst_port);
-        let s = std::net::UdpSocket::bind(src)
-            .map_err(|e| LabError::Other(format!("binding {src}: {e}")))?;
-        s.connect(dst)
-            .map_err(|e| LabError::Other(format!("connecting to {dst}: {e}")))?;
-        let plen = f.frame_len - f.header_len();
-        let (messages, per_message) = match path {
-            IoPath::Udp => (1, 1),
+/// Frames one AF_XDP TX or RX batch moves.
+const XSK_BATCH: usize = 256;
+
+/// One path's transport, opened to send or to receive: what every sender
+/// and receiver of the lab moves datagrams with (`io send|recv`, bench
+/// netmodes, the generator's socket and afxdp backends), one `DatagramIo`.
+pub enum PathIo {
+    /// `udp`: one send(2)/recv(2) per datagram.
+    Udp(std::net::UdpSocket),
+    /// `mmsg`: sendmmsg/recvmmsg.
+    Mmsg(UdpBatch),
+    /// `mmsg-gso`: the same with UDP GSO on the sender (buffers of several
+    /// datagrams, split by the stack) and UDP GRO on the receiver.
+    MmsgGso(UdpBatch),
+    /// `mmap`: PACKET_MMAP rings.
+    Mmap(Box<MmapDatagrams>),
+    /// `afxdp`: an AF_XDP socket; a receiver's dispatch program, attached
+    /// to its interface, sends it the local port.
+    Afxdp(Box<XskDatagrams>, Option<Box<(DispatchProgram, Link)>>),
+}
+
+impl PathIo {
+    /// A sender on `path` of datagrams with `frame`'s headers: kernel
+    /// sockets bound to its source and connected to its destination; raw
+    /// paths build whole frames (MACs included) on `iface`, AF_XDP on TX
+    /// queue `queue`.
+    pub fn sender(path: IoPath, frame: &UdpFrameSpec, iface: &str, queue: u32) -> Result<PathIo> {
+        let src = SocketAddr::new(frame.src_ip, frame.src_port);
+        let dst = SocketAddr::new(frame.dst_ip, frame.dst_port);
+        let connected = || -> Result<std::net::UdpSocket> {
+            let s = std::net::UdpSocket::bind(src)
+                .map_err(|e| LabError::Other(format!("binding {src}: {e}")))?;
+            s.connect(dst)
+                .map_err(|e| LabError::Other(format!("connecting to {dst}: {e}")))?;
+            Ok(s)
+        };
+        Ok(match path {
+            IoPath::Udp => PathIo::Udp(connected()?),
+            IoPath::Mmsg => PathIo::Mmsg(UdpBatch::new(connected()?, MMSG_BATCH)),
             IoPath::MmsgGso => {
+                let s = connected()?;
+                let plen = frame.frame_len - frame.header_len();
                 peregrine_io::set_udp_gso(&s, plen as u16)
                     .map_err(|e| LabError::Other(format!("UDP GSO on {src}: {e}")))?;
-                (GSO_MESSAGES, (65_000 / plen).clamp(1, 64))
+                PathIo::MmsgGso(UdpBatch::new(s, GSO_MESSAGES))
             }
-            _ => (MMSG_BATCH, 1),
+            IoPath::Mmap => {
+                let io = MmapDatagrams::sender(iface, frame.clone())
+                    .map_err(|e| LabError::Other(format!("PACKET_MMAP TX ring on {iface}: {e}")))?;
+                let slot = io.tx_ring().map_or(0, |t| t.max_frame_len());
+                if frame.frame_len > slot {
+                    return Err(LabError::Invalid(format!(
+                        "a {}-byte frame does not fit a TX ring slot ({slot} bytes)",
+                        frame.frame_len
+                    )));
+                }
+                PathIo::Mmap(Box::new(io))
+            }
+            IoPath::Afxdp => {
+                let xsk = peregrine_xsk::Xsk::open(iface, queue, XskConfig::default())
+                    .map_err(|e| LabError::Other(format!("AF_XDP socket on {iface}: {e}")))?;
+                let io = XskDatagrams::new(xsk, frame.clone(), XSK_BATCH);
+                PathIo::Afxdp(Box::new(io), None)
+            }
+        })
+    }
+
+    /// A receiver on `path` of datagrams to `local` (the address may be
+    /// unspecified), on `iface` for the raw paths; each receive waits up to
+    /// `wait` for the first datagram. Also says how it is set up (buffer,
+    /// ring, XDP and bind modes).
+    pub fn receiver(
+        path: IoPath,
+        local: SocketAddr,
+        iface: &str,
+        wait: Duration,
+    ) -> Result<(PathIo, String)> {
+        // The raw paths' receiving side: only the address and port matter.
+        let spec = UdpFrameSpec {
+            src_mac: MacAddr([0; 6]),
+            dst_mac: MacAddr([0; 6]),
+            src_ip: local.ip(),
+            dst_ip: local.ip(),
+            src_port: local.port(),
+            dst_port: 0,
+            ttl: 64,
+            frame_len: 0,
         };
-        Ok(SocketSender {
-            io: UdpBatch::new(s, messages),
-            buffers: vec![vec![0; plen * per_message]; messages],
+        Ok(match path {
+            IoPath::Udp | IoPath::Mmsg | IoPath::MmsgGso => {
+                let s = std::net::UdpSocket::bind(local)
+                    .map_err(|e| LabError::Other(format!("binding {local}: {e}")))?;
+                s.set_read_timeout(Some(wait))
+                    .map_err(|e| LabError::Other(e.to_string()))?;
+                let granted = peregrine_io::deep_receive_buffer(&s, 16 << 20);
+                if path == IoPath::MmsgGso {
+                    peregrine_io::set_udp_gro(&s, true)
+                        .map_err(|e| LabError::Other(format!("UDP GRO on {local}: {e}")))?;
+                }
+                let io = match path {
+                    IoPath::Udp => PathIo::Udp(s),
+                    IoPath::Mmsg => PathIo::Mmsg(UdpBatch::new(s, MMSG_BATCH)),
+                    _ => PathIo::MmsgGso(UdpBatch::new(s, MMSG_BATCH)),
+                };
+                (io, format!("socket receive buffer {granted} B"))
+            }
+            IoPath::Mmap => {
+                let mut io = MmapDatagrams::receiver(iface, spec, wait)
+                    .map_err(|e| LabError::Other(format!("PACKET_MMAP RX ring on {iface}: {e}")))?;
+                let bytes = io.rx_ring().map_or(0, |r| r.memory_bytes());
+                (
+                    PathIo::Mmap(Box::new(io)),
+                    format!("TPACKET_V3 ring {} MiB", bytes >> 20),
+                )
+            }
+            IoPath::Afxdp => {
+                use peregrine_bpf::dispatch::{slot, Policy};
+                let prog = DispatchProgram::load()?;
+                // Native XDP where the device has it (veth), generic
+                // otherwise (macvlan, vxlan-bridged ports report which).
+                let (link, mode) = match prog.attach(iface, XdpMode::Native) {
+                    Ok(l) => (l, XdpMode::Native),
+                    Err(_) => (prog.attach(iface, XdpMode::Generic)?, XdpMode::Generic),
+                };
+                prog.set_function(0, local.port(), 1, Policy::RoundRobin)?;
+                let cfg = XskConfig {
+                    frames: 16384,
+                    ring: 4096,
+                    ..XskConfig::default()
+                };
+                let xsk = peregrine_xsk::Xsk::open(iface, 0, cfg)
+                    .map_err(|e| LabError::Other(format!("AF_XDP socket on {iface}: {e}")))?;
+                prog.register_socket(slot(0, 0, 0), xsk.fd())?;
+                let note = format!("XDP {mode}, AF_XDP {}", xsk.mode().as_str());
+                let io = XskDatagrams::new(xsk, spec, XSK_BATCH).with_wait(wait);
+                (
+                    PathIo::Afxdp(Box::new(io), Some(Box::new((prog, link)))),
+                    note,
+                )
+            }
+        })
+    }
+
+    /// Slots a receive batch needs, and the bytes of each: a UDP GRO buffer
+    /// holds up to 64 KiB of coalesced datagrams; a PACKET_MMAP block up to
+    /// 512 frames.
+    fn recv_slots(&self) -> (usize, usize) {
+        match self {
+            PathIo::Udp(_) => (1, 2048),
+            PathIo::Mmsg(_) => (MMSG_BATCH, 2048),
+            PathIo::MmsgGso(_) => (MMSG_BATCH, 65_536),
+            PathIo::Mmap(_) => (512, 2048),
+            PathIo::Afxdp(..) => (XSK_BATCH, 2048),
+        }
+    }
+
+    /// Drops the kernel counted at this receiver so far: the socket's
+    /// buffer (udp, mmsg), the ring (mmap: PACKET_STATISTICS; afxdp:
+    /// XDP_STATISTICS).
+    pub fn kernel_drops(&mut self) -> u64 {
+        match self {
+            PathIo::Udp(s) => peregrine_io::receive_drops(s).unwrap_or(0),
+            PathIo::Mmsg(b) | PathIo::MmsgGso(b) => {
+                peregrine_io::receive_drops(b.socket()).unwrap_or(0)
+            }
+            PathIo::Mmap(m) => m
+                .rx_ring()
+                .and_then(|r| r.stats().ok())
+                .map_or(0, |s| s.drops),
+            PathIo::Afxdp(x, _) => x
+                .xsk()
+                .kernel_stats()
+                .map(|k| {
+                    k.rx_dropped
+                        + k.rx_ring_full
+                        + k.rx_fill_ring_empty_descriptors
+                        + k.rx_invalid_descriptors
+                })
+                .unwrap_or(0),
+        }
+    }
+
+    /// Frames for the receiver's port that failed the checks (raw paths;
+    /// the kernel drops such datagrams before a socket sees them).
+    pub fn damaged(&self) -> u64 {
+        match self {
+            PathIo::Mmap(m) => m.damaged(),
+            PathIo::Afxdp(x, _) => x.damaged(),
+            _ => 0,
+        }
+    }
+
+    /// Datagrams the device dropped as they left (PACKET_MMAP: ENOBUFS on
+    /// a flush, frames the kernel refused as malformed).
+    pub fn device_drops(&self) -> u64 {
+        match self {
+            PathIo::Mmap(m) => m
+                .tx_ring()
+                .map_or(0, |t| t.device_drops() + t.wrong_format()),
+            _ => 0,
+        }
+    }
+
+    fn io(&mut self) -> &mut dyn DatagramIo {
+        match self {
+            PathIo::Udp(s) => s,
+            PathIo::Mmsg(b) | PathIo::MmsgGso(b) => b,
+            PathIo::Mmap(m) => &mut **m,
+            PathIo::Afxdp(x, _) => &mut **x,
+        }
+    }
+}
+
+impl DatagramIo for PathIo {
+    fn max_batch(&self) -> usize {
+        match self {
+            PathIo::Udp(s) => s.max_batch(),
+            PathIo::Mmsg(b) | PathIo::MmsgGso(b) => b.max_batch(),
+            PathIo::Mmap(m) => m.max_batch(),
+            PathIo::Afxdp(x, _) => x.max_batch(),
+        }
+    }
+
+    fn send(&mut self, transmits: &[Transmit<'_>]) -> std::io::Result<usize> {
+        self.io().send(transmits)
+    }
+
+    fn recv(
+        &mut self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> std::io::Result<usize> {
+        self.io().recv(bufs, meta)
+    }
+}
+
+/// What a sender does when a kernel socket refuses a datagram for want of
+/// room in the device queue (ENOBUFS) or because no one listens yet
+/// (ECONNREFUSED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The datagram is gone and counted (`drops`), the schedule goes on:
+    /// a measured path's loss at the sender.
+    Dropped,
+    /// Nothing was sent; the schedule sends it again: back-pressure for a
+    /// generator, whose offered count is what left.
+    Retried,
+}
+
+/// The paced send loop's side of one or more transports: batches of
+/// datagrams written in place by the caller, sent through the transports
+/// in turn (a generator's flow sockets), each datagram to its flow's
+/// destination from its flow's source (raw paths; sockets are connected).
+pub struct DatagramSender {
+    ios: Vec<PathIo>,
+    turn: usize,
+    /// One batch: `messages` buffers of `per_message` datagrams of up to
+    /// `slot` bytes each (more than one only with UDP GSO, which splits a
+    /// buffer at the segment size: then every datagram fills its slot).
+    buf: Vec<u8>,
+    slot: usize,
+    messages: usize,
+    per_message: usize,
+    /// Flow `k`'s (source, destination); None: the transport's own.
+    flows: Vec<(Option<SocketAddr>, Option<SocketAddr>)>,
+    refused: Refused,
+    seq: u64,
+    drops: u64,
+}
+
+impl DatagramSender {
+    /// Sends through `ios` (one or more of one path) datagrams of up to
+    /// `slot` payload bytes (mmsg-gso: of exactly `slot` bytes, the segment
+    /// size); the flows are the transports' own until `with_flows`.
+    pub fn new(ios: Vec<PathIo>, slot: usize, refused: Refused) -> Result<DatagramSender> {
+        let first = ios
+            .first()
+            .ok_or_else(|| LabError::Config("a sender needs a transport".into()))?;
+        let slot = slot.max(1);
+        // A socket with UDP GSO (mmsg-gso): one buffer of up to 64
+        // datagrams per message (the kernel's most), about 64 KB.
+        let per_message = match first {
+            PathIo::MmsgGso(_) => (65_000 / slot).clamp(1, 64),
+            _ => 1,
+        };
+        let messages = first.max_batch();
+        Ok(DatagramSender {
+            ios,
+            turn: 0,
+            buf: vec![0; messages * per_message * slot],
+            slot,
+            messages,
             per_message,
-            payload_len: plen,
-            plain: path == IoPath::Udp,
+            flows: vec![(None, None)],
+            refused,
             seq: 0,
             drops: 0,
         })
     }
-}
 
-impl PathSender for SocketSender {
-    fn max_batch(&self) -> u64 {
-        (self.buffers.len() * self.per_message) as u64
+    /// Datagram `seq` goes from and to flow `seq % flows.len()`'s
+    /// addresses (raw paths build them into the frame).
+    pub fn with_flows(self, flows: Vec<(Option<SocketAddr>, Option<SocketAddr>)>) -> Self {
+        DatagramSender {
+            flows: if flows.is_empty() { self.flows } else { flows },
+            ..self
+        }
     }
 
-    fn send(&mut self, n: u64) -> std::io::Result<u64> {
-        let n = (n as usize).min(self.buffers.len() * self.per_message);
-        let now = monotonic_ns();
-        let (plen, k) = (self.payload_len, self.per_message);
-        for j in 0..n {
-            let b = &mut self.buffers[j / k][(j % k) * plen..][..plen];
-            write_payload(b, self.seq.wrapping_add(j as u32), now);
+    /// Most datagrams one `send` moves.
+    pub fn max_batch(&self) -> usize {
+        self.messages * self.per_message
+    }
+
+    /// Datagrams refused and counted (`Refused::Dropped`) or dropped by the
+    /// device as they left.
+    pub fn drops(&self) -> u64 {
+        self.drops + self.ios.iter().map(PathIo::device_drops).sum::<u64>()
+    }
+
+    /// Sends up to `n` datagrams (at most `max_batch`) in one call of the
+    /// next transport: datagram `seq`'s payload is what `write(seq, buf)`
+    /// writes into `buf` (returning its length); returns how many were
+    /// taken (refused ones included when they count as dropped).
+    pub fn send(
+        &mut self,
+        n: usize,
+        mut write: impl FnMut(u64, &mut [u8]) -> usize,
+    ) -> std::io::Result<usize> {
+        let n = n.min(self.max_batch());
+        let (slot, k) = (self.slot, self.per_message);
+        // Bytes of each message: its datagrams, back to back.
+        let mut lengths = Vec::with_capacity(n.div_ceil(k));
+        for (j, b) in self.buf.chunks_mut(slot).take(n).enumerate() {
+            let len = write(self.seq + j as u64, b).min(slot);
+            if j % k == 0 {
+                lengths.push(0);
+            }
+            *lengths.last_mut().expect("pushed") += len;
         }
-        let r = if self.plain {
-            // The plain path: send(2), one datagram per call.
-            self.io.socket().send(&self.buffers[0]).map(|_| 1)
-        } else {
-            let t: Vec<Transmit> = (0..n.div_ceil(k))
-                .map(|m| Transmit {
-                    destination: None,
-                    contents: &self.buffers[m][..(n - m * k).min(k) * plen],
-                })
-                .collect();
+        let flows = &self.flows;
+        let seq = self.seq;
+        let transmits: Vec<Transmit> = lengths
+            .iter()
+            .enumerate()
+            .map(|(m, &len)| {
+                let flow = (seq + (m * k) as u64) % flows.len() as u64;
+                let (source, destination) = flows[flow as usize];
+                Transmit {
+                    destination,
+                    source,
+                    contents: &self.buf[m * k * slot..][..len],
+                }
+            })
+            .collect();
+        let turn = self.turn;
+        self.turn = (turn + 1) % self.ios.len();
+        let r = self.ios[turn]
+            .send(&transmits)
             // Messages taken -> datagrams taken (the last may be partial).
-            self.io.send(&t).map(|msgs| (msgs * k).min(n))
-        };
+            .map(|msgs| (msgs * k).min(n));
         let sent = match r {
-            Ok(k) => k,
-            // A full device queue or a peer with no listener yet: the
-            // datagram is gone and counted, the schedule goes on.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ECONNREFUSED)) => {
+            Ok(sent) => sent,
+            Err(e)
+                if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ECONNREFUSED))
+                    && self.refused == Refused::Dropped =>
+            {
                 self.drops += 1;
                 1
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ECONNREFUSED)) =>
+            {
+                0
+            }
             Err(e) => return Err(e),
         };
-        self.seq = self.seq.wrapping_add(sent as u32);
-        Ok(sent as u64)
-    }
-
-    fn drops(&self) -> u64 {
-        self.drops
-    }
-}
-
-/// Builds datagram `seq`'s whole frame into `buf` (the raw paths' slot or
-/// UMEM frame) with `wire`'s builder: its length, or 0 if it does not fit.
-fn build_frame(
-    frame: &UdpFrameSpec,
-    payload: &mut [u8],
-    seq: &mut u32,
-    now: u64,
-    buf: &mut [u8],
-) -> usize {
-    write_payload(payload, *seq, now);
-    match frame.write_into(buf, payload) {
-        Ok(()) => {
-            *seq = seq.wrapping_add(1);
-            frame.frame_len
-        }
-        Err(_) => 0,
-    }
-}
-
-/// PACKET_MMAP: frames built by `wire` in the TX ring, one flush a batch.
-struct MmapSender {
-    ring: TxRing,
-    frame: UdpFrameSpec,
-    payload: Vec<u8>,
-    seq: u32,
-}
-
-impl MmapSender {
-    fn new(iface: &str, frame: UdpFrameSpec) -> Result<MmapSender> {
-        let ring = TxRing::open(iface, TxRingConfig::default())
-            .map_err(|e| LabError::Other(format!("PACKET_MMAP TX ring on {iface}: {e}")))?;
-        if frame.frame_len > ring.max_frame_len() {
-            return Err(LabError::Invalid(format!(
-                "a {}-byte frame does not fit a TX ring slot ({} bytes)",
-                frame.frame_len,
-                ring.max_frame_len()
-            )));
-        }
-        let payload = vec![0; frame.frame_len - frame.header_len()];
-        Ok(MmapSender {
-            ring,
-            frame,
-            payload,
-            seq: 0,
-        })
-    }
-}
-
-impl PathSender for MmapSender {
-    fn max_batch(&self) -> u64 {
-        // The seed flushed every 1000 frames; a quarter of the ring keeps
-        // slots free while the kernel finishes the previous batch.
-        (self.ring.capacity() / 4).max(1) as u64
-    }
-
-    fn send(&mut self, n: u64) -> std::io::Result<u64> {
-        let now = monotonic_ns();
-        let Self {
-            ring,
-            frame,
-            payload,
-            seq,
-        } = self;
-        let sent = ring.send(n as usize, |buf| build_frame(frame, payload, seq, now, buf))?;
-        Ok(sent as u64)
-    }
-
-    fn drops(&self) -> u64 {
-        self.ring.device_drops() + self.ring.wrong_format()
-    }
-}
-
-/// AF_XDP: frames built by `wire` in UMEM frames on the TX ring (queue 0).
-struct XskSender {
-    xsk: peregrine_xsk::Xsk,
-    frame: UdpFrameSpec,
-    payload: Vec<u8>,
-    seq: u32,
-}
-
-impl XskSender {
-    fn new(iface: &str, frame: UdpFrameSpec) -> Result<XskSender> {
-        let xsk = peregrine_xsk::Xsk::open(iface, 0, peregrine_xsk::XskConfig::default())
-            .map_err(|e| LabError::Other(format!("AF_XDP socket on {iface}: {e}")))?;
-        let payload = vec![0; frame.frame_len - frame.header_len()];
-        Ok(XskSender {
-            xsk,
-            frame,
-            payload,
-            seq: 0,
-        })
-    }
-}
-
-impl PathSender for XskSender {
-    fn max_batch(&self) -> u64 {
-        256
-    }
-
-    fn send(&mut self, n: u64) -> std::io::Result<u64> {
-        let now = monotonic_ns();
-        let Self {
-            xsk,
-            frame,
-            payload,
-            seq,
-        } = self;
-        let sent = xsk.transmit(n.min(256) as u32, |buf| {
-            build_frame(frame, payload, seq, now, buf)
-        })?;
-        Ok(u64::from(sent))
-    }
-
-    fn drops(&self) -> u64 {
-        0
+        self.seq += sent as u64;
+        Ok(sent)
     }
 }
 
@@ -549,14 +767,6 @@ pub struct Receiver {
     thread: Option<std::thread::JoinHandle<Result<(u64, f64, String)>>>,
 }
 
-/// The receiving side of one path, polled by the receiver's thread.
-trait PathReceiver {
-    /// Waits up to ~50 ms for datagrams, hands each payload to `each`.
-    fn receive(&mut self, each: &mut dyn FnMut(&[u8])) -> Result<usize>;
-    /// Drops the kernel counted at this receiver so far.
-    fn kernel_drops(&mut self) -> u64;
-}
-
 const POLL: Duration = Duration::from_millis(50);
 
 impl Receiver {
@@ -570,7 +780,7 @@ impl Receiver {
         let (st, c, t) = (stop.clone(), count.clone(), tally.clone());
         let ns = ns.map(str::to_string);
         let thread = std::thread::spawn(move || -> Result<(u64, f64, String)> {
-            let opened = (|| -> Result<(Box<dyn PathReceiver>, String, Option<_>)> {
+            let opened = (|| -> Result<(PathIo, String, Option<_>)> {
                 if let Some(cpu) = cpu {
                     peregrine_host::cpu::pin_to_cpu(cpu)?;
                 }
@@ -578,7 +788,7 @@ impl Receiver {
                     Some(n) => Some(peregrine_host::netns::NetnsGuard::enter(n)?),
                     None => None,
                 };
-                let (r, note) = open_receiver(&cfg)?;
+                let (r, note) = PathIo::receiver(cfg.path, cfg.local, &cfg.iface, POLL)?;
                 Ok((r, note, guard))
             })();
             let (mut rx, note, _guard) = match opened {
@@ -591,18 +801,37 @@ impl Receiver {
                     return Err(e);
                 }
             };
+            let (slots, size) = rx.recv_slots();
+            let mut batch = RecvBatch::new(slots, size);
+            let mut damaged = 0;
             let cpu0 = thread_cpu();
             while !st.load(Ordering::Relaxed) {
+                let got = match batch.recv(&mut rx) {
+                    Ok(n) => n,
+                    Err(e) if is_timeout(&e) => 0,
+                    Err(e) => return Err(LabError::Other(format!("{} receiver: {e}", cfg.path))),
+                };
                 let mut tl = t.lock().unwrap_or_else(|e| e.into_inner());
-                // The clock is read once a batch, when its first datagram is
-                // handled: every datagram of it was sent before then.
-                let mut now = 0;
-                rx.receive(&mut |p: &[u8]| {
-                    if now == 0 {
-                        now = monotonic_ns();
+                if got > 0 {
+                    // The clock is read once a batch, when it came: every
+                    // datagram of it was sent before then.
+                    let now = monotonic_ns();
+                    for (p, m) in batch.iter() {
+                        // Coalesced by GRO: split at the segment size.
+                        let stride = if m.stride > 0 {
+                            m.stride
+                        } else {
+                            p.len().max(1)
+                        };
+                        for d in p.chunks(stride) {
+                            tl.datagram(d, now);
+                        }
                     }
-                    tl.datagram(p, now);
-                })?;
+                }
+                // Frames for our port that failed the checks (raw paths).
+                let d = rx.damaged();
+                tl.report.corrupt += d - damaged;
+                damaged = d;
                 c.store(tl.report.packets, Ordering::Relaxed);
             }
             Ok((rx.kernel_drops(), (thread_cpu() - cpu0).as_secs_f64(), note))
@@ -675,102 +904,6 @@ impl Drop for Receiver {
     }
 }
 
-fn open_receiver(cfg: &RecvConfig) -> Result<(Box<dyn PathReceiver>, String)> {
-    Ok(match cfg.path {
-        IoPath::Udp | IoPath::Mmsg | IoPath::MmsgGso => {
-            let s = std::net::UdpSocket::bind(cfg.local)
-                .map_err(|e| LabError::Other(format!("binding {}: {e}", cfg.local)))?;
-            s.set_read_timeout(Some(POLL))
-                .map_err(|e| LabError::Other(e.to_string()))?;
-            let granted = peregrine_io::deep_receive_buffer(&s, 16 << 20);
-            let gro = cfg.path == IoPath::MmsgGso;
-            if gro {
-                peregrine_io::set_udp_gro(&s, true)
-                    .map_err(|e| LabError::Other(format!("UDP GRO on {}: {e}", cfg.local)))?;
-            }
-            let batch = if cfg.path == IoPath::Udp {
-                1
-            } else {
-                MMSG_BATCH
-            };
-            // A GRO buffer holds up to 64 KiB of coalesced datagrams.
-            let slot = if gro { 65_536 } else { 2048 };
-            (
-                Box::new(SocketReceiver {
-                    io: UdpBatch::new(s, batch),
-                    slots: RecvBatch::new(batch, slot),
-                    plain: cfg.path == IoPath::Udp,
-                    buf: vec![0; 2048],
-                }),
-                format!("socket receive buffer {granted} B"),
-            )
-        }
-        IoPath::Mmap => {
-            let ring = RxRing::open(&cfg.iface, RxRingConfig::default()).map_err(|e| {
-                LabError::Other(format!("PACKET_MMAP RX ring on {}: {e}", cfg.iface))
-            })?;
-            let note = format!("TPACKET_V3 ring {} MiB", ring.memory_bytes() >> 20);
-            (
-                Box::new(MmapReceiver {
-                    ring,
-                    local: cfg.local,
-                }),
-                note,
-            )
-        }
-        IoPath::Afxdp => {
-            let r = XskReceiver::open(&cfg.iface, cfg.local)?;
-            let note = r.note.clone();
-            (Box::new(r), note)
-        }
-    })
-}
-
-struct SocketReceiver {
-    io: UdpBatch,
-    slots: RecvBatch,
-    plain: bool,
-    buf: Vec<u8>,
-}
-
-impl PathReceiver for SocketReceiver {
-    fn receive(&mut self, each: &mut dyn FnMut(&[u8])) -> Result<usize> {
-        if self.plain {
-            // The plain path: recv(2), one datagram per call.
-            return match self.io.socket().recv(&mut self.buf) {
-                Ok(n) => {
-                    each(&self.buf[..n]);
-                    Ok(1)
-                }
-                Err(e) if is_timeout(&e) => Ok(0),
-                Err(e) => Err(LabError::Other(format!("udp receiver: {e}"))),
-            };
-        }
-        match self.slots.recv(&mut self.io) {
-            Ok(n) => {
-                for (p, m) in self.slots.iter() {
-                    // Coalesced by GRO: split at the segment size.
-                    let stride = if m.stride > 0 {
-                        m.stride
-                    } else {
-                        p.len().max(1)
-                    };
-                    for d in p.chunks(stride) {
-                        each(d);
-                    }
-                }
-                Ok(n)
-            }
-            Err(e) if is_timeout(&e) => Ok(0),
-            Err(e) => Err(LabError::Other(format!("mmsg receiver: {e}"))),
-        }
-    }
-
-    fn kernel_drops(&mut self) -> u64 {
-        peregrine_io::receive_drops(self.io.socket()).unwrap_or(0)
-    }
-}
-
 fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
@@ -778,132 +911,6 @@ fn is_timeout(e: &std::io::Error) -> bool {
             | std::io::ErrorKind::TimedOut
             | std::io::ErrorKind::Interrupted
     )
-}
-
-/// A received frame as the raw receivers see it: Some(payload) for a
-/// checked UDP datagram to `local`, Some(empty) for a frame to `local`'s
-/// port that fails the checks (counted as corrupt), None for other traffic.
-/// Frames from a local kernel sender at default offloads hold a partial
-/// UDP checksum; the parser accepts exactly that.
-fn payload_for(frame: &[u8], local: SocketAddr) -> Option<&[u8]> {
-    match peregrine_wire::parse_udp_frame(frame) {
-        Ok(u)
-            if u.dst_port == local.port()
-                && (local.ip().is_unspecified() || u.dst_ip == local.ip()) =>
-        {
-            Some(u.payload)
-        }
-        Ok(_) => None,
-        Err(_) => is_our_port(frame, local.port()).then_some(&[]),
-    }
-}
-
-struct MmapReceiver {
-    ring: RxRing,
-    local: SocketAddr,
-}
-
-impl PathReceiver for MmapReceiver {
-    fn receive(&mut self, each: &mut dyn FnMut(&[u8])) -> Result<usize> {
-        let local = self.local;
-        let mut n = 0;
-        self.ring
-            .receive(POLL, |frame, _status| {
-                if let Some(p) = payload_for(frame, local) {
-                    each(p);
-                    n += 1;
-                }
-            })
-            .map_err(|e| LabError::Other(format!("mmap receiver: {e}")))?;
-        Ok(n)
-    }
-
-    fn kernel_drops(&mut self) -> u64 {
-        self.ring.stats().map(|s| s.drops).unwrap_or(0)
-    }
-}
-
-/// Whether an unparsable frame still names UDP port `port` where an
-/// untagged IPv4 or IPv6 UDP header would hold it.
-fn is_our_port(frame: &[u8], port: u16) -> bool {
-    let at = match frame.get(12..14) {
-        Some([0x08, 0x00]) if frame.get(23) == Some(&17) => 14 + usize::from(frame[14] & 0xf) * 4,
-        Some([0x86, 0xdd]) if frame.get(20) == Some(&17) => 54,
-        _ => return false,
-    };
-    frame.get(at + 2..at + 4) == Some(&port.to_be_bytes()[..])
-}
-
-/// AF_XDP: `dispatch.bpf.c` on the interface sends the port to one socket
-/// on RX queue 0, read here in place.
-struct XskReceiver {
-    xsk: peregrine_xsk::Xsk,
-    local: SocketAddr,
-    note: String,
-    _prog: peregrine_bpf::dispatch::DispatchProgram,
-    _link: peregrine_bpf::Link,
-}
-
-impl XskReceiver {
-    fn open(iface: &str, local: SocketAddr) -> Result<XskReceiver> {
-        use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
-        let prog = DispatchProgram::load()?;
-        // Native XDP where the device has it (veth), generic otherwise
-        // (macvlan, vxlan-bridged ports report which).
-        let (link, mode) = match prog.attach(iface, XdpMode::Native) {
-            Ok(l) => (l, XdpMode::Native),
-            Err(_) => (prog.attach(iface, XdpMode::Generic)?, XdpMode::Generic),
-        };
-        prog.set_function(0, local.port(), 1, Policy::RoundRobin)?;
-        let cfg = peregrine_xsk::XskConfig {
-            frames: 16384,
-            ring: 4096,
-            ..peregrine_xsk::XskConfig::default()
-        };
-        let xsk = peregrine_xsk::Xsk::open(iface, 0, cfg)
-            .map_err(|e| LabError::Other(format!("AF_XDP socket on {iface}: {e}")))?;
-        prog.register_socket(slot(0, 0, 0), xsk.fd())?;
-        let note = format!("XDP {mode}, AF_XDP {}", xsk.mode().as_str());
-        Ok(XskReceiver {
-            xsk,
-            local,
-            note,
-            _prog: prog,
-            _link: link,
-        })
-    }
-}
-
-impl PathReceiver for XskReceiver {
-    fn receive(&mut self, each: &mut dyn FnMut(&[u8])) -> Result<usize> {
-        let local = self.local;
-        let mut n = 0;
-        let (got, _) = self
-            .xsk
-            .process(256, |buf, len| {
-                // The XDP program sends only our port here.
-                each(payload_for(&buf[..len], local).unwrap_or(&[]));
-                n += 1;
-                peregrine_xsk::Verdict::Drop
-            })
-            .map_err(|e| LabError::Other(format!("afxdp receiver: {e}")))?;
-        if got == 0 {
-            self.xsk.wait(POLL.as_millis() as i32);
-        }
-        Ok(n)
-    }
-
-    fn kernel_drops(&mut self) -> u64 {
-        self.xsk
-            .kernel_stats()
-            .map(|k| {
-                k.rx_dropped
-                    + k.rx_ring_full
-                    + k.rx_fill_ring_empty_descriptors
-                    + k.rx_invalid_descriptors
-            })
-            .unwrap_or(0)
-    }
 }
 
 /// Refuses a payload whose IP packet exceeds `mtu` (datagrams are never

@@ -226,22 +226,9 @@ pub fn max_request_payload(to: std::net::IpAddr) -> (usize, String) {
     let route_mtu = std::net::UdpSocket::bind(bind)
         .and_then(|s| s.connect((to, 9)).map(|()| s))
         .ok()
-        .and_then(|s| {
-            let mut mtu: libc::c_int = 0;
-            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-            // Safety: a valid socket, and an int with its length for the
-            // kernel to fill.
-            let rc = unsafe {
-                libc::getsockopt(
-                    s.as_raw_fd(),
-                    level,
-                    opt,
-                    (&mut mtu as *mut libc::c_int).cast(),
-                    &mut len,
-                )
-            };
-            (rc == 0 && mtu > 0).then_some(mtu as usize)
-        })
+        .and_then(|s| peregrine_io::sockopt::get::<libc::c_int>(&s, level, opt).ok())
+        .filter(|&mtu| mtu > 0)
+        .map(|mtu| mtu as usize)
         .unwrap_or(1500);
     let (mtu, why) = if route_mtu > UMEM_FRAME_MTU {
         (

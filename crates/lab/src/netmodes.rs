@@ -422,23 +422,12 @@ pub fn run_pair(ml: &ModeLab, spec: &PairSpec) -> Result<PairRun> {
         },
         spec.cpus.map(|c| c.1),
     )?;
-    let hop = peregrine_host::netns::run_in(&tx_ns, || iopath::next_hop(dst.ip()))??;
+    let cfg = peregrine_host::netns::run_in(&tx_ns, || {
+        SendConfig::toward(spec.path, dst, 40000, spec.payload_len, spec.limit)
+    })??;
     let cfg = SendConfig {
-        path: spec.path,
-        iface: hop.iface,
-        frame: peregrine_wire::UdpFrameSpec {
-            src_mac: hop.src_mac,
-            dst_mac: hop.dst_mac,
-            src_ip: hop.src,
-            dst_ip: dst.ip(),
-            src_port: 40000,
-            dst_port: dst.port(),
-            ttl: 64,
-            frame_len: 0,
-        },
-        payload_len: spec.payload_len,
         rate: spec.rate,
-        limit: spec.limit,
+        ..cfg
     };
     let drops0 = path_drops(&ml.lab)?;
     let cpu0 = CpuSnapshot::take();

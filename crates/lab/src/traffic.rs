@@ -1,8 +1,9 @@
 //! Traffic generators. The live-frame backend runs `gen.bpf.c` with
 //! BPF_PROG_RUN live frames from pinned threads; the socket backend uses
 //! UDP sockets and sendmmsg where live frames cannot go (through the host
-//! stack, bridges, overlays).
-use std::net::SocketAddr;
+//! stack, bridges, overlays); the afxdp backend AF_XDP TX rings. Both of
+//! those send with the lab's one datagram sender (`iopath`).
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,11 +16,11 @@ use peregrine_wire::{UdpFrameSpec, FCS_LEN};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
+use crate::iopath::{DatagramSender, IoPath, PathIo, Refused};
 use crate::pacing::{pace, Limit, Rate};
 use crate::sinks::{Delivered, Sink};
 use peregrine_host::cpu::{monotonic_ns, pin_to_cpu};
 use peregrine_host::netns::{self, NetnsGuard};
-use peregrine_io::{DatagramIo, Transmit, UdpBatch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -353,15 +354,104 @@ impl Generator {
         let _ns = NetnsGuard::enter(&self.spec.ns)?;
         match &self.prog {
             Some(prog) => live_loop(prog, cpu, rate, limit, progress),
-            None if self.spec.backend == Backend::Afxdp => {
-                let mut s = XskSender::new(&self.spec, index)?;
-                paced(rate, limit, 256, progress, "AF_XDP", |k| s.send(k))
-            }
             None => {
-                let mut s = SocketSender::new(&self.spec, index)?;
-                paced(rate, limit, 1024, progress, "socket", |k| s.send(k))
+                let (mut sender, lengths) = self.datagram_sender(index)?;
+                let (stamp, sample) = match self.spec.backend {
+                    // The socket backend stamps every datagram.
+                    Backend::Socket => (true, 1),
+                    _ => (self.spec.stamp, u64::from(self.spec.latency_sample.max(1))),
+                };
+                let (batch, name) = match self.spec.backend {
+                    Backend::Afxdp => (256, "AF_XDP"),
+                    _ => (1024, "socket"),
+                };
+                paced(rate, limit, batch, progress, name, |k| {
+                    let now = if stamp { monotonic_ns() } else { 0 };
+                    let sent = sender.send(k as usize, |seq, buf| {
+                        let len = lengths[(seq % lengths.len() as u64) as usize];
+                        // The live generator's gen_meta, as much as fits;
+                        // zeros after it.
+                        let meta_len = peregrine_bpf::gen::meta_len(len);
+                        let meta = gen_meta {
+                            magic: PEREGRINE_MAGIC,
+                            seq: if stamp { seq as u32 } else { 0 },
+                            tx_ns: if stamp && seq % sample == 0 { now } else { 0 },
+                        };
+                        buf[..meta_len].copy_from_slice(&meta.as_bytes()[..meta_len]);
+                        len
+                    })?;
+                    Ok(sent as u64)
+                })
             }
         }
+    }
+
+    /// One thread's sender for the socket and afxdp backends (the lab's
+    /// `iopath` family), and the payload lengths the size pattern gives,
+    /// datagram by datagram. Socket: one socket per flow, bound to its own
+    /// source port (threads use disjoint ones), batches taking them in
+    /// turn. AF_XDP: one socket on TX queue = thread, every flow's frames
+    /// built on it (source port + k; source or destination address + k as
+    /// the spec says).
+    fn datagram_sender(&self, index: usize) -> Result<(DatagramSender, Vec<usize>)> {
+        use peregrine_bpf::gen::FlowVary;
+        let spec = &self.spec;
+        let f = &spec.frame;
+        let hl = f.header_len();
+        let (sizes, pattern) = spec.sizes.classes();
+        let lengths: Vec<usize> = pattern
+            .iter()
+            .map(|&i| sizes[i as usize] - FCS_LEN - hl)
+            .collect();
+        let slot = lengths.iter().copied().max().unwrap_or(0);
+        let sender = match spec.backend {
+            Backend::Afxdp => {
+                let io =
+                    PathIo::sender(IoPath::Afxdp, f, &spec.iface, index as u32).map_err(|e| {
+                        LabError::Config(format!(
+                            "{e} (the afxdp backend sends one thread per TX queue; {} has fewer?)",
+                            spec.iface
+                        ))
+                    })?;
+                let bump = |ip: IpAddr, k: u32| match ip {
+                    IpAddr::V4(a) => IpAddr::V4((u32::from(a) + k).into()),
+                    IpAddr::V6(a) => IpAddr::V6((u128::from(a) + u128::from(k)).into()),
+                };
+                let flows = (0..spec.flows.max(1))
+                    .map(|k| {
+                        let (mut src, mut dst) = (f.src_ip, f.dst_ip);
+                        match spec.vary {
+                            FlowVary::Source => src = bump(src, k),
+                            FlowVary::Destination => dst = bump(dst, k),
+                            FlowVary::SourcePort => {}
+                        }
+                        let sport = f.src_port.wrapping_add(k as u16);
+                        (
+                            Some(SocketAddr::new(src, sport)),
+                            Some(SocketAddr::new(dst, f.dst_port)),
+                        )
+                    })
+                    .collect();
+                DatagramSender::new(vec![io], slot, Refused::Retried)?.with_flows(flows)
+            }
+            _ => {
+                if matches!(spec.sizes, FrameSizes::Imix) {
+                    return Err(LabError::Config(
+                        "IMIX needs the xdp backend (one size per socket run)".into(),
+                    ));
+                }
+                let nsock = spec.flows.clamp(1, 256) as usize;
+                let ios = (0..nsock)
+                    .map(|k| {
+                        let mut flow = f.clone().sized_for(slot);
+                        flow.src_port = f.src_port.wrapping_add((index * nsock + k) as u16);
+                        PathIo::sender(IoPath::Mmsg, &flow, &spec.iface, 0)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                DatagramSender::new(ios, slot, Refused::Retried)?
+            }
+        };
+        Ok((sender, lengths))
     }
 
     /// Generator-side counters of the live backend (frames made, build errors).
@@ -390,183 +480,6 @@ fn paced(
     })
     .map_err(|e| LabError::Other(format!("{backend} generator: {e}")))?;
     Ok((sent, start.elapsed()))
-}
-
-/// One thread's UDP sockets for the socket backend. Each flow is a socket
-/// bound to its own source port; frames carry the same meta as live frames.
-struct SocketSender {
-    socks: Vec<UdpBatch>,
-    /// One batch of datagrams, rewritten (meta only) for every batch.
-    payloads: Vec<Vec<u8>>,
-    seq: u32,
-    next: usize,
-}
-
-const MMSG_BATCH: usize = 64;
-
-impl SocketSender {
-    fn new(spec: &TrafficSpec, index: usize) -> Result<SocketSender> {
-        let f = &spec.frame;
-        let size = match spec.sizes {
-            FrameSizes::Fixed(s) => s,
-            FrameSizes::Imix => {
-                return Err(LabError::Config(
-                    "IMIX needs the xdp backend (one size per socket run)".into(),
-                ))
-            }
-        };
-        let hl = f.header_len();
-        let payload_len = size - FCS_LEN - hl;
-        let nsock = spec.flows.clamp(1, 256) as usize;
-        let mut socks = Vec::with_capacity(nsock);
-        for k in 0..nsock {
-            // Threads use disjoint source ports so their flows do not clash.
-            let port = f.src_port.wrapping_add((index * nsock + k) as u16);
-            let s = std::net::UdpSocket::bind(SocketAddr::new(f.src_ip, port))
-                .map_err(|e| LabError::Other(format!("binding {}:{port}: {e}", f.src_ip)))?;
-            s.connect(SocketAddr::new(f.dst_ip, f.dst_port))
-                .map_err(|e| {
-                    LabError::Other(format!("connecting to {}:{}: {e}", f.dst_ip, f.dst_port))
-                })?;
-            socks.push(UdpBatch::new(s, MMSG_BATCH));
-        }
-        Ok(SocketSender {
-            socks,
-            payloads: vec![vec![0u8; payload_len]; MMSG_BATCH],
-            seq: 0,
-            next: 0,
-        })
-    }
-
-    fn send(&mut self, n: u64) -> std::io::Result<u64> {
-        let n = (n as usize).min(MMSG_BATCH);
-        let now = monotonic_ns();
-        let meta_len = peregrine_bpf::gen::meta_len(self.payloads[0].len());
-        for b in self.payloads.iter_mut().take(n) {
-            // The live generator's gen_meta, as much as fits.
-            let meta = gen_meta {
-                magic: PEREGRINE_MAGIC,
-                seq: self.seq,
-                tx_ns: now,
-            };
-            b[..meta_len].copy_from_slice(&meta.as_bytes()[..meta_len]);
-            self.seq = self.seq.wrapping_add(1);
-        }
-        // Connected sockets: no destination, no route lookup per datagram.
-        let transmits: Vec<Transmit> = self.payloads[..n]
-            .iter()
-            .map(|b| Transmit {
-                destination: None,
-                contents: b,
-            })
-            .collect();
-        let next = self.next;
-        self.next = (next + 1) % self.socks.len();
-        match self.socks[next].send(&transmits) {
-            Ok(sent) => Ok(sent as u64),
-            // A full socket buffer is back-pressure, not an error; nor is a
-            // peer without a listener yet.
-            Err(e)
-                if e.kind() == std::io::ErrorKind::WouldBlock
-                    || matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ECONNREFUSED)) =>
-            {
-                Ok(0)
-            }
-            Err(e) => Err(e),
-        }
-    }
-}
-
-/// One thread's AF_XDP socket for the afxdp backend: frames of every flow
-/// and size built with the live generator's meta (magic, sequence, send
-/// time) and valid checksums, queued on the TX ring in batches.
-struct XskSender {
-    xsk: peregrine_xsk::Xsk,
-    /// Flow `k`'s headers (source port + k; source or destination address
-    /// + k as the spec says).
-    flows: Vec<UdpFrameSpec>,
-    /// Frame lengths without FCS, in the order the size pattern gives.
-    lengths: Vec<usize>,
-    stamp: bool,
-    sample: u64,
-    seq: u64,
-    payload: Vec<u8>,
-}
-
-impl XskSender {
-    fn new(spec: &TrafficSpec, index: usize) -> Result<XskSender> {
-        use peregrine_bpf::gen::FlowVary;
-        let cfg = peregrine_xsk::XskConfig::default();
-        let xsk = peregrine_xsk::Xsk::open(&spec.iface, index as u32, cfg).map_err(|e| {
-            LabError::Config(format!(
-                "{e} (the afxdp backend sends one thread per TX queue; {} has fewer?)",
-                spec.iface
-            ))
-        })?;
-        let bump = |ip: std::net::IpAddr, k: u32| match ip {
-            std::net::IpAddr::V4(a) => std::net::IpAddr::V4((u32::from(a) + k).into()),
-            std::net::IpAddr::V6(a) => std::net::IpAddr::V6((u128::from(a) + u128::from(k)).into()),
-        };
-        let flows = (0..spec.flows.max(1))
-            .map(|k| {
-                let mut f = spec.frame.clone();
-                f.src_port = f.src_port.wrapping_add(k as u16);
-                match spec.vary {
-                    FlowVary::Source => f.src_ip = bump(f.src_ip, k),
-                    FlowVary::Destination => f.dst_ip = bump(f.dst_ip, k),
-                    FlowVary::SourcePort => {}
-                }
-                f
-            })
-            .collect();
-        let (sizes, pattern) = spec.sizes.classes();
-        Ok(XskSender {
-            xsk,
-            flows,
-            lengths: pattern
-                .iter()
-                .map(|&i| sizes[i as usize] - FCS_LEN)
-                .collect(),
-            stamp: spec.stamp,
-            sample: u64::from(spec.latency_sample.max(1)),
-            seq: 0,
-            payload: vec![0u8; 2048],
-        })
-    }
-
-    fn send(&mut self, n: u64) -> std::io::Result<u64> {
-        let now = if self.stamp { monotonic_ns() } else { 0 };
-        let Self {
-            xsk,
-            flows,
-            lengths,
-            stamp,
-            sample,
-            seq,
-            payload,
-        } = self;
-        let sent = xsk.transmit(n.min(256) as u32, |buf| {
-            let s = *seq;
-            let mut f = flows[(s % flows.len() as u64) as usize].clone();
-            f.frame_len = lengths[(s % lengths.len() as u64) as usize];
-            let plen = f.frame_len - f.header_len();
-            let meta_len = peregrine_bpf::gen::meta_len(plen);
-            let meta = gen_meta {
-                magic: PEREGRINE_MAGIC,
-                seq: if *stamp { s as u32 } else { 0 },
-                tx_ns: if *stamp && s % *sample == 0 { now } else { 0 },
-            };
-            payload[..meta_len].copy_from_slice(&meta.as_bytes()[..meta_len]);
-            match f.write_into(buf, &payload[..meta_len]) {
-                Ok(()) => {
-                    *seq += 1;
-                    f.frame_len
-                }
-                Err(_) => 0,
-            }
-        })?;
-        Ok(u64::from(sent))
-    }
 }
 
 /// Loop iterations per BPF_PROG_RUN call. Paced, most iterations are skips

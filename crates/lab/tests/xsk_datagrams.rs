@@ -81,6 +81,7 @@ fn af_xdp_datagrams_echo_kernel_udp_client() {
             .zip(&echoes)
             .map(|((_, meta), e)| Transmit {
                 destination: meta.source,
+                source: None,
                 contents: e,
             })
             .collect();
@@ -95,6 +96,7 @@ fn af_xdp_datagrams_echo_kernel_udp_client() {
     // Without a destination there is nowhere to send.
     let lost = Transmit {
         destination: None,
+        source: None,
         contents: b"x",
     };
     assert!(server.send(&[lost]).is_err());

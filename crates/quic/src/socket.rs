@@ -102,21 +102,9 @@ pub fn endpoint_on_kernel(
         KernelOffload::Off => {
             // quinn-udp turned UDP_GRO on while wrapping; off again, the
             // kernel hands over one datagram per receive.
-            let off: libc::c_int = 0;
-            // Safety: `fd` is the socket `sock` owns, open for the call;
-            // the option value is a c_int of the size given.
-            let r = unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_UDP,
-                    libc::UDP_GRO,
-                    (&off as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if r != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            // Safety: `fd` is the socket `sock` owns, open while it lives.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            peregrine_io::set_udp_gro(&fd, false)?;
             Arc::new(Unsegmented(sock))
         }
     };
@@ -187,6 +175,7 @@ impl AsyncUdpSocket for StackSocket {
         let seg = t.segment_size.unwrap_or(t.contents.len()).max(1);
         let mut list = [Transmit {
             destination: Some(t.destination),
+            source: None,
             contents: &[],
         }; BATCH];
         let mut n = 0;

@@ -112,6 +112,7 @@ impl UdpSocket {
     pub fn send_to(&self, buf: &[u8], dst: SocketAddr) -> io::Result<usize> {
         self.send_batch(&[Transmit {
             destination: Some(dst),
+            source: None,
             contents: buf,
         }])?;
         Ok(buf.len())

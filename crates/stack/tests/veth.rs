@@ -85,6 +85,7 @@ fn stack_to_peer(sock: &UdpSocket, peer: &KernelUdp, n: usize) {
             .iter()
             .map(|d| Transmit {
                 destination: Some(to),
+                source: None,
                 contents: d,
             })
             .collect();

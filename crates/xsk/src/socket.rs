@@ -64,21 +64,7 @@ impl XskStatsReader {
 fn set_busy_poll(fd: &Fd, bp: Option<BusyPoll>) -> std::io::Result<()> {
     let Some(bp) = bp else { return Ok(()) };
     let set = |opt: libc::c_int, v: libc::c_int| {
-        // Safety: a valid socket fd and a c_int option value for the call.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
+        peregrine_io::sockopt::set(fd, libc::SOL_SOCKET, opt, &v)
     };
     set(libc::SO_PREFER_BUSY_POLL, i32::from(bp.prefer))?;
     set(libc::SO_BUSY_POLL, bp.usecs as libc::c_int)?;
@@ -96,18 +82,8 @@ const TX_BATCH_DEFAULT: u32 = 32;
 /// frames: fewer system calls per batch of replies. Needs the TX ring
 /// created first; older kernels answer ENOPROTOOPT and keep 32.
 fn raise_tx_budget(fd: &Fd, ring: u32) -> u32 {
-    let v = ring as libc::c_uint;
-    // Safety: a valid socket fd and a c_uint option value for the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            XDP_MAX_TX_SKB_BUDGET,
-            (&v as *const libc::c_uint).cast(),
-            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
+    let set = peregrine_io::sockopt::set(fd, libc::SOL_XDP, XDP_MAX_TX_SKB_BUDGET, &ring);
+    if set.is_ok() {
         ring
     } else {
         TX_BATCH_DEFAULT

@@ -4,7 +4,9 @@
 //! - `tx_ring`: a TPACKET_V2 TX ring; frames built in place by the caller,
 //!   flushed with one `send()` per batch;
 //! - `rx_ring`: a TPACKET_V3 RX block ring; blocks handed over whole, the
-//!   kernel's `PACKET_STATISTICS` (drops when no block was free) summed.
+//!   kernel's `PACKET_STATISTICS` (drops when no block was free) summed;
+//! - `datagrams`: both behind `DatagramIo` (`MmapDatagrams`), UDP frames
+//!   built and parsed by `peregrine_wire`.
 //!
 //! Kernel structs and constants are libc's `linux/if_packet.h` bindings
 //! (generated from and checked against the kernel headers by libc's ctest),
@@ -12,9 +14,11 @@
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+mod datagrams;
 mod rx_ring;
 mod tx_ring;
 
+pub use datagrams::MmapDatagrams;
 pub use rx_ring::{RingStats, RxRing, RxRingConfig};
 pub use tx_ring::{TxRing, TxRingConfig};
 
@@ -50,21 +54,12 @@ fn packet_socket(protocol: u16) -> std::io::Result<OwnedFd> {
 }
 
 /// `setsockopt(SOL_PACKET, opt, value)`.
-fn set_packet_opt<T>(fd: &OwnedFd, opt: libc::c_int, value: &T) -> std::io::Result<()> {
-    // Safety: `value` points at a live T whose size is passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            opt,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+fn set_packet_opt<T: crate::sockopt::OptionValue>(
+    fd: &OwnedFd,
+    opt: libc::c_int,
+    value: &T,
+) -> std::io::Result<()> {
+    crate::sockopt::set(fd, libc::SOL_PACKET, opt, value)
 }
 
 /// Binds `fd` to interface `ifindex` for `protocol` (host order).

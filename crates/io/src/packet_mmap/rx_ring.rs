@@ -48,6 +48,9 @@ pub struct RxRing {
     block_size: usize,
     blocks: usize,
     next: usize,
+    /// Where the reader stopped in block `next` when a call took only part
+    /// of it: the next frame's offset and the frames left.
+    partial: Option<(usize, u32)>,
     /// PACKET_STATISTICS resets on every read: the sum of the reads.
     stats: RingStats,
 }
@@ -84,6 +87,7 @@ impl RxRing {
             block_size: block_size as usize,
             blocks: req.tp_block_nr as usize,
             next: 0,
+            partial: None,
             stats: RingStats::default(),
         })
     }
@@ -99,11 +103,23 @@ impl RxRing {
     pub fn receive(
         &mut self,
         timeout: Duration,
+        each: impl FnMut(&[u8], u32),
+    ) -> std::io::Result<usize> {
+        self.receive_up_to(timeout, usize::MAX, each)
+    }
+
+    /// As `receive`, but hands over at most `max` frames: the rest of the
+    /// block waits for the next call, and the block goes back to the kernel
+    /// once all of its frames were handed over.
+    pub fn receive_up_to(
+        &mut self,
+        timeout: Duration,
+        max: usize,
         mut each: impl FnMut(&[u8], u32),
     ) -> std::io::Result<usize> {
         let block = self.next * self.block_size;
         let status = self.map.status(block + BLOCK_STATUS);
-        if status.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+        if self.partial.is_none() && status.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
             let mut pfd = libc::pollfd {
                 fd: self.fd.as_raw_fd(),
                 events: libc::POLLIN | libc::POLLERR,
@@ -129,9 +145,17 @@ impl RxRing {
         // Safety: a V3 ring's blocks carry tpacket_hdr_v1.
         let bh = unsafe { desc.hdr.bh1 };
         let end = block + self.block_size;
-        let mut at = block + bh.offset_to_first_pkt as usize;
+        let (mut at, mut left) = self
+            .partial
+            .take()
+            .unwrap_or((block + bh.offset_to_first_pkt as usize, bh.num_pkts));
         let mut handled = 0;
-        for _ in 0..bh.num_pkts {
+        while left > 0 {
+            if handled == max {
+                self.partial = Some((at, left));
+                return Ok(handled);
+            }
+            left -= 1;
             if at + std::mem::size_of::<libc::tpacket3_hdr>() > end {
                 break;
             }
@@ -160,22 +184,8 @@ impl RxRing {
 
     /// The kernel's counters since the ring was opened.
     pub fn stats(&mut self) -> std::io::Result<RingStats> {
-        // Safety: tpacket_stats_v3 is plain data; zeroed is valid.
-        let mut st: libc::tpacket_stats_v3 = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
-        // Safety: `st` and `len` are valid for writes of `len` bytes.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                (&mut st as *mut libc::tpacket_stats_v3).cast(),
-                &mut len,
-            )
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        let st: libc::tpacket_stats_v3 =
+            crate::sockopt::get(&self.fd, libc::SOL_PACKET, libc::PACKET_STATISTICS)?;
         self.stats.packets += u64::from(st.tp_packets);
         self.stats.drops += u64::from(st.tp_drops);
         self.stats.freezes += u64::from(st.tp_freeze_q_cnt);
