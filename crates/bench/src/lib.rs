@@ -33,6 +33,7 @@ pub mod netmodes;
 pub mod qos;
 mod qos_sched;
 pub mod quic;
+pub mod redraw;
 pub mod report;
 pub mod router;
 pub mod showcase;

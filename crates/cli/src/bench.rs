@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use peregrine_bench::faas::{FaasBenchConfig, FaasContender};
 use peregrine_bench::gen::{GenBenchConfig, GenConfig};
 use peregrine_bench::qos::{QosBenchConfig, QosPart};
-use peregrine_bench::report::ReportConfig;
+use peregrine_bench::redraw::ReportConfig;
 use peregrine_bench::router::RouterBenchConfig;
 use peregrine_bench::showcase::ShowcaseConfig;
 use peregrine_bench::{PlacementConfig, ResultOutput, DEFAULT_OUT};
@@ -546,7 +546,7 @@ pub fn gen(a: GenArgs) -> Result<()> {
 
 /// `peregrine report`.
 pub fn report(a: ReportArgs) -> Result<()> {
-    peregrine_bench::report::report(ReportConfig {
+    peregrine_bench::redraw::report(ReportConfig {
         files: a.files,
         out: a.out,
         json: a.json,
