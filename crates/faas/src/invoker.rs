@@ -190,7 +190,10 @@ pub struct AfXdpInvoker {
 const BATCH: u32 = 256;
 
 /// Answers one request in `buf[..len]`; the verdict says what to send.
-fn handle(
+/// Public for the fuzz targets (fuzz/fuzz_targets/invoker_reply.rs), not
+/// an API.
+#[doc(hidden)]
+pub fn handle(
     registry: &Registry,
     local: &LocalAddrs,
     buf: &mut [u8],

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every coverage-guided fuzz target (fuzz/, cargo-fuzz on libFuzzer,
+# nightly toolchain) for SECONDS each (default 30) from its seed corpus;
+# fails on the first crash (the input is left in fuzz/artifacts/<target>/).
+# Builds under the machine's build lock; the runs themselves take one core
+# each, one after the other, at a lower priority than builds.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+SECONDS_EACH=${1:-30}
+TARGETS=(wire_frames stack_rx invoker_reply toml_configs wasm_admission)
+LOCK=/tmp/peregrine-build.lock
+
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    flock "$LOCK" cargo install cargo-fuzz --locked
+fi
+# No sanitizer: the product is safe Rust but for its syscall and UMEM
+# code, which these targets do not reach; debug assertions stay on.
+BUILD=(--sanitizer none)
+flock "$LOCK" cargo +nightly fuzz build "${BUILD[@]}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for t in "${TARGETS[@]}"; do
+    echo "== $t: ${SECONDS_EACH}s"
+    # A private copy of the seeds: new inputs found do not grow the
+    # committed corpus (cargo fuzz cmin can fold them in by hand).
+    rm -rf "${work:?}"/*
+    mkdir "$work/corpus"
+    cp corpus/"$t"/* "$work/corpus/"
+    status=0
+    nice -n 10 cargo +nightly fuzz run "${BUILD[@]}" "$t" "$work/corpus" -- \
+        -max_total_time="$SECONDS_EACH" -print_final_stats=1 >"$work/log" 2>&1 || status=$?
+    grep -E '^(stat::number_of_executed_units|stat::average_exec_per_sec|Done )' "$work/log" || true
+    if [ "$status" -ne 0 ]; then
+        tail -n 40 "$work/log" >&2
+        echo "fuzz target $t failed (exit $status); reproducer in fuzz/artifacts/$t/" >&2
+        exit 1
+    fi
+done
+echo "every fuzz target ran ${SECONDS_EACH}s without a crash"
