@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use peregrine_faas::wasm::{WasmFunction, WasmLimits};
-use peregrine_faas::Function;
 
 fuzz_target!(|data: &[u8]| {
     let limits = WasmLimits::new(1 << 20, Duration::from_millis(1)).expect("limits in range");
