@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::process::Output;
 
-use peregrine_bpf::testing::privileged_here;
 use peregrine_lab::results::{Limiter, ResultFile};
+use peregrine_testbed::testing::privileged_here;
 
 mod common;
 use common::{bin, ok, pair_lab_up, tmp};

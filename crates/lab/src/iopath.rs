@@ -23,13 +23,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use peregrine_bpf::gen::{read_meta, PEREGRINE_MAGIC};
 use peregrine_bpf::pod::Pod;
-use peregrine_bpf::skel::gen::types::gen_meta;
 use peregrine_bpf::{XdpMode, XdpProgram};
 use peregrine_host::cpu::monotonic_ns;
 use peregrine_io::packet_mmap::{RxRing, RxRingConfig, TxRing, TxRingConfig};
 use peregrine_io::{DatagramIo, RecvBatch, Transmit, UdpBatch};
+use peregrine_testbed::gen::{read_meta, PEREGRINE_MAGIC};
+use peregrine_testbed::skel::gen::types::gen_meta;
 use peregrine_wire::{MacAddr, UdpFrameSpec};
 use serde::{Deserialize, Serialize};
 

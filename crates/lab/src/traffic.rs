@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use peregrine_bpf::gen::{FrameSizes, GenProgram, GenSetup, PEREGRINE_MAGIC};
 use peregrine_bpf::pod::Pod;
-use peregrine_bpf::skel::gen::types::gen_meta;
 use peregrine_bpf::Link;
+use peregrine_testbed::gen::{FrameSizes, GenProgram, GenSetup, PEREGRINE_MAGIC};
+use peregrine_testbed::skel::gen::types::gen_meta;
 use peregrine_wire::{UdpFrameSpec, FCS_LEN};
 use serde::{Deserialize, Serialize};
 
@@ -86,7 +86,7 @@ pub struct TrafficSpec {
     /// to measure the generator's own ceiling.
     pub dry_run: bool,
     /// Live backend only: what the flows differ in.
-    pub vary: peregrine_bpf::gen::FlowVary,
+    pub vary: peregrine_testbed::gen::FlowVary,
 }
 
 impl TrafficSpec {
@@ -111,7 +111,7 @@ impl TrafficSpec {
             cpus: vec![0],
             backend: Backend::Xdp,
             dry_run: false,
-            vary: peregrine_bpf::gen::FlowVary::Source,
+            vary: peregrine_testbed::gen::FlowVary::Source,
         }
     }
 }
@@ -246,7 +246,7 @@ impl Generator {
             }
             Backend::Socket | Backend::Afxdp => {
                 let v6 = spec.frame.src_ip.is_ipv6();
-                let (min, max) = peregrine_bpf::gen::size_limits(v6);
+                let (min, max) = peregrine_testbed::gen::size_limits(v6);
                 if let FrameSizes::Fixed(s) = spec.sizes {
                     if s < min || s > max {
                         return Err(LabError::Config(format!(
@@ -441,7 +441,7 @@ impl SocketSender {
     fn send(&mut self, n: u64) -> std::io::Result<u64> {
         let n = (n as usize).min(MMSG_BATCH);
         let now = monotonic_ns();
-        let meta_len = peregrine_bpf::gen::meta_len(self.payloads[0].len());
+        let meta_len = peregrine_testbed::gen::meta_len(self.payloads[0].len());
         for b in self.payloads.iter_mut().take(n) {
             // The live generator's gen_meta, as much as fits.
             let meta = gen_meta {
@@ -495,7 +495,7 @@ struct XskSender {
 
 impl XskSender {
     fn new(spec: &TrafficSpec, index: usize) -> Result<XskSender> {
-        use peregrine_bpf::gen::FlowVary;
+        use peregrine_testbed::gen::FlowVary;
         let cfg = peregrine_xsk::XskConfig::default();
         let xsk = peregrine_xsk::Xsk::open(&spec.iface, index as u32, cfg).map_err(|e| {
             LabError::Config(format!(
@@ -550,7 +550,7 @@ impl XskSender {
             let mut f = flows[(s % flows.len() as u64) as usize].clone();
             f.frame_len = lengths[(s % lengths.len() as u64) as usize];
             let plen = f.frame_len - f.header_len();
-            let meta_len = peregrine_bpf::gen::meta_len(plen);
+            let meta_len = peregrine_testbed::gen::meta_len(plen);
             let meta = gen_meta {
                 magic: PEREGRINE_MAGIC,
                 seq: if *stamp { s as u32 } else { 0 },
