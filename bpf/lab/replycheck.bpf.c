@@ -26,7 +26,7 @@ const volatile struct replycheck_config cfg = {};
 PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct replycheck_stats)
 	replycheck_stats_map SEC(".maps");
 
-PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, REPLYCHECK_BUCKETS, __u32, __u64)
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, LATENCY_BUCKETS, __u32, __u64)
 	replycheck_latency SEC(".maps");
 
 struct replycheck_stats replycheck_stats_anchor;
@@ -36,7 +36,7 @@ enum replycheck_limits replycheck_limits_anchor;
 
 static __always_inline __u32 latency_bucket(__u64 v)
 {
-	if (v < (1 << REPLYCHECK_SUB_BITS))
+	if (v < (1 << LATENCY_SUB_BITS))
 		return v;
 	__u32 msb = 0;
 	__u64 x = v;
@@ -46,10 +46,10 @@ static __always_inline __u32 latency_bucket(__u64 v)
 	if (x >> 4) { x >>= 4; msb += 4; }
 	if (x >> 2) { x >>= 2; msb += 2; }
 	if (x >> 1) { msb += 1; }
-	__u32 shift = msb - REPLYCHECK_SUB_BITS;
-	__u64 idx = ((__u64)(shift + 1) << REPLYCHECK_SUB_BITS) +
-		    ((v >> shift) - (1 << REPLYCHECK_SUB_BITS));
-	return idx < REPLYCHECK_BUCKETS ? idx : REPLYCHECK_BUCKETS - 1;
+	__u32 shift = msb - LATENCY_SUB_BITS;
+	__u64 idx = ((__u64)(shift + 1) << LATENCY_SUB_BITS) +
+		    ((v >> shift) - (1 << LATENCY_SUB_BITS));
+	return idx < LATENCY_BUCKETS ? idx : LATENCY_BUCKETS - 1;
 }
 
 static __always_inline __u32 bswap32(__u32 x)

@@ -17,6 +17,7 @@
 #include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/stack_kern_user.h"
+#include "peregrine/xsk_redirect.h"
 
 /* RX queue index -> the stack's AF_XDP socket on that queue. */
 PEREGRINE_MAP(BPF_MAP_TYPE_XSKMAP, STACK_MAX_QUEUES, __u32, __u32) stack_xsks SEC(".maps");
@@ -83,14 +84,8 @@ int stack_steer(struct xdp_md *ctx)
 		st->fragments++;
 		return XDP_DROP;
 	}
-	int act = bpf_redirect_map(&stack_xsks, ctx->rx_queue_index, XDP_PASS);
-	if (act == XDP_REDIRECT) {
-		st->redirected++;
-		st->bytes += len;
-	} else {
-		st->no_socket++;
-	}
-	return act;
+	return xsk_redirect_counted(&stack_xsks, ctx->rx_queue_index, len, &st->redirected,
+				    &st->bytes, &st->no_socket);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

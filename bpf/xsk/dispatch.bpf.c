@@ -12,6 +12,7 @@
 #include "peregrine/maps.h"
 #include "peregrine/parse.h"
 #include "peregrine/dispatch_kern_user.h"
+#include "peregrine/xsk_redirect.h"
 
 PEREGRINE_MAP(BPF_MAP_TYPE_XSKMAP, DISPATCH_MAX_SLOTS, __u32, __u32) xsks SEC(".maps");
 
@@ -99,14 +100,7 @@ int dispatch(struct xdp_md *ctx)
 		*pos = w + 1;
 	}
 	__u32 slot = (fid * DISPATCH_MAX_QUEUES + queue) * DISPATCH_MAX_SOCKS + w;
-	int act = bpf_redirect_map(&xsks, slot, XDP_PASS);
-	if (act == XDP_REDIRECT) {
-		st->packets++;
-		st->bytes += len;
-	} else {
-		st->no_socket++;
-	}
-	return act;
+	return xsk_redirect_counted(&xsks, slot, len, &st->packets, &st->bytes, &st->no_socket);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,16 +1,14 @@
-//! Compiles every program under `bpf/<role>/` with clang and generates its
-//! libbpf-rs skeleton, so kernel/user shared structs reach Rust as generated
+//! Compiles the product's programs under `bpf/<role>/` and generates their
+//! libbpf-rs skeletons (peregrine-bpf-build, the one build step shared with
+//! peregrine-testbed), so kernel/user shared structs reach Rust as generated
 //! types; and the router's action names from its enum (`router_actions.rs`).
-use std::path::PathBuf;
-
-use libbpf_cargo::SkeletonBuilder;
+//! The lab's programs (gen, replycheck) are built by peregrine-testbed.
 
 /// (directory under `bpf/`, program): `bpf/<dir>/<program>.bpf.c` becomes the
-/// skeleton module `skel::<program>`.
+/// skeleton module `skel::<program>`. The sink is the data plane's counting
+/// pass-through (dataplane::peer) as well as the lab's, so it is built here.
 const PROGRAMS: &[(&str, &str)] = &[
-    ("lab", "gen"),
     ("lab", "sink"),
-    ("lab", "replycheck"),
     ("dataplane", "router"),
     ("dataplane", "nf"),
     ("dataplane", "policer"),
@@ -23,39 +21,12 @@ const PROGRAMS: &[(&str, &str)] = &[
 const TEST_OBJECTS: &[&str] = &["verifier_reject"];
 
 fn main() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let include = root.join("include");
-    let arch_include = format!("/usr/include/{}-linux-gnu", std::env::consts::ARCH);
-    let includes = [
-        format!("-I{}", include.display()),
-        format!("-I{arch_include}"),
-    ];
-    println!("cargo:rerun-if-changed={}", include.display());
-    for (dir, name) in PROGRAMS {
-        let src = root.join(dir).join(format!("{name}.bpf.c"));
-        println!("cargo:rerun-if-changed={}", src.display());
-        SkeletonBuilder::new()
-            .source(&src)
-            .clang_args(
-                ["-O2".to_string(), "-Wall".to_string()]
-                    .iter()
-                    .chain(&includes),
-            )
-            .build_and_generate(out.join(format!("{name}.skel.rs")))
-            .unwrap_or_else(|e| panic!("building bpf/{dir}/{name}.bpf.c: {e:#}"));
-    }
-    router_action_names(&include.join("peregrine/router_kern_user.h"), &out);
-    for name in TEST_OBJECTS {
-        let src = root.join("tests").join(format!("{name}.bpf.c"));
-        println!("cargo:rerun-if-changed={}", src.display());
-        SkeletonBuilder::new()
-            .source(&src)
-            .obj(out.join(format!("{name}.bpf.o")))
-            .clang_args(&includes)
-            .build()
-            .unwrap_or_else(|e| panic!("building bpf/tests/{name}.bpf.c: {e:#}"));
-    }
+    peregrine_bpf_build::skeletons(PROGRAMS);
+    peregrine_bpf_build::objects("tests", TEST_OBJECTS);
+    router_action_names(
+        &peregrine_bpf_build::bpf_root().join("include/peregrine/router_kern_user.h"),
+        &peregrine_bpf_build::out_dir(),
+    );
 }
 
 /// Writes `router_actions.rs`: `ACTION_INFO`, the (name, meaning) of every

@@ -6,6 +6,7 @@
 
 #include <linux/types.h>
 #include "peregrine/gen_kern_user.h"
+#include "peregrine/latency_kern_user.h"
 
 /* The function the server runs, which fixes what its reply to a generator
  * request (gen_meta then zeros) must be. Only one-to-one functions can be
@@ -16,10 +17,6 @@ enum replycheck_function {
 };
 
 enum replycheck_limits {
-	/* Latency histogram: log-linear buckets, 2^SUB_BITS per power of two
-	 * (about 3% wide); values below 2^SUB_BITS ns have their own bucket. */
-	REPLYCHECK_SUB_BITS = 5,
-	REPLYCHECK_BUCKETS = 1024,
 	/* Longest payload checked (u64 words): a 1500-byte MTU's UDP payload. */
 	REPLYCHECK_MAX_WORDS = 184,
 	/* Shortest payload checked: the generator's whole gen_meta. */

@@ -4,7 +4,6 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::XdpAction;
 use peregrine_host::signals;
 use peregrine_lab::pacing::{Limit, Rate};
@@ -13,6 +12,7 @@ use peregrine_lab::sinks::{Sink, SocketSink};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
 use peregrine_lab::trial::DropProbes;
 use peregrine_lab::{Endpoint, Lab, Lifetime};
+use peregrine_testbed::gen::FrameSizes;
 
 use crate::common::{
     builtin_topology, command_line, cpu_count, frame_for, lab_sink, one_trial_run, params,
@@ -67,10 +67,9 @@ pub struct GenConfig {
 /// `peregrine bench gen`: the generator's own figures, side by side.
 pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
     let dur = a.duration;
-    let sizes = a
-        .size
-        .clone()
-        .unwrap_or(FrameSizes::Fixed(peregrine_bpf::gen::size_limits(a.ipv6).0));
+    let sizes = a.size.clone().unwrap_or(FrameSizes::Fixed(
+        peregrine_testbed::gen::size_limits(a.ipv6).0,
+    ));
     let ncpu = cpu_count();
     let mut topo = builtin_topology("pair", "benchgen")?;
     // One veth queue per CPU: each sending thread then feeds its own ring
@@ -281,7 +280,7 @@ pub fn gen(a: GenConfig) -> Result<()> {
     let topo = peregrine_lab::lab::state(&a.lab)?.topology;
     let from = Endpoint::parse(&a.from)?;
     let sizes = a.size.clone().unwrap_or(FrameSizes::Fixed(
-        peregrine_bpf::gen::size_limits(a.to.is_ipv6()).0,
+        peregrine_testbed::gen::size_limits(a.to.is_ipv6()).0,
     ));
     if a.count.is_none() && a.duration.is_none() {
         bad_setting!("give --count or --duration (runs are always bounded)");
@@ -311,7 +310,7 @@ pub fn gen(a: GenConfig) -> Result<()> {
         cpus: (0..a.threads).collect(),
         backend: a.backend,
         dry_run: false,
-        vary: peregrine_bpf::gen::FlowVary::Source,
+        vary: peregrine_testbed::gen::FlowVary::Source,
     };
     let sink = match &a.sink {
         Some(s) => {

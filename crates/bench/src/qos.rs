@@ -19,7 +19,6 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::Result;
-use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::policer::{Exceed, Match, Rate as PolicerRate, Rule};
 use peregrine_host::{netns, signals};
 use peregrine_lab::compare::median;
@@ -30,6 +29,7 @@ use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::{Lab, Lifetime};
 use peregrine_qos::attach as policer;
 use peregrine_qos::PolicerHook;
+use peregrine_testbed::gen::FrameSizes;
 
 use crate::common::{
     builtin_topology, command_line, frame_for, params, place, progress_line, shown_trial, tc,

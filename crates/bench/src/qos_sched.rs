@@ -29,7 +29,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use peregrine_bpf::gen::{FlowVary, FrameSizes};
 use peregrine_host::{netns, signals};
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::plot::{bars_by_key, Chart, Figure};
@@ -42,6 +41,7 @@ use peregrine_lab::Lab;
 use peregrine_qos::attach as policer;
 use peregrine_qos::serve::{serve, ServeOptions};
 use peregrine_qos::PolicerConfig;
+use peregrine_testbed::gen::{FlowVary, FrameSizes};
 use peregrine_wire::UdpFrameSpec;
 use serde::{Deserialize, Serialize};
 

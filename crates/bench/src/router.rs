@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::FibMode;
 use peregrine_bpf::XdpMode;
 use peregrine_dataplane::{
@@ -22,6 +21,7 @@ use peregrine_lab::results::{NoValues, Placement, ResultFile, Rfc2544, Run, RunP
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::rfc2544_search;
 use peregrine_lab::{Lab, Lifetime};
+use peregrine_testbed::gen::FrameSizes;
 
 use crate::common::{
     builtin_topology, command_line, dut_search, frame_for, params, place, progress_line,
@@ -316,7 +316,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
             cfg.flows,
         );
         if cfg.vary_dst {
-            spec.vary = peregrine_bpf::gen::FlowVary::Destination;
+            spec.vary = peregrine_testbed::gen::FlowVary::Destination;
         }
         for round in 1..=a.rounds.max(1) {
             for &c in &cfg.contenders {

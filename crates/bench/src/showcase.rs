@@ -2,7 +2,6 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::XdpAction;
 use peregrine_host::signals;
 use peregrine_lab::pacing::Rate;
@@ -11,6 +10,7 @@ use peregrine_lab::sinks::Sink;
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::rfc2544_search;
 use peregrine_lab::{Endpoint, Lab, Lifetime};
+use peregrine_testbed::gen::FrameSizes;
 
 use crate::common::{
     builtin_topology, command_line, dut_search, frame_for, lab_sink, one_trial_run, params,

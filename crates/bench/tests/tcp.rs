@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use peregrine_bench::tcp::{iperf3, TcpTransfer};
-use peregrine_bpf::testing::{ip, privileged, NsPair};
+use peregrine_testbed::testing::{ip, privileged, NsPair};
 
 const A: &str = "pg-btcp-a";
 const B: &str = "pg-btcp-b";

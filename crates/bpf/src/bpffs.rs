@@ -185,22 +185,6 @@ pub fn remove_pin_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Names of the pin directories directly under `/sys/fs/bpf/peregrine`.
-pub fn list_pin_dirs() -> Vec<String> {
-    list_dir(&pin_root())
-}
-
-/// Names of the entries of directory `dir` (none if it cannot be read).
-pub fn list_dir(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// `p` (a path under `bpffs()`) as the host names it, for messages: the
 /// `/proc/self/fd/N` this process goes through means nothing to a user.
 pub fn display(p: &Path) -> String {

@@ -141,9 +141,9 @@ mod fixtures {
         arp, garbage, ip4_fragment, ip4_options, ip6_fragment, udp_ports, vlan, with_protocol,
     };
     use crate::fixture::{assert_counters, truncations, Case, Expect, Fixture};
-    use crate::testing::privileged;
     use crate::XdpAction;
     use crate::XdpProgram;
+    use peregrine_testbed::testing::privileged;
     use peregrine_wire::{ethertype, ipproto};
 
     fn udp_frame(dst: &str, port: u16) -> Vec<u8> {

@@ -41,12 +41,12 @@ fn verifier_tail(log: &str) -> String {
 }
 
 impl BpfError {
-    pub(crate) fn libbpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> BpfError {
+    pub fn libbpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> BpfError {
         let what = what.into();
         move |source| BpfError::Libbpf { what, source }
     }
 
-    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> BpfError {
+    pub fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> BpfError {
         let what = what.into();
         move |source| BpfError::Io { what, source }
     }

@@ -414,32 +414,6 @@ pub fn assert_passed(what: &str, mismatches: &[Mismatch]) {
     );
 }
 
-/// The generator's setup the fixtures use: `flows` flows from 198.18.0.1
-/// (IPv6: 2001:db8::1) across a router to 198.19.0.1 (2001:db8:2::2), on
-/// `lo` (ifindex 1, which BPF_PROG_RUN reports as ingress without a ctx).
-pub fn gen_setup(
-    v6: bool,
-    sizes: crate::gen::FrameSizes,
-    flows: u32,
-    stamp: bool,
-) -> crate::gen::GenSetup {
-    let (s, d) = if v6 {
-        ("2001:db8::1", "2001:db8:2::2")
-    } else {
-        ("198.18.0.1", "198.19.0.1")
-    };
-    crate::gen::GenSetup {
-        spec: frames::spec(s, d),
-        sizes,
-        flows,
-        stamp,
-        latency_sample: 1,
-        ifindex: 1,
-        dry_run: false,
-        vary: crate::gen::FlowVary::Source,
-    }
-}
-
 /// The fixtures' one packet builder: a UDP frame from a `peregrine_wire`
 /// `UdpFrameSpec`, then the changes a case needs (options, fragments, other
 /// protocols, bad checksums, VLAN tags; `truncations` cuts it). Offsets are

@@ -12,27 +12,30 @@
 //!   bpf_link that can be pinned and taken back from its pin; `xdp` and
 //!   `tcx`: the hooks' modes and what is attached there.
 //! - `bpffs`: the bpffs mount and the pins under `/sys/fs/bpf/peregrine`.
-//! - One thin wrapper per program (`gen`, `sink`, `router`, `nf`, `policer`, `dispatch`,
-//!   `stack`, `replycheck`): typed config in, loaded program out, typed map accessors.
-//! - `fixture`, `testing`: BPF_PROG_RUN fixtures and privileged-test helpers.
+//! - One thin wrapper per program (`sink`, `router`, `nf`, `policer`, `dispatch`,
+//!   `stack`): typed config in, loaded program out, typed map accessors.
+//!   The lab's generator and reply checker live in peregrine-testbed, which
+//!   builds on this crate; the sink stays here as the data plane's counting
+//!   pass-through (`dataplane::peer`).
+//! - `latency`: the latency histogram's scale, in BPF and user space.
+//! - `fixture`: BPF_PROG_RUN fixtures (the privileged-test helpers are
+//!   peregrine-testbed's `testing`).
 
 pub mod bpffs;
 pub mod dispatch;
 pub mod error;
 pub mod fixture;
-pub mod gen;
+pub mod latency;
 pub mod link;
 pub mod loader;
 pub mod maps;
 pub mod nf;
 pub mod pod;
 pub mod policer;
-pub mod replycheck;
 pub mod router;
 pub mod sink;
 pub mod stack;
 pub mod tcx;
-pub mod testing;
 pub mod xdp;
 
 pub use error::{BpfError, Result};
@@ -41,7 +44,9 @@ pub use link::{Hook, Link, XdpProgram};
 pub use tcx::TcxDirection;
 pub use xdp::XdpMode;
 
-/// Includes the skeleton build.rs generated for each named program.
+/// Includes the skeleton build.rs generated for each named program (the
+/// calling crate's `OUT_DIR`: exported for peregrine-testbed's programs).
+#[macro_export]
 macro_rules! skeletons {
     ($($name:ident),* $(,)?) => {
         $(pub mod $name {
@@ -55,5 +60,5 @@ macro_rules! skeletons {
 pub mod skel {
     #![allow(clippy::all, non_camel_case_types, dead_code, missing_docs)]
     // uapi: kernel uapi types and constants only (bpf/host/uapi.bpf.c), no program.
-    skeletons!(gen, sink, router, nf, policer, dispatch, steer, replycheck, uapi);
+    skeletons!(sink, router, nf, policer, dispatch, steer, uapi);
 }

@@ -371,6 +371,8 @@ pub trait XdpProgram {
 /// Declares the wrapper of a program that is only ever attached as XDP: a
 /// struct owning its loaded skeleton, and `XdpProgram` for the skeleton's
 /// program `$prog`. The wrappers differ only in config and map accessors.
+/// Exported for the lab's programs in peregrine-testbed.
+#[macro_export]
 macro_rules! xdp_program {
     ($name:ident, $skel:ident, $prog:ident) => {
         pub struct $name {
@@ -384,76 +386,4 @@ macro_rules! xdp_program {
         }
     };
 }
-pub(crate) use xdp_program;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::replycheck::{CheckedFunction, ReplyCheckProgram};
-    use crate::sink::SinkProgram;
-    use crate::testing::privileged;
-    use crate::{bpffs, tcx, xdp, XdpAction};
-
-    /// Runs `f` on a thread in a network namespace of its own (only `lo`),
-    /// so attaching touches nothing else on the machine.
-    fn in_fresh_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                    .expect("a network namespace of the test's own");
-                f()
-            })
-            .join()
-            .expect("the test thread")
-        })
-    }
-
-    fn attached(hook: Hook, ifindex: u32) -> bool {
-        match hook {
-            Hook::Xdp(_) => xdp::attached_prog_id(ifindex).unwrap().is_some(),
-            Hook::Tcx(d) => tcx::attached_count(ifindex, d).unwrap() > 0,
-        }
-    }
-
-    /// For both hooks: a pinned link keeps the program attached after its
-    /// value is dropped, comes back from the pin knowing what it is attached
-    /// to, and detaches once unpinned and dropped.
-    #[test]
-    fn pinned_links_come_back_from_their_pin_and_detach_when_unpinned() {
-        if !privileged("pinned_links_come_back_from_their_pin_and_detach_when_unpinned") {
-            return;
-        }
-        let sub = format!("link-test-{}", std::process::id());
-        let dir = bpffs::pin_dir(&sub).unwrap();
-        in_fresh_netns(|| {
-            let lo = ifindex("lo").unwrap();
-            let sink = SinkProgram::load(XdpAction::Pass).unwrap();
-            let check = ReplyCheckProgram::load(1232, 64, CheckedFunction::Echo).unwrap();
-            let links = [
-                sink.attach("lo", XdpMode::Generic).unwrap(),
-                check.attach_tcx("lo").unwrap(),
-            ];
-            for link in links {
-                let hook = link.hook;
-                let path = dir.join(hook.as_str().replace(' ', "-"));
-                link.pin(&path).unwrap();
-                assert!(link.pin(&dir.join("again")).is_err(), "{hook}: one pin");
-                drop(link);
-                assert!(attached(hook, lo), "{hook}: attached while pinned");
-                let back = Link::from_pin(&path).unwrap();
-                assert_eq!(
-                    (back.hook, back.ifindex, back.iface.as_str()),
-                    (hook, lo, "lo")
-                );
-                assert_eq!(back.pinned_at(), Some(path.as_path()));
-                assert_eq!(back.to_string(), format!("{hook} on lo (ifindex {lo})"));
-                drop(back);
-                assert!(attached(hook, lo), "{hook}: a reopened link keeps the pin");
-                drop(Link::from_pin(&path).unwrap().unpin().unwrap());
-                assert!(!path.exists(), "{hook}: pin removed");
-                assert!(!attached(hook, lo), "{hook}: detached once unpinned");
-            }
-        });
-        bpffs::remove_pins(&sub).unwrap();
-    }
-}
+pub use crate::xdp_program;

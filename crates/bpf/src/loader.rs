@@ -81,7 +81,7 @@ impl<S> Loaded<S> {
 /// Opens the skeleton `B` builds, lets `configure` fix what must be set
 /// before loading (rodata config, map sizes), and loads it. The error names
 /// `object` and carries the verifier's reason.
-pub(crate) fn open_and_load<B>(
+pub fn open_and_load<B>(
     object: &'static str,
     configure: impl FnOnce(&mut B::Output) -> Result<()>,
 ) -> Result<Loaded<<B::Output as OpenSkel<'static>>::Output>>
@@ -100,7 +100,7 @@ where
 
 /// An open skeleton's rodata (its `const volatile` config); every object
 /// with config has one, so its absence means `object` was built wrong.
-pub(crate) fn rodata<'a, T>(section: Option<&'a mut T>, object: &str) -> Result<&'a mut T> {
+pub fn rodata<'a, T>(section: Option<&'a mut T>, object: &str) -> Result<&'a mut T> {
     section.ok_or_else(|| BpfError::Invalid(format!("{object} has no rodata")))
 }
 
@@ -169,7 +169,7 @@ impl<S> Drop for Loaded<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::privileged;
+    use peregrine_testbed::testing::privileged;
 
     #[test]
     fn verifier_rejection_carries_the_log() {

@@ -9,14 +9,14 @@ use crate::error::{BpfError, Result};
 use crate::pod::{sum_per_cpu, Counters};
 
 /// Sets `key` to `value` in `map`; `doing` names the change for the error.
-pub(crate) fn update(map: &impl MapCore, key: &[u8], value: &[u8], doing: &str) -> Result<()> {
+pub fn update(map: &impl MapCore, key: &[u8], value: &[u8], doing: &str) -> Result<()> {
     map.update(key, value, MapFlags::ANY)
         .map_err(BpfError::libbpf(doing))
 }
 
 /// The value at `key` of `map` (the type's default when there is none);
 /// `doing` names the read for the error.
-pub(crate) fn read<T: crate::pod::Pod + Default>(
+pub fn read<T: crate::pod::Pod + Default>(
     map: &impl MapCore,
     key: &[u8],
     doing: &str,
@@ -29,7 +29,7 @@ pub(crate) fn read<T: crate::pod::Pod + Default>(
 }
 
 /// Removes `key` from `map`; `doing` names the change for the error.
-pub(crate) fn delete(map: &impl MapCore, key: &[u8], doing: &str) -> Result<()> {
+pub fn delete(map: &impl MapCore, key: &[u8], doing: &str) -> Result<()> {
     map.delete(key).map_err(BpfError::libbpf(doing))
 }
 

@@ -120,9 +120,9 @@ mod fixtures {
     use super::*;
     use crate::fixture::frames::{garbage, ip4_options, ip_first_byte, udp_ports, vlan};
     use crate::fixture::{assert_counters, truncations, Case, Expect, Fixture};
-    use crate::testing::privileged;
     use crate::XdpAction;
     use crate::XdpProgram;
+    use peregrine_testbed::testing::privileged;
     use peregrine_wire::ethertype;
 
     fn frame(src: &str, dst: &str, dport: u16) -> Vec<u8> {

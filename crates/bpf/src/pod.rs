@@ -2,19 +2,18 @@
 //! and BPF_PROG_RUN contexts.
 
 use crate::skel::dispatch::types::{dispatch_func, dispatch_stats};
-use crate::skel::gen::types::{gen_meta, gen_pace, gen_state, xdp_md};
 use crate::skel::nf::types::nf_stats;
 use crate::skel::policer::types::{
     policer_counters, policer_key, policer_mask, policer_rule, policer_state, policer_totals,
     sched_class, sched_counters, sched_meta, sched_port,
 };
-use crate::skel::replycheck::types::replycheck_stats;
 use crate::skel::router::types::{
     router_port, router_port_stats, steer_l4_key, steer_mac_key, steer_target, steer_v4_key,
     steer_v6_key,
 };
 use crate::skel::sink::types::sink_stats;
 use crate::skel::steer::types::{stack_bind_key, stack_steer_stats};
+use crate::skel::uapi::types::xdp_md;
 
 /// Implemented for generated `#[repr(C)]` types that hold only integers and
 /// arrays of integers, so any byte pattern of the right size is a valid value.
@@ -52,30 +51,31 @@ pub unsafe trait Pod: Copy + Default {
 pub unsafe trait Counters: Pod {}
 
 /// Implements `Pod` (and, after `counters:`, `Counters` too) for the listed
-/// generated types, so each type is named once.
+/// generated types, so each type is named once. Exported for the lab's
+/// programs' types in peregrine-testbed.
+#[macro_export]
 macro_rules! plain_data {
     (pod: $($pod:ty),* ; counters: $($ctr:ty),* $(,)?) => {
         $(
             // Safety: a repr(C) struct of unsigned integers and arrays of
             // them (the *_kern_user.h headers, linux/bpf.h), by libbpf-cargo.
-            unsafe impl Pod for $pod {}
+            unsafe impl $crate::pod::Pod for $pod {}
         )*
         $(
             // Safety: as above, and made of __u64 fields and __u64 arrays
             // only (u64: a scalar counter, e.g. per-CPU histogram buckets).
-            unsafe impl Pod for $ctr {}
+            unsafe impl $crate::pod::Pod for $ctr {}
             // Safety: Pod (above) and only u64 words, no padding.
-            unsafe impl Counters for $ctr {}
+            unsafe impl $crate::pod::Counters for $ctr {}
         )*
     };
 }
 
 plain_data! {
-    pod: gen_pace, gen_meta, xdp_md, router_port, steer_v4_key, steer_v6_key, steer_l4_key,
+    pod: xdp_md, router_port, steer_v4_key, steer_v6_key, steer_l4_key,
         steer_mac_key, steer_target, dispatch_func, policer_key, policer_mask, policer_rule,
         policer_state, sched_port, sched_meta, sched_class, stack_bind_key;
-    counters: sink_stats, gen_state, router_port_stats, nf_stats, dispatch_stats,
-        replycheck_stats, policer_counters, policer_totals, sched_counters, stack_steer_stats, u64,
+    counters: sink_stats, router_port_stats, nf_stats, dispatch_stats, policer_counters, policer_totals, sched_counters, stack_steer_stats, u64,
 }
 
 /// The sum over CPUs of a per-CPU map's values (as `lookup_percpu` returns

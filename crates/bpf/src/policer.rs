@@ -781,9 +781,9 @@ mod fixtures {
         assert_passed, check_table, skb_runnable, truncations, Case, Expect, Fixture, TcAction,
         Verdict,
     };
-    use crate::testing::privileged;
     use crate::XdpAction;
     use crate::XdpMode;
+    use peregrine_testbed::testing::privileged;
     use peregrine_wire::{ethertype, MacAddr};
 
     /// What a frame moved: the winning rule's conform and exceed packets

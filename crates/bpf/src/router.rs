@@ -478,8 +478,8 @@ mod fixtures {
         assert_passed, check_table, router_actions_moved, run_once_skb, skb_runnable, truncations,
         Case, Expect, Fixture, TcAction,
     };
-    use crate::testing::privileged;
     use crate::XdpAction;
+    use peregrine_testbed::testing::privileged;
     use peregrine_wire::{ethertype, ipproto, MacAddr, UdpFrameSpec};
 
     /// ifindex of `lo`, which BPF_PROG_RUN reports as ingress without a ctx.

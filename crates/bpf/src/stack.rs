@@ -118,8 +118,8 @@ mod fixtures {
         udp_ports, vlan, with_protocol, IPV6_DSTOPTS, IPV6_HOPOPTS,
     };
     use crate::fixture::{assert_counters, truncations, Case, Expect, Fixture};
-    use crate::testing::privileged_here;
     use crate::{XdpAction, XdpProgram};
+    use peregrine_testbed::testing::privileged_here;
     use peregrine_wire::{ethertype, ipproto, ETH_HLEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
 
     fn udp_to(dst: &str, port: u16) -> Vec<u8> {

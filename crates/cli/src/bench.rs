@@ -11,7 +11,7 @@ use peregrine_bench::redraw::ReportConfig;
 use peregrine_bench::router::RouterBenchConfig;
 use peregrine_bench::showcase::ShowcaseConfig;
 use peregrine_bench::{PlacementConfig, ResultOutput, DEFAULT_OUT};
-use peregrine_bpf::gen::FrameSizes;
+use peregrine_testbed::gen::FrameSizes;
 
 use crate::units::{self, DurationArg, RateArg};
 

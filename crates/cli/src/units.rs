@@ -3,7 +3,7 @@
 pub use peregrine_units::{micros, ByteSize, DurationArg, RateSetting as RateArg};
 
 /// Clap value parser for frame sizes (bytes with FCS, or imix).
-pub fn frame_sizes(s: &str) -> Result<peregrine_bpf::gen::FrameSizes, String> {
+pub fn frame_sizes(s: &str) -> Result<peregrine_testbed::gen::FrameSizes, String> {
     s.parse()
         .map_err(|e: peregrine_bpf::BpfError| e.to_string())
 }
@@ -14,7 +14,7 @@ mod tests {
 
     #[test]
     fn sizes_parse_as_documented() {
-        use peregrine_bpf::gen::FrameSizes;
+        use peregrine_testbed::gen::FrameSizes;
         assert_eq!(frame_sizes("1500"), Ok(FrameSizes::Fixed(1500)));
         assert_eq!(frame_sizes("IMIX"), Ok(FrameSizes::Imix));
         assert!(frame_sizes("big").unwrap_err().contains("imix"));

@@ -10,9 +10,9 @@ use std::process::Output;
 use peregrine_bench::netmodes::NetmodeValues;
 use peregrine_bench::qos::SchedValues;
 use peregrine_bench::quic::QuicValues;
-use peregrine_bpf::testing::privileged_here;
 use peregrine_lab::plot::RATES;
 use peregrine_lab::results::{Limiter, NoValues, ResultFile, Values};
+use peregrine_testbed::testing::privileged_here;
 
 mod common;
 use common::{bin, ok, pair_lab_up, tmp};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use peregrine_bpf::testing::privileged;
+use peregrine_testbed::testing::privileged;
 
 mod common;
 use common::{

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{ip, pg_in, sh_in, text, tmp};
-use peregrine_bpf::testing::{privileged_here, wait_until, NsPair};
 use peregrine_host::netns;
+use peregrine_testbed::testing::{privileged_here, wait_until, NsPair};
 
 const NATIVE: u16 = 1232;
 const LIVE: u16 = 1300;

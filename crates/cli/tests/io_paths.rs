@@ -4,7 +4,7 @@
 //! is refused in one line.
 use std::process::Stdio;
 
-use peregrine_bpf::testing::privileged_here;
+use peregrine_testbed::testing::privileged_here;
 
 mod common;
 use common::{bin, json, ok, run};

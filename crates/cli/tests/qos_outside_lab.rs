@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use peregrine_bpf::testing::privileged;
 use peregrine_bpf::{tcx, xdp, TcxDirection};
 use peregrine_host::netns;
+use peregrine_testbed::testing::privileged;
 
 mod common;
 use common::{iperf_bytes, ok, pg_in, text, tmp, Topo};

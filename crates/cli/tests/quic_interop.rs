@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use peregrine_bpf::testing::{privileged_here, NsPair};
+use peregrine_testbed::testing::{privileged_here, NsPair};
 use sha2::{Digest, Sha256};
 
 mod common;

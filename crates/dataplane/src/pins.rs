@@ -99,7 +99,7 @@ impl Attachment {
 
 /// Reads the attachment pinned in `dir`.
 pub fn attachment(dir: &Path) -> Attachment {
-    let mut ports: Vec<PinnedPort> = peregrine_bpf::bpffs::list_dir(dir)
+    let mut ports: Vec<PinnedPort> = peregrine_host::fs::list_dir(dir)
         .into_iter()
         .filter_map(|n| {
             let iface = n.strip_prefix(PORT_LINK)?.to_string();
@@ -123,7 +123,7 @@ pub fn attachment(dir: &Path) -> Attachment {
 pub fn list_attachments() -> Vec<Attachment> {
     let root = peregrine_bpf::bpffs::pin_root();
     let mut out = Vec::new();
-    let mut cookies: Vec<u64> = peregrine_bpf::bpffs::list_dir(&root.join(NETNS_DIR))
+    let mut cookies: Vec<u64> = peregrine_host::fs::list_dir(&root.join(NETNS_DIR))
         .iter()
         .filter_map(|n| n.parse().ok())
         .collect();
@@ -133,10 +133,10 @@ pub fn list_attachments() -> Vec<Attachment> {
         a.cookie = Some(c);
         out.push(a);
     }
-    let mut labs = peregrine_bpf::bpffs::list_pin_dirs();
+    let mut labs = peregrine_host::fs::list_dir(&peregrine_bpf::bpffs::pin_root());
     labs.sort();
     for lab in labs.into_iter().filter(|l| !l.starts_with('_')) {
-        let mut hosts = peregrine_bpf::bpffs::list_dir(&root.join(&lab));
+        let mut hosts = peregrine_host::fs::list_dir(&root.join(&lab));
         hosts.sort();
         for h in hosts {
             if let Some(host) = h.strip_prefix("dp-") {
@@ -153,7 +153,7 @@ pub fn list_attachments() -> Vec<Attachment> {
 /// detached at once (BPF_LINK_DETACH), then every pin goes, and the
 /// directories above it that are left empty.
 pub fn remove(dir: &Path) -> Result<()> {
-    for n in peregrine_bpf::bpffs::list_dir(dir) {
+    for n in peregrine_host::fs::list_dir(dir) {
         let p = dir.join(&n);
         if n.starts_with(PORT_LINK) || n.starts_with("nf-") || n.starts_with("peer-") {
             peregrine_bpf::link::detach_pinned(&p)?;
@@ -176,7 +176,7 @@ pub fn remove_all_outside_labs() -> Result<usize> {
     let root = peregrine_bpf::bpffs::pin_root();
     let legacy = root.join(LEGACY_DIR);
     if legacy.exists() {
-        for d in peregrine_bpf::bpffs::list_dir(&legacy) {
+        for d in peregrine_host::fs::list_dir(&legacy) {
             remove(&legacy.join(d))?;
         }
         remove(&legacy)?;

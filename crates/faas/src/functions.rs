@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use peregrine_bpf::replycheck::{bucket_of, bucket_range, BUCKETS};
+use peregrine_bpf::latency::{bucket_of, bucket_range, BUCKETS};
 
 use sha2::Digest;
 

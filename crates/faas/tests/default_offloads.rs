@@ -8,11 +8,11 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use peregrine_bpf::testing::{privileged, wait_until, NsPair};
 use peregrine_faas::functions::builtin;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
 use peregrine_faas::Registry;
 use peregrine_host::netns;
+use peregrine_testbed::testing::{privileged, wait_until, NsPair};
 
 mod common;
 use common::{raw_socket, send_all};

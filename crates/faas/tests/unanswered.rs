@@ -14,11 +14,11 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use peregrine_bpf::testing::{ip, privileged, privileged_here, wait_until, NsPair};
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::invoker::{AfXdpInvoker, Counters, InvokerConfig, ADDRESS_REFRESH};
 use peregrine_faas::Registry;
 use peregrine_host::netns;
+use peregrine_testbed::testing::{ip, privileged, privileged_here, wait_until, NsPair};
 use peregrine_wire::{parse_udp_frame, MacAddr, UdpFrameSpec};
 
 mod common;

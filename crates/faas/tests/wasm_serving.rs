@@ -11,13 +11,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use peregrine_bpf::testing::{ip, privileged, wait_until, NsPair};
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::functions::{Function, Reverse};
 use peregrine_faas::invoker::{AfXdpInvoker, Counters, InvokerConfig};
 use peregrine_faas::wasm::{WasmErrors, WasmFunction, WasmLimits};
 use peregrine_faas::Registry;
 use peregrine_host::netns;
+use peregrine_testbed::testing::{ip, privileged, wait_until, NsPair};
 
 const A: &str = "pg-wasm-a";
 const B: &str = "pg-wasm-b";

@@ -4,12 +4,14 @@
 
 pub mod cpu;
 pub mod error;
+pub mod fs;
 pub mod napi;
 pub mod netdev;
 pub mod netns;
 pub mod nl;
 pub mod signals;
 pub mod snmp;
+pub mod uapi;
 pub mod veth;
 
 pub use error::{HostError, Result};

@@ -1,9 +1,9 @@
 //! Device settings netlink does not carry here: veth offloads through the
 //! ethtool ioctl (struct and command numbers generated from the kernel's
-//! headers, see bpf/include/peregrine/netdev_uapi.h).
+//! headers by build.rs, see `uapi`).
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use peregrine_bpf::skel::uapi::types::{ethtool_value, peregrine_ethtool_cmd};
+use crate::uapi::ethtool_value;
 
 use crate::error::{HostError, Result};
 use crate::netns;
@@ -29,24 +29,13 @@ pub enum Offload {
 
 impl Offload {
     /// The ethtool (get, set) commands.
-    fn commands(self) -> (peregrine_ethtool_cmd, peregrine_ethtool_cmd) {
+    fn commands(self) -> (u32, u32) {
+        use crate::uapi::*;
         match self {
-            Offload::TxChecksum => (
-                peregrine_ethtool_cmd::PG_ETHTOOL_GTXCSUM,
-                peregrine_ethtool_cmd::PG_ETHTOOL_STXCSUM,
-            ),
-            Offload::Gso => (
-                peregrine_ethtool_cmd::PG_ETHTOOL_GGSO,
-                peregrine_ethtool_cmd::PG_ETHTOOL_SGSO,
-            ),
-            Offload::Gro => (
-                peregrine_ethtool_cmd::PG_ETHTOOL_GGRO,
-                peregrine_ethtool_cmd::PG_ETHTOOL_SGRO,
-            ),
-            Offload::Tso => (
-                peregrine_ethtool_cmd::PG_ETHTOOL_GTSO,
-                peregrine_ethtool_cmd::PG_ETHTOOL_STSO,
-            ),
+            Offload::TxChecksum => (ETHTOOL_GTXCSUM, ETHTOOL_STXCSUM),
+            Offload::Gso => (ETHTOOL_GGSO, ETHTOOL_SGSO),
+            Offload::Gro => (ETHTOOL_GGRO, ETHTOOL_SGRO),
+            Offload::Tso => (ETHTOOL_GTSO, ETHTOOL_STSO),
         }
     }
 
@@ -169,8 +158,8 @@ pub fn tx_offloads(iface: &str) -> Result<TxOffloads> {
 /// One ethtool command that carries a `struct ethtool_value` (get or set)
 /// on `iface` in the calling thread's namespace; the value the kernel left
 /// in the struct.
-fn ethtool(iface: &str, cmd: peregrine_ethtool_cmd, data: u32) -> std::io::Result<u32> {
-    let mut val = ethtool_value { cmd: cmd.0, data };
+fn ethtool(iface: &str, cmd: u32, data: u32) -> std::io::Result<u32> {
+    let mut val = ethtool_value { cmd, data };
     // Safety: plain socket(2); the fd is owned right after.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -193,7 +182,7 @@ fn ethtool(iface: &str, cmd: peregrine_ethtool_cmd, data: u32) -> std::io::Resul
     let rc = unsafe {
         libc::ioctl(
             sock.as_raw_fd(),
-            peregrine_ethtool_cmd::PG_SIOCETHTOOL.0 as libc::c_ulong,
+            crate::uapi::SIOCETHTOOL as libc::c_ulong,
             &mut req,
         )
     };

@@ -22,7 +22,7 @@ pub fn exists(name: &str) -> bool {
 
 /// Names of all namespaces under /run/netns.
 pub fn list() -> Vec<String> {
-    peregrine_bpf::bpffs::list_dir(Path::new(NETNS_RUN_DIR))
+    crate::fs::list_dir(Path::new(NETNS_RUN_DIR))
 }
 
 pub fn open(name: &str) -> Result<File> {
@@ -208,7 +208,6 @@ pub fn run_in_file<T>(ns: &File, f: impl FnOnce() -> T) -> Result<T> {
 /// identity for it, unique while the machine runs (inode numbers of
 /// namespaces are reused once one is freed; cookies never are).
 pub fn cookie() -> Result<u64> {
-    use peregrine_bpf::skel::uapi::types::peregrine_sock_opt;
     let sock = nix::sys::socket::socket(
         nix::sys::socket::AddressFamily::Unix,
         nix::sys::socket::SockType::Datagram,
@@ -219,7 +218,7 @@ pub fn cookie() -> Result<u64> {
     peregrine_io::sockopt::get::<u64>(
         &sock,
         libc::SOL_SOCKET,
-        peregrine_sock_opt::PG_SO_NETNS_COOKIE.0 as libc::c_int,
+        crate::uapi::SO_NETNS_COOKIE as libc::c_int,
     )
     .map_err(|e| {
         HostError::Netns(format!(

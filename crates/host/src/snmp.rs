@@ -84,11 +84,11 @@ mod tests {
     /// process, whose own namespace is another).
     #[test]
     fn a_full_receive_buffer_counts_every_datagram_it_refused() {
-        if !peregrine_bpf::testing::privileged_here() {
+        if !peregrine_testbed::testing::privileged_here() {
             return;
         }
         use nix::sys::socket::{setsockopt, sockopt};
-        let pair = peregrine_bpf::testing::NsPair::addressed("pg-snmp-a", "pg-snmp-b");
+        let pair = peregrine_testbed::testing::NsPair::addressed("pg-snmp-a", "pg-snmp-b");
         let rx = netns::run_in(&pair.b, || {
             let rx = std::net::UdpSocket::bind("198.18.0.2:0").unwrap();
             setsockopt(&rx, sockopt::RcvBuf, &4096).unwrap();

@@ -28,13 +28,13 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use peregrine_bpf::dispatch::DispatchProgram;
-use peregrine_bpf::gen::{read_meta, PEREGRINE_MAGIC};
 use peregrine_bpf::pod::Pod;
-use peregrine_bpf::skel::gen::types::gen_meta;
 use peregrine_bpf::{Link, XdpMode, XdpProgram};
 use peregrine_host::cpu::monotonic_ns;
 use peregrine_io::packet_mmap::MmapDatagrams;
 use peregrine_io::{DatagramIo, RecvBatch, RecvMeta, Transmit, UdpBatch};
+use peregrine_testbed::gen::{read_meta, PEREGRINE_MAGIC};
+use peregrine_testbed::skel::gen::types::gen_meta;
 use peregrine_wire::{MacAddr, UdpFrameSpec};
 use peregrine_xsk::{XskConfig, XskDatagrams};
 use serde::{Deserialize, Serialize};

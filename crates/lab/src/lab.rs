@@ -164,7 +164,7 @@ fn cleanup_stale_locked() -> Result<Vec<String>> {
     }
     // Pin directories of labs that no longer exist.
     let live: Vec<String> = list().into_iter().map(|i| i.name).collect();
-    for d in peregrine_bpf::bpffs::list_pin_dirs() {
+    for d in peregrine_host::fs::list_dir(&peregrine_bpf::bpffs::pin_root()) {
         if !live.contains(&d) && d.chars().all(|c| c.is_ascii_alphanumeric()) {
             peregrine_bpf::bpffs::remove_pins(&d)?;
         }
@@ -192,7 +192,7 @@ pub fn down_all() -> Result<Vec<String>> {
     // attach` in any namespace: live ones, and stale ones of killed runs
     // or removed namespaces), and what older versions left under `_root`;
     // stale policers.
-    for d in peregrine_bpf::bpffs::list_pin_dirs() {
+    for d in peregrine_host::fs::list_dir(&peregrine_bpf::bpffs::pin_root()) {
         if !d.starts_with('_') {
             peregrine_bpf::bpffs::remove_pins(&d)?;
         }

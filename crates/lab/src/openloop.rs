@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use crate::pacing::{Limit, Rate};
 use crate::traffic::{Backend, Generator, TrafficSpec};
 use hdrhistogram::Histogram;
-use peregrine_bpf::gen::{FlowVary, FrameSizes};
-use peregrine_bpf::replycheck::{
+use peregrine_host::netns;
+use peregrine_testbed::gen::{FlowVary, FrameSizes};
+use peregrine_testbed::replycheck::{
     bucket_range, CheckedFunction, ReplyCheckProgram, ReplyStats, MAX_PAYLOAD, MIN_PAYLOAD,
 };
-use peregrine_host::netns;
 use peregrine_wire::UdpFrameSpec;
 
 use crate::error::LabError;

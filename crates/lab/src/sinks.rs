@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use peregrine_bpf::gen::read_meta;
 use peregrine_bpf::sink::SinkProgram;
 use peregrine_bpf::{Link, XdpAction, XdpMode, XdpProgram};
+use peregrine_testbed::gen::read_meta;
 
 use crate::error::{LabError, Result};
 use peregrine_host::cpu::monotonic_ns;

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use peregrine_bpf::gen::{FrameSizes, GenProgram, GenSetup, PEREGRINE_MAGIC};
 use peregrine_bpf::pod::Pod;
-use peregrine_bpf::skel::gen::types::gen_meta;
 use peregrine_bpf::Link;
+use peregrine_testbed::gen::{FrameSizes, GenProgram, GenSetup, PEREGRINE_MAGIC};
+use peregrine_testbed::skel::gen::types::gen_meta;
 use peregrine_wire::{UdpFrameSpec, FCS_LEN};
 use serde::{Deserialize, Serialize};
 
@@ -87,7 +87,7 @@ pub struct TrafficSpec {
     /// to measure the generator's own ceiling.
     pub dry_run: bool,
     /// Live backend only: what the flows differ in.
-    pub vary: peregrine_bpf::gen::FlowVary,
+    pub vary: peregrine_testbed::gen::FlowVary,
 }
 
 impl TrafficSpec {
@@ -112,7 +112,7 @@ impl TrafficSpec {
             cpus: vec![0],
             backend: Backend::Xdp,
             dry_run: false,
-            vary: peregrine_bpf::gen::FlowVary::Source,
+            vary: peregrine_testbed::gen::FlowVary::Source,
         }
     }
 }
@@ -247,7 +247,7 @@ impl Generator {
             }
             Backend::Socket | Backend::Afxdp => {
                 let v6 = spec.frame.src_ip.is_ipv6();
-                let (min, max) = peregrine_bpf::gen::size_limits(v6);
+                let (min, max) = peregrine_testbed::gen::size_limits(v6);
                 if let FrameSizes::Fixed(s) = spec.sizes {
                     if s < min || s > max {
                         return Err(LabError::Config(format!(
@@ -371,7 +371,7 @@ impl Generator {
                         let len = lengths[(seq % lengths.len() as u64) as usize];
                         // The live generator's gen_meta, as much as fits;
                         // zeros after it.
-                        let meta_len = peregrine_bpf::gen::meta_len(len);
+                        let meta_len = peregrine_testbed::gen::meta_len(len);
                         let meta = gen_meta {
                             magic: PEREGRINE_MAGIC,
                             seq: if stamp { seq as u32 } else { 0 },
@@ -394,7 +394,7 @@ impl Generator {
     /// built on it (source port + k; source or destination address + k as
     /// the spec says).
     fn datagram_sender(&self, index: usize) -> Result<(DatagramSender, Vec<usize>)> {
-        use peregrine_bpf::gen::FlowVary;
+        use peregrine_testbed::gen::FlowVary;
         let spec = &self.spec;
         let f = &spec.frame;
         let hl = f.header_len();

@@ -6,15 +6,15 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use peregrine_bpf::gen::FrameSizes;
 use peregrine_bpf::router::{action_name, FibMode, ACTIONS};
-use peregrine_bpf::testing::wait_until;
 use peregrine_bpf::XdpMode;
 use peregrine_dataplane::{Dataplane, DataplaneConfig, RouterHook};
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::sinks::{Sink, SocketSink};
 use peregrine_lab::traffic::{Backend, Generator};
 use peregrine_lab::Lab;
+use peregrine_testbed::gen::FrameSizes;
+use peregrine_testbed::testing::wait_until;
 
 mod common;
 use common::{

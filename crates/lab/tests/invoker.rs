@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use peregrine_bpf::testing::wait_until;
 use peregrine_faas::baseline::SocketServer;
 use peregrine_faas::functions::builtin;
 use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
@@ -14,6 +13,7 @@ use peregrine_faas::Registry;
 use peregrine_host::netns;
 use peregrine_lab::load::{self, LoadConfig, LoadMetrics, LoadReport};
 use peregrine_lab::Lab;
+use peregrine_testbed::testing::wait_until;
 
 mod common;
 use common::{endpoint, pair, pair_with_queues, ping, privileged_lab};

@@ -6,8 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use peregrine_bpf::gen::FrameSizes;
-use peregrine_bpf::testing::{privileged_here, wait_until};
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_host::netns;
 use peregrine_lab::lab::{self, ns_name};
@@ -16,6 +14,8 @@ use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
 use peregrine_lab::trial::run_trial;
 use peregrine_lab::{Endpoint, Lab, LabError, Lifetime, Topology};
+use peregrine_testbed::gen::FrameSizes;
+use peregrine_testbed::testing::{privileged_here, wait_until};
 
 mod common;
 use common::{
@@ -514,8 +514,8 @@ fn ipv6_traffic_is_delivered_and_counted() {
 /// its own, and dropping the last leaves the hook empty.
 #[test]
 fn tcx_links_attach_side_by_side_and_detach_on_drop() {
-    use peregrine_bpf::replycheck::{CheckedFunction, ReplyCheckProgram};
     use peregrine_bpf::tcx::{attached_count, TcxDirection};
+    use peregrine_testbed::replycheck::{CheckedFunction, ReplyCheckProgram};
     let Some(lab) = privileged_lab(pair("ttcx")) else {
         return;
     };

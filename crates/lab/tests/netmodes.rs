@@ -5,10 +5,10 @@
 //! nothing left behind.
 use std::time::Duration;
 
-use peregrine_bpf::testing::privileged;
 use peregrine_lab::iopath::IoPath;
 use peregrine_lab::netmodes::{run_pair, ModeLab, NetMode, PairRun, PairSpec};
 use peregrine_lab::pacing::{Limit, Rate};
+use peregrine_testbed::testing::privileged;
 
 fn spec(path: IoPath, payload_len: usize, v6: bool, pps: f64, count: u64) -> PairSpec {
     PairSpec {

@@ -12,11 +12,11 @@ use peregrine_bpf::fixture::{
     Verdict,
 };
 use peregrine_bpf::router::{action_name, FibMode, RouterProgram, ACTIONS};
-use peregrine_bpf::testing::privileged;
 use peregrine_bpf::{Hook, TcxDirection, XdpAction, XdpMode};
 use peregrine_dataplane::{Dataplane, RouterHook};
 use peregrine_host::netns::NetnsGuard;
 use peregrine_lab::{Lab, Lifetime, Topology};
+use peregrine_testbed::testing::privileged;
 use peregrine_wire::{ipproto, MacAddr, UdpFrameSpec};
 
 const TOPO: &str = r#"

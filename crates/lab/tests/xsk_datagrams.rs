@@ -5,11 +5,11 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
-use peregrine_bpf::testing::privileged;
 use peregrine_bpf::{XdpMode, XdpProgram};
 use peregrine_host::netns;
 use peregrine_io::{DatagramIo, RecvBatch, Transmit};
 use peregrine_lab::{Lab, Lifetime, Topology};
+use peregrine_testbed::testing::privileged;
 use peregrine_wire::{MacAddr, UdpFrameSpec};
 use peregrine_xsk::{Xsk, XskConfig, XskDatagrams};
 

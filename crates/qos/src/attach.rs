@@ -129,14 +129,14 @@ fn attachment(dir: &Path, cookie: u64, iface: &str) -> Attachment {
 pub fn list() -> Vec<Attachment> {
     let root = bpffs::pin_root().join(QOS_DIR);
     let mut out = Vec::new();
-    let mut cookies: Vec<u64> = bpffs::list_dir(&root)
+    let mut cookies: Vec<u64> = peregrine_host::fs::list_dir(&root)
         .iter()
         .filter_map(|n| n.parse().ok())
         .collect();
     cookies.sort();
     for c in cookies {
         let ns_dir = root.join(c.to_string());
-        let mut ifaces = bpffs::list_dir(&ns_dir);
+        let mut ifaces = peregrine_host::fs::list_dir(&ns_dir);
         ifaces.sort();
         for i in ifaces {
             out.push(attachment(&ns_dir.join(&i), c, &i));

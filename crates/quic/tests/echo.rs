@@ -6,11 +6,11 @@ use std::net::{SocketAddr, UdpSocket as KernelUdp};
 use std::sync::Arc;
 use std::time::Duration;
 
-use peregrine_bpf::testing::{privileged_here, NsPair};
 use peregrine_host::netns::{self, NetnsGuard};
 use peregrine_quic::endpoint_on_stack;
 use peregrine_quic::tls::{client_config, server_config, Identity, Trust};
 use peregrine_stack::{Stack, StackConfig};
+use peregrine_testbed::testing::{privileged_here, NsPair};
 
 const A: &str = "pg-quic-a";
 const B: &str = "pg-quic-b";

@@ -11,11 +11,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use peregrine_bpf::fixture::{check, Expect, Fixture};
-use peregrine_bpf::testing::{ip, privileged_here, wait_until, NsPair};
 use peregrine_bpf::XdpAction;
 use peregrine_host::netns::{self, NetnsGuard};
 use peregrine_io::{RecvMeta, Transmit};
 use peregrine_stack::{Stack, StackConfig, UdpSocket};
+use peregrine_testbed::testing::{ip, privileged_here, wait_until, NsPair};
 use peregrine_wire::{MacAddr, UdpFrameSpec};
 
 const A: &str = "pg-stack-a";

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use peregrine_bpf::testing::privileged_here;
 use peregrine_host::netns;
+use peregrine_testbed::testing::privileged_here;
 
 /// The `peregrine` binary under test, without RUST_BACKTRACE (errors are
 /// checked as a user sees them).

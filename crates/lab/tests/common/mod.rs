@@ -8,8 +8,6 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use peregrine_bpf::gen::FrameSizes;
-use peregrine_bpf::testing::privileged_here;
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_host::nl::Netlink;
 use peregrine_lab::pacing::{Limit, Rate};
@@ -17,6 +15,8 @@ use peregrine_lab::sinks::{Sink, XdpSink};
 use peregrine_lab::topology::builtin;
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::{lab, Endpoint, Lab, Lifetime, Topology};
+use peregrine_testbed::gen::FrameSizes;
+use peregrine_testbed::testing::privileged_here;
 use peregrine_wire::UdpFrameSpec;
 
 /// The built-in topology `text` (e.g. `builtin::PAIR`) renamed `name`.

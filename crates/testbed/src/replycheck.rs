@@ -1,18 +1,18 @@
 //! Control side of `bpf/lab/replycheck.bpf.c`: checks, counts and times every
 //! reply to the live-frame generator's function requests, in XDP on the
 //! client's interface.
-use crate::error::{BpfError, Result};
-use crate::link::{xdp_program, Hook, Link};
-use crate::loader::{open_and_load, rodata};
-use crate::maps;
 use crate::skel::replycheck::types::{replycheck_function, replycheck_limits};
 use crate::skel::replycheck::{ReplycheckSkel, ReplycheckSkelBuilder};
-use crate::tcx::TcxDirection;
+use peregrine_bpf::error::{BpfError, Result};
+use peregrine_bpf::link::{Hook, Link};
+use peregrine_bpf::loader::{open_and_load, rodata};
+use peregrine_bpf::maps;
+use peregrine_bpf::tcx::TcxDirection;
+use peregrine_bpf::xdp_program;
 
 pub use crate::skel::replycheck::types::replycheck_stats as ReplyStats;
 
-const SUB_BITS: u32 = replycheck_limits::REPLYCHECK_SUB_BITS.0;
-pub const BUCKETS: u32 = replycheck_limits::REPLYCHECK_BUCKETS.0;
+pub use peregrine_bpf::latency::{bucket_of, bucket_range, BUCKETS};
 /// Longest payload the checker reads (bytes).
 pub const MAX_PAYLOAD: usize = replycheck_limits::REPLYCHECK_MAX_WORDS.0 as usize * 8;
 /// Shortest payload: the generator's meta (magic, sequence, send time).
@@ -41,30 +41,6 @@ impl CheckedFunction {
             CheckedFunction::Reverse => replycheck_function::REPLYCHECK_REVERSE.0,
         }
     }
-}
-
-/// The lowest value (ns) and width of latency bucket `idx`: the inverse of
-/// `latency_bucket()` in replycheck.bpf.c.
-pub fn bucket_range(idx: u32) -> (u64, u64) {
-    let sub = 1u64 << SUB_BITS;
-    if u64::from(idx) < sub {
-        return (u64::from(idx), 1);
-    }
-    let shift = idx / sub as u32 - 1;
-    let low = (u64::from(idx) % sub + sub) << shift;
-    (low, 1 << shift)
-}
-
-/// The bucket of `v` ns: `latency_bucket()` of replycheck.bpf.c, for
-/// histograms kept in user space on the same scale.
-pub fn bucket_of(v: u64) -> u32 {
-    let sub = 1u64 << SUB_BITS;
-    if v < sub {
-        return v as u32;
-    }
-    let shift = 63 - v.leading_zeros() - SUB_BITS;
-    let idx = (u64::from(shift + 1) << SUB_BITS) + ((v >> shift) - sub);
-    idx.min(u64::from(BUCKETS - 1)) as u32
 }
 
 impl ReplyStats {
@@ -130,12 +106,12 @@ mod fixtures {
     };
     use crate::fixture::{assert_passed, check_table, truncations, Case, Expect, Fixture};
     use crate::gen::PEREGRINE_MAGIC;
-    use crate::pod::Pod;
     use crate::skel::gen::types::gen_meta;
-    use crate::skel::uapi::types::peregrine_tc_act;
     use crate::testing::privileged;
-    use crate::XdpAction;
-    use crate::XdpProgram;
+    use peregrine_bpf::pod::Pod;
+    use peregrine_bpf::skel::uapi::types::peregrine_tc_act;
+    use peregrine_bpf::XdpAction;
+    use peregrine_bpf::XdpProgram;
     use peregrine_wire::{ipproto, MacAddr, UdpFrameSpec};
 
     const SERVER_PORT: u16 = 1232;
@@ -193,30 +169,6 @@ mod fixtures {
         p
     }
 
-    #[test]
-    fn bucket_ranges_tile_the_line() {
-        let mut next = 0;
-        for b in 0..BUCKETS {
-            let (low, width) = bucket_range(b);
-            assert_eq!(low, next, "bucket {b}");
-            // About 3% wide at most (2^-SUB_BITS of its value).
-            assert!(width == 1 || width * 32 <= low, "bucket {b}");
-            next = low + width;
-        }
-        assert!(next > 30_000_000_000, "the histogram covers 30 s");
-    }
-
-    #[test]
-    fn bucket_of_is_bucket_range_inverted() {
-        for v in (0..100_000u64).chain((0..40).map(|s| (1u64 << s) * 3 / 2)) {
-            let (low, width) = bucket_range(bucket_of(v));
-            assert!(
-                v >= low && (v < low + width || bucket_of(v) == BUCKETS - 1),
-                "{v}"
-            );
-        }
-    }
-
     /// Every outcome is counted exactly once; correct replies of either
     /// function and family, odd and even sizes, are dropped after counting;
     /// anything else from the server port is dropped as wrong; other traffic
@@ -259,7 +211,7 @@ mod fixtures {
             // Issue 9: a server on kernel sockets at default veth offloads
             // replies with the partial pseudo-header checksum: a reply.
             {
-                use crate::sink::checksums::partial;
+                use crate::fixture::checksums::partial;
                 for v6 in [false, true] {
                     good.push(drop(
                         format!("{tag} v6={v6} partial checksum"),
@@ -312,7 +264,7 @@ mod fixtures {
                 let r = reply(v6, SERVER_PORT, &answer(request(len, 9, now)));
                 bad_sum.push(drop(
                     format!("{tag} v6={v6} neither full nor partial"),
-                    crate::sink::checksums::wrong(&r),
+                    crate::fixture::checksums::wrong(&r),
                 ));
             }
             bad_sum.push(drop(format!("{tag} ip checksum"), bad_ip4_checksum(&ok)));

@@ -4,17 +4,17 @@ use std::os::fd::{AsFd, AsRawFd};
 use libbpf_rs::{MapCore, MapFlags};
 use peregrine_wire::{UdpFrameSpec, FCS_LEN};
 
-use crate::error::{BpfError, Result};
-use crate::link::{Hook, Link};
-use crate::loader::{open_and_load, rodata, Loaded};
-use crate::maps;
-use crate::pod::Pod;
 use crate::skel::gen::types::{
     gen_class, gen_config, gen_flags, gen_magic, gen_meta, gen_pace, gen_pace_limits, gen_state,
     xdp_md,
 };
 use crate::skel::gen::{GenSkel, GenSkelBuilder};
-use crate::xdp::XdpMode;
+use peregrine_bpf::error::{BpfError, Result};
+use peregrine_bpf::link::{Hook, Link};
+use peregrine_bpf::loader::{open_and_load, rodata, Loaded};
+use peregrine_bpf::maps;
+use peregrine_bpf::pod::Pod;
+use peregrine_bpf::xdp::XdpMode;
 
 /// Values of gen_kern_user.h's enums, as generated into the skeleton.
 pub const GEN_F_IPV6: u32 = gen_flags::GEN_F_IPV6.0;
@@ -376,7 +376,7 @@ mod fixtures {
     use crate::fixture::gen_setup as setup;
     use crate::fixture::{assert_passed, check, check_all, run_once, truncations, Expect, Fixture};
     use crate::testing::privileged;
-    use crate::XdpAction;
+    use peregrine_bpf::XdpAction;
     use peregrine_wire::parse_udp_frame;
 
     /// Smallest frame with FCS: 64 bytes, 78 for IPv6's longer header.
