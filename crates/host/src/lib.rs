@@ -2,6 +2,7 @@
 //! addresses, routes, neighbours, counters), device settings, NAPI
 //! threads, signals and CPU pinning. No knowledge of labs or programs.
 
+pub mod caps;
 pub mod cpu;
 pub mod error;
 pub mod napi;
@@ -12,4 +13,4 @@ pub mod signals;
 pub mod snmp;
 pub mod veth;
 
-pub use error::{HostError, Result};
+pub use error::{ControlError, HostError, Result};
