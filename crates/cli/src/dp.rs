@@ -89,19 +89,20 @@ fn attach(
         mode,
         fib,
     };
-    let a = router::attach(&site, &cfg)?;
-    if let Some(d) = &a.removed_stale {
+    let plan = router::plan(&site, &cfg)?;
+    if let Some(d) = &plan.removed_stale {
         eprintln!(
             "removed a stale router attachment ({})",
             peregrine_bpf::bpffs::display(d)
         );
     }
-    if let Some(why) = &a.picked {
-        println!("hook: {} ({why})", a.hook);
+    if let Some(why) = &plan.picked {
+        println!("hook: {} ({why})", plan.hook);
     }
-    if let Some(w) = &a.warning {
+    if let Some(w) = &plan.warning {
         eprintln!("{w}");
     }
+    let a = plan.attach()?;
     match &a.joined {
         Some(running) => println!(
             "added to the router ({}) here: {}; its ports: {} {}",

@@ -29,7 +29,7 @@ fn counters(all: &[PolicerReport]) -> Vec<Counter> {
             out.push(on(&id, "exceed", r.exceed_packets, Some(r.exceed_bytes)));
         }
         for c in s.scheduler.iter().flat_map(|sc| &sc.classes) {
-            let class = format!("class:{}", c.name);
+            let class = format!("class:{}", c.config.name);
             out.push(
                 on(&class, "sent", c.sent_packets, Some(c.sent_bytes)).with_depth(c.queue_depth),
             );
@@ -123,12 +123,12 @@ pub(crate) fn stats(iface: Option<String>, out: &StatsOutput) -> Result<()> {
         for c in &sc.classes {
             t.row(vec![
                 s.iface.clone(),
-                c.name.clone(),
-                c.parent.clone().unwrap_or_else(|| "-".into()),
-                format!("{} bit/s", c.rate_bps),
-                format!("{} bit/s", c.ceil_bps),
-                c.priority.to_string(),
-                c.weight.to_string(),
+                c.config.name.clone(),
+                c.config.parent.clone().unwrap_or_else(|| "-".into()),
+                format!("{} bit/s", c.config.rate_bps),
+                format!("{} bit/s", c.config.ceil_bps),
+                c.config.priority.to_string(),
+                c.config.weight.to_string(),
                 c.sent_packets.to_string(),
                 c.sent_bytes.to_string(),
                 c.borrowed_packets.to_string(),

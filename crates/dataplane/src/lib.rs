@@ -31,5 +31,5 @@ pub use hosts::{HostIface, Hosts, NamedNamespaces};
 pub use peer::{ensure_xdp_receiver, PassThrough};
 pub use peregrine_bpf::Hook;
 pub use pins::PinScope;
-pub use router::{AttachConfig, Attached, Detached, Site};
+pub use router::{AttachConfig, Attached, Detached, Plan, Site};
 pub use running::RunningRouter;

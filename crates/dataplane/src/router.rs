@@ -96,10 +96,37 @@ pub struct Attached {
 
 /// Attaches the router to `cfg.ports` at `site` and leaves it running
 /// (pinned); where a router runs already, the ports join it at its hook.
-/// A stale router there is removed first. On error nothing of this call
-/// stays attached or pinned. Wrong requests (no such interface, a port
-/// twice, a hook other than the running one's) are `Request` errors.
+/// `plan` then `Plan::attach`, for callers with nothing to say between.
 pub fn attach(site: &Site, cfg: &AttachConfig) -> Result<Attached> {
+    plan(site, cfg)?.attach()
+}
+
+/// What `attach` will do, decided before anything is attached: the
+/// request checked, a stale router there removed, the hook picked (or the
+/// running router's, which the ports join), the warning to show first.
+pub struct Plan<'s, 'a> {
+    site: &'s Site<'a>,
+    cfg: AttachConfig,
+    dir: PathBuf,
+    running: Option<RunningRouter>,
+    /// Found: a stale router (its interfaces gone, or a killed run's
+    /// half-made pins), removed; its pin directory.
+    pub removed_stale: Option<PathBuf>,
+    /// The hook the ports will run at.
+    pub hook: Hook,
+    /// Why `auto` picked `hook` for a new router.
+    pub picked: Option<String>,
+    /// XDP asked for on ports whose peers send what XDP cannot redirect.
+    pub warning: Option<String>,
+    /// Found: the ports of the router running here, which the new ones
+    /// will join (None: a new router).
+    pub joins: Option<Vec<String>>,
+}
+
+/// Plans attaching `cfg.ports` at `site`. Wrong requests (no such
+/// interface, a port twice, --mode with tc, a hook other than the running
+/// router's) are `Request` errors; a stale router there is removed.
+pub fn plan<'s, 'a>(site: &'s Site<'a>, cfg: &AttachConfig) -> Result<Plan<'s, 'a>> {
     let ns = site.ns.as_deref();
     check_ports(site, &cfg.ports)?;
     if cfg.hook.is_tc() && cfg.mode.is_some() {
@@ -111,54 +138,76 @@ pub fn attach(site: &Site, cfg: &AttachConfig) -> Result<Attached> {
     let dir = site.dir()?;
     let (running, removed_stale) = running_router(&dir)?;
     let p = netns::run_in_opt(ns, || pick(cfg.hook, cfg.mode, &cfg.ports))??;
-    let mut report = Attached {
-        removed_stale,
-        joined: None,
-        hook: p.hook,
-        picked: None,
-        warning: p.warning.clone(),
-        fib: cfg.fib,
-        ports: cfg.ports.clone(),
-        peer_delivered: Vec::new(),
-        pass_throughs: Vec::new(),
-        dir: dir.clone(),
+    let (hook, picked) = match &running {
+        Some(r) => (join_hook(r, cfg, &p)?, None),
+        None => (
+            p.hook,
+            (cfg.hook == HookChoice::Auto).then(|| p.why.clone()),
+        ),
     };
-    if let Some(r) = running {
-        report.hook = join_hook(&r, cfg, &p)?;
-        report.pass_throughs = r.add_ports(ns, &cfg.ports, report.hook)?;
-        if let Err(e) = verify_attached(&cfg.ports, &dir) {
-            let _ = r.remove_ports(ns, &cfg.ports);
+    Ok(Plan {
+        site,
+        cfg: cfg.clone(),
+        dir,
+        joins: running.as_ref().map(|r| r.ports.clone()),
+        running,
+        removed_stale,
+        hook,
+        picked,
+        warning: p.warning,
+    })
+}
+
+impl Plan<'_, '_> {
+    /// Attaches as planned. On error nothing of this call stays attached
+    /// or pinned.
+    pub fn attach(self) -> Result<Attached> {
+        let (site, cfg, dir) = (self.site, &self.cfg, &self.dir);
+        let ns = site.ns.as_deref();
+        let mut report = Attached {
+            removed_stale: self.removed_stale.clone(),
+            joined: self.joins.clone(),
+            hook: self.hook,
+            picked: self.picked.clone(),
+            warning: self.warning.clone(),
+            fib: cfg.fib,
+            ports: cfg.ports.clone(),
+            peer_delivered: Vec::new(),
+            pass_throughs: Vec::new(),
+            dir: dir.clone(),
+        };
+        if let Some(r) = &self.running {
+            report.pass_throughs = r.add_ports(ns, &cfg.ports, self.hook)?;
+            if let Err(e) = verify_attached(&cfg.ports, dir) {
+                let _ = r.remove_ports(ns, &cfg.ports);
+                return Err(e);
+            }
+            report.peer_delivered = r.peer_delivered(&cfg.ports);
+            return Ok(report);
+        }
+        let mut dp = Dataplane::router(ns, &cfg.ports, self.hook, cfg.fib, false)?;
+        report.peer_delivered = dp
+            .ports
+            .iter()
+            .filter(|(_, l)| dp.router.peer_delivery(l.ifindex).unwrap_or(false))
+            .map(|(n, _)| n.clone())
+            .collect();
+        match &site.hosts {
+            Some((hosts, host)) => dp.prepare_peers(*hosts, host)?,
+            None => dp.prepare_peers_here()?,
+        }
+        report.pass_throughs = dp
+            .peers
+            .iter()
+            .map(|p| format!("{}:{}", p.ns, p.iface))
+            .collect();
+        pin_or_undo(dp, dir)?;
+        if let Err(e) = verify_attached(&cfg.ports, dir) {
+            let _ = pins::remove(dir);
             return Err(e);
         }
-        report.peer_delivered = r.peer_delivered(&cfg.ports);
-        report.joined = Some(r.ports);
-        return Ok(report);
+        Ok(report)
     }
-    if cfg.hook == HookChoice::Auto {
-        report.picked = Some(p.why);
-    }
-    let mut dp = Dataplane::router(ns, &cfg.ports, p.hook, cfg.fib, false)?;
-    report.peer_delivered = dp
-        .ports
-        .iter()
-        .filter(|(_, l)| dp.router.peer_delivery(l.ifindex).unwrap_or(false))
-        .map(|(n, _)| n.clone())
-        .collect();
-    match &site.hosts {
-        Some((hosts, host)) => dp.prepare_peers(*hosts, host)?,
-        None => dp.prepare_peers_here()?,
-    }
-    report.pass_throughs = dp
-        .peers
-        .iter()
-        .map(|p| format!("{}:{}", p.ns, p.iface))
-        .collect();
-    pin_or_undo(dp, &dir)?;
-    if let Err(e) = verify_attached(&cfg.ports, &dir) {
-        let _ = pins::remove(&dir);
-        return Err(e);
-    }
-    Ok(report)
 }
 
 /// The hook new ports join the running router `r` at: its own. An explicit

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::attach::PolicerStats;
 use crate::classes::SchedulerStats;
+use crate::sched::ClassConfig;
 
 /// One policer: interface, hook ("xdp" or "tc"), counters, rules, scheduler.
 #[derive(Debug, Clone, Serialize)]
@@ -53,18 +54,13 @@ pub struct SchedulerReport {
     pub unclassified_dropped_packets: u64,
 }
 
-/// One class: its settings and counters.
+/// One class: its settings (flattened: `name`, `rate_bps`, ...) and
+/// counters.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClassReport {
     pub id: u32,
-    pub name: String,
-    pub parent: Option<String>,
-    pub rate_bps: u64,
-    pub ceil_bps: u64,
-    pub burst: u64,
-    pub priority: u8,
-    pub weight: u32,
-    pub queue_limit: usize,
+    #[serde(flatten)]
+    pub config: ClassConfig,
     pub enqueued_packets: u64,
     pub sent_packets: u64,
     pub sent_bytes: u64,
@@ -125,14 +121,7 @@ fn scheduler_report(s: &SchedulerStats) -> SchedulerReport {
             .iter()
             .map(|(id, c, k)| ClassReport {
                 id: *id,
-                name: c.name.clone(),
-                parent: c.parent.clone(),
-                rate_bps: c.rate_bps,
-                ceil_bps: c.ceil_bps,
-                burst: c.burst,
-                priority: c.priority,
-                weight: c.weight,
-                queue_limit: c.queue_limit,
+                config: c.clone(),
                 enqueued_packets: k.enqueued_packets,
                 sent_packets: k.sent_packets,
                 sent_bytes: k.sent_bytes,
