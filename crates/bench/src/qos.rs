@@ -28,7 +28,6 @@ use peregrine_lab::results::{Placement, ResultFile, Run, RunKey, RunParams, Tria
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::{Lab, Lifetime};
 use peregrine_qos::attach as policer;
-use peregrine_qos::PolicerHook;
 use peregrine_testbed::gen::FrameSizes;
 
 use crate::common::{
@@ -227,9 +226,9 @@ fn attach_with_burst(
         }
         Contender::PolicerTc | Contender::PolicerXdp | Contender::PolicerTcRouter => {
             let hook = if c == Contender::PolicerXdp {
-                PolicerHook::Xdp
+                peregrine_bpf::Hook::Xdp(peregrine_bpf::XdpMode::Native)
             } else {
-                PolicerHook::Tc
+                peregrine_bpf::Hook::TC
             };
             netns::run_in(&dut, || policer::apply("in0", hook, rules))??;
             let mut on = Attached::new(&dut, false, true);
@@ -241,7 +240,7 @@ fn attach_with_burst(
             let dp = peregrine_dataplane::Dataplane::router(
                 Some(&dut),
                 &ports,
-                peregrine_dataplane::RouterHook::Tc,
+                peregrine_bpf::Hook::TC,
                 peregrine_bpf::router::FibMode::Full,
                 false,
             )?;

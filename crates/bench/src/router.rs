@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use peregrine_bpf::router::FibMode;
 use peregrine_bpf::XdpMode;
 use peregrine_dataplane::{
-    ChainConfig, ChainMatch, Dataplane, DataplaneConfig, NfConfig, NfKind, RouterHook,
+    ChainConfig, ChainMatch, Dataplane, DataplaneConfig, Hook, NfConfig, NfKind,
 };
 use peregrine_host::netdev::{self, Offload};
 use peregrine_host::nl::Netlink;
@@ -135,19 +135,18 @@ impl Drop for XdpForward {
 fn attach(lab: &Lab, c: Contender, xdp_forward: Option<&Path>) -> Result<Attached> {
     let dut = lab.ns("dut");
     let ports = ["in0".to_string(), "out0".to_string()];
-    let router =
-        |hook: RouterHook| Dataplane::router(Some(&dut), &ports, hook, FibMode::Full, false);
+    let router = |hook: Hook| Dataplane::router(Some(&dut), &ports, hook, FibMode::Full, false);
     Ok(match c {
         Contender::Linux => None,
         Contender::Xdp => {
-            let mut dp = router(RouterHook::Xdp(XdpMode::Native))?;
+            let mut dp = router(Hook::Xdp(XdpMode::Native))?;
             // gen's and sink's ends must take what XDP redirects to them
             // (veth drops it otherwise); the packet runs' generator and
             // sink already do, TCP's kernel endpoints do not.
             dp.prepare_peers(&lab.topo, "dut")?;
             Some(Box::new(dp))
         }
-        Contender::Tc => Some(Box::new(router(RouterHook::Tc)?)),
+        Contender::Tc => Some(Box::new(router(Hook::TC)?)),
         Contender::XdpChain => Some(Box::new(Dataplane::deploy(
             &lab.topo,
             &chain_config(lab.name()),
@@ -185,7 +184,7 @@ fn chain_config(lab: &str) -> DataplaneConfig {
         mode: XdpMode::Native,
         // The benchmark measures the XDP router (the lab's veths have TX
         // checksum offload off, so XDP is right there).
-        hook: peregrine_dataplane::HookChoice::Xdp,
+        hook: peregrine_dataplane::HookChoice::Given(Hook::Xdp(XdpMode::Native)),
         fib: FibMode::Full,
         nfs: vec![reflect("c1"), reflect("c2")],
         chains: vec![ChainConfig {

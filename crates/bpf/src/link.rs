@@ -14,7 +14,8 @@ use crate::error::{BpfError, Result};
 use crate::tcx::TcxDirection;
 use crate::xdp::XdpMode;
 
-/// Where on an interface a program runs.
+/// Where on an interface a program runs: the one hook type of the router,
+/// the policer and every other program (`--hook xdp|tc`, a file's `hook`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hook {
     Xdp(XdpMode),
@@ -22,6 +23,22 @@ pub enum Hook {
 }
 
 impl Hook {
+    /// tcx ingress, what `tc` names: where the router and policer run at tc.
+    pub const TC: Hook = Hook::Tcx(TcxDirection::Ingress);
+
+    /// "xdp" or "tc": the hook without its mode or direction.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Hook::Xdp(_) => "xdp",
+            Hook::Tcx(_) => "tc",
+        }
+    }
+
+    /// At the XDP hook (any mode).
+    pub fn is_xdp(self) -> bool {
+        matches!(self, Hook::Xdp(_))
+    }
+
     fn attach_type(self) -> libbpf_sys::bpf_attach_type {
         match self {
             Hook::Xdp(_) => libbpf_sys::BPF_XDP,
@@ -74,9 +91,29 @@ impl From<XdpMode> for Hook {
     }
 }
 
+/// "xdp (native)", "xdp (generic)", "tc" (ingress), "tc egress".
 impl fmt::Display for Hook {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self {
+            Hook::Xdp(m) => write!(f, "xdp ({m})"),
+            Hook::Tcx(TcxDirection::Ingress) => f.write_str("tc"),
+            Hook::Tcx(TcxDirection::Egress) => f.write_str("tc egress"),
+        }
+    }
+}
+
+/// `xdp` (native mode) or `tc` (`tcx`: ingress), as `--hook` and files
+/// give it.
+impl std::str::FromStr for Hook {
+    type Err = BpfError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "xdp" => Ok(Hook::Xdp(XdpMode::Native)),
+            "tc" | "tcx" => Ok(Hook::TC),
+            _ => Err(BpfError::Invalid(format!(
+                "unknown hook {s:?}: expected xdp or tc"
+            ))),
+        }
     }
 }
 

@@ -1,28 +1,18 @@
-//! `peregrine router ...` and `peregrine chain ...`: the data plane (XDP or
-//! tc), attached and left running (pinned in the host's bpffs) until
-//! detached or removed.
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
-use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand};
-use peregrine_bpf::nf::NfStats;
-use peregrine_bpf::router::{action_name, read_pinned_stats, FibMode, PortStats, ACTIONS};
+//! `peregrine router ...`: the router (XDP or tc), attached and left
+//! running (pinned in the host's bpffs) until detached; its lifecycle is
+//! `peregrine_dataplane::router`.
+use anyhow::Result;
+use clap::Subcommand;
+use peregrine_bpf::router::{action_name, FibMode, PortStats, ACTIONS};
 use peregrine_bpf::XdpMode;
-use peregrine_dataplane::pins::{self, pinned_nf_stats, pinned_ports};
-use peregrine_dataplane::{
-    hook, Dataplane, DataplaneConfig, HookChoice, NamedNamespaces, NfConfig, Pick, PinScope,
-    RouterHook, RunningRouter,
-};
-use peregrine_host::netns;
+use peregrine_dataplane::router::{self, AttachConfig, Detached};
+use peregrine_dataplane::HookChoice;
+use peregrine_host::caps::require_bpf;
 use peregrine_lab::lab;
 
 use crate::scope::Scope;
 use crate::table::Table;
-use crate::usage;
-use crate::usage::UsageError;
-use crate::watch::{Counter, WatchArgs};
+use crate::watch::{Counter, StatsOutput};
 
 #[derive(Subcommand)]
 pub enum RouterCmd {
@@ -77,422 +67,86 @@ pub enum RouterCmd {
     },
 }
 
-#[derive(Subcommand)]
-pub enum ChainCmd {
-    /// Attach the router, network functions and chains a file declares.
-    Apply {
-        /// The data plane declaration (TOML; see docs/DATAPLANE.md).
-        file: PathBuf,
-    },
-    /// Remove everything the file's deployment attached.
-    Remove {
-        /// The declaration that was applied.
-        file: PathBuf,
-    },
-    /// Per-function counters of the chain's network functions (received,
-    /// sent on, dropped by the ACL); --watch prints rates per interval.
-    Stats {
-        /// The declaration that was applied.
-        file: PathBuf,
-        #[command(flatten)]
-        out: StatsOutput,
-    },
-}
-
-/// How counters are shown: once, watched, served to Prometheus, as JSON.
-#[derive(Args, Clone)]
-pub(crate) struct StatsOutput {
-    #[command(flatten)]
-    watch: WatchArgs,
-    /// Serve the counters to Prometheus here while watching (implies
-    /// --watch), e.g. 127.0.0.1:9466.
-    #[arg(long, value_name = "ADDR")]
-    metrics: Option<std::net::SocketAddr>,
-    /// JSON: one object, or with --watch one object per sample (JSON lines).
-    #[arg(long)]
-    pub(crate) json: bool,
-}
-
-impl StatsOutput {
-    /// Print the counters once (no --watch, no --metrics).
-    pub(crate) fn once(&self) -> bool {
-        !self.watch.on() && self.metrics.is_none()
-    }
-
-    /// Prints the counters once (`json`, or `table` rendered) when `once`;
-    /// else watches them as `watch` does.
-    pub(crate) fn show(
-        &self,
-        json: impl FnOnce() -> serde_json::Value,
-        table: impl FnOnce() -> Table,
-        prefix: &str,
-        what: &str,
-        sample: impl FnMut() -> Result<Vec<Counter>> + Clone + Send + 'static,
-    ) -> Result<()> {
-        if !self.once() {
-            return self.watch(prefix, what, sample);
-        }
-        if self.json {
-            println!("{}", json());
-        } else {
-            print!("{}", table().render());
-        }
-        Ok(())
-    }
-
-    /// Watches `sample`'s counters, serving them to Prometheus at --metrics
-    /// (named `prefix`_..., described by `what`) while watching.
-    pub(crate) fn watch(
-        &self,
-        prefix: &str,
-        what: &str,
-        sample: impl FnMut() -> Result<Vec<Counter>> + Clone + Send + 'static,
-    ) -> Result<()> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let server = match self.metrics {
-            Some(a) => {
-                let t =
-                    crate::metrics::serve_counters(a, stop.clone(), prefix, what, sample.clone())?;
-                eprintln!("metrics on http://{a}/metrics");
-                Some(t)
-            }
-            None => None,
-        };
-        let r = crate::watch::watch(&self.watch, self.json, sample);
-        stop.store(true, Ordering::Relaxed);
-        if let Some(t) = server {
-            let _ = t.join();
-        }
-        r
-    }
-}
-
-/// Refuses to deploy over a live data plane; removes a stale one.
-fn ensure_free(dir: &Path) -> Result<()> {
-    if running_router(dir)?.is_some() {
-        bail!(
-            "a data plane is already attached here ({}); detach or remove it first",
-            peregrine_bpf::bpffs::display(dir)
-        );
-    }
-    Ok(())
-}
-
-/// The live router of this namespace, if one runs (new ports join it);
-/// removes a stale one (its interfaces are gone, or a killed run left it
-/// half-made).
-fn running_router(dir: &Path) -> Result<Option<RunningRouter>> {
-    if !dir.exists() {
-        return Ok(None);
-    }
-    if pins::attachment(dir).stale() {
-        pins::remove(dir)?;
-        eprintln!(
-            "removed a stale router attachment ({})",
-            peregrine_bpf::bpffs::display(dir)
-        );
-        return Ok(None);
-    }
-    Ok(Some(RunningRouter::open(dir)?))
-}
-
-/// `router attach` where a router runs: the interfaces join it as ports,
-/// at its hook. An explicit --hook naming the other hook, or `auto` on a
-/// port that needs tc next to an XDP router, is refused in one line.
-fn add_ports(
-    r: &RunningRouter,
-    ns: Option<&str>,
-    ifaces: &[String],
-    choice: HookChoice,
-    mode: Option<XdpMode>,
-    pick: Pick,
-    dir: &Path,
-) -> Result<()> {
-    let running_tc = r.hook_kind() == "tc";
-    if running_tc && mode.is_some() {
-        usage!("--mode is an XDP mode and the router here runs at tc; leave --mode out");
-    }
-    let hook = match (choice, pick.hook, running_tc) {
-        (HookChoice::Auto, RouterHook::Tc, false) => usage!(
-            "the router here runs at the XDP hook (on {}), and {} needs tc: {}; detach it and attach every port with --hook tc",
-            r.ports.join(" "),
-            ifaces.join(" "),
-            pick.why
-        ),
-        (HookChoice::Auto, _, true) => RouterHook::Tc,
-        (HookChoice::Xdp, _, true) | (HookChoice::Tc, _, false) => usage!(
-            "the router here runs at the {} hook (on {}); new ports join it there: leave --hook out or give --hook {}",
-            r.hook_kind(),
-            r.ports.join(" "),
-            r.hook_kind()
-        ),
-        (_, h, _) => h,
-    };
-    if let Some(w) = &pick.warning {
-        eprintln!("{w}");
-    }
-    r.add_ports(ns, ifaces, hook)?;
-    if let Err(e) = verify_attached(ifaces, dir) {
-        let _ = r.remove_ports(ns, ifaces);
-        return Err(e);
-    }
-    println!(
-        "added to the router ({hook}) here: {}; its ports: {} {}",
-        ifaces.join(" "),
-        r.ports.join(" "),
-        ifaces.join(" ")
-    );
-    say_peer_delivery(&r.peer_delivered(ifaces));
-    Ok(())
-}
-
-/// Pins a fresh deployment; on failure nothing stays attached or pinned
-/// (the unpinned links close when `dp` drops).
-fn pin_or_undo(mut dp: Dataplane, dir: &Path) -> Result<()> {
-    peregrine_bpf::bpffs::ensure_mounted()?;
-    let made = std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating {}", peregrine_bpf::bpffs::display(dir)));
-    if let Err(e) = made.and_then(|()| Ok(dp.pin(dir)?)) {
-        let _ = pins::remove(dir);
-        return Err(e);
-    }
-    Ok(())
-}
-
-/// Checks that every port in `ifaces` of the router pinned in `dir` runs
-/// its program (the attachment took).
-fn verify_attached(ifaces: &[String], dir: &Path) -> Result<()> {
-    let a = pins::attachment(dir);
-    for i in ifaces {
-        let live = a
-            .ports
-            .iter()
-            .any(|p| &p.iface == i && p.link.is_some_and(|l| l.live()));
-        if !live {
-            bail!("the router did not take on {i}: its link is not attached after attaching; nothing of this command left attached");
-        }
-    }
-    Ok(())
-}
-
-/// Missing capabilities (by name) among those `router` commands need.
-fn missing_caps() -> Vec<&'static str> {
-    use peregrine_bpf::skel::uapi::types::peregrine_cap;
-    let eff = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .unwrap_or(0);
-    [
-        ("CAP_BPF", peregrine_cap::PG_CAP_BPF.0),
-        ("CAP_NET_ADMIN", peregrine_cap::PG_CAP_NET_ADMIN.0),
-    ]
-    .into_iter()
-    .filter(|(_, bit)| eff & (1u64 << bit) == 0)
-    .map(|(n, _)| n)
-    .collect()
-}
-
-/// One line instead of libbpf's log when the caller may not use BPF.
-pub(crate) fn require_caps(cmd: &str) -> Result<()> {
-    let missing = missing_caps();
-    if !missing.is_empty() {
-        bail!(
-            "{cmd} needs root (CAP_BPF and CAP_NET_ADMIN); this process lacks {}",
-            missing.join(" and ")
-        );
-    }
-    Ok(())
-}
-
-/// Checks the ports: each exists, none twice (also under another name).
-fn check_ports(ns: Option<&str>, ifaces: &[String], scope: &Scope) -> Result<()> {
-    let mut seen: Vec<(u32, &String)> = Vec::new();
-    for i in ifaces {
-        let idx = match netns::run_in_opt(ns, || peregrine_bpf::link::ifindex(i))? {
-            Ok(idx) => idx,
-            Err(_) => usage!("no interface {i:?} in {}", scope.pins().describe()),
-        };
-        if let Some((_, first)) = seen.iter().find(|(s, _)| *s == idx) {
-            usage!(
-                "same interface twice: {first} and {i} are both ifindex {idx}; give each port once"
-            );
-        }
-        seen.push((idx, i));
-    }
-    Ok(())
-}
-
 fn attach(
-    ifaces: &[String],
+    ifaces: Vec<String>,
     hook: HookChoice,
     mode: Option<XdpMode>,
     fib: FibMode,
     scope: &Scope,
 ) -> Result<()> {
-    require_caps("router attach")?;
-    let ns = scope.ns()?;
-    check_ports(ns.as_deref(), ifaces, scope)?;
-    if hook == HookChoice::Tc && mode.is_some() {
-        usage!("--mode is an XDP mode; --hook tc takes none (leave --mode out or use --hook xdp)");
+    require_bpf("router attach")?;
+    let state = match &scope.lab {
+        Some(l) => Some(lab::state(l)?),
+        None => None,
+    };
+    let mut site = scope.site()?;
+    if let (Some(st), Some(h)) = (&state, &scope.host) {
+        site.hosts = Some((&st.topology, h.clone()));
     }
-    let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
-    let running = running_router(&dir)?;
-    let pick = netns::run_in_opt(ns.as_deref(), || hook::pick(hook, mode, ifaces))??;
-    if let Some(r) = running {
-        return add_ports(&r, ns.as_deref(), ifaces, hook, mode, pick, &dir);
+    let cfg = AttachConfig {
+        ports: ifaces,
+        hook,
+        mode,
+        fib,
+    };
+    let plan = router::plan(&site, &cfg)?;
+    if let Some(d) = &plan.removed_stale {
+        eprintln!(
+            "removed a stale router attachment ({})",
+            peregrine_bpf::bpffs::display(d)
+        );
     }
-    if hook == HookChoice::Auto {
-        println!("hook: {} ({})", pick.hook, pick.why);
+    if let Some(why) = &plan.picked {
+        println!("hook: {} ({why})", plan.hook);
     }
-    if let Some(w) = &pick.warning {
+    if let Some(w) = &plan.warning {
         eprintln!("{w}");
     }
-    let mut dp = Dataplane::router(ns.as_deref(), ifaces, pick.hook, fib, false)?;
-    let peer: Vec<String> = dp
-        .ports
-        .iter()
-        .filter(|(_, l)| dp.router.peer_delivery(l.ifindex).unwrap_or(false))
-        .map(|(n, _)| n.clone())
-        .collect();
-    match (&scope.lab, &scope.host) {
-        (Some(l), Some(h)) => dp.prepare_peers(&lab::state(l)?.topology, h)?,
-        _ => dp.prepare_peers_here()?,
+    let a = plan.attach()?;
+    match &a.joined {
+        Some(running) => println!(
+            "added to the router ({}) here: {}; its ports: {} {}",
+            a.hook,
+            a.ports.join(" "),
+            running.join(" "),
+            a.ports.join(" ")
+        ),
+        None => println!(
+            "router attached ({}, fib {}) to {}",
+            a.hook,
+            format!("{:?}", a.fib).to_lowercase(),
+            a.ports.join(" ")
+        ),
     }
-    pin_or_undo(dp, &dir)?;
-    if let Err(e) = verify_attached(ifaces, &dir) {
-        let _ = pins::remove(&dir);
-        return Err(e);
-    }
-    println!(
-        "router attached ({}, fib {}) to {}",
-        pick.hook,
-        format!("{fib:?}").to_lowercase(),
-        ifaces.join(" ")
-    );
-    say_peer_delivery(&peer);
-    Ok(())
-}
-
-/// Names the ports the tc router delivers through with bpf_redirect_peer,
-/// and what that means for an XDP program attached to their peers later.
-fn say_peer_delivery(ports: &[String]) {
-    if !ports.is_empty() {
+    if !a.peer_delivered.is_empty() {
         println!(
             "delivering into the peer's namespace with bpf_redirect_peer on {} (its veth peer runs no XDP; one attached there later is bypassed by routed traffic until the port is attached again)",
-            ports.join(" ")
+            a.peer_delivered.join(" ")
         );
     }
-}
-
-/// The pin directory of the router attached in `scope`'s namespace; an
-/// error, ending with `hint`, when there is none.
-fn attached_dir(scope: &Scope, hint: &str) -> Result<PathBuf> {
-    let ns = scope.ns()?;
-    let dir = netns::run_in_opt(ns.as_deref(), || scope.pins().dir())??;
-    if !dir.exists() {
-        bail!(
-            "no router attached in {} ({} does not exist){hint}",
-            scope.pins().describe(),
-            peregrine_bpf::bpffs::display(&dir)
-        );
-    }
-    Ok(dir)
+    Ok(())
 }
 
 fn detach(all: bool, ifaces: &[String], scope: &Scope) -> Result<()> {
-    require_caps("router detach")?;
+    require_bpf("router detach")?;
     if all {
-        let n = pins::remove_all_outside_labs()?;
-        let labs: Vec<_> = pins::list_attachments()
-            .into_iter()
-            .filter(|a| a.lab_host.is_some())
-            .collect();
-        for a in &labs {
-            pins::remove(&a.dir)?;
-        }
-        println!("detached {} router attachment(s)", n + labs.len());
+        println!("detached {} router attachment(s)", router::detach_all()?);
         return Ok(());
     }
-    let dir = attached_dir(scope, "")?;
-    if !ifaces.is_empty() {
-        let r = RunningRouter::open(&dir)?;
-        let ns = scope.ns()?;
-        r.remove_ports(ns.as_deref(), ifaces)?;
-        let left: Vec<&str> = r
-            .ports
-            .iter()
-            .filter(|p| !ifaces.contains(p))
-            .map(|s| s.as_str())
-            .collect();
-        if !left.is_empty() {
-            println!(
-                "removed from the router: {}; its ports: {}",
-                ifaces.join(" "),
-                left.join(" ")
-            );
-            return Ok(());
-        }
-        // Every port named: the router goes as a whole, maps and all.
+    match router::detach(&scope.site()?, ifaces)? {
+        Detached::Ports { removed, left } => println!(
+            "removed from the router: {}; its ports: {}",
+            removed.join(" "),
+            left.join(" ")
+        ),
+        Detached::Router { .. } => println!("router detached"),
     }
-    pins::remove(&dir)?;
-    println!("router detached");
     Ok(())
 }
 
-/// One attachment as `router list` shows it.
-struct Listed {
-    namespace: String,
-    cookie: Option<u64>,
-    iface: String,
-    hook: &'static str,
-    prog_id: Option<u32>,
-    ifindex: u32,
-    stale: bool,
-}
-
 fn list(json: bool) -> Result<()> {
-    require_caps("router list")?;
-    let names = netns::cookies();
-    let mut rows = Vec::new();
-    for a in pins::list_attachments() {
-        let stale = a.stale();
-        let namespace = match (&a.lab_host, a.cookie) {
-            (Some((l, h)), _) => format!("lab {l} host {h}"),
-            (None, Some(c)) => names
-                .iter()
-                .find(|(_, nc)| *nc == c)
-                .map(|(n, _)| n.clone())
-                .unwrap_or_else(|| format!("netns cookie {c}")),
-            (None, None) => "?".into(),
-        };
-        if a.ports.is_empty() {
-            rows.push(Listed {
-                namespace,
-                cookie: a.cookie,
-                iface: "-".into(),
-                hook: "-",
-                prog_id: None,
-                ifindex: 0,
-                stale,
-            });
-            continue;
-        }
-        for p in &a.ports {
-            rows.push(Listed {
-                namespace: namespace.clone(),
-                cookie: a.cookie,
-                iface: p.iface.clone(),
-                hook: p.link.map(|l| l.hook_kind()).unwrap_or("-"),
-                prog_id: p.link.map(|l| l.prog_id),
-                ifindex: p.link.map(|l| l.ifindex).unwrap_or(0),
-                stale: stale || !p.link.is_some_and(|l| l.live()),
-            });
-        }
-    }
+    require_bpf("router list")?;
+    let rows = router::list();
     if json {
         let v: Vec<_> = rows
             .iter()
@@ -546,18 +200,11 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
             mode,
             fib,
             scope,
-        } => attach(&ifaces, hook, mode, fib, &scope),
+        } => attach(ifaces, hook, mode, fib, &scope),
         RouterCmd::Detach { all, ifaces, scope } => detach(all, &ifaces, &scope),
         RouterCmd::Stats { scope, out } => stats(&scope, &out),
         RouterCmd::List { json } => list(json),
     }
-}
-
-fn read_all(dir: &Path) -> Result<Vec<(String, u32, PortStats)>> {
-    pinned_ports(dir)?
-        .into_iter()
-        .map(|(n, i)| Ok((n, i, read_pinned_stats(dir, i)?)))
-        .collect()
 }
 
 fn stats_json(ports: &[(String, u32, PortStats)]) -> serde_json::Value {
@@ -596,9 +243,11 @@ fn router_counters(ports: &[(String, u32, PortStats)]) -> Vec<Counter> {
 }
 
 fn stats(scope: &Scope, out: &StatsOutput) -> Result<()> {
-    require_caps("router stats")?;
-    let dir = attached_dir(scope, "; attach one with `router attach`")?;
-    let now = read_all(&dir)?;
+    require_bpf("router stats")?;
+    let dir = scope
+        .site()?
+        .attached_dir("; attach one with `router attach`")?;
+    let now = router::stats(&dir)?;
     out.show(
         || stats_json(&now),
         || {
@@ -623,130 +272,6 @@ fn stats(scope: &Scope, out: &StatsOutput) -> Result<()> {
         },
         "peregrine_router",
         "seen by the router, per port and counter (rx_<action>, tx)",
-        move || Ok(router_counters(&read_all(&dir)?)),
+        move || Ok(router_counters(&router::stats(&dir)?)),
     )
-}
-
-fn nf_counters(nfs: &[(NfConfig, NfStats)]) -> Vec<Counter> {
-    let mut out = Vec::new();
-    for (n, s) in nfs {
-        let f = format!("{}:{}", n.host, n.iface);
-        // Bytes are counted on receive only.
-        for (counter, value, bytes) in [
-            ("received", s.packets, Some(s.bytes)),
-            ("sent", s.sent, None),
-            ("dropped", s.dropped, None),
-            ("csum_completed", s.csum_completed, None),
-        ] {
-            out.push(Counter::new(
-                &[
-                    ("function", &f),
-                    ("kind", n.kind.name()),
-                    ("counter", counter),
-                ],
-                value,
-                bytes,
-            ));
-        }
-    }
-    out
-}
-
-fn chain_stats(file: &Path, out: &StatsOutput) -> Result<()> {
-    let cfg = DataplaneConfig::from_file(file)
-        .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
-    let now = pinned_nf_stats(&cfg)?;
-    let lab = cfg.lab.clone();
-    out.show(
-        || {
-            let fs: Vec<_> = now
-                .iter()
-                .map(|(n, s)| {
-                    serde_json::json!({
-                        "host": n.host, "iface": n.iface, "kind": n.kind.name(),
-                        "packets": s.packets, "bytes": s.bytes, "sent": s.sent,
-                        "dropped": s.dropped, "ip": s.ip, "csum_completed": s.csum_completed,
-                    })
-                })
-                .collect();
-            serde_json::json!({ "lab": lab, "functions": fs })
-        },
-        || {
-            let mut t = Table::new(&[
-                "function",
-                "kind",
-                "received",
-                "bytes",
-                "sent",
-                "dropped",
-                "csum completed",
-            ]);
-            for (n, s) in &now {
-                t.row(vec![
-                    format!("{}:{}", n.host, n.iface),
-                    n.kind.name().to_string(),
-                    s.packets.to_string(),
-                    s.bytes.to_string(),
-                    s.sent.to_string(),
-                    s.dropped.to_string(),
-                    s.csum_completed.to_string(),
-                ]);
-            }
-            t
-        },
-        "peregrine_nf",
-        "of the chain's network functions, per function and counter (received, sent, dropped)",
-        move || Ok(nf_counters(&pinned_nf_stats(&cfg)?)),
-    )
-}
-
-pub fn chain(cmd: ChainCmd) -> Result<()> {
-    match cmd {
-        ChainCmd::Stats { file, out } => chain_stats(&file, &out),
-        ChainCmd::Apply { file } => {
-            let cfg = DataplaneConfig::from_file(&file)
-                .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
-            require_caps("chain apply")?;
-            let pin_scope = PinScope::of(&cfg);
-            let dir = pin_scope.dir()?;
-            ensure_free(&dir)?;
-            let dp = match &cfg.lab {
-                Some(l) => Dataplane::deploy(&lab::state(l)?.topology, &cfg)?,
-                None => Dataplane::deploy(&NamedNamespaces, &cfg)?,
-            };
-            let nfs: Vec<String> = dp
-                .nfs
-                .iter()
-                .map(|n| format!("{}:{}", n.host, n.iface))
-                .collect();
-            let hook = dp.hook;
-            pin_or_undo(dp, &dir)?;
-            println!(
-                "applied: router ({hook}) in {}, functions {}, chains {}",
-                pin_scope.describe(),
-                nfs.join(" "),
-                cfg.chains
-                    .iter()
-                    .map(|c| format!("{} ({} -> {})", c.name, c.matches, c.hops.join(" -> ")))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            );
-            Ok(())
-        }
-        ChainCmd::Remove { file } => {
-            let cfg = DataplaneConfig::from_file(&file)
-                .map_err(|e| anyhow::Error::new(UsageError(e.to_string())))?;
-            let dir = PinScope::of(&cfg).dir()?;
-            if !dir.exists() {
-                bail!(
-                    "nothing applied from {} ({} does not exist)",
-                    file.display(),
-                    peregrine_bpf::bpffs::display(&dir)
-                );
-            }
-            pins::remove(&dir)?;
-            println!("removed");
-            Ok(())
-        }
-    }
 }

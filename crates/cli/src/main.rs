@@ -8,12 +8,14 @@ use peregrine_host::signals;
 use peregrine_lab::{lab, Lab, Lifetime, Topology};
 
 mod bench;
+mod chain;
 mod docs;
 mod dp;
 mod faas;
 mod io;
 mod metrics;
 mod qos;
+mod qos_stats;
 mod quic;
 mod scope;
 mod table;
@@ -54,7 +56,7 @@ enum Cmd {
     Router(dp::RouterCmd),
     /// Service chains through containers: apply or remove a declaration, counters.
     #[command(subcommand)]
-    Chain(dp::ChainCmd),
+    Chain(chain::ChainCmd),
     /// QoS: the per-rule policer (XDP or tc) and the AF_XDP egress
     /// scheduler (classes, priority, WFQ): apply or serve a file, change
     /// rules and classes, counters.
@@ -281,7 +283,7 @@ fn main() -> ExitCode {
         Some(Cmd::Io(c)) => io::run(c),
         Some(Cmd::Report(a)) => bench::report(a),
         Some(Cmd::Router(c)) => dp::router(c),
-        Some(Cmd::Chain(c)) => dp::chain(c),
+        Some(Cmd::Chain(c)) => chain::chain(c),
         Some(Cmd::Qos(c)) => qos::run(c),
         Some(Cmd::Faas(c)) => faas::run(c),
         Some(Cmd::Quic(c)) => quic::run(c),

@@ -2,7 +2,7 @@
 //! one), declared once for every command that takes the pair.
 use anyhow::Result;
 use clap::Args;
-use peregrine_dataplane::PinScope;
+use peregrine_dataplane::{PinScope, Site};
 use peregrine_lab::lab;
 
 use crate::usage;
@@ -47,5 +47,15 @@ impl Scope {
             },
             _ => PinScope::Here,
         }
+    }
+
+    /// Where the router is, for `peregrine_dataplane::router` (the lab
+    /// checked to have the host; peers found from the kernel).
+    pub fn site<'a>(&self) -> Result<Site<'a>> {
+        Ok(Site {
+            ns: self.ns()?,
+            pins: self.pins(),
+            hosts: None,
+        })
     }
 }

@@ -23,7 +23,16 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             Some(peregrine_lab::LabError::NoSuchLab(_))
         )
     };
-    if e.chain().any(|c| c.is::<UsageError>() || named_no_lab(c)) {
+    // A request the host refuses as asked (no such interface, ...) is one too.
+    let wrong_request = |c: &(dyn std::error::Error + 'static)| {
+        matches!(
+            c.downcast_ref::<peregrine_host::ControlError>(),
+            Some(peregrine_host::ControlError::Request(_))
+        )
+    };
+    if e.chain()
+        .any(|c| c.is::<UsageError>() || named_no_lab(c) || wrong_request(c))
+    {
         2
     } else {
         1

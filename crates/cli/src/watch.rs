@@ -1,13 +1,15 @@
 //! `--watch` for every command that shows counters: a sample every
 //! `--interval`, rates computed between samples (packets/s and bit/s per
 //! counter), until Ctrl-C or `--count` samples; JSON lines with `--json`.
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use clap::Args;
 use peregrine_host::signals;
 
-use crate::table::si;
+use crate::table::{si, Table};
 use crate::units::DurationArg;
 
 #[derive(Args, Clone, Debug, Default)]
@@ -208,5 +210,73 @@ mod tests {
         let r = rates(&a, &b, 2.0);
         assert_eq!(r[0], (500.0, Some(256000.0)));
         assert_eq!(r[1], (25.0, None));
+    }
+}
+
+/// How counters are shown: once, watched, served to Prometheus, as JSON.
+#[derive(Args, Clone)]
+pub(crate) struct StatsOutput {
+    #[command(flatten)]
+    pub(crate) watch: WatchArgs,
+    /// Serve the counters to Prometheus here while watching (implies
+    /// --watch), e.g. 127.0.0.1:9466.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+    /// JSON: one object, or with --watch one object per sample (JSON lines).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+impl StatsOutput {
+    /// Print the counters once (no --watch, no --metrics).
+    pub(crate) fn once(&self) -> bool {
+        !self.watch.on() && self.metrics.is_none()
+    }
+
+    /// Prints the counters once (`json`, or `table` rendered) when `once`;
+    /// else watches them as `watch` does.
+    pub(crate) fn show(
+        &self,
+        json: impl FnOnce() -> serde_json::Value,
+        table: impl FnOnce() -> Table,
+        prefix: &str,
+        what: &str,
+        sample: impl FnMut() -> Result<Vec<Counter>> + Clone + Send + 'static,
+    ) -> Result<()> {
+        if !self.once() {
+            return self.watch(prefix, what, sample);
+        }
+        if self.json {
+            println!("{}", json());
+        } else {
+            print!("{}", table().render());
+        }
+        Ok(())
+    }
+
+    /// Watches `sample`'s counters, serving them to Prometheus at --metrics
+    /// (named `prefix`_..., described by `what`) while watching.
+    pub(crate) fn watch(
+        &self,
+        prefix: &str,
+        what: &str,
+        sample: impl FnMut() -> Result<Vec<Counter>> + Clone + Send + 'static,
+    ) -> Result<()> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = match self.metrics {
+            Some(a) => {
+                let t =
+                    crate::metrics::serve_counters(a, stop.clone(), prefix, what, sample.clone())?;
+                eprintln!("metrics on http://{a}/metrics");
+                Some(t)
+            }
+            None => None,
+        };
+        let r = watch(&self.watch, self.json, sample);
+        stop.store(true, Ordering::Relaxed);
+        if let Some(t) = server {
+            let _ = t.join();
+        }
+        r
     }
 }

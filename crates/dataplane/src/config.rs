@@ -269,7 +269,7 @@ impl DataplaneConfig {
             Some(h) => h.parse()?,
             None => HookChoice::Auto,
         };
-        if hook == HookChoice::Tc && raw.mode.is_some() {
+        if hook.is_tc() && raw.mode.is_some() {
             return Err(config(
                 "mode is an XDP mode; hook = \"tc\" takes none (leave mode out or use hook = \"xdp\")",
             ));

@@ -6,12 +6,12 @@ use std::path::Path;
 
 use peregrine_bpf::nf::{NfProgram, NfSetup};
 use peregrine_bpf::router::{FibMode, PortStats, RouterProgram};
-use peregrine_bpf::{Hook, Link, TcxDirection, XdpProgram};
+use peregrine_bpf::{Hook, Link, XdpProgram};
 use peregrine_host::netns;
 
 use crate::config::{ChainMatch, DataplaneConfig, NfKind};
 use crate::error::{DataplaneError, Result};
-use crate::hook::{pick, RouterHook};
+use crate::hook::pick;
 use crate::hosts::{HostIface, Hosts};
 use crate::peer::{ensure_peer_receives, ensure_xdp_receiver, PassThrough};
 use crate::pins;
@@ -30,7 +30,7 @@ pub struct Dataplane {
     /// None: the namespace of the process that attached it.
     pub router_ns: Option<String>,
     /// Where the router runs on every port.
-    pub hook: RouterHook,
+    pub hook: Hook,
     /// (port name, link)
     pub ports: Vec<(String, Link)>,
     pub nfs: Vec<RunningNf>,
@@ -45,7 +45,7 @@ impl Dataplane {
     pub fn router(
         ns: Option<&str>,
         ports: &[String],
-        hook: RouterHook,
+        hook: Hook,
         fib: FibMode,
         classify: bool,
     ) -> Result<Dataplane> {
@@ -59,7 +59,7 @@ impl Dataplane {
     fn attach_ports(
         ns: Option<&str>,
         ports: &[String],
-        hook: RouterHook,
+        hook: Hook,
         fib: FibMode,
         classify: bool,
     ) -> Result<Dataplane> {
@@ -83,7 +83,7 @@ impl Dataplane {
     /// into the peer's namespace (`delivers_to_peer`). Runs once every
     /// program on the ports' peers is in place: it looks for their XDP.
     fn pick_peer_delivery(&self) -> Result<()> {
-        if self.hook != RouterHook::Tc {
+        if self.hook.is_xdp() {
             return Ok(());
         }
         let ns = self.router_ns.as_deref();
@@ -95,11 +95,11 @@ impl Dataplane {
     }
 
     /// Deploys `cfg` on `hosts`.
-    pub fn deploy(hosts: &impl Hosts, cfg: &DataplaneConfig) -> Result<Dataplane> {
+    pub fn deploy(hosts: &(impl Hosts + ?Sized), cfg: &DataplaneConfig) -> Result<Dataplane> {
         let rns = hosts.netns(&cfg.router)?;
         let hook = match netns::run_in(&rns, || pick(cfg.hook, None, &cfg.ports))??.hook {
-            RouterHook::Xdp(_) => RouterHook::Xdp(cfg.mode),
-            RouterHook::Tc => RouterHook::Tc,
+            Hook::Xdp(_) => Hook::Xdp(cfg.mode),
+            tc => tc,
         };
         let mut dp = Dataplane::attach_ports(
             Some(&rns),
@@ -192,8 +192,12 @@ impl Dataplane {
 
     /// Makes every port's veth peer accept the frames the router redirects
     /// to it (veth drops them unless the receiving end runs XDP).
-    pub fn prepare_peers(&mut self, hosts: &impl Hosts, router_host: &str) -> Result<()> {
-        if self.hook == RouterHook::Tc {
+    pub fn prepare_peers(
+        &mut self,
+        hosts: &(impl Hosts + ?Sized),
+        router_host: &str,
+    ) -> Result<()> {
+        if !self.hook.is_xdp() {
             return Ok(());
         }
         for (port, _) in &self.ports {
@@ -214,7 +218,7 @@ impl Dataplane {
     /// in whatever namespace it is) accept what the XDP router redirects to
     /// it. The tc router needs nothing there.
     pub fn prepare_peers_here(&mut self) -> Result<()> {
-        if self.hook == RouterHook::Tc {
+        if !self.hook.is_xdp() {
             return Ok(());
         }
         let ns = self.router_ns.clone();
@@ -274,15 +278,6 @@ pub fn delivers_to_peer(port: &str) -> Result<bool> {
 
 /// Attaches the router to `iface` (in the calling thread's namespace) at
 /// `hook` and makes it a port.
-fn attach_port(
-    router: &RouterProgram,
-    iface: &str,
-    hook: RouterHook,
-    classify: bool,
-) -> Result<Link> {
-    let at = match hook {
-        RouterHook::Xdp(mode) => Hook::Xdp(mode),
-        RouterHook::Tc => Hook::Tcx(TcxDirection::Ingress),
-    };
-    Ok(router.attach(iface, at, classify)?)
+fn attach_port(router: &RouterProgram, iface: &str, hook: Hook, classify: bool) -> Result<Link> {
+    Ok(router.attach(iface, hook, classify)?)
 }

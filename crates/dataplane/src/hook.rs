@@ -9,19 +9,26 @@
 //! namespace) and picks tc when any of them has either offload on.
 use std::fmt;
 
-use peregrine_bpf::XdpMode;
+use peregrine_bpf::{Hook, XdpMode};
 use peregrine_host::veth;
 
 use crate::error::{DataplaneError, Result};
 
-/// The hook asked for (`--hook`, the declaration's `hook`).
+/// The hook asked for (`--hook`, the declaration's `hook`): `auto`, or one
+/// hook (`peregrine_bpf::Hook`, parsed by its one `FromStr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HookChoice {
     /// tc where XDP would corrupt or drop traffic, XDP otherwise.
     #[default]
     Auto,
-    Xdp,
-    Tc,
+    Given(Hook),
+}
+
+impl HookChoice {
+    /// tc was asked for.
+    pub fn is_tc(self) -> bool {
+        matches!(self, HookChoice::Given(Hook::Tcx(_)))
+    }
 }
 
 impl std::str::FromStr for HookChoice {
@@ -29,38 +36,18 @@ impl std::str::FromStr for HookChoice {
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "auto" => Ok(HookChoice::Auto),
-            "xdp" => Ok(HookChoice::Xdp),
-            "tc" | "tcx" => Ok(HookChoice::Tc),
-            _ => Err(DataplaneError::Config(format!(
-                "unknown hook {s:?}: expected xdp, tc or auto"
-            ))),
+            _ => s.parse().map(HookChoice::Given).map_err(|_| {
+                DataplaneError::Config(format!("unknown hook {s:?}: expected xdp, tc or auto"))
+            }),
         }
     }
 }
 
 impl fmt::Display for HookChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            HookChoice::Auto => "auto",
-            HookChoice::Xdp => "xdp",
-            HookChoice::Tc => "tc",
-        })
-    }
-}
-
-/// Where the router runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RouterHook {
-    Xdp(XdpMode),
-    /// tcx ingress on every port.
-    Tc,
-}
-
-impl fmt::Display for RouterHook {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RouterHook::Xdp(m) => write!(f, "xdp ({m})"),
-            RouterHook::Tc => f.write_str("tc"),
+            HookChoice::Auto => f.write_str("auto"),
+            HookChoice::Given(h) => f.write_str(h.kind()),
         }
     }
 }
@@ -69,7 +56,7 @@ impl fmt::Display for RouterHook {
 /// on ports whose peers send what XDP cannot redirect intact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pick {
-    pub hook: RouterHook,
+    pub hook: Hook,
     pub why: String,
     pub warning: Option<String>,
 }
@@ -98,21 +85,21 @@ fn risky(port: &str) -> std::result::Result<Option<String>, String> {
 /// Picks the hook for `ports` (interfaces of the calling thread's
 /// namespace). `mode`: the XDP mode asked for, if one was (tc takes none).
 pub fn pick(choice: HookChoice, mode: Option<XdpMode>, ports: &[String]) -> Result<Pick> {
-    let xdp = RouterHook::Xdp(mode.unwrap_or_default());
+    let xdp = Hook::Xdp(mode.unwrap_or_default());
     match choice {
-        HookChoice::Tc => {
+        HookChoice::Given(Hook::Tcx(_)) => {
             if let Some(m) = mode {
                 return Err(DataplaneError::Config(format!(
                     "--mode {m} is an XDP mode; the tc hook takes none (leave --mode out or use --hook xdp)"
                 )));
             }
             Ok(Pick {
-                hook: RouterHook::Tc,
+                hook: Hook::TC,
                 why: "asked for".into(),
                 warning: None,
             })
         }
-        HookChoice::Xdp => {
+        HookChoice::Given(Hook::Xdp(_)) => {
             let mut bad = Vec::new();
             for p in ports {
                 if let Ok(Some(r)) = risky(p) {
@@ -141,7 +128,7 @@ pub fn pick(choice: HookChoice, mode: Option<XdpMode>, ports: &[String]) -> Resu
                     }
                     Ok(Some(r)) => {
                         return Ok(Pick {
-                            hook: RouterHook::Tc,
+                            hook: Hook::TC,
                             why: format!("{r}: XDP would drop what it sends"),
                             warning: None,
                         })
@@ -152,7 +139,7 @@ pub fn pick(choice: HookChoice, mode: Option<XdpMode>, ports: &[String]) -> Resu
                     }
                     Err(e) => {
                         return Ok(Pick {
-                            hook: RouterHook::Tc,
+                            hook: Hook::TC,
                             why: format!("cannot read the offloads of {p}'s veth peer ({e}); tc is safe either way"),
                             warning: None,
                         })

@@ -10,6 +10,8 @@
 //! - `peer`: pass-throughs that let a veth peer receive redirected frames.
 //! - `pins`: the one pin layout every command reads and writes.
 //! - `running`: ports added to and removed from a router left running.
+//! - `router`: the router's lifecycle (attach, join, leave, detach, list,
+//!   counters, chain apply/remove), each call reporting what it changed.
 
 pub mod config;
 pub mod deploy;
@@ -18,13 +20,16 @@ pub mod hook;
 pub mod hosts;
 pub mod peer;
 pub mod pins;
+pub mod router;
 pub mod running;
 
 pub use config::{ChainConfig, ChainMatch, DataplaneConfig, NfConfig, NfKind};
 pub use deploy::{Dataplane, RunningNf};
 pub use error::{DataplaneError, Result};
-pub use hook::{HookChoice, Pick, RouterHook};
+pub use hook::{HookChoice, Pick};
 pub use hosts::{HostIface, Hosts, NamedNamespaces};
 pub use peer::{ensure_xdp_receiver, PassThrough};
+pub use peregrine_bpf::Hook;
 pub use pins::PinScope;
+pub use router::{AttachConfig, Attached, Detached, Plan, Site};
 pub use running::RunningRouter;

@@ -8,12 +8,11 @@ use std::path::{Path, PathBuf};
 
 use peregrine_bpf::link::PinnedLink;
 use peregrine_bpf::router::RouterMaps;
-use peregrine_bpf::{Hook, Link, TcxDirection};
+use peregrine_bpf::{Hook, Link};
 use peregrine_host::netns;
 
 use crate::deploy::delivers_to_peer;
 use crate::error::{DataplaneError, Result};
-use crate::hook::RouterHook;
 use crate::peer::{ensure_peer_receives, peer_label};
 use crate::pins;
 
@@ -74,13 +73,15 @@ impl RunningRouter {
     /// other program is not reachable from its links). Each new link is
     /// pinned beside the others; at the XDP hook each new port's veth peer
     /// gets a pass-through as at attach. On error the ports added by this
-    /// call are taken out again and the running ones are untouched.
-    pub fn add_ports(&self, ns: Option<&str>, ifaces: &[String], hook: RouterHook) -> Result<()> {
-        let at = match hook {
-            RouterHook::Xdp(mode) => Hook::Xdp(mode),
-            RouterHook::Tc => Hook::Tcx(TcxDirection::Ingress),
-        };
-        if matches!(hook, RouterHook::Xdp(_)) != self.sample.xdp {
+    /// call are taken out again and the running ones are untouched. The
+    /// pass-throughs it put on peers (`namespace:iface`).
+    pub fn add_ports(
+        &self,
+        ns: Option<&str>,
+        ifaces: &[String],
+        hook: Hook,
+    ) -> Result<Vec<String>> {
+        if hook.is_xdp() != self.sample.xdp {
             return Err(DataplaneError::Config(format!(
                 "the router here runs at the {} hook; a port cannot join it at {hook} (detach it and attach every port at one hook)",
                 self.hook_kind()
@@ -93,17 +94,21 @@ impl RunningRouter {
         }
         let prog = peregrine_bpf::maps::program_by_id(self.sample.prog_id)?;
         let mut added: Vec<String> = Vec::new();
+        let mut peers = Vec::new();
         for iface in ifaces {
-            let made = self.add_port(ns, &prog, iface, hook, at);
+            let made = self.add_port(ns, &prog, iface, hook);
             if made.is_ok() || self.ports_pinned().contains(iface) {
                 added.push(iface.clone());
             }
-            if let Err(e) = made {
-                let _ = self.remove_pinned(ns, &added);
-                return Err(e);
+            match made {
+                Ok(p) => peers.extend(p),
+                Err(e) => {
+                    let _ = self.remove_pinned(ns, &added);
+                    return Err(e);
+                }
             }
         }
-        Ok(())
+        Ok(peers)
     }
 
     fn add_port(
@@ -111,13 +116,13 @@ impl RunningRouter {
         ns: Option<&str>,
         prog: &impl std::os::fd::AsFd,
         iface: &str,
-        hook: RouterHook,
-        at: Hook,
-    ) -> Result<()> {
-        let link: Link = netns::run_in_opt(ns, || self.maps.attach_port(prog, iface, at, false))??;
+        hook: Hook,
+    ) -> Result<Option<String>> {
+        let link: Link =
+            netns::run_in_opt(ns, || self.maps.attach_port(prog, iface, hook, false))??;
         let peer = match hook {
-            RouterHook::Tc => netns::run_in_opt(ns, || delivers_to_peer(iface))??,
-            RouterHook::Xdp(_) => false,
+            Hook::Tcx(_) => netns::run_in_opt(ns, || delivers_to_peer(iface))??,
+            Hook::Xdp(_) => false,
         };
         let made = self
             .maps
@@ -128,12 +133,13 @@ impl RunningRouter {
             let _ = self.maps.remove_port(link.ifindex);
             return Err(e);
         }
-        if matches!(hook, RouterHook::Xdp(_)) {
+        if hook.is_xdp() {
             if let Some(p) = netns::run_in_opt(ns, || ensure_peer_receives(iface))?? {
                 p.link.pin(&pins::peer_link(&self.dir, &p.ns, &p.iface))?;
+                return Ok(Some(format!("{}:{}", p.ns, p.iface)));
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Interfaces with a port link pinned now.

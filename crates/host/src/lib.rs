@@ -2,6 +2,7 @@
 //! addresses, routes, neighbours, counters), device settings, NAPI
 //! threads, signals and CPU pinning. No knowledge of labs or programs.
 
+pub mod caps;
 pub mod cpu;
 pub mod error;
 pub mod fs;
@@ -14,4 +15,4 @@ pub mod snmp;
 pub mod uapi;
 pub mod veth;
 
-pub use error::{HostError, Result};
+pub use error::{ControlError, HostError, Result};

@@ -282,6 +282,16 @@ pub fn label_of_cookie(found: &[(String, u64)], c: u64) -> Option<&str> {
         .map(|(l, _)| l.as_str())
 }
 
+/// The label of the namespace with cookie `c` among `names` (`cookies()`),
+/// or "netns cookie C" when none has it.
+pub fn cookie_name(names: &[(String, u64)], c: u64) -> String {
+    names
+        .iter()
+        .find(|(_, nc)| *nc == c)
+        .map(|(n, _)| n.clone())
+        .unwrap_or_else(|| format!("netns cookie {c}"))
+}
+
 /// (label, cookie) of every namespace `find_all` finds; the host's own
 /// (pid 1's) is labelled "host".
 pub fn cookies() -> Vec<(String, u64)> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use peregrine_bpf::router::{action_name, FibMode, ACTIONS};
 use peregrine_bpf::XdpMode;
-use peregrine_dataplane::{Dataplane, DataplaneConfig, RouterHook};
+use peregrine_dataplane::{Dataplane, DataplaneConfig, Hook};
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::sinks::{Sink, SocketSink};
 use peregrine_lab::traffic::{Backend, Generator};
@@ -75,7 +75,7 @@ fn router_on_dut(lab: &Lab) -> Dataplane {
     Dataplane::router(
         Some(&lab.ns("dut")),
         &["in0".into(), "out0".into()],
-        RouterHook::Xdp(XdpMode::Native),
+        Hook::Xdp(XdpMode::Native),
         FibMode::Full,
         false,
     )

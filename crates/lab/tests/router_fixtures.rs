@@ -13,7 +13,7 @@ use peregrine_bpf::fixture::{
 };
 use peregrine_bpf::router::{action_name, FibMode, RouterProgram, ACTIONS};
 use peregrine_bpf::{Hook, TcxDirection, XdpAction, XdpMode};
-use peregrine_dataplane::{Dataplane, RouterHook};
+use peregrine_dataplane::Dataplane;
 use peregrine_host::netns::NetnsGuard;
 use peregrine_lab::{Lab, Lifetime, Topology};
 use peregrine_testbed::testing::privileged;
@@ -383,7 +383,7 @@ fn router_fixtures() {
         Dataplane::router(
             Some(&ns),
             &["in0".into(), "out0".into()],
-            RouterHook::Xdp(XdpMode::Native),
+            Hook::Xdp(XdpMode::Native),
             fib,
             false,
         )

@@ -9,14 +9,13 @@
 //! place on the same link (the kernel's link update). A file that does not
 //! parse, a rule that is refused, or a program that does not load changes
 //! nothing.
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use peregrine_bpf::link::{pinned_link, PinnedLink};
 use peregrine_bpf::policer::{
     InstalledRule, PolicerMaps, PolicerProgram, PolicerTotals, Rule, RuleCounters,
 };
-use peregrine_bpf::{bpffs, Hook, Link, TcxDirection, XdpMode};
+use peregrine_bpf::{bpffs, Hook, Link, XdpMode};
 use peregrine_host::netns;
 
 use crate::error::{QosError, Result};
@@ -25,55 +24,20 @@ use crate::error::{QosError, Result};
 pub const QOS_DIR: &str = "_qos";
 const LINK_PIN: &str = "link";
 
-/// Where the policer runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PolicerHook {
-    /// XDP (native): the cheapest per packet; sees frames, not skbs.
-    Xdp,
-    /// tcx ingress: meters a GSO packet whole, keeps its checksum state,
-    /// and runs before a router attached at tc on the same interface.
-    #[default]
-    Tc,
-}
-
-impl PolicerHook {
-    fn hook(self) -> Hook {
-        match self {
-            PolicerHook::Xdp => Hook::Xdp(XdpMode::Native),
-            PolicerHook::Tc => Hook::Tcx(TcxDirection::Ingress),
-        }
-    }
-
-    fn of_link(l: &PinnedLink) -> PolicerHook {
-        if l.xdp {
-            PolicerHook::Xdp
-        } else {
-            PolicerHook::Tc
-        }
+/// The hook a pinned policer link runs at: XDP (native, the only mode
+/// `apply` uses) or tc.
+fn hook_of(l: &PinnedLink) -> Hook {
+    if l.xdp {
+        Hook::Xdp(XdpMode::Native)
+    } else {
+        Hook::TC
     }
 }
 
-impl std::str::FromStr for PolicerHook {
-    type Err = QosError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "xdp" => Ok(PolicerHook::Xdp),
-            "tc" | "tcx" => Ok(PolicerHook::Tc),
-            _ => Err(QosError::Config(format!(
-                "unknown hook {s:?}: expected xdp or tc"
-            ))),
-        }
-    }
-}
-
-impl fmt::Display for PolicerHook {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PolicerHook::Xdp => "xdp",
-            PolicerHook::Tc => "tc",
-        })
-    }
-}
+/// Where a policer runs when neither the command nor the file says: tc
+/// (meters a GSO packet whole, keeps its checksum state, and runs before a
+/// router attached at tc on the same interface).
+pub const DEFAULT_HOOK: Hook = Hook::TC;
 
 /// The directory of `iface`'s policer in the calling thread's namespace.
 fn dir_here(iface: &str) -> Result<PathBuf> {
@@ -111,8 +75,8 @@ impl Attachment {
         }
     }
 
-    pub fn hook(&self) -> Option<PolicerHook> {
-        self.link.as_ref().map(PolicerHook::of_link)
+    pub fn hook(&self) -> Option<Hook> {
+        self.link.as_ref().map(hook_of)
     }
 }
 
@@ -148,7 +112,7 @@ pub fn list() -> Vec<Attachment> {
 /// What `apply` did.
 #[derive(Debug, Clone)]
 pub struct Applied {
-    pub hook: PolicerHook,
+    pub hook: Hook,
     pub rules: usize,
     /// A running policer's rules were replaced (else one was attached).
     pub replaced: bool,
@@ -158,7 +122,7 @@ pub struct Applied {
 /// attaches a policer, or replaces a running one's rules atomically.
 /// Moving a running policer to the other hook is refused (detach first):
 /// the two hooks cannot be swapped in one step.
-pub fn apply(iface: &str, hook: PolicerHook, rules: &[Rule]) -> Result<Applied> {
+pub fn apply(iface: &str, hook: Hook, rules: &[Rule]) -> Result<Applied> {
     bpffs::ensure_mounted()?;
     let dir = dir_here(iface)?;
     let existing = attachment(&dir, 0, iface);
@@ -171,10 +135,12 @@ pub fn apply(iface: &str, hook: PolicerHook, rules: &[Rule]) -> Result<Applied> 
                  `qos rule` and its classes with `qos class`, or stop it to apply a file"
             )));
         }
-        let running = PolicerHook::of_link(&l);
-        if running != hook {
+        let running = hook_of(&l);
+        if running.kind() != hook.kind() {
             return Err(QosError::Config(format!(
-                "the policer on {iface} runs at the {running} hook; `peregrine qos detach {iface}` first to move it to {hook}"
+                "the policer on {iface} runs at the {} hook; `peregrine qos detach {iface}` first to move it to {}",
+                running.kind(),
+                hook.kind()
             )));
         }
     }
@@ -184,7 +150,7 @@ pub fn apply(iface: &str, hook: PolicerHook, rules: &[Rule]) -> Result<Applied> 
     if existing.link.is_some_and(|l| l.live()) {
         // One step: from here on the link runs the new program, and every
         // later command finds the new maps through it.
-        Link::from_pin(&link_pin)?.replace_program(prog.prog(hook.hook()))?;
+        Link::from_pin(&link_pin)?.replace_program(prog.prog(hook))?;
         return Ok(Applied {
             hook,
             rules: rules.len(),
@@ -195,7 +161,7 @@ pub fn apply(iface: &str, hook: PolicerHook, rules: &[Rule]) -> Result<Applied> 
     if dir.exists() {
         bpffs::remove_pin_dir(&dir)?;
     }
-    let link = prog.attach(iface, hook.hook())?;
+    let link = prog.attach(iface, hook)?;
     std::fs::create_dir_all(&dir)
         .map_err(|e| QosError::Other(format!("creating {}: {e}", bpffs::display(&dir))))?;
     // Pinned, or undone: the link detaches when dropped unpinned. Only
@@ -265,6 +231,18 @@ fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Adds the rule `fields` describe (a class named among the running
+/// scheduler's) to the running policer on `iface`; its id. Fields that do
+/// not make a rule are a `Request` error.
+pub fn add_rule_fields(iface: &str, fields: &crate::config::RuleFields) -> Result<u32> {
+    let classes = match maps_here(iface) {
+        Ok(m) => crate::classes::installed_classes(&m)?,
+        Err(_) => Vec::new(),
+    };
+    let rule = fields.to_rule(0, &classes).map_err(QosError::Request)?;
+    add_rule(iface, &rule)
+}
+
 /// Adds `rule` to the running policer on `iface`; its id.
 pub fn add_rule(iface: &str, rule: &Rule) -> Result<u32> {
     Ok(running_here(iface)?.1.add(rule)?)
@@ -279,7 +257,7 @@ pub fn remove_rule(iface: &str, id: u32) -> Result<()> {
 #[derive(Debug, Clone)]
 pub struct PolicerStats {
     pub iface: String,
-    pub hook: PolicerHook,
+    pub hook: Hook,
     pub totals: PolicerTotals,
     pub rules: Vec<(InstalledRule, RuleCounters)>,
     /// The scheduler it feeds (`qos serve`), if any.
@@ -298,11 +276,31 @@ pub fn stats(iface: &str) -> Result<PolicerStats> {
     let owner = Some(maps.sched_port()?.owner_pid).filter(|&p| p != 0 && alive(p));
     Ok(PolicerStats {
         iface: iface.to_string(),
-        hook: a.hook().unwrap_or_default(),
+        hook: a.hook().unwrap_or(DEFAULT_HOOK),
         totals: maps.totals()?,
         rules,
         scheduler: crate::classes::scheduler_stats(&maps, owner)?,
     })
+}
+
+/// The counters of the policers on `ifaces` here.
+pub fn stats_of(ifaces: &[String]) -> Result<Vec<PolicerStats>> {
+    ifaces.iter().map(|i| stats(i)).collect()
+}
+
+/// `iface`, or every interface with a policer in this namespace; an error
+/// when there is none.
+pub fn policed(iface: Option<String>) -> Result<Vec<String>> {
+    let ifaces = match iface {
+        Some(i) => vec![i],
+        None => ifaces_here()?,
+    };
+    if ifaces.is_empty() {
+        return Err(QosError::Other(
+            "no policer in this network namespace (`peregrine qos apply` puts one there)".into(),
+        ));
+    }
+    Ok(ifaces)
 }
 
 /// Interfaces with a policer in this namespace.

@@ -20,9 +20,9 @@ use peregrine_bpf::policer::{Exceed, Match, Rate, Rule};
 use peregrine_units::{ByteSize, RateSetting};
 use peregrine_wire::Prefix;
 
-use crate::attach::PolicerHook;
 use crate::error::{QosError, Result};
 use crate::sched::ClassConfig;
+use peregrine_bpf::Hook;
 
 /// One rule's fields, as text: a `[[rule]]` table of a file, or `qos rule
 /// add`'s flags.
@@ -306,7 +306,7 @@ struct FileToml {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicerConfig {
     /// The hook the file asks for, if it does.
-    pub hook: Option<PolicerHook>,
+    pub hook: Option<Hook>,
     /// Rules, then filters (file order: default priorities 1, 2, ...).
     pub rules: Vec<Rule>,
     pub scheduler: Option<SchedulerConfig>,
@@ -368,7 +368,7 @@ impl PolicerConfig {
                 return Err(cfg_err("[scheduler] needs at least one [[class]]".into()))
             }
             (Some(s), false) => {
-                if hook == Some(PolicerHook::Tc) {
+                if hook.is_some_and(|h: Hook| !h.is_xdp()) {
                     return Err(cfg_err(
                         "the scheduler is fed at the XDP hook: hook = \"xdp\" (or leave it out)"
                             .into(),
@@ -424,6 +424,30 @@ impl PolicerConfig {
             .map_err(|e| QosError::Config(format!("reading {}: {e}", path.display())))?;
         Self::parse(&text).map_err(|e| QosError::Config(format!("{}: {e}", path.display())))
     }
+
+    /// The file for `qos serve` (`scheduler`: it must have a [scheduler])
+    /// or `qos apply` (it must not), on `iface` of the calling thread's
+    /// namespace. A missing interface and the wrong kind of file are
+    /// `Request` errors.
+    pub fn read_for(path: &std::path::Path, iface: &str, scheduler: bool) -> Result<PolicerConfig> {
+        let cfg = Self::read(path)?;
+        if peregrine_bpf::link::ifindex(iface).is_err() {
+            return Err(QosError::Request(format!(
+                "no interface {iface:?} in this network namespace"
+            )));
+        }
+        match (scheduler, cfg.scheduler.is_some()) {
+            (true, false) => Err(QosError::Request(format!(
+                "{}: no [scheduler] table; `qos apply` installs rules alone",
+                path.display()
+            ))),
+            (false, true) => Err(QosError::Request(format!(
+                "{}: has a [scheduler] and classes: run it with `peregrine qos serve`",
+                path.display()
+            ))),
+            _ => Ok(cfg),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -453,7 +477,7 @@ priority = 7
 "#,
         )
         .unwrap();
-        assert_eq!(cfg.hook, Some(PolicerHook::Xdp));
+        assert_eq!(cfg.hook, Some(Hook::Xdp(peregrine_bpf::XdpMode::Native)));
         let r = &cfg.rules;
         assert_eq!(r.len(), 3);
         assert_eq!(r[0].rate, Rate::Bits(10_000_000));
@@ -470,7 +494,7 @@ priority = 7
     #[test]
     fn the_example_file_parses() {
         let cfg = PolicerConfig::parse(include_str!("../../../examples/qos.toml")).unwrap();
-        assert_eq!(cfg.hook, Some(PolicerHook::Tc));
+        assert_eq!(cfg.hook, Some(Hook::TC));
         assert_eq!(cfg.rules.len(), 3);
         assert_eq!(cfg.rules[0].exceed, Exceed::Remark(0));
         assert_eq!(

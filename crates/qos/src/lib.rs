@@ -12,15 +12,19 @@
 //!   borrowing, strict priority, DRR by weight, link shaping, queue
 //!   limits), tested with simulated time;
 //! - `classes`: the scheduler's classes and counters in the maps;
+//! - `report`: a policer's counters as one typed, serialisable report
+//!   (rules described as a file writes them, meters, classes);
 //! - `serve`: the scheduler's AF_XDP loop (`qos serve`), fed by the XDP
 //!   policer's class rules, sending out of the egress interface.
 pub mod attach;
 pub mod classes;
 pub mod config;
 pub mod error;
+pub mod report;
 pub mod sched;
 pub mod serve;
 
-pub use attach::{PolicerHook, PolicerStats};
+pub use attach::PolicerStats;
 pub use config::{ClassFields, PolicerConfig, RuleFields, SchedulerConfig};
 pub use error::{QosError, Result};
+pub use peregrine_bpf::Hook;

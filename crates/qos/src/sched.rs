@@ -30,7 +30,7 @@ pub type Nanos = u64;
 
 /// A class as configured. Rates in bit/s of frames (Ethernet header
 /// included, no FCS); bursts in bytes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ClassConfig {
     pub name: String,
     /// The parent's name; None for a child of the root (the link).

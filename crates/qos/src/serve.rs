@@ -25,7 +25,7 @@ use peregrine_host::cpu::monotonic_ns;
 use peregrine_host::signals;
 use peregrine_xsk::{Xsk, XskConfig, XskError, ZeroCopy};
 
-use crate::attach::{self, PolicerHook};
+use crate::attach;
 use crate::classes::{class_slot, installed_classes};
 use crate::config::PolicerConfig;
 use crate::error::{QosError, Result};
@@ -367,7 +367,11 @@ pub fn serve(
             ..xcfg
         },
     )?;
-    attach::apply(iface, PolicerHook::Xdp, &cfg.rules)?;
+    attach::apply(
+        iface,
+        peregrine_bpf::Hook::Xdp(peregrine_bpf::XdpMode::Native),
+        &cfg.rules,
+    )?;
     let _attached = Attached(iface.to_string());
     let maps = attach::maps_here(iface)?;
     install(&maps, cfg, egress_ifindex)?;

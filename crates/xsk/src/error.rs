@@ -45,3 +45,11 @@ pub(crate) fn sys_err(
         error,
     }
 }
+
+/// AF_XDP errors reach the products' control error (QoS's scheduler) as
+/// they are.
+impl From<XskError> for peregrine_host::ControlError {
+    fn from(e: XskError) -> Self {
+        peregrine_host::ControlError::Lower(Box::new(e))
+    }
+}
