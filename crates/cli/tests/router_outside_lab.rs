@@ -81,15 +81,7 @@ impl RouterTopo for Topo {
 
     /// (packets, bytes) forwarded from port `port`, from `stats --json`.
     fn forwarded(&self, port: &str) -> (u64, u64) {
-        let v = json(&self.router(&["stats", "--json"]), "router stats --json");
-        let p = v["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["port"] == port)
-            .unwrap_or_else(|| panic!("no port {port} in {v}"))
-            .clone();
-        let f = &p["rx"]["forward"];
+        let f = &port_stats(self, port)["rx"]["forward"];
         (f["packets"].as_u64().unwrap(), f["bytes"].as_u64().unwrap())
     }
 
@@ -452,17 +444,21 @@ fn attach_errors_are_one_line_and_leave_nothing() {
     t.assert_clean();
 }
 
-/// `router stats --json`'s rx counters of `port`, by action.
-fn rx_actions(t: &Topo, port: &str) -> BTreeMap<String, u64> {
+/// Port `port`'s entry in `router stats --json` run in R.
+fn port_stats(t: &Topo, port: &str) -> serde_json::Value {
     let v = json(&t.router(&["stats", "--json"]), "router stats --json");
-    let p = v["ports"]
+    v["ports"]
         .as_array()
         .unwrap()
         .iter()
         .find(|p| p["port"] == port)
         .unwrap_or_else(|| panic!("no port {port} in {v}"))
-        .clone();
-    p["rx"]
+        .clone()
+}
+
+/// `router stats --json`'s rx counters of `port`, by action.
+fn rx_actions(t: &Topo, port: &str) -> BTreeMap<String, u64> {
+    port_stats(t, port)["rx"]
         .as_object()
         .unwrap()
         .iter()
