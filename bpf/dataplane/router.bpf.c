@@ -16,7 +16,8 @@
  * bpf_redirect_peer().
  *
  * What Linux's forwarding path drops is dropped (bad IPv4 header checksum,
- * martian sources, frames for another host's MAC). Whatever the router does
+ * martian sources, this host's own IPv4 addresses as source, frames for
+ * another host's MAC). Whatever the router does
  * not handle goes to the kernel (pass) so ARP, ND, ICMP errors and local
  * traffic keep working: non-IP, VLAN tags, IP options and fragments,
  * broadcast/multicast MACs, TTL <= 1, unresolved neighbours, local or
@@ -102,6 +103,15 @@ static __always_inline int hook_pass(const int tc)
 /* Headers the router reads: Ethernet, two tags, an IPv4 header with the
  * longest options (or IPv6), the L4 ports. */
 #define ROUTER_HEADERS (14 + 8 + 60 + 4)
+
+/* A VLAN tag on the frame that its bytes no longer show: before tcx
+ * ingress runs, the kernel moves an 802.1Q/802.1ad tag out of the frame
+ * into the skb (skb_vlan_untag), so at tc the frame reads as untagged. XDP
+ * sees every tag in the frame itself. */
+static __always_inline int hook_vlan_stripped(void *ctx, const int tc)
+{
+	return tc && ((struct __sk_buff *)ctx)->vlan_present;
+}
 
 static __always_inline __u32 hook_ingress(void *ctx, const int tc)
 {
@@ -255,6 +265,23 @@ static __always_inline enum router_action not_forwarded(void *ctx, struct bpf_fi
 	return rc == BPF_FIB_LKUP_RET_NOT_FWDED ? ROUTER_PASS_NO_ROUTE : ROUTER_PASS_LOCAL;
 }
 
+/* An IPv4 source that is one of this host's own addresses, which Linux's
+ * input route refuses as a martian (fib_validate_source: a local source
+ * arriving from outside, any interface's address). The FIB knows them
+ * without a copy in a map: looked up as a destination, a local address is
+ * NOT_FWDED, and not_forwarded() tells it from an unroutable one. The
+ * common case, a remote source with a route back, costs one lookup. */
+static __always_inline int ip4_local_src(void *ctx, __u32 in, __be32 saddr)
+{
+	struct bpf_fib_lookup f = {
+		.family = AF_INET,
+		.ipv4_dst = saddr,
+		.ifindex = in,
+	};
+	int rc = bpf_fib_lookup(ctx, &f, sizeof(f), fib_flags | BPF_FIB_LOOKUP_SKIP_NEIGH);
+	return rc == BPF_FIB_LKUP_RET_NOT_FWDED && not_forwarded(ctx, &f) == ROUTER_PASS_LOCAL;
+}
+
 /* Sends a routed frame out of fib->ifindex: trims what follows the IP
  * datagram (`dgram` bytes after the Ethernet header), decrements TTL/hop
  * limit, then XDP rewrites the MACs and redirects; tc lets the neighbour
@@ -356,7 +383,7 @@ static __always_inline int route(void *ctx, const int tc)
 	int proto = parse_eth(&c, &eth, &vlans);
 	if (proto < 0)
 		return done(st, ROUTER_PASS_MALFORMED, len, hook_pass(tc));
-	if (vlans)
+	if (vlans || hook_vlan_stripped(ctx, tc))
 		return done(st, ROUTER_PASS_VLAN, len, hook_pass(tc));
 
 	if (proto == bpf_htons(ETH_P_IP)) {
@@ -378,7 +405,7 @@ static __always_inline int route(void *ctx, const int tc)
 			return rc;
 		if (!ip4_csum_ok(ip))
 			return done(st, ROUTER_DROP_BAD_CSUM, len, hook_drop(tc));
-		if (ip4_martian_src(ip->saddr))
+		if (ip4_martian_src(ip->saddr) || ip4_local_src(ctx, in, ip->saddr))
 			return done(st, ROUTER_DROP_MARTIAN, len, hook_drop(tc));
 		if (ip4_group_dst(ip->daddr))
 			return done(st, ROUTER_PASS_LOCAL, len, hook_pass(tc));

@@ -308,13 +308,15 @@ static __always_inline int ip4_csum_ok(const struct iphdr *ip)
 }
 
 /* Source addresses Linux never accepts for forwarding (martians, as
- * ip_route_input_slow calls them): loopback 127/8, "this network" 0/8,
- * multicast 224/4 and the limited broadcast 255.255.255.255. */
+ * ip_route_input_slow calls them): loopback 127/8, the unspecified
+ * 0.0.0.0, multicast 224/4 and the limited broadcast 255.255.255.255. The
+ * rest of 0/8 is an ordinary source since Linux 6.x (0.1.2.3 is
+ * forwarded). */
 static __always_inline int ip4_martian_src(__be32 saddr)
 {
 	__u32 a = bpf_ntohl(saddr);
 
-	return (a >> 24) == 127 || (a >> 24) == 0 || (a >> 28) == 0xe || a == 0xffffffff;
+	return (a >> 24) == 127 || a == 0 || (a >> 28) == 0xe || a == 0xffffffff;
 }
 
 /* A destination no unicast route may take: multicast 224/4 or the limited

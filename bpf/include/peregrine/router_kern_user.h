@@ -31,7 +31,7 @@ enum router_action {
 	ROUTER_PASS_LINK_LOCAL,   /* IPv6 link-local source or destination: not routed */
 	ROUTER_DROP_OTHERHOST,    /* unicast MAC of another host, not a router port (PACKET_OTHERHOST) */
 	ROUTER_DROP_BAD_CSUM,     /* IPv4 header checksum wrong */
-	ROUTER_DROP_MARTIAN,      /* martian source: loopback, 0/8, multicast, broadcast, :: */
+	ROUTER_DROP_MARTIAN,      /* martian source: loopback, 0.0.0.0, multicast, broadcast, own address, :: */
 	ROUTER_ACTIONS,
 };
 

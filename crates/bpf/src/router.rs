@@ -689,7 +689,7 @@ mod fixtures {
                 Pass,
             ),
         ];
-        for src in ["127.0.0.1", "0.1.2.3", "224.0.0.5", "255.255.255.255"] {
+        for src in ["127.0.0.1", "0.0.0.0", "224.0.0.5", "255.255.255.255"] {
             t.push((
                 format!("ipv4 martian source {src}"),
                 udp(&from(src, "198.19.0.5", 64), b"hello"),

@@ -9,6 +9,7 @@
 //! Topology of one case `P`: P-A (a0, 198.18.1.1) <-> (a1) P-R (b0) <->
 //! (b1, 198.18.2.1) P-B, P-R routing with Linux forwarding on as well (the
 //! router passes what it does not forward to the kernel).
+use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -80,15 +81,7 @@ impl RouterTopo for Topo {
 
     /// (packets, bytes) forwarded from port `port`, from `stats --json`.
     fn forwarded(&self, port: &str) -> (u64, u64) {
-        let v = json(&self.router(&["stats", "--json"]), "router stats --json");
-        let p = v["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["port"] == port)
-            .unwrap_or_else(|| panic!("no port {port} in {v}"))
-            .clone();
-        let f = &p["rx"]["forward"];
+        let f = &port_stats(self, port)["rx"]["forward"];
         (f["packets"].as_u64().unwrap(), f["bytes"].as_u64().unwrap())
     }
 
@@ -448,5 +441,185 @@ fn attach_errors_are_one_line_and_leave_nothing() {
         &t.router(&["attach", "--hook", "tc", "--mode", "generic", "a1", "b0"]),
         "--hook tc takes none",
     );
+    t.assert_clean();
+}
+
+/// Port `port`'s entry in `router stats --json` run in R.
+fn port_stats(t: &Topo, port: &str) -> serde_json::Value {
+    let v = json(&t.router(&["stats", "--json"]), "router stats --json");
+    v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"] == port)
+        .unwrap_or_else(|| panic!("no port {port} in {v}"))
+        .clone()
+}
+
+/// `router stats --json`'s rx counters of `port`, by action.
+fn rx_actions(t: &Topo, port: &str) -> BTreeMap<String, u64> {
+    port_stats(t, port)["rx"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(a, c)| (a.clone(), c["packets"].as_u64().unwrap()))
+        .collect()
+}
+
+/// Sends each frame (hex) `count` times from a raw AF_PACKET socket on
+/// interface `iface`: python3's socket module, no other tool.
+const SEND_RAW: &str = "import socket,sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((sys.argv[1], 0))
+for f in sys.argv[3:]:
+    for _ in range(int(sys.argv[2])):
+        s.send(bytes.fromhex(f))";
+
+/// What Linux does not route, the router does not either, at both hooks,
+/// and every such frame is counted under exactly one action: 802.1Q-tagged
+/// IPv4 and IPv6 and a single 802.1ad tag are `pass_vlan` (Linux has no
+/// VLAN device here and drops them; the tc hook used to forward them
+/// untagged), a source that is R's own address (a1's 198.18.1.2, arriving
+/// on a1) and 0.0.0.0 are martians, while 0.1.2.3 is forwarded (on Linux
+/// 6.18 only 0.0.0.0 of 0/8 is martian). Round one checks what Linux alone
+/// does with each kind; then `router attach a1 b0` (auto: tc at default
+/// offloads) and `--hook xdp` must deliver the same to B.
+#[test]
+fn frames_linux_does_not_route_are_not_routed_and_counted_once_at_both_hooks() {
+    use peregrine_bpf::fixture::frames::{spec, udp, vlan};
+    use peregrine_wire::{ethertype, MacAddr};
+    let Some(t) = Topo::privileged_up("pgo9") else {
+        return;
+    };
+    const N: u64 = 20;
+    const PORT: u16 = 7777;
+    const MARK: &[u8] = b"pgo9 frame";
+    let mac_of = |ns: &str, dev: &str| -> MacAddr {
+        let o = sh_in(
+            ns,
+            &["cat", &format!("/sys/class/net/{dev}/address")],
+            Duration::from_secs(5),
+        );
+        text(&o.stdout).trim().parse().unwrap()
+    };
+    let (a0, a1) = (mac_of(&t.ns("A"), "a0"), mac_of(&t.ns("R"), "a1"));
+    let frame = |src: &str, dst: &str| {
+        let s = peregrine_wire::UdpFrameSpec {
+            src_mac: a0,
+            dst_mac: a1,
+            dst_port: PORT,
+            frame_len: 100,
+            ..spec(src, dst)
+        };
+        udp(&s, MARK)
+    };
+    let v4 = frame("198.18.1.1", "198.18.2.1");
+    let v6 = frame("2001:db8:1::1", "2001:db8:2::1");
+    // (what, frame, the action it counts under, datagrams B receives)
+    let kinds: Vec<(&str, Vec<u8>, &str, u64)> = vec![
+        (
+            "802.1Q ipv4",
+            vlan(&v4, ethertype::VLAN, 10),
+            "pass_vlan",
+            0,
+        ),
+        (
+            "802.1Q ipv6",
+            vlan(&v6, ethertype::VLAN, 10),
+            "pass_vlan",
+            0,
+        ),
+        (
+            "802.1ad ipv4",
+            vlan(&v4, ethertype::QINQ, 10),
+            "pass_vlan",
+            0,
+        ),
+        (
+            "source is a1's own address",
+            frame("198.18.1.2", "198.18.2.1"),
+            "drop_martian",
+            0,
+        ),
+        (
+            "source 0.0.0.0",
+            frame("0.0.0.0", "198.18.2.1"),
+            "drop_martian",
+            0,
+        ),
+        (
+            "source 0.1.2.3",
+            frame("0.1.2.3", "198.18.2.1"),
+            "forward",
+            N,
+        ),
+    ];
+    // One socket for both families (IPv4 arrives mapped).
+    let rx = netns::run_in(&t.ns("B"), || {
+        std::net::UdpSocket::bind(("::", PORT)).unwrap()
+    })
+    .unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let received = || -> u64 {
+        let mut n = 0;
+        let mut buf = [0u8; 256];
+        // Bounded: at most what was sent, plus one timeout.
+        for _ in 0..=N {
+            match rx.recv(&mut buf) {
+                Ok(len) if buf[..len].starts_with(MARK) => n += 1,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        n
+    };
+    // Noise the test does not control: ARP, ND and MLD from the hosts.
+    let noise = [
+        "pass_not_ip",
+        "pass_l2_group",
+        "pass_local",
+        "pass_link_local",
+    ];
+    assert!(t.ping("198.18.2.1"), "A reaches B (neighbours resolved)");
+    for hook in ["linux", "auto", "xdp"] {
+        match hook {
+            "linux" => {}
+            "auto" => ok(&t.router(&["attach", "a1", "b0"]), "router attach"),
+            h => ok(
+                &t.router(&["attach", "--hook", h, "a1", "b0"]),
+                "router attach --hook xdp",
+            ),
+        }
+        for (what, f, action, delivered) in &kinds {
+            let before = (hook != "linux").then(|| rx_actions(&t, "a1"));
+            let hex = f.iter().map(|b| format!("{b:02x}")).collect::<String>();
+            let n = N.to_string();
+            let sent = sh_in(
+                &t.ns("A"),
+                &["python3", "-c", SEND_RAW, "a0", &n, &hex],
+                Duration::from_secs(10),
+            );
+            ok(&sent, "python3 raw socket");
+            assert_eq!(received(), *delivered, "{hook}: {what}: datagrams in B");
+            if let Some(before) = before {
+                let after = rx_actions(&t, "a1");
+                let moved: BTreeMap<&str, u64> = after
+                    .iter()
+                    .filter(|(a, _)| !noise.contains(&a.as_str()))
+                    .map(|(a, n)| (a.as_str(), n - before[a]))
+                    .filter(|(_, n)| *n > 0)
+                    .collect();
+                assert_eq!(
+                    moved,
+                    BTreeMap::from([(*action, N)]),
+                    "{hook}: {what}: counted under {action} alone"
+                );
+            }
+        }
+        if hook != "linux" {
+            t.detach();
+        }
+    }
     t.assert_clean();
 }

@@ -203,8 +203,10 @@ fn fib_table() -> Vec<Row> {
     other_port_no_neigh.dst_mac = other_port.dst_mac;
     let mut bcast = from_a("198.19.0.5", 64);
     bcast.dst_mac = MacAddr::BROADCAST;
-    let mut martian = from_a("198.19.0.5", 64);
-    martian.src_ip = "127.0.0.1".parse().unwrap();
+    let from_src = |src: &str| UdpFrameSpec {
+        src_ip: src.parse().unwrap(),
+        ..from_a("198.19.0.5", 64)
+    };
     vec![
         forwarded("ipv4 forward", "198.19.0.5", 64),
         forwarded("ipv6 forward", "2001:db8:99::5", 64),
@@ -275,9 +277,37 @@ fn fib_table() -> Vec<Row> {
         ),
         (
             "martian source 127.0.0.1",
-            build(&martian),
+            build(&from_src("127.0.0.1")),
             Drop,
             "drop_martian",
+        ),
+        // Linux refuses a source that is one of its own addresses (here
+        // in0's, arriving on in0; out0's too) as a martian...
+        (
+            "source is in0's own address",
+            build(&from_src("198.18.1.2")),
+            Drop,
+            "drop_martian",
+        ),
+        (
+            "source is out0's own address",
+            build(&from_src("198.18.2.1")),
+            Drop,
+            "drop_martian",
+        ),
+        // ... but not its neighbours', nor 0/8 other than 0.0.0.0 (Linux
+        // 6.18 forwards 0.1.2.3).
+        (
+            "source is the neighbour of in0's address",
+            build(&from_src("198.18.1.3")),
+            Forward(from_src("198.18.1.3")),
+            "forward",
+        ),
+        (
+            "source 0.1.2.3",
+            build(&from_src("0.1.2.3")),
+            Forward(from_src("0.1.2.3")),
+            "forward",
         ),
     ]
 }
