@@ -15,7 +15,8 @@ macro_rules! usage {
 }
 
 /// Exit status for a failed command: 2 for usage errors anywhere in the
-/// chain (a lab the user named that does not exist is one), else 1.
+/// chain (a lab the user named that does not exist is one, and so is a
+/// setting a library's config refused), else 1.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     let named_no_lab = |c: &(dyn std::error::Error + 'static)| {
         matches!(
@@ -23,7 +24,18 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             Some(peregrine_lab::LabError::NoSuchLab(_))
         )
     };
-    if e.chain().any(|c| c.is::<UsageError>() || named_no_lab(c)) {
+    let refused = |c: &(dyn std::error::Error + 'static)| {
+        matches!(
+            c.downcast_ref::<peregrine_faas::ServeError>(),
+            Some(peregrine_faas::ServeError::Invalid(_))
+        ) || matches!(
+            c.downcast_ref::<peregrine_quic::app::AppError>(),
+            Some(peregrine_quic::app::AppError::Invalid(_))
+        )
+    };
+    if e.chain()
+        .any(|c| c.is::<UsageError>() || named_no_lab(c) || refused(c))
+    {
         2
     } else {
         1
