@@ -369,7 +369,11 @@ impl Server {
         ServeStats {
             requests: get(&c.requests),
             replies: get(&c.replies),
-            drops: c.drop_reasons().into_iter().map(|(r, v)| (r, get(v))).collect(),
+            drops: c
+                .drop_reasons()
+                .into_iter()
+                .map(|(r, v)| (r, get(v)))
+                .collect(),
             per_function: self
                 .live()
                 .current()
