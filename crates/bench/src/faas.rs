@@ -15,12 +15,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use peregrine_faas::baseline::SocketServer;
-use peregrine_faas::invoker::{AfXdpInvoker, InvokerConfig};
 use peregrine_faas::wasm::{WasmFunction, WasmLimits};
-use peregrine_faas::Registry;
+use peregrine_faas::{Backend as FaasBackend, Registry, ServeConfig, Server};
 use peregrine_host::nl::Netlink;
-use peregrine_host::{netns, signals, snmp};
+use peregrine_host::{signals, snmp};
 use peregrine_lab::measure::{summarize, CpuSnapshot};
 use peregrine_lab::openloop::{self, request_frame_size, OpenLoopConfig, OpenLoopProgress};
 use peregrine_lab::pacing::Rate;
@@ -91,27 +89,6 @@ impl std::str::FromStr for ClientReceive {
             "rps" => Ok(ClientReceive::Rps),
             "napi" => Ok(ClientReceive::Napi),
             _ => Err(format!("{s:?}: expected sender, rps or napi")),
-        }
-    }
-}
-
-/// The invoker's server backends.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum FaasBackend {
-    /// One thread, one datagram per system call (the source's simple server).
-    Socket,
-    /// recvmmsg/sendmmsg workers.
-    Mmsg,
-    /// The AF_XDP invoker.
-    Afxdp,
-}
-
-impl FaasBackend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FaasBackend::Socket => "socket",
-            FaasBackend::Mmsg => "mmsg",
-            FaasBackend::Afxdp => "afxdp",
         }
     }
 }
@@ -191,13 +168,6 @@ impl std::str::FromStr for FaasContender {
 
 const FUNCTION: &str = "1232=reverse";
 
-/// A running server of one backend, held for the measurement (dropping it
-/// stops it).
-enum FaasServer {
-    Afxdp(Box<AfXdpInvoker>),
-    Socket(SocketServer),
-}
-
 /// Every counter a request or its reply can be lost at, read before and
 /// after each trial so its missing requests are put where they were lost:
 /// the server's own reasons (the AF_XDP socket's ring drops among them),
@@ -205,14 +175,14 @@ enum FaasServer {
 /// and both veth ends (requests at the server's receive ring, replies at
 /// the client's). Loss none of them saw is the server's.
 struct LossCounters<'a> {
-    server: &'a FaasServer,
+    server: &'a Server,
     server_ns: String,
     client_ns: String,
     nl: Mutex<Netlink>,
 }
 
 impl<'a> LossCounters<'a> {
-    fn new(server: &'a FaasServer, server_ns: &str, client_ns: &str) -> Result<LossCounters<'a>> {
+    fn new(server: &'a Server, server_ns: &str, client_ns: &str) -> Result<LossCounters<'a>> {
         Ok(LossCounters {
             server,
             server_ns: server_ns.into(),
@@ -223,13 +193,8 @@ impl<'a> LossCounters<'a> {
 
     /// Every counter now: where, whose limit it shows, its value.
     fn read(&self) -> Result<Vec<(String, Limiter, u64)>> {
-        let counters = match self.server {
-            FaasServer::Afxdp(inv) => {
-                inv.sync_counters();
-                &inv.counters
-            }
-            FaasServer::Socket(s) => &s.counters,
-        };
+        self.server.sync_counters();
+        let counters = self.server.counters();
         let mut all: Vec<(String, Limiter, u64)> = counters
             .drop_reasons()
             .iter()
@@ -243,7 +208,7 @@ impl<'a> LossCounters<'a> {
                 )
             })
             .collect();
-        if let FaasServer::Socket(_) = self.server {
+        if self.server.backend() != FaasBackend::Afxdp {
             all.push((
                 format!("UdpRcvbufErrors in {} (socket buffer full)", self.server_ns),
                 Limiter::Dut,
@@ -404,43 +369,27 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
             topo.links[0].queues = threads;
             let lab = Lab::up(topo, Lifetime::Ephemeral)?;
             let registry = contender.registry()?;
-            let memory;
             // Held for the measurement; dropping it stops the server.
-            let server = match backend {
-                FaasBackend::Afxdp => {
-                    // Rings as deep as the mmsg server's 8 MiB socket buffer
-                    // (32 MiB of UMEM; the source used 256 MiB).
-                    let cfg = InvokerConfig {
-                        queues: threads,
-                        workers: 1,
-                        cpus: server_cpus.clone(),
-                        xsk: peregrine_xsk::XskConfig {
-                            frames: 16384,
-                            ring: 4096,
-                            ..Default::default()
-                        },
-                        ..Default::default()
-                    };
-                    let inv =
-                        AfXdpInvoker::start(Some(&lab.ns("b")), "eth0", registry.clone(), cfg)?;
-                    memory = inv.memory_bytes;
-                    FaasServer::Afxdp(Box::new(inv))
-                }
-                FaasBackend::Mmsg => {
-                    let s = netns::run_in(&lab.ns("b"), || {
-                        SocketServer::mmsg(registry.clone(), threads as usize, &server_cpus)
-                    })??;
-                    memory = s.memory_bytes;
-                    FaasServer::Socket(s)
-                }
-                FaasBackend::Socket => {
-                    let s = netns::run_in(&lab.ns("b"), || {
-                        SocketServer::simple_on(registry.clone(), server_cpus[0])
-                    })??;
-                    memory = s.memory_bytes;
-                    FaasServer::Socket(s)
-                }
-            };
+            // AF_XDP: one worker per queue, rings as deep as the mmsg
+            // server's 8 MiB socket buffer (32 MiB of UMEM; the source
+            // used 256 MiB).
+            let server = peregrine_faas::serve(ServeConfig {
+                ns: Some(lab.ns("b")),
+                queues: if backend == FaasBackend::Afxdp {
+                    threads
+                } else {
+                    1
+                },
+                threads,
+                cpus: server_cpus.clone(),
+                xsk: peregrine_xsk::XskConfig {
+                    frames: 16384,
+                    ring: 4096,
+                    ..Default::default()
+                },
+                ..ServeConfig::new(backend, "eth0", registry.clone())
+            })?;
+            let memory = server.memory_bytes();
             let losses = LossCounters::new(&server, &lab.ns("b"), &lab.ns("a"))?;
             let label = RunKey {
                 contender: contender.label(),

@@ -1,18 +1,15 @@
-//! `peregrine faas serve`: the function invoker with its backends.
+//! `peregrine faas serve|load|deploy|undeploy|list`: arguments into
+//! `peregrine_faas::ServeConfig` and `peregrine_lab::faasload`'s config,
+//! the control socket's requests, and the reports printed.
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::{Args, Subcommand};
-use peregrine_faas::baseline::SocketServer;
-use peregrine_faas::control;
-use peregrine_faas::invoker::{AfXdpInvoker, Counters, InvokerConfig};
-use peregrine_faas::live::{Live, Routes};
 use peregrine_faas::wasm::WasmLimits;
-use peregrine_faas::Registry;
-use peregrine_host::{netns, signals};
-use peregrine_lab::lab;
-use peregrine_lab::openloop::{request_frame_size, OpenLoopConfig, OpenLoopProgress};
+use peregrine_faas::{control, Registry, ServeConfig, ServeReport};
+use peregrine_host::netns;
+use peregrine_lab::faasload::DEFAULT_MAX_LOSS;
 
 use crate::scope::Scope;
 use crate::table::{ns as fmt_ns, si, Table};
@@ -51,34 +48,14 @@ pub enum Backend {
     Socket,
 }
 
-impl Backend {
-    fn name(self) -> &'static str {
-        match self {
-            Backend::Afxdp => "afxdp",
-            Backend::Mmsg => "mmsg",
-            Backend::Socket => "socket",
+impl From<Backend> for peregrine_faas::Backend {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Afxdp => peregrine_faas::Backend::Afxdp,
+            Backend::Mmsg => peregrine_faas::Backend::Mmsg,
+            Backend::Socket => peregrine_faas::Backend::Socket,
         }
     }
-}
-
-/// Default of --max-loss: the share of requests that may go unanswered.
-pub const DEFAULT_MAX_LOSS: f64 = 0.001;
-
-fn loss_fraction(s: &str) -> Result<f64, String> {
-    let v: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| {
-        format!("{s:?}: expected a fraction such as 0.001, or a percentage such as 0.1%")
-    })?;
-    let v = if s.trim().ends_with('%') {
-        v / 100.0
-    } else {
-        v
-    };
-    if !(0.0..=1.0).contains(&v) {
-        return Err(format!(
-            "{s:?}: expected a fraction in 0..=1 (or 0%..=100%)"
-        ));
-    }
-    Ok(v)
 }
 
 #[derive(Args)]
@@ -123,7 +100,7 @@ pub struct LoadArgs {
     pub check_on_client_cpus: bool,
     /// Fail (exit 1) when more than this share of the requests got no
     /// reply: a fraction (0.001) or a percentage (0.1%).
-    #[arg(long, value_name = "FRACTION", default_value_t = DEFAULT_MAX_LOSS, value_parser = loss_fraction)]
+    #[arg(long, value_name = "FRACTION", default_value_t = DEFAULT_MAX_LOSS, value_parser = crate::units::fraction)]
     pub max_loss: f64,
     /// Serve Prometheus metrics here while running (e.g. 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
@@ -235,50 +212,6 @@ pub struct ServeArgs {
     /// per-second progress).
     #[arg(long)]
     pub json: bool,
-}
-
-enum Server {
-    AfXdp(Box<AfXdpInvoker>),
-    Sockets(SocketServer),
-}
-
-impl Server {
-    fn live(&self) -> &Live {
-        match self {
-            Server::AfXdp(i) => &i.live,
-            Server::Sockets(s) => &s.live,
-        }
-    }
-    fn live_arc(&self) -> std::sync::Arc<Live> {
-        match self {
-            Server::AfXdp(i) => i.live.clone(),
-            Server::Sockets(s) => s.live.clone(),
-        }
-    }
-    fn routes(&self) -> &dyn Routes {
-        match self {
-            Server::AfXdp(i) => i.as_ref(),
-            Server::Sockets(s) => s,
-        }
-    }
-    fn counters(&self) -> &Counters {
-        match self {
-            Server::AfXdp(i) => &i.counters,
-            Server::Sockets(s) => &s.counters,
-        }
-    }
-    fn counters_arc(&self) -> std::sync::Arc<Counters> {
-        match self {
-            Server::AfXdp(i) => i.counters.clone(),
-            Server::Sockets(s) => s.counters.clone(),
-        }
-    }
-    fn memory_bytes(&self) -> usize {
-        match self {
-            Server::AfXdp(i) => i.memory_bytes,
-            Server::Sockets(s) => s.memory_bytes,
-        }
-    }
 }
 
 pub fn run(cmd: FaasCmd) -> Result<()> {
@@ -397,360 +330,42 @@ fn functions(spec: &str) -> Result<Registry> {
     }
 }
 
-/// What a load run reports, closed or open loop.
-struct LoadOutcome {
-    requests: u64,
-    responses: u64,
-    wrong: u64,
-    missing: u64,
-    /// The first error sending a request (closed loop).
-    send_error: Option<String>,
-    /// Sent from a lab host (--lab/--host) rather than this namespace.
-    from_lab: bool,
-}
-
 fn load(a: LoadArgs) -> Result<()> {
-    use peregrine_lab::load::{LoadConfig, LoadMetrics};
-    if !peregrine_lab::topology::allowed_address(a.to) {
-        usage!(
-            "--to {}: outside 198.18.0.0/15 and 2001:db8::/32; load goes only to lab ranges",
-            a.to
-        );
-    }
-    if a.duration.0 > Duration::from_secs(3600) {
-        usage!("--duration {}: at most 1h for a load run", a.duration);
-    }
-    if a.connections == 0 || a.connections > 4096 {
-        usage!("--connections {}: expected 1..=4096", a.connections);
-    }
-    let registry = functions(&a.functions)?;
-    let ns = a.scope.ns()?;
-    // The invoker answers requests of one frame: a larger one would go out
-    // as IP fragments, which it counts and drops (`fragments`).
-    let (max, why) = netns::run_in_opt(ns.as_deref(), || {
-        peregrine_lab::load::max_request_payload(a.to)
-    })?;
-    if a.size.0 == 0 || a.size.0 > max as u64 {
-        usage!(
-            "--size {}: expected 1..={max} payload bytes: a request must fit one frame ({why}, less IP and UDP headers)",
-            a.size
-        );
-    }
-    if a.rate.is_some() {
-        return open_load(&a, &registry);
-    }
-    let metrics = LoadMetrics::new();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let server = a
-        .metrics
-        .map(|addr| crate::metrics::serve_load(&metrics, addr, stop.clone()))
-        .transpose()?;
-    let cfg = LoadConfig {
-        server: a.to,
-        connections: a.connections,
-        duration: a.duration.0,
-        size: a.size.0 as usize,
-        timeout: Duration::from_secs(1),
+    use peregrine_lab::faasload::{FaasLoadConfig, LoadMode};
+    let mode = match a.rate {
+        None => LoadMode::Closed {
+            connections: a.connections,
+        },
+        Some(rate) => LoadMode::Open {
+            rate,
+            iface: a.iface.clone(),
+            flows: a.flows,
+            threads: a.threads,
+            check_on_client_cpus: a.check_on_client_cpus,
+        },
     };
-    if !a.json {
-        eprintln!(
-            "closed loop: {} connection(s) to {} for {}, {} B requests",
-            a.connections, a.to, a.duration, a.size
-        );
-    }
-    let r = std::thread::scope(|s| {
-        if !a.json {
-            s.spawn(|| closed_progress(&metrics, &stop));
-        }
-        let r = netns::run_in_opt(ns.as_deref(), || {
-            peregrine_lab::load::run(&registry, &cfg, &metrics)
-        });
-        stop.store(true, Ordering::Relaxed);
-        r
-    })?;
-    if let Some(s) = server {
-        let _ = s.join();
-    }
-    let r = r?;
-    let lat = peregrine_lab::measure::summarize(&r.latency);
-    let out = serde_json::json!({
-        "mode": "closed",
-        "seconds": r.seconds,
-        "connections": a.connections,
-        "size": a.size.0,
-        "requests": r.requests,
-        "responses": r.responses,
-        "wrong": r.wrong,
-        "missing": r.missing,
-        "requests_per_s": r.responses as f64 / r.seconds.max(1e-9),
-        "max_loss": a.max_loss,
-        "latency": lat,
-    });
-    let o = LoadOutcome {
-        requests: r.requests,
-        responses: r.responses,
-        wrong: r.wrong,
-        missing: r.missing,
-        send_error: r.send_error.clone(),
-        from_lab: ns.is_some(),
+    let cfg = FaasLoadConfig {
+        to: a.to,
+        functions: functions(&a.functions)?,
+        duration: a.duration,
+        size: a.size,
+        from: a
+            .scope
+            .ns()?
+            .and(a.scope.lab.clone().zip(a.scope.host.clone())),
+        mode,
+        max_loss: a.max_loss,
+        metrics: a.metrics,
+        progress: !a.json,
+        command: peregrine_bench::command_line(),
     };
-    let how = format!(
-        "closed loop, {} connection(s), kernel UDP sockets",
-        a.connections
-    );
-    report_load(&a, &out, &o, None, r.seconds, lat, how)
-}
-
-/// Prints the closed loop's requests and replies per second to stderr
-/// until `stop`.
-fn closed_progress(m: &peregrine_lab::load::LoadMetrics, stop: &std::sync::atomic::AtomicBool) {
-    let start = Instant::now();
-    let (mut req, mut ok) = (0, 0);
-    while !stop.load(Ordering::Relaxed) {
-        let tick = Instant::now();
-        while tick.elapsed() < Duration::from_secs(1) && !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        let (r, o) = (m.requests.get(), m.responses.get());
-        eprintln!(
-            "  load {:>5.1}s: {} requests/s, {} replies/s, {} wrong, {} missing so far",
-            start.elapsed().as_secs_f64(),
-            si((r - req) as f64),
-            si((o - ok) as f64),
-            m.wrong.get(),
-            m.missing.get()
-        );
-        (req, ok) = (r, o);
-    }
-}
-
-fn open_load(a: &LoadArgs, registry: &Registry) -> Result<()> {
-    let (Some(lab), Some(host)) = (&a.scope.lab, &a.scope.host) else {
-        usage!("open-loop load (--rate) sends from a lab host: give --lab and --host");
-    };
-    let ncpu = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    if a.threads == 0 || a.threads > ncpu {
-        usage!(
-            "--threads {}: expected 1..={ncpu} (one generator thread per CPU)",
-            a.threads
-        );
-    }
-    if a.flows == 0 {
-        usage!("--flows 0: expected at least 1 source port");
-    }
-    a.scope.ns()?;
-    let from = peregrine_lab::Endpoint {
-        host: host.clone(),
-        iface: a.iface.clone(),
-    };
-    let topo = lab::state(lab)?.topology;
-    let mut cfg = match OpenLoopConfig::for_lab(&topo, &from, a.to, registry, a.size.0 as usize) {
-        Ok(c) => c,
-        // Which function or size the open loop cannot take: the caller's choice.
+    let r = match peregrine_lab::faasload::run(&cfg) {
+        Ok(r) => r,
         Err(peregrine_lab::LabError::Invalid(m)) => usage!("{m}"),
         Err(e) => return Err(e.into()),
     };
-    let frame_bytes = request_frame_size(&cfg.frame, a.size.0 as usize) as f64;
-    let rate = a.rate.expect("open loop has a rate");
-    let pps = rate.pps(frame_bytes);
-    if !(pps.is_finite() && pps >= 1.0) {
-        usage!("--rate {rate}: below one request per second for {frame_bytes} B frames");
-    }
-    cfg.rate = peregrine_lab::pacing::Rate::Pps(rate.pps(frame_bytes));
-    cfg.duration = a.duration.0;
-    cfg.flows = a.flows;
-    cfg.cpus = (0..a.threads).collect();
-    cfg.check_on_client_cpus = a.check_on_client_cpus;
-    if !a.json {
-        eprintln!(
-            "open loop: {} requests/s to {}:{} for {}, {} B payload ({} B frames)",
-            si(pps),
-            a.to,
-            cfg.frame.dst_port,
-            a.duration,
-            a.size,
-            frame_bytes
-        );
-    }
-    let progress = OpenLoopProgress::default();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // Prometheus while it runs: requests, correct and wrong replies (the
-    // latencies and the missing are known when the run ends, in the report).
-    let metrics = peregrine_lab::load::LoadMetrics::new();
-    let server = a
-        .metrics
-        .map(|addr| crate::metrics::serve_load(&metrics, addr, stop.clone()))
-        .transpose()?;
-    let r = std::thread::scope(|s| {
-        if !a.json {
-            s.spawn(|| peregrine_lab::openloop::watch(&progress, &stop, "load"));
-        }
-        if a.metrics.is_some() {
-            s.spawn(|| {
-                let (mut req, mut ok, mut bad) = (0, 0, 0);
-                loop {
-                    let done = stop.load(Ordering::Relaxed);
-                    let r = progress.requests.load(Ordering::Relaxed);
-                    let o = progress.replies.load(Ordering::Relaxed);
-                    let b = progress.wrong.load(Ordering::Relaxed);
-                    metrics.requests.inc_by(r.saturating_sub(req));
-                    metrics.responses.inc_by(o.saturating_sub(ok));
-                    metrics.wrong.inc_by(b.saturating_sub(bad));
-                    (req, ok, bad) = (r.max(req), o.max(ok), b.max(bad));
-                    if done {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-            });
-        }
-        let r = peregrine_lab::openloop::run(&cfg, &progress);
-        stop.store(true, Ordering::Relaxed);
-        r
-    });
-    if let Some(t) = server {
-        let _ = t.join();
-    }
-    let r = r?;
-    let lat = peregrine_lab::measure::summarize(&r.latency);
-    let c = &r.checks;
-    let offered = r.requests as f64 / r.seconds.max(1e-9);
-    // A rate the generator could not offer is said, not hidden in the figures.
-    let short = peregrine_lab::trial::short_of(Some(pps), offered);
-    if short {
-        eprintln!(
-            "peregrine: warning: asked for {} requests/s, offered {} requests/s ({:.1}% short): generator-limited",
-            si(pps),
-            si(offered),
-            (1.0 - offered / pps) * 100.0
-        );
-    }
-    let out = serde_json::json!({
-        "mode": "open",
-        "requested_per_s": pps,
-        "generator_limited": short,
-        "seconds": r.seconds,
-        "size": a.size.0,
-        "flows": a.flows,
-        "requests": r.requests,
-        "responses": r.replies,
-        "wrong": r.wrong,
-        "missing": r.missing,
-        "requests_per_s": r.requests as f64 / r.seconds.max(1e-9),
-        "responses_per_s": r.replies as f64 / r.seconds.max(1e-9),
-        "wrong_by_check": {
-            "length": c.bad_length, "payload": c.bad_payload,
-            "checksum": c.bad_checksum, "truncated": c.truncated,
-        },
-        "max_loss": a.max_loss,
-        "latency": lat,
-    });
-    let o = LoadOutcome {
-        requests: r.requests,
-        responses: r.replies,
-        wrong: r.wrong,
-        missing: r.missing,
-        send_error: None,
-        from_lab: true,
-    };
-    let how = format!(
-        "open loop, live-frame requests from {} thread(s), every reply checked at tcx ingress",
-        a.threads
-    );
-    report_load(a, &out, &o, Some(pps), r.seconds, lat, how)
-}
-
-/// The end of every load run: its result file, printed (`out` is the
-/// table's source), then judged.
-fn report_load(
-    a: &LoadArgs,
-    out: &serde_json::Value,
-    o: &LoadOutcome,
-    requested: Option<f64>,
-    seconds: f64,
-    latency: Option<peregrine_lab::results::Latency>,
-    how: String,
-) -> Result<()> {
-    let result = load_result(
-        o,
-        requested,
-        seconds,
-        a.size.0 as usize,
-        latency,
-        a.max_loss,
-        how,
-    );
-    print_load(out, &result, a.json)?;
-    judge_load(o, a.max_loss, a.to)
-}
-
-/// A load run as a `peregrine.result/1` file, like every command that
-/// measures: requests are the offered packets, correct replies the
-/// delivered ones, unanswered requests the loss, wrong replies counted.
-fn load_result(
-    o: &LoadOutcome,
-    requested: Option<f64>,
-    seconds: f64,
-    size: usize,
-    latency: Option<peregrine_lab::results::Latency>,
-    max_loss: f64,
-    how: String,
-) -> peregrine_lab::results::ResultFile {
-    use peregrine_lab::results::{Limiter, ResultFile, Run, RunParams, Trial};
-    let secs = seconds.max(1e-9);
-    let frame = peregrine_wire::udp_frame_size(false, size) as f64;
-    let offered = o.requests as f64 / secs;
-    let delivered = o.responses.saturating_sub(o.wrong);
-    let loss = o.missing as f64 / o.requests.max(1) as f64;
-    let trial = Trial {
-        phase: if requested.is_some() { "fixed" } else { "max" }.into(),
-        requested_pps: requested,
-        duration_s: seconds,
-        offered_packets: o.requests,
-        delivered_packets: delivered,
-        offered_pps: offered,
-        delivered_pps: delivered as f64 / secs,
-        offered_bps: offered * frame * 8.0,
-        delivered_bps: delivered as f64 / secs * frame * 8.0,
-        loss_ratio: loss,
-        cpu: vec![],
-        latency,
-        windows: vec![],
-        limited_by: Some(peregrine_lab::trial::classify(
-            requested,
-            offered,
-            o.missing,
-            loss,
-            max_loss,
-            &[],
-            Limiter::Dut,
-        )),
-        drops: vec![],
-        wrong: Some(o.wrong),
-    };
-    let run = Run {
-        label: format!("faas load, {size} B requests"),
-        params: RunParams {
-            backend: if requested.is_some() { "xdp" } else { "socket" }.into(),
-            ip: "ipv4".into(),
-            frame_size: (frame as usize).to_string(),
-            mean_frame_bytes: frame,
-            flows: 0,
-            threads: 0,
-            sink: how,
-            sent: true,
-        },
-        trials: vec![trial],
-        rfc2544: None,
-        placement: None,
-        ..Default::default()
-    };
-    ResultFile::new("faas-load", peregrine_bench::command_line(), vec![run])
+    print_load(&r.summary, &r.result, a.json)?;
+    r.judge().map_err(anyhow::Error::msg)
 }
 
 /// Prints a load report: one JSON object, or a table for people.
@@ -800,228 +415,33 @@ fn print_load(
     Ok(())
 }
 
-/// Fails (exit 1) when the run missed its purpose: nothing sent, no
-/// replies, a wrong reply, or more unanswered than `max_loss` allows.
-fn judge_load(o: &LoadOutcome, max_loss: f64, to: std::net::IpAddr) -> Result<()> {
-    let hint = if o.from_lab {
-        ""
-    } else {
-        " (sent from this namespace: give --lab and --host to send from a lab host)"
-    };
-    if o.requests == 0 {
-        match &o.send_error {
-            Some(e) => bail!("no request could be sent: {e}{hint}"),
-            None => bail!("no request was sent (interrupted before the first one?)"),
-        }
-    }
-    if o.wrong > 0 {
-        bail!(
-            "{} of {} replies were wrong",
-            o.wrong,
-            o.wrong + o.responses
-        );
-    }
-    if o.responses == 0 {
-        match &o.send_error {
-            Some(e) => bail!("no replies from {to}: {e}{hint}"),
-            None => bail!(
-                "no replies from {to}: is `faas serve` running there with these functions?{hint}"
-            ),
-        }
-    }
-    let loss = o.missing as f64 / o.requests as f64;
-    if loss > max_loss {
-        bail!(
-            "{} of {} requests ({:.3}%) got no reply, above --max-loss {} ({:.3}%)",
-            o.missing,
-            o.requests,
-            loss * 100.0,
-            max_loss,
-            max_loss * 100.0
-        );
-    }
-    Ok(())
-}
-
-/// Registers the invoker's counters in `reg` and returns the refresh that
-/// copies `c` into them (labels: backend; function and port per function).
-fn invoker_metrics(
-    reg: &mut peregrine_lab::load::prometheus_client::registry::Registry,
-    c: std::sync::Arc<Counters>,
-    backend: &'static str,
-    live: std::sync::Arc<Live>,
-) -> impl FnMut() + Send + 'static {
-    use crate::metrics::{set, CounterFamily, Labels};
-    let reg = reg.sub_registry_with_prefix("peregrine_faas_invoker");
-    let requests = CounterFamily::default();
-    let replies = CounterFamily::default();
-    let dropped = CounterFamily::default();
-    let per_fn = CounterFamily::default();
-    reg.register("requests", "Requests received", requests.clone());
-    reg.register("replies", "Replies sent", replies.clone());
-    let reasons: Vec<&str> = c.drop_reasons().iter().map(|(r, _)| *r).collect();
-    reg.register(
-        "dropped",
-        format!("Requests dropped, by reason ({})", reasons.join(", ")),
-        dropped.clone(),
-    );
-    reg.register(
-        "function_replies",
-        "Requests answered per function",
-        per_fn.clone(),
-    );
-    move || {
-        let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
-        let b: Labels = vec![("backend".into(), backend.into())];
-        set(&requests, &b, get(&c.requests));
-        set(&replies, &b, get(&c.replies));
-        for (reason, v) in c.drop_reasons() {
-            let mut l = b.clone();
-            l.push(("reason".into(), reason.into()));
-            set(&dropped, &l, get(v));
-        }
-        // The functions served now (deploys come and go while serving).
-        // Each deployment's own count (a redeploy starts again at 0).
-        for (port, d) in live.current().entries() {
-            let mut l = b.clone();
-            l.push(("function".into(), d.function.name().to_string()));
-            l.push(("port".into(), port.to_string()));
-            set(&per_fn, &l, d.answered());
-        }
-    }
-}
-
 fn serve(a: ServeArgs) -> Result<()> {
-    let registry = functions(&a.functions)?;
-    let ns = a.scope.ns()?;
-    if a.threads == 0 {
-        usage!("--threads 0: expected at least 1 worker thread");
-    }
-    if a.queues == 0 {
-        usage!("--queues 0: expected at least 1 RX queue");
-    }
-    let ncpu = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    if let Some(c) = a.cpus.iter().find(|&&c| c >= ncpu) {
-        usage!(
-            "--cpus: CPU {c} does not exist (this machine has CPUs 0..={})",
-            ncpu - 1
-        );
-    }
-    let cpus: Vec<usize> = if a.cpus.is_empty() {
-        (0..ncpu).collect()
-    } else {
-        a.cpus.clone()
-    };
-    let names: Vec<String> = registry
-        .iter()
-        .map(|(p, _, f)| format!("{p}={}", f.name()))
-        .collect();
-    if a.backend != Backend::Afxdp {
-        for (flag, set) in [
-            ("--queues", a.queues != 1),
-            ("--busy-poll", a.busy_poll.is_some()),
-        ] {
-            if set {
-                usage!(
-                    "{flag} applies to the afxdp backend, not {}",
-                    a.backend.name()
-                );
-            }
-        }
-    }
-    if a.backend == Backend::Afxdp
-        && netns::run_in_opt(ns.as_deref(), || peregrine_bpf::link::ifindex(&a.iface))?.is_err()
-    {
-        usage!(
-            "--iface {}: no such interface in {}",
-            a.iface,
-            ns.as_deref()
-                .map_or("this namespace".to_string(), |n| format!("namespace {n}"))
-        );
-    }
-    // Deploys, undeploys and lists arrive here (one server per namespace):
-    // taken before anything is attached, so a second server changes nothing.
-    let cookie = netns::run_in_opt(ns.as_deref(), netns::cookie)??;
-    let (to_serve, incoming) = std::sync::mpsc::channel();
-    let control = match control::ControlSocket::start(&control::path_for(cookie), to_serve) {
-        Ok(c) => c,
-        Err(e) => bail!("{e}"),
-    };
-    let server = match a.backend {
-        Backend::Afxdp => {
-            if !a.threads.is_multiple_of(a.queues) {
-                usage!(
-                    "--threads ({}) must be a multiple of --queues ({}): each queue gets the same number of workers",
-                    a.threads,
-                    a.queues
-                );
-            }
-            let cfg = InvokerConfig {
-                queues: a.queues,
-                workers: a.threads / a.queues,
-                cpus,
-                xdp_mode: a.xdp_mode,
-                xsk: peregrine_xsk::XskConfig {
-                    frames: a.frames,
-                    ring: a.ring,
-                    busy_poll: a.busy_poll.map(|usecs| peregrine_xsk::BusyPoll {
-                        usecs,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
+    let cfg = ServeConfig {
+        backend: a.backend.into(),
+        ns: a.scope.ns()?,
+        iface: a.iface.clone(),
+        functions: functions(&a.functions)?,
+        queues: a.queues,
+        threads: a.threads,
+        cpus: a.cpus.clone(),
+        xsk: peregrine_xsk::XskConfig {
+            frames: a.frames,
+            ring: a.ring,
+            busy_poll: a.busy_poll.map(|usecs| peregrine_xsk::BusyPoll {
+                usecs,
                 ..Default::default()
-            };
-            let inv = AfXdpInvoker::start(ns.as_deref(), &a.iface, registry, cfg)?;
-            eprintln!(
-                "serving {} on {} with AF_XDP ({}, {} queue(s) x {} worker(s), {} KiB of UMEM and rings)",
-                names.join(" "),
-                a.iface,
-                inv.mode,
-                a.queues,
-                a.threads / a.queues,
-                inv.memory_bytes / 1024
-            );
-            Server::AfXdp(Box::new(inv))
-        }
-        Backend::Mmsg => {
-            let s = netns::run_in_opt(ns.as_deref(), || {
-                SocketServer::mmsg(registry, a.threads as usize, &cpus)
-            })??;
-            eprintln!(
-                "serving {} with {} recvmmsg/sendmmsg thread(s), up to {} KiB of buffers",
-                names.join(" "),
-                a.threads,
-                s.memory_bytes / 1024
-            );
-            Server::Sockets(s)
-        }
-        Backend::Socket => {
-            if a.threads != 1 {
-                usage!("--threads {}: the socket backend is one thread (the source's simple server); use --backend mmsg for more", a.threads);
-            }
-            let s = netns::run_in_opt(ns.as_deref(), || SocketServer::simple(registry))??;
-            eprintln!(
-                "serving {} with one recvfrom/sendto thread, up to {} KiB of buffers",
-                names.join(" "),
-                s.memory_bytes / 1024
-            );
-            Server::Sockets(s)
-        }
+            }),
+            ..Default::default()
+        },
+        xdp_mode: a.xdp_mode,
+        control: true,
     };
+    let server = peregrine_faas::serve(cfg)?;
+    eprintln!("{}", server.summary());
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let exposition = match a.metrics {
         Some(addr) => {
-            let mut reg = peregrine_lab::load::prometheus_client::registry::Registry::default();
-            let refresh = invoker_metrics(
-                &mut reg,
-                server.counters_arc(),
-                a.backend.name(),
-                server.live_arc(),
-            );
-            let t = peregrine_lab::load::serve_metrics(addr, stop.clone(), reg, refresh)?;
+            let t = crate::metrics::serve_invoker(&server, addr, stop.clone())?;
             if !a.json {
                 eprintln!("metrics on http://{addr}/metrics");
             }
@@ -1029,102 +449,52 @@ fn serve(a: ServeArgs) -> Result<()> {
         }
         None => None,
     };
-    if !a.json {
-        eprintln!("control socket {}", control.path().display());
+    if let (false, Some(p)) = (a.json, server.control_path()) {
+        eprintln!("control socket {}", p.display());
     }
-    let start = Instant::now();
-    let end = a.duration.map(Duration::from);
-    let mut last = 0;
-    while !signals::stop_requested() && end.is_none_or(|d| start.elapsed() < d) {
-        let tick = Instant::now();
-        let left = end.map_or(Duration::from_secs(1), |d| {
-            d.saturating_sub(start.elapsed())
-                .min(Duration::from_secs(1))
-        });
-        while tick.elapsed() < left && !signals::stop_requested() {
-            let slice = (left - tick.elapsed()).min(Duration::from_millis(100));
-            if let Ok(inc) = incoming.recv_timeout(slice) {
-                let answer =
-                    control::apply(&inc.request, &inc.module, server.live(), server.routes());
-                if !a.json && !matches!(inc.request, control::Request::List) {
-                    eprintln!("  control: {answer}");
-                }
-                let _ = inc.answer.send(answer);
-            }
-        }
-        let now = server.counters().replies.load(Ordering::Relaxed);
-        if !a.json {
-            eprintln!(
-                "  {:>6.1}s: {} replies/s",
-                start.elapsed().as_secs_f64(),
-                now - last
-            );
-        }
-        last = now;
-    }
+    server.serve_for(a.duration.map(Duration::from), !a.json);
     stop.store(true, Ordering::Relaxed);
-    drop(control);
     if let Some(t) = exposition {
         let _ = t.join();
     }
-    if let Server::AfXdp(inv) = &server {
-        // The kernel's counters as they are now, not up to 100 ms ago.
-        inv.sync_counters();
-    }
-    let c = server.counters();
-    let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
-    let seconds = start.elapsed().as_secs_f64();
-    // What is served at the end ("PORT=NAME") and what each answered.
-    let served: Vec<(String, u64)> = server
-        .live()
-        .current()
-        .entries()
-        .map(|(p, d)| (format!("{p}={}", d.function.name()), d.answered()))
-        .collect();
-    let mut out = serde_json::json!({
-        "backend": a.backend.name(),
-        "memory_bytes": server.memory_bytes(),
-        "seconds": seconds,
-        "requests": get(&c.requests),
-        "replies": get(&c.replies),
-        "per_function": served.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
-        "functions": control::list(server.live())["functions"].clone(),
-    });
-    for (reason, v) in c.drop_reasons() {
-        out[reason] = get(v).into();
-    }
-    if a.json {
+    print_serve(&server.stop(), a.json);
+    Ok(())
+}
+
+/// The final report of `faas serve`: one JSON object, or tables.
+fn print_serve(r: &ServeReport, json: bool) {
+    let out = r.to_json();
+    if json {
         println!("{out}");
-        return Ok(());
+        return;
     }
+    let seconds = r.seconds;
     println!(
         "{} backend, {:.1} s, {} KiB of buffers",
-        a.backend.name(),
+        r.backend.as_str(),
         seconds,
-        server.memory_bytes() / 1024
+        r.memory_bytes / 1024
     );
     let mut t = Table::new(&["counter", "count", "per second"]);
-    let reasons = c.drop_reasons().map(|(r, _)| r);
-    for k in ["requests", "replies"].iter().chain(reasons.iter()) {
-        let v = out[*k].as_u64().unwrap_or(0);
+    let s = &r.stats;
+    let counts = [("requests", s.requests), ("replies", s.replies)];
+    for (k, v) in counts.iter().chain(s.drops.iter()) {
         t.row(vec![
             k.to_string(),
             v.to_string(),
-            si(v as f64 / seconds.max(1e-9)),
+            si(*v as f64 / seconds.max(1e-9)),
         ]);
     }
     print!("{}", t.render());
     println!("functions served at the end:");
     print_functions(&out);
     let mut t = Table::new(&["function", "answered", "per second"]);
-    for (n, v) in &served {
-        let v = *v;
+    for (n, v) in &s.per_function {
         t.row(vec![
             n.clone(),
             v.to_string(),
-            si(v as f64 / seconds.max(1e-9)),
+            si(*v as f64 / seconds.max(1e-9)),
         ]);
     }
     print!("{}", t.render());
-    Ok(())
 }

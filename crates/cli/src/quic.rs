@@ -1,19 +1,15 @@
 //! `peregrine quic serve|get`: files over HTTP/3 (quinn + h3), on the
-//! kernel's UDP or on peregrine's UDP/IP stack over AF_XDP.
-use std::net::{IpAddr, SocketAddr};
+//! kernel's UDP or on peregrine's UDP/IP stack over AF_XDP. The lifecycles
+//! are `peregrine_quic::app`'s; here the arguments and the printing.
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
-use peregrine_quic::http3::{self, Files, ServeCounters, Target, ALPN};
-use peregrine_quic::tls::{self, Identity, Trust};
-use peregrine_quic::{KernelOffload, StackSocket, QUINN_MAX_SEGMENTS};
-use peregrine_stack::{Stack, StackConfig};
+use peregrine_quic::app::{self, IoConfig, MemoryFile};
+use peregrine_quic::QUINN_MAX_SEGMENTS;
 
-use crate::units::{ByteSize, DurationArg};
+use crate::units::DurationArg;
 
 #[derive(Subcommand)]
 pub enum QuicCmd {
@@ -36,27 +32,21 @@ pub enum QuicIo {
     KernelNogso,
 }
 
-impl QuicIo {
-    fn name(self) -> &'static str {
-        match self {
-            QuicIo::Afxdp => "afxdp",
-            QuicIo::Kernel => "kernel",
-            QuicIo::KernelNogso => "kernel-nogso",
-        }
-    }
-}
-
 /// How the endpoint runs: the UDP/IP stack's settings (--io afxdp) and the
 /// async runtime.
 #[derive(Args)]
 pub struct IoArgs {
+    /// afxdp (peregrine's UDP/IP stack), kernel (a kernel UDP socket with
+    /// GSO/GRO) or kernel-nogso (one without).
+    #[arg(long, value_enum, default_value = "afxdp")]
+    pub io: QuicIo,
     /// --io afxdp: RX queues the stack serves, one AF_XDP socket each
     /// (default: every RX queue the interface has).
     #[arg(long)]
     pub queues: Option<u32>,
     /// --io afxdp: datagrams quinn puts in one transmit, sent as one TX
     /// batch with one kick (1 to 10, quinn's most).
-    #[arg(long, default_value_t = QUINN_MAX_SEGMENTS, value_parser = tx_batch)]
+    #[arg(long, default_value_t = QUINN_MAX_SEGMENTS, value_parser = app::tx_batch)]
     pub tx_batch: usize,
     /// --io afxdp: busy-poll the queues after each batch (SO_BUSY_POLL=USECS,
     /// SO_PREFER_BUSY_POLL); a bare number is microseconds (50, 50us).
@@ -74,85 +64,21 @@ pub struct IoArgs {
     pub threads: usize,
 }
 
-fn tx_batch(s: &str) -> std::result::Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=QUINN_MAX_SEGMENTS).contains(&n) => Ok(n),
-        _ => Err(format!("{s}: 1 to {QUINN_MAX_SEGMENTS} datagrams")),
-    }
-}
-
 impl IoArgs {
-    /// Refuses the stack's settings with another I/O.
-    fn check(&self, io: QuicIo) -> Result<()> {
-        if io == QuicIo::Afxdp {
-            return Ok(());
+    fn io(&self) -> app::QuicIo {
+        let name = self.io.to_possible_value().expect("every value is shown");
+        name.get_name().parse().expect("the same names")
+    }
+
+    fn config(&self) -> IoConfig {
+        IoConfig {
+            queues: self.queues,
+            tx_batch: self.tx_batch,
+            busy_poll: self.busy_poll,
+            xdp_mode: self.xdp_mode,
+            threads: self.threads,
         }
-        let set = [
-            ("--queues", self.queues.is_some()),
-            ("--tx-batch", self.tx_batch != QUINN_MAX_SEGMENTS),
-            ("--busy-poll", self.busy_poll.is_some()),
-            (
-                "--xdp-mode",
-                self.xdp_mode != peregrine_bpf::XdpMode::Native,
-            ),
-        ];
-        if let Some((flag, _)) = set.iter().find(|(_, on)| *on) {
-            crate::usage!("{flag} sets the AF_XDP stack: it needs --io afxdp");
-        }
-        Ok(())
     }
-
-    /// Opens the stack on `iface`.
-    fn open(&self, iface: &str) -> Result<Stack> {
-        let mut cfg = StackConfig::new(iface);
-        cfg.queues = self.queues;
-        cfg.xdp_mode = self.xdp_mode;
-        cfg.xsk.busy_poll = self.busy_poll.map(|usecs| peregrine_xsk::BusyPoll {
-            usecs,
-            ..Default::default()
-        });
-        Stack::open(cfg).with_context(|| format!("the UDP/IP stack on {iface}"))
-    }
-
-    fn socket(&self, sock: peregrine_stack::UdpSocket) -> StackSocket {
-        StackSocket::new(sock).with_tx_segments(self.tx_batch)
-    }
-}
-
-/// A body held in memory: NAME=SIZE.
-#[derive(Clone, Debug)]
-pub struct MemoryFile {
-    pub name: String,
-    pub size: u64,
-}
-
-impl std::str::FromStr for MemoryFile {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<MemoryFile, String> {
-        let (name, size) = s
-            .split_once('=')
-            .ok_or_else(|| format!("{s}: NAME=SIZE, e.g. file-1G=1GiB"))?;
-        if name.is_empty() || name.contains('/') {
-            return Err(format!("{s}: the name is one path part, without '/'"));
-        }
-        let size: ByteSize = size.parse()?;
-        Ok(MemoryFile {
-            name: name.to_string(),
-            size: size.0,
-        })
-    }
-}
-
-/// User plus system CPU time this process has used, in seconds.
-fn process_cpu_seconds() -> f64 {
-    // Safety: getrusage fills the zeroed struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // Safety: a valid pointer to a rusage for the call.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return 0.0;
-    }
-    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
-    t(ru.ru_utime) + t(ru.ru_stime)
 }
 
 #[derive(Args)]
@@ -174,10 +100,6 @@ pub struct ServeArgs {
     /// fixed pattern, no file I/O); repeatable.
     #[arg(long, value_name = "NAME=SIZE")]
     pub memory: Vec<MemoryFile>,
-    /// afxdp (peregrine's UDP/IP stack), kernel (a kernel UDP socket with
-    /// GSO/GRO) or kernel-nogso (one without).
-    #[arg(long, value_enum, default_value = "afxdp")]
-    pub io: QuicIo,
     #[command(flatten)]
     pub tuning: IoArgs,
     /// Certificate chain (PEM); without it a self-signed one is made for the
@@ -199,10 +121,6 @@ pub struct ServeArgs {
 pub struct GetArgs {
     /// https://ADDR:PORT/PATH
     pub url: String,
-    /// afxdp (peregrine's UDP/IP stack), kernel (a kernel UDP socket with
-    /// GSO/GRO) or kernel-nogso (one without).
-    #[arg(long, value_enum, default_value = "afxdp")]
-    pub io: QuicIo,
     #[command(flatten)]
     pub tuning: IoArgs,
     /// Interface the stack runs on (--io afxdp); default: the one the
@@ -236,262 +154,47 @@ pub fn run(cmd: QuicCmd) -> Result<()> {
     }
 }
 
-/// The async runtime: one thread runs every task (`threads` 1), or a
-/// pool of `threads` workers.
-fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
-    let mut b = if threads <= 1 {
-        tokio::runtime::Builder::new_current_thread()
+/// The report: one JSON object, or a line for people.
+fn print(json: bool, v: serde_json::Value, line: impl std::fmt::Display) {
+    if json {
+        println!("{v}");
     } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(threads);
-        b
-    };
-    b.enable_all().build().context("starting the async runtime")
-}
-
-/// The interface that holds `ip` here, for the stack.
-fn iface_with(ip: IpAddr) -> Result<String> {
-    let has = |a: &nix::sys::socket::SockaddrStorage| {
-        a.as_sockaddr_in().map(|s| IpAddr::V4(s.ip())) == Some(ip)
-            || a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())) == Some(ip)
-    };
-    let found = nix::ifaddrs::getifaddrs()
-        .context("listing the interfaces' addresses")?
-        .find(|i| i.address.as_ref().is_some_and(has))
-        .map(|i| i.interface_name);
-    match found {
-        Some(name) => Ok(name),
-        None => {
-            crate::usage!("no interface here has {ip}: listen on one of an interface's addresses")
-        }
+        println!("{line}");
     }
-}
-
-/// The interface the kernel routes `dst` through, and the source address it
-/// would pick.
-fn route_to(dst: IpAddr) -> Result<(String, IpAddr)> {
-    let nl = peregrine_host::nl::NetlinkHere::open()?;
-    let r = nl.route_to(dst)?;
-    let name = nix::net::if_::if_indextoname(r.oif)
-        .map_err(|e| anyhow::anyhow!("interface {}: {e}", r.oif))?
-        .to_string_lossy()
-        .into_owned();
-    let src = r
-        .prefsrc
-        .ok_or_else(|| anyhow::anyhow!("no source address toward {dst}"))?;
-    Ok((name, src))
 }
 
 fn serve(a: ServeArgs) -> Result<()> {
-    if let Some(d) = a.dir.as_ref().filter(|d| !d.is_dir()) {
-        crate::usage!("--dir {}: not a directory", d.display());
-    }
-    a.tuning.check(a.io)?;
-    let id = match (&a.cert, &a.key) {
-        (Some(c), Some(k)) => Identity::from_pem_files(c, k)?,
-        _ => Identity::self_signed(&[a.listen.ip().to_string(), "localhost".into()])?,
-    };
-    let fingerprint = id.fingerprint();
-    let server_cfg = tls::server_config(id, ALPN)?;
-    // The stack (its XDP program) lives until this function returns: on
-    // Ctrl-C, --duration or an error alike.
-    let mut stack = None;
-    let rt = runtime(a.tuning.threads)?;
-    let counters = Arc::new(ServeCounters::default());
-    let endpoint = match a.io {
-        QuicIo::Afxdp => {
-            let iface = match &a.iface {
-                Some(i) => i.clone(),
-                None => iface_with(a.listen.ip())?,
-            };
-            let s = a.tuning.open(&iface)?;
-            let sock = s
-                .bind(a.listen)
-                .with_context(|| format!("binding {}", a.listen))?;
-            stack = Some(s);
-            let _in = rt.enter();
-            peregrine_quic::endpoint_on_stack(a.tuning.socket(sock), Some(server_cfg))?
-        }
-        QuicIo::Kernel | QuicIo::KernelNogso => {
-            let _in = rt.enter();
-            std::net::UdpSocket::bind(a.listen)
-                .and_then(|sock| {
-                    peregrine_quic::endpoint_on_kernel(sock, Some(server_cfg), offload(a.io))
-                })
-                .with_context(|| format!("binding {}", a.listen))?
-        }
-    };
-    let on = match (&stack, a.io) {
-        (Some(s), _) => format!("the UDP/IP stack on {} (AF_XDP)", s.iface()),
-        (None, QuicIo::KernelNogso) => "a kernel UDP socket without GSO/GRO".to_string(),
-        _ => "a kernel UDP socket".to_string(),
-    };
-    let mut what: Vec<String> = a.dir.iter().map(|d| d.display().to_string()).collect();
-    what.extend(
-        a.memory
-            .iter()
-            .map(|m| format!("/{} ({} B in memory)", m.name, m.size)),
-    );
-    eprintln!(
-        "serving {} over HTTP/3 at https://{}/ on {on}; certificate SHA-256 {fingerprint}",
-        what.join(" and "),
-        a.listen
-    );
-    let files = Files {
-        dir: a.dir.clone(),
-        memory: a.memory.iter().map(|m| (m.name.clone(), m.size)).collect(),
-    };
-    let limit = a.duration.map(Duration::from);
-    let start = Instant::now();
-    rt.block_on(async {
-        let serving = tokio::spawn(http3::serve(endpoint.clone(), files, counters.clone()));
-        while !peregrine_host::signals::stop_requested()
-            && limit.is_none_or(|l| start.elapsed() < l)
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        endpoint.close(0x100u32.into(), b"server stopping");
-        let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
-        serving.abort();
-    });
-    let c = &counters;
-    let v = serde_json::json!({
-        "connections": c.connections.load(Ordering::Relaxed),
-        "requests": c.requests.load(Ordering::Relaxed),
-        "served": c.served.load(Ordering::Relaxed),
-        "not_found": c.not_found.load(Ordering::Relaxed),
-        "failed": c.failed.load(Ordering::Relaxed),
-        "body_bytes": c.body_bytes.load(Ordering::Relaxed),
-        "cpu_seconds": process_cpu_seconds(),
-        "stack": stack.as_ref().map(|s| s.counters().to_string()),
-    });
-    if a.json {
-        println!("{v}");
-    } else {
-        println!(
-            "served {} of {} requests ({} B of bodies) on {} connections; {} not found, {} failed{}",
-            v["served"],
-            v["requests"],
-            v["body_bytes"],
-            v["connections"],
-            v["not_found"],
-            v["failed"],
-            stack
-                .as_ref()
-                .map(|s| format!("; stack: {}", s.counters()))
-                .unwrap_or_default()
-        );
-    }
+    let server = app::serve(&app::ServeConfig {
+        listen: a.listen,
+        iface: a.iface,
+        dir: a.dir,
+        memory: a.memory,
+        io: a.tuning.io(),
+        tuning: a.tuning.config(),
+        cert: a.cert.zip(a.key),
+    })?;
+    eprintln!("{}", server.summary());
+    let r = server.run(a.duration.map(Into::into));
+    print(a.json, r.to_json(), &r);
     Ok(())
 }
 
-/// quinn's use of the kernel's offloads for a kernel I/O.
-fn offload(io: QuicIo) -> KernelOffload {
-    match io {
-        QuicIo::KernelNogso => KernelOffload::Off,
-        _ => KernelOffload::GsoGro,
-    }
-}
-
 fn get(a: GetArgs) -> Result<()> {
-    let target = Target::parse(&a.url).map_err(|e| crate::usage::UsageError(e.to_string()))?;
-    a.tuning.check(a.io)?;
-    let trust = match (&a.ca, a.insecure) {
-        (Some(ca), _) => Trust::from_pem_file(ca)?,
-        (None, true) => Trust::Anything,
-        (None, false) => crate::usage!(
-            "quic get needs --ca FILE (the server's certificate or its CA) or --insecure"
-        ),
-    };
-    let client_cfg = tls::client_config(trust, ALPN)?;
-    let mut out: Box<dyn std::io::Write> = match &a.output {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-        None => Box::new(std::io::sink()),
-    };
-    let rt = runtime(a.tuning.threads)?;
-    let mut stack = None;
-    let mut endpoint = match a.io {
-        QuicIo::Afxdp => {
-            let (routed, src) = route_to(target.addr.ip())?;
-            let iface = a.iface.clone().unwrap_or(routed);
-            let s = a.tuning.open(&iface)?;
-            let sock = s
-                .bind(SocketAddr::new(src, 0))
-                .with_context(|| format!("binding {src}"))?;
-            stack = Some(s);
-            let _in = rt.enter();
-            peregrine_quic::endpoint_on_stack(a.tuning.socket(sock), None)?
-        }
-        QuicIo::Kernel | QuicIo::KernelNogso => {
-            let any: SocketAddr = if target.addr.is_ipv6() {
-                "[::]:0".parse()?
-            } else {
-                "0.0.0.0:0".parse()?
-            };
-            let _in = rt.enter();
-            peregrine_quic::endpoint_on_kernel(
-                std::net::UdpSocket::bind(any)?,
-                None,
-                offload(a.io),
-            )?
-        }
-    };
-    endpoint.set_default_client_config(client_cfg);
-    let json = a.json;
-    let mut last = Instant::now();
-    let fetched = rt.block_on(async {
-        let fetch = http3::get(&endpoint, &target, &mut *out, !a.no_sha256, |got, len| {
-            if !json && last.elapsed() >= Duration::from_secs(1) {
-                last = Instant::now();
-                let of = len
-                    .map(|l| format!(" of {:.1} MiB", l as f64 / 1048576.0))
-                    .unwrap_or_default();
-                eprintln!("  {:.1} MiB{of}", got as f64 / 1048576.0);
-            }
-        });
-        let stop = async {
-            while !peregrine_host::signals::stop_requested() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        let r = tokio::select! {
-            r = tokio::time::timeout(a.timeout.into(), fetch) => r
-                .map_err(|_| anyhow::anyhow!("no complete answer from {} within {}", target.addr, a.timeout))
-                .and_then(|r| Ok(r?)),
-            _ = stop => Err(anyhow::anyhow!("interrupted")),
-        };
-        endpoint.close(0x100u32.into(), b"");
-        let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
-        r
+    let r = app::get(&app::GetConfig {
+        url: a.url,
+        io: a.tuning.io(),
+        tuning: a.tuning.config(),
+        iface: a.iface,
+        ca: a.ca,
+        insecure: a.insecure,
+        output: a.output,
+        sha256: !a.no_sha256,
+        timeout: a.timeout,
+        progress: !a.json,
     })?;
-    let mbit = fetched.bytes as f64 * 8.0 / fetched.seconds.max(1e-9) / 1e6;
-    if a.json {
-        let mut v = serde_json::to_value(&fetched)?;
-        v["url"] = a.url.clone().into();
-        v["goodput_mbit_s"] = mbit.into();
-        v["io"] = a.io.name().into();
-        v["cpu_seconds"] = process_cpu_seconds().into();
-        println!("{v}");
-    } else {
-        println!(
-            "{} {}: {} B in {:.3} s ({:.3} s with the handshake), {:.1} Mbit/s goodput; sha256 {}{}",
-            fetched.status,
-            a.url,
-            fetched.bytes,
-            fetched.seconds,
-            fetched.seconds_with_handshake,
-            mbit,
-            fetched.sha256.as_deref().unwrap_or("not computed"),
-            stack
-                .as_ref()
-                .map(|s| format!("; stack: {}", s.counters()))
-                .unwrap_or_default()
-        );
-    }
-    if fetched.status != 200 {
-        anyhow::bail!("{} answered {}", a.url, fetched.status);
+    print(a.json, r.to_json(), &r);
+    if r.fetched.status != 200 {
+        anyhow::bail!("{} answered {}", r.url, r.fetched.status);
     }
     Ok(())
 }

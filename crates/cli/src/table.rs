@@ -56,25 +56,8 @@ impl Table {
     }
 }
 
-/// `v` in the largest of three units (10^9, 10^6, 10^3; named `units`)
-/// it reaches, or None below 10^3: the one scaling for rates and times.
-fn scaled(v: f64, units: [&str; 3]) -> Option<String> {
-    let [g, m, k] = units;
-    [(1e9, 2, g), (1e6, 2, m), (1e3, 1, k)]
-        .into_iter()
-        .find(|(scale, _, _)| v.abs() >= *scale)
-        .map(|(scale, prec, unit)| format!("{:.prec$}{unit}", v / scale))
-}
-
-/// A rate for people: 1.23M, 45.6k, 789.
-pub fn si(v: f64) -> String {
-    scaled(v, ["G", "M", "k"]).unwrap_or_else(|| format!("{v:.0}"))
-}
-
-/// Nanoseconds for people: 850ns, 12.3us, 4.56ms, 1.20s.
-pub fn ns(v: u64) -> String {
-    scaled(v as f64, ["s", "ms", "us"]).unwrap_or_else(|| format!("{v}ns"))
-}
+/// Rates and times for people: the units crate's, beside its parsers.
+pub use peregrine_units::{ns, si};
 
 #[cfg(test)]
 mod tests {

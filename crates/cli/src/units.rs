@@ -1,6 +1,6 @@
 //! The command line's units: the parsers are `peregrine-units` (shared with
 //! config files); here only what needs the CLI's other crates.
-pub use peregrine_units::{micros, ByteSize, DurationArg, RateSetting as RateArg};
+pub use peregrine_units::{fraction, micros, ByteSize, DurationArg, RateSetting as RateArg};
 
 /// Clap value parser for frame sizes (bytes with FCS, or imix).
 pub fn frame_sizes(s: &str) -> Result<peregrine_testbed::gen::FrameSizes, String> {

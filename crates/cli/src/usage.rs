@@ -15,7 +15,8 @@ macro_rules! usage {
 }
 
 /// Exit status for a failed command: 2 for usage errors anywhere in the
-/// chain (a lab the user named that does not exist is one), else 1.
+/// chain (a lab the user named that does not exist is one, and so is a
+/// setting a library's config refused), else 1.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     let named_no_lab = |c: &(dyn std::error::Error + 'static)| {
         matches!(
@@ -23,15 +24,22 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             Some(peregrine_lab::LabError::NoSuchLab(_))
         )
     };
-    // A request the host refuses as asked (no such interface, ...) is one too.
-    let wrong_request = |c: &(dyn std::error::Error + 'static)| {
+    // A request the host refuses as asked (no such interface, ...) is one
+    // too, and so are settings a library refused before starting anything.
+    let refused = |c: &(dyn std::error::Error + 'static)| {
         matches!(
             c.downcast_ref::<peregrine_host::ControlError>(),
             Some(peregrine_host::ControlError::Request(_))
+        ) || matches!(
+            c.downcast_ref::<peregrine_faas::ServeError>(),
+            Some(peregrine_faas::ServeError::Invalid(_))
+        ) || matches!(
+            c.downcast_ref::<peregrine_quic::app::AppError>(),
+            Some(peregrine_quic::app::AppError::Invalid(_))
         )
     };
     if e.chain()
-        .any(|c| c.is::<UsageError>() || named_no_lab(c) || wrong_request(c))
+        .any(|c| c.is::<UsageError>() || named_no_lab(c) || refused(c))
     {
         2
     } else {

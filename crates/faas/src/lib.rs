@@ -7,6 +7,8 @@ pub mod control;
 pub mod functions;
 pub mod invoker;
 pub mod live;
+pub mod serve;
 pub mod wasm;
 
 pub use functions::{Function, Registry};
+pub use serve::{serve, Backend, ServeConfig, ServeError, ServeReport, ServeStats, Server};

@@ -10,6 +10,7 @@ pub mod topology;
 pub use error::{LabError, Result};
 pub use lab::{Lab, Lifetime};
 pub use topology::{Endpoint, Topology};
+pub mod faasload;
 pub mod iopath;
 pub mod load;
 pub mod measure;

@@ -79,7 +79,7 @@ impl LoadMetrics {
     ) -> Result<std::thread::JoinHandle<()>, LabError> {
         let mut reg = PromRegistry::default();
         self.register(&mut reg);
-        serve_metrics(addr, stop, reg, || {}).map_err(|e| LabError::Invalid(e.to_string()))
+        serve_metrics(addr, stop, reg, || {}).map_err(|e| LabError::Other(e.to_string()))
     }
 }
 

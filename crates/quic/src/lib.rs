@@ -3,7 +3,10 @@
 //! datagrams move through AF_XDP, in the stack's batches), and `tls` sets
 //! up the certificates and rustls configurations the endpoints use (a
 //! self-signed certificate with its SHA-256 fingerprint when none is
-//! given; a client that trusts a CA file, or anything with `insecure`).
+//! given; a client that trusts a CA file, or anything with `insecure`);
+//! `app` assembles `quic serve` and `quic get` (config in, handle or
+//! report out) on the chosen I/O.
+pub mod app;
 pub mod http3;
 mod socket;
 pub mod tls;

@@ -265,6 +265,45 @@ pub fn micros(s: &str) -> Result<u32, String> {
     Ok(us.round() as u32)
 }
 
+/// Clap value parser for a share: a fraction (0.001) or a percentage
+/// (0.1%), in 0..=1.
+pub fn fraction(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| {
+        format!("{s:?}: expected a fraction such as 0.001, or a percentage such as 0.1%")
+    })?;
+    let v = if s.trim().ends_with('%') {
+        v / 100.0
+    } else {
+        v
+    };
+    if !(0.0..=1.0).contains(&v) {
+        return Err(format!(
+            "{s:?}: expected a fraction in 0..=1 (or 0%..=100%)"
+        ));
+    }
+    Ok(v)
+}
+
+/// `v` scaled to the largest of `units` (10^9, 10^6, 10^3) it reaches, or
+/// None below 10^3: the one scaling for rates and times.
+fn scaled(v: f64, units: [&str; 3]) -> Option<String> {
+    let [g, m, k] = units;
+    [(1e9, 2, g), (1e6, 2, m), (1e3, 1, k)]
+        .into_iter()
+        .find(|(scale, _, _)| v.abs() >= *scale)
+        .map(|(scale, prec, unit)| format!("{:.prec$}{unit}", v / scale))
+}
+
+/// A rate for people: 1.23M, 45.6k, 789.
+pub fn si(v: f64) -> String {
+    scaled(v, ["G", "M", "k"]).unwrap_or_else(|| format!("{v:.0}"))
+}
+
+/// Nanoseconds for people: 850ns, 12.3us, 4.56ms, 1.20s.
+pub fn ns(v: u64) -> String {
+    scaled(v as f64, ["s", "ms", "us"]).unwrap_or_else(|| format!("{v}ns"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,5 +415,15 @@ mod tests {
         assert_eq!(micros("1s"), Ok(1_000_000));
         assert!(micros("fast").is_err());
         assert!(micros("5h").unwrap_err().contains("unknown unit"));
+    }
+
+    #[test]
+    fn shares_and_figures_for_people() {
+        assert_eq!(fraction("0.001"), Ok(0.001));
+        assert_eq!(fraction("0.1%"), Ok(0.001));
+        assert!(fraction("2").unwrap_err().contains("0..=1"));
+        assert!(fraction("x").is_err());
+        assert_eq!(si(1_234_000.0), "1.23M");
+        assert_eq!(ns(850), "850ns");
     }
 }
