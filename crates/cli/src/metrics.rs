@@ -12,8 +12,6 @@ use peregrine_lab::load::prometheus_client::metrics::family::Family;
 use peregrine_lab::load::prometheus_client::metrics::gauge::Gauge as PromGauge;
 use peregrine_lab::load::prometheus_client::registry::Registry;
 
-use crate::watch::Counter;
-
 pub type Labels = Vec<(String, String)>;
 pub type CounterFamily = Family<Labels, PromCounter>;
 
@@ -127,4 +125,44 @@ pub fn serve_invoker(
     Ok(peregrine_lab::load::serve_metrics(
         addr, stop, reg, refresh,
     )?)
+}
+
+/// One counter of a sample: labels (e.g. port=in0, action=forward), packets
+/// and, where counted, bytes.
+#[derive(Debug, Clone)]
+pub struct Counter {
+    pub labels: Vec<(String, String)>,
+    pub packets: u64,
+    pub bytes: Option<u64>,
+    /// A level beside the counts (a queue's depth, packets), exported as a
+    /// gauge.
+    pub depth: Option<u64>,
+}
+
+impl Counter {
+    pub fn new(labels: &[(&str, &str)], packets: u64, bytes: Option<u64>) -> Counter {
+        Counter {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            packets,
+            bytes,
+            depth: None,
+        }
+    }
+
+    /// The counter with a level beside it (`depth`).
+    pub fn with_depth(mut self, depth: u64) -> Counter {
+        self.depth = Some(depth);
+        self
+    }
+
+    pub(crate) fn name(&self) -> String {
+        self.labels
+            .iter()
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 }

@@ -46,45 +46,7 @@ fn sample_count(s: &str) -> Result<u64, String> {
     }
 }
 
-/// One counter of a sample: labels (e.g. port=in0, action=forward), packets
-/// and, where counted, bytes.
-#[derive(Debug, Clone)]
-pub struct Counter {
-    pub labels: Vec<(String, String)>,
-    pub packets: u64,
-    pub bytes: Option<u64>,
-    /// A level beside the counts (a queue's depth, packets), exported as a
-    /// gauge.
-    pub depth: Option<u64>,
-}
-
-impl Counter {
-    pub fn new(labels: &[(&str, &str)], packets: u64, bytes: Option<u64>) -> Counter {
-        Counter {
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            packets,
-            bytes,
-            depth: None,
-        }
-    }
-
-    /// The counter with a level beside it (`depth`).
-    pub fn with_depth(mut self, depth: u64) -> Counter {
-        self.depth = Some(depth);
-        self
-    }
-
-    fn name(&self) -> String {
-        self.labels
-            .iter()
-            .map(|(_, v)| v.as_str())
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-}
+pub use crate::metrics::Counter;
 
 /// Rates of `now` against `prev` over `dt` seconds: (pps, bit/s) per counter
 /// (counters matched by labels; a counter new in `now` counts from 0).
