@@ -436,6 +436,20 @@ fn assert_replies_unicast(seen: &[Vec<u8>]) {
     }
 }
 
+/// An echo server on port 1232 in the server namespace: the simple
+/// socket backend ("socket") or mmsg with one thread.
+fn echo_socket_server(pair: &NsPair, backend: &str) -> SocketServer {
+    netns::run_in(&pair.b, || {
+        let r = Registry::parse("1232=echo").unwrap();
+        match backend {
+            "socket" => SocketServer::simple(r),
+            _ => SocketServer::mmsg(r, 1, &one_cpu()),
+        }
+    })
+    .unwrap()
+    .unwrap()
+}
+
 fn one_cpu() -> Vec<usize> {
     vec![1 % std::thread::available_parallelism().map_or(1, |n| n.get())]
 }
@@ -530,15 +544,7 @@ fn socket_backends_answer_only_unicast_requests() {
     let frames: Vec<Vec<u8>> = cases.iter().map(|c| c.1.clone()).collect();
     let want = expected(cases.iter().map(|c| c.3));
     for backend in ["socket", "mmsg"] {
-        let server = netns::run_in(&pair.b, || {
-            let r = Registry::parse("1232=echo").unwrap();
-            match backend {
-                "socket" => SocketServer::simple(r),
-                _ => SocketServer::mmsg(r, 1, &one_cpu()),
-            }
-        })
-        .unwrap()
-        .unwrap();
+        let server = echo_socket_server(&pair, backend);
         let c = &server.counters;
         let before = warm_up(&raw, c);
         let seen = run_cases(&raw, &frames, want[1] as usize, c);
@@ -628,15 +634,7 @@ fn mmsg_counts_requests_longer_than_its_slot_as_too_large() {
     let pair = pair("pg-i28big");
     let sizes = [2048usize, 2049, 3000, 9000];
     for backend in ["mmsg", "socket"] {
-        let server = netns::run_in(&pair.b, || {
-            let r = Registry::parse("1232=echo").unwrap();
-            match backend {
-                "socket" => SocketServer::simple(r),
-                _ => SocketServer::mmsg(r, 1, &one_cpu()),
-            }
-        })
-        .unwrap()
-        .unwrap();
+        let server = echo_socket_server(&pair, backend);
         let c = &server.counters;
         let sock = netns::run_in(&pair.a, || UdpSocket::bind("198.18.0.1:0"))
             .unwrap()
