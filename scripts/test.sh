@@ -9,4 +9,15 @@ bash scripts/setup.sh
 cargo fmt --all -- --check
 python3 scripts/modcycles.py
 cargo clippy --release --locked --workspace --all-targets -- -D warnings
-cargo test --release --locked --workspace --no-fail-fast -- --test-threads=1
+# The whole log is long and a CI page shows its ends only: after a failure,
+# name every failed test and the first lines of its panic, last.
+log=target/test-log.txt
+mkdir -p target
+status=0
+cargo test --release --locked --workspace --no-fail-fast -- --test-threads=1 2>&1 | tee "$log" || status=$?
+if [ "$status" -ne 0 ]; then
+    echo "=== failure summary (full log: $log) ==="
+    grep -E '^test .* FAILED$|^error: test failed' "$log" || true
+    grep -A6 'panicked at' "$log" | grep -v -E '^ +[0-9]+: |^ +at ' | head -150 || true
+    exit "$status"
+fi

@@ -88,7 +88,7 @@ fn udp_through_the_policer_gets_the_rate_at_both_hooks() {
         let o = apply(
             &t,
             "udp",
-            "[[rule]]\ndst = \"198.18.2.0/24\"\nproto = \"udp\"\nrate = \"20Mbit\"\nburst = \"4KB\"\n",
+            "[[rule]]\ndst = \"198.18.2.0/24\"\nproto = \"udp\"\nrate = \"20Mbit\"\nburst = \"32KB\"\n",
             &["--hook", hook],
         );
         ok(&o, "qos apply");
@@ -125,8 +125,17 @@ fn udp_through_the_policer_gets_the_rate_at_both_hooks() {
             "{hook}: {sent} datagrams sent, {got} received in {secs:.2} s = {:.3} Mbit/s of frames; policer: {conform} conform, {exceed} exceed",
             rate / 1e6
         );
+        // Never more than the rate (1% for the edges of iperf3's clock,
+        // the 32 KB burst adds 0.3%). Less only by tokens the bucket could
+        // not keep: the bucket is read when a frame is processed, and at
+        // the XDP hook a veth's NAPI handles what queued up in one batch.
+        // With a 4 KB burst (1.6 ms of the rate) the delay of one batch
+        // already overflowed it (18.3 of 20 Mbit/s once in 4 runs on an
+        // idle machine); 32 KB holds 13 ms. That is a token bucket, the
+        // same as tc's police (the exact arithmetic is checked by the
+        // BPF_PROG_RUN fixtures).
         assert!(
-            (rate / RATE - 1.0).abs() <= 0.01,
+            (0.95..=1.01).contains(&(rate / RATE)),
             "{hook}: received {:.3} Mbit/s of frames, policed at 20",
             rate / 1e6
         );

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use peregrine_bpf::xdp;
 use peregrine_host::netns;
+use peregrine_lab::measure::CpuWait;
 
 mod common;
 use common::{iperf_bytes, ok, pg_in, sh, tmp, Topo};
@@ -133,16 +134,19 @@ struct Flows {
     /// Bytes each class sent in the middle two seconds, when both flows
     /// surely ran (the clients start and stop some ms apart).
     window: (u64, u64),
+    /// Seconds the scheduler was runnable but not running in the window
+    /// (run queue or hypervisor steal): the link time it could not fill.
+    sched_wait_s: f64,
 }
 
 /// Two iperf3 flows from A to B at once, for 4 s after 1 s omitted, to
 /// ports 5401 (gold) and 5402 (silver), `args` for both.
-fn two_flows(t: &Topo, args: &[&str]) -> Flows {
-    two_flows_each(t, [args, args])
+fn two_flows(t: &Topo, server: &Server, args: &[&str]) -> Flows {
+    two_flows_each(t, server, [args, args])
 }
 
 /// `two_flows` with each flow's own arguments (gold's, silver's).
-fn two_flows_each(t: &Topo, args: [&[&str]; 2]) -> Flows {
+fn two_flows_each(t: &Topo, server: &Server, args: [&[&str]; 2]) -> Flows {
     let servers: Vec<Child> = [5401, 5402]
         .iter()
         .map(|p| {
@@ -196,7 +200,9 @@ fn two_flows_each(t: &Topo, args: [&[&str]; 2]) -> Flows {
         .collect();
     std::thread::sleep(Duration::from_millis(1500));
     let before = sent(t);
+    let wait0 = CpuWait::of_process(server.0.id());
     std::thread::sleep(Duration::from_secs_f64(WINDOW_SECS));
+    let sched_wait_s = CpuWait::of_process(server.0.id()).since(&wait0);
     let after = sent(t);
     let got: Vec<u64> = clients
         .into_iter()
@@ -213,7 +219,17 @@ fn two_flows_each(t: &Topo, args: [&[&str]; 2]) -> Flows {
     Flows {
         received: (got[0], got[1]),
         window: (after.0 - before.0, after.1 - before.1),
+        sched_wait_s,
     }
+}
+
+/// The least the link must carry in the window: 95 of its 100 Mbit/s
+/// (the scheduler is work-conserving), less the share of the window the
+/// scheduler waited for a CPU. On 2 vCPUs with four iperf3 processes
+/// beside it that wait can be a quarter of the window; the scheduler
+/// cannot send while it waits, and the figures say how long that was.
+fn link_min_mbit(f: &Flows) -> f64 {
+    95.0 * (1.0 - f.sched_wait_s / WINDOW_SECS).max(0.0)
 }
 
 fn share(gold: u64, silver: u64) -> f64 {
@@ -245,14 +261,16 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
         ("tcp", &[][..]),
         ("tcp, 4 flows per class", &["-P", "4"][..]),
     ] {
-        let f = two_flows(&t, args);
+        let f = two_flows(&t, &server, args);
         let ((g, s), (wg, ws)) = (f.received, f.window);
         // Frames on the link in the window, Ethernet header included.
         let link_mbit = (wg + ws) as f64 * 8.0 / WINDOW_SECS / 1e6;
         eprintln!(
-            "{what}: in the window gold's share {:.4}, {link_mbit:.2} Mbit/s of frames; \
-             receivers: gold {g} B, silver {s} B, gold's share {:.4}",
+            "{what}: in the window gold's share {:.4}, {link_mbit:.2} Mbit/s of frames, \
+             scheduler waited {:.0} ms for a CPU; receivers: gold {g} B, silver {s} B, \
+             gold's share {:.4}",
             share(wg, ws),
+            f.sched_wait_s * 1e3,
             share(g, s)
         );
         assert!(
@@ -261,8 +279,9 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
             share(wg, ws)
         );
         assert!(
-            (95.0..=LINK_MAX_MBIT).contains(&link_mbit),
-            "{what}: the link is 100 Mbit/s: {link_mbit}"
+            (link_min_mbit(&f)..=LINK_MAX_MBIT).contains(&link_mbit),
+            "{what}: the link is 100 Mbit/s: {link_mbit} ({:.0} ms of the window waiting for a CPU)",
+            f.sched_wait_s * 1e3
         );
         // Whole runs, start and stop skew included.
         assert!(
@@ -305,7 +324,7 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
     );
     ok(&o, "qos class change");
     std::thread::sleep(Duration::from_millis(200));
-    let (g, s) = two_flows(&t, &["-u", "-b", "100M", "-l", "1400"]).window;
+    let (g, s) = two_flows(&t, &server, &["-u", "-b", "100M", "-l", "1400"]).window;
     eprintln!("udp after the change: gold's share {:.4}", share(g, s));
     assert!((share(g, s) - 0.5).abs() <= 0.02, "share {}", share(g, s));
 
@@ -378,7 +397,7 @@ fn a_killed_scheduler_fails_open_and_is_found_stale() {
     server.0.kill().unwrap();
     server.0.wait().unwrap();
     // Class traffic still gets through, by the kernel.
-    let (g, s) = two_flows(&t, &["-u", "-b", "20M", "-l", "1000"]).received;
+    let (g, s) = two_flows(&t, &server, &["-u", "-b", "20M", "-l", "1000"]).received;
     assert!(g > 1_000_000 && s > 1_000_000, "gold {g} silver {s}");
     let o = pg_in(&t.ns("R"), &["qos", "list", "--json"]);
     ok(&o, "qos list");
@@ -413,9 +432,10 @@ fn a_priority_class_keeps_its_rate_under_a_flood() {
             "name = \"silver\"\nrate = \"1Mbit\"",
             "name = \"silver\"\npriority = 7\nrate = \"1Mbit\"",
         );
-    let _server = serve(&t, "prio", &file);
+    let server = serve(&t, "prio", &file);
     let f = two_flows_each(
         &t,
+        &server,
         [
             &["-u", "-b", "30M", "-l", "1000"],
             &["-u", "-b", "150M", "-l", "1000"],
@@ -430,7 +450,11 @@ fn a_priority_class_keeps_its_rate_under_a_flood() {
         "priority: gold received {gold:.2} Mbit/s of 30, silver {s} B; link {link:.2} Mbit/s"
     );
     assert!(gold >= 30.0 * 0.99, "gold kept {gold} of 30 Mbit/s");
-    assert!((95.0..=LINK_MAX_MBIT).contains(&link), "link {link}");
+    assert!(
+        (link_min_mbit(&f)..=LINK_MAX_MBIT).contains(&link),
+        "link {link} ({:.0} ms of the window waiting for a CPU)",
+        f.sched_wait_s * 1e3
+    );
     t.remove();
 }
 

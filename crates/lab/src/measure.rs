@@ -71,8 +71,18 @@ pub struct CpuWait {
 
 impl CpuWait {
     pub fn take() -> CpuWait {
+        CpuWait::of_tasks("/proc/self/task")
+    }
+
+    /// The same counters for another process (a server under test, say);
+    /// one that has exited counts no wait.
+    pub fn of_process(pid: u32) -> CpuWait {
+        CpuWait::of_tasks(&format!("/proc/{pid}/task"))
+    }
+
+    fn of_tasks(dir: &str) -> CpuWait {
         let mut run_delay_ns = 0;
-        if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        if let Ok(tasks) = std::fs::read_dir(dir) {
             for t in tasks.flatten() {
                 let text = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
                 run_delay_ns += text
