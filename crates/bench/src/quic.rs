@@ -8,6 +8,7 @@
 //! machine's, the server's, the client's) and, with `--perf`, where the
 //! CPU went. Contenders take turns within each round, so the machine's
 //! drift spreads over all of them.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;

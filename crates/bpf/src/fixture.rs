@@ -4,6 +4,7 @@
 //! with `frames`, in its control code's `#[cfg(test)]` module (`sink.rs`,
 //! `router.rs`, ...); the router's that need a namespace with routes and
 //! neighbours are in `crates/lab/tests/router_fixtures.rs`.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd};
 

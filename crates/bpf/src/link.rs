@@ -4,6 +4,7 @@
 //! process leaves nothing behind unless it pinned the link, and a pinned
 //! link survives the process that attached it (`Link::from_pin` takes it
 //! back). Both hooks work the same way, so an attachment is one type.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::ffi::CString;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

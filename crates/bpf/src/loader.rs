@@ -1,6 +1,7 @@
 //! Opening and loading skeletons: owns the skeleton's backing object, keeps
 //! libbpf's log (the verifier's output) for the error, and serialises loads so
 //! each error carries only its own log.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;

@@ -1,6 +1,7 @@
 //! Map access shared by the program wrappers: writes and deletes with the
 //! error naming what was being done, and per-CPU counters summed over CPUs
 //! (from a loaded skeleton's map or from a pin another process made).
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::path::Path;
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};

@@ -1,5 +1,6 @@
 //! Plain-old-data views of the generated kernel/user structs, for map values
 //! and BPF_PROG_RUN contexts.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 
 use crate::skel::dispatch::types::{dispatch_func, dispatch_stats};
 use crate::skel::nf::types::nf_stats;

@@ -1,4 +1,5 @@
 //! Control side of `bpf/lab/sink.bpf.c`, the receiver-side counting sink.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::path::Path;
 
 use libbpf_rs::MapCore;

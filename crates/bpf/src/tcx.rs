@@ -1,6 +1,7 @@
 //! The tcx hooks (Linux 6.6+): tc programs at ingress or egress, several per
 //! hook, each link removing only its own. Attaching is `link::Link` with
 //! `Hook::Tcx`.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use crate::error::{BpfError, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

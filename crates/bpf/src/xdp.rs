@@ -1,5 +1,6 @@
 //! The XDP hook: its modes and what is attached there. Attaching is
 //! `link::Link` with `Hook::Xdp`.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::fmt;
 
 use crate::error::{BpfError, Result};

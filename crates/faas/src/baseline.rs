@@ -8,6 +8,7 @@
 //! datagrams from source port 0: each datagram's destination comes with it
 //! (IP_PKTINFO, IPV6_PKTINFO) and those are counted and not answered, as the
 //! AF_XDP invoker does (see `addrs`).
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::io::IoSliceMut;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;

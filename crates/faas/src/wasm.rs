@@ -10,6 +10,7 @@
 //! by a `ResourceLimiter`. A call that traps, runs out of time or memory
 //! fails (the invoker counts it in `failed` and drops the request) and its
 //! instance is thrown away: the next call on that worker gets a fresh one.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::cell::RefCell;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};

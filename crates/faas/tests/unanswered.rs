@@ -8,6 +8,7 @@
 //!   are counted by reason and never answered (AF_XDP invoker and both
 //!   socket backends; the kernel drops some before any socket).
 //! - Requests larger than one frame (IP fragments) are counted.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;

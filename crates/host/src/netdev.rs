@@ -1,6 +1,7 @@
 //! Device settings netlink does not carry here: veth offloads through the
 //! ethtool ioctl (struct and command numbers generated from the kernel's
 //! headers by build.rs, see `uapi`).
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::uapi::ethtool_value;

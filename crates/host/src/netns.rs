@@ -1,6 +1,7 @@
 //! Network namespaces: created and removed the way `ip netns` does (a bind
 //! mount under /run/netns), entered by the calling thread with setns and left
 //! again when the guard drops.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};

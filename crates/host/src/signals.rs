@@ -1,5 +1,6 @@
 //! Ctrl-C and SIGTERM: set a flag that every long loop checks, so runs stop
 //! promptly and their guards tear down what they created.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};

@@ -1,4 +1,5 @@
 //! Socket addresses to and from the kernel's `sockaddr_storage`.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 /// Writes `addr` into `out`; returns the length the kernel is to read.

@@ -2,6 +2,7 @@
 //! `SO_NETNS_COOKIE`, `SOL_XDP`, `SOL_PACKET` rings and statistics,
 //! `IPV6_MTU`): one safe pair of calls for all of them, on plain C values.
 //! Options nix does have go through `nix::sys::socket::sockopt`.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::os::fd::AsRawFd;
 
 /// A value an option is read into or set from: plain data of a fixed size.

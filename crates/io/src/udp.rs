@@ -1,6 +1,7 @@
 //! Kernel UDP sockets moving datagrams in batches with sendmmsg and recvmmsg
 //! (MSG_WAITFORONE: the first datagram is waited for as the socket says,
 //! the rest of the batch is whatever is already queued).
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::io::IoSliceMut;
 use std::net::UdpSocket;
 use std::os::fd::{AsFd, AsRawFd};

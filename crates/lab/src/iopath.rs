@@ -20,6 +20,7 @@
 //! and then a pattern derived from its sequence number, so a receiver checks
 //! count, order and every payload byte, and times each datagram (one clock:
 //! sender and receiver run on one host).
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::io::IoSliceMut;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

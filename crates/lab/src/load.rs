@@ -3,6 +3,7 @@
 //! against the function run locally; no reply within the timeout counts as
 //! missing. Prometheus metrics can be served while it runs; this module also
 //! holds the one exposition server every command uses ([`serve_metrics`]).
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsRawFd;

@@ -1,4 +1,5 @@
 //! CPU use from /proc/stat and latency summaries from HDR histograms.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use hdrhistogram::Histogram;
 
 use crate::results::{CoreCpu, Latency};

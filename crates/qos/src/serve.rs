@@ -15,6 +15,7 @@
 //! `sched_stats`: `qos class` changes a slot and bumps the generation in
 //! `sched_port`, which this loop checks every `HOUSEKEEPING`; `qos stats`
 //! reads the counters from any process or namespace.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::collections::VecDeque;
 use std::time::Duration;
 

@@ -2,6 +2,7 @@
 //! (peregrine's UDP/IP stack on AF_XDP, or a kernel UDP socket with or
 //! without GSO/GRO), HTTP/3 served until stopped or a file fetched, and the
 //! report of what was done. Config in, handle or report out.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;

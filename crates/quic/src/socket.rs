@@ -1,4 +1,5 @@
 //! quinn's `AsyncUdpSocket` on a stack socket.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::fmt;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;

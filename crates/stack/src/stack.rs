@@ -1,6 +1,7 @@
 //! The stack of one interface: its XDP steering, one AF_XDP socket per RX
 //! queue, the bound sockets, next hops and counters, and the service
 //! thread (netlink work, waking, draining RX rings no socket is reading).
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::collections::{HashMap, VecDeque};
 use std::io::IoSliceMut;
 use std::net::{IpAddr, SocketAddr};

@@ -1,4 +1,5 @@
 //! Control side of `bpf/lab/gen.bpf.c`, the live-frame traffic generator.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::os::fd::{AsFd, AsRawFd};
 
 use libbpf_rs::{MapCore, MapFlags};

@@ -3,6 +3,7 @@
 //! binary exits it writes one line naming how many tests were skipped,
 //! straight to fd 2, past the harness's output capture (which swallows the
 //! per-test "SKIPPED" lines of tests that "pass").
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
 

@@ -1,5 +1,6 @@
 //! Receiving: frames taken from the RX ring are handed to a handler in place
 //! and either answered from the same UMEM frame or given back for receiving.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use s2n_quic_xdp::if_xdp::{RxTxDescriptor, UmemDescriptor};
 
 use crate::error::Result;

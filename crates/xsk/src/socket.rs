@@ -1,6 +1,7 @@
 //! One AF_XDP socket: bound to one RX queue with its UMEM (its own or shared
 //! with the queue's other sockets), its socket options (busy polling) and
 //! what ends a batch (kicking TX, returning frames, waking the kernel).
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 

@@ -1,5 +1,6 @@
 //! Sending: new frames built in free UMEM frames, the TX ring, and the
 //! kicks that make the kernel send what waits in it.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use s2n_quic_xdp::if_xdp::{RxTxDescriptor, UmemDescriptor};
 use s2n_quic_xdp::syscall;
 

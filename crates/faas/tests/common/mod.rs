@@ -1,6 +1,7 @@
 //! Shared by the faas crate's privileged tests (default_offloads,
 //! unanswered): raw sockets that send crafted datagrams and frames from
 //! outside the server.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

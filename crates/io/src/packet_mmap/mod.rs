@@ -11,6 +11,7 @@
 //! Kernel structs and constants are libc's `linux/if_packet.h` bindings
 //! (generated from and checked against the kernel headers by libc's ctest),
 //! never mirrored here.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 

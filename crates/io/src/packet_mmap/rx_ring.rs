@@ -2,6 +2,7 @@
 //! over when it is full or its timer retires it; the reader walks the
 //! block's frames and gives the whole block back. Frames that find no free
 //! block are dropped and counted by the kernel (`PACKET_STATISTICS`).
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::Duration;

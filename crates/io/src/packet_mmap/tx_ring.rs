@@ -2,6 +2,7 @@
 //! included) in the ring's slots; one blocking `send()` hands every slot
 //! marked for sending to the device and returns once the kernel has sent
 //! them, so each batch costs one system call however large it is.
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
