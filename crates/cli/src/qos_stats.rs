@@ -31,13 +31,13 @@ fn counters(all: &[PolicerReport]) -> Vec<Counter> {
         for c in s.scheduler.iter().flat_map(|sc| &sc.classes) {
             let class = format!("class:{}", c.config.name);
             out.push(
-                on(&class, "sent", c.sent_packets, Some(c.sent_bytes)).with_depth(c.queue_depth),
+                on(&class, "sent", c.stats.sent_packets, Some(c.stats.sent_bytes)).with_depth(c.queue_depth),
             );
             out.push(on(
                 &class,
                 "dropped",
-                c.dropped_packets,
-                Some(c.dropped_bytes),
+                c.stats.dropped_packets,
+                Some(c.stats.dropped_bytes),
             ));
         }
         for (name, v) in [
@@ -129,10 +129,10 @@ pub(crate) fn stats(iface: Option<String>, out: &StatsOutput) -> Result<()> {
                 format!("{} bit/s", c.config.ceil_bps),
                 c.config.priority.to_string(),
                 c.config.weight.to_string(),
-                c.sent_packets.to_string(),
-                c.sent_bytes.to_string(),
-                c.borrowed_packets.to_string(),
-                c.dropped_packets.to_string(),
+                c.stats.sent_packets.to_string(),
+                c.stats.sent_bytes.to_string(),
+                c.stats.borrowed_packets.to_string(),
+                c.stats.dropped_packets.to_string(),
                 c.queue_depth.to_string(),
             ]);
         }

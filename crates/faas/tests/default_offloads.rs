@@ -3,7 +3,7 @@
 //! sender's requests carry only the partial pseudo-header checksum), and an
 //! ordinary kernel-socket client. Every reply must be the function's result;
 //! a request with a wrong checksum is counted `bad_checksum`, not answered.
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -87,15 +87,8 @@ fn kernel_socket_clients_at_default_offloads_are_answered() {
     )
     .unwrap();
     let mut sent = 0u64;
-    for (bind, server) in [
-        ("198.18.0.1:0", "198.18.0.2"),
-        ("[2001:db8::1]:0", "2001:db8::2"),
-    ] {
-        let sock = netns::run_in(A, || UdpSocket::bind(bind.parse::<SocketAddr>().unwrap()))
-            .unwrap()
-            .unwrap();
+    for (sock, server) in common::clients_in(A) {
         sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-        let server: IpAddr = server.parse().unwrap();
         // Resolve the neighbour first: right after link-up the kernel's
         // first neighbour solicitation goes unanswered and the next one is
         // sent a RetransTimer (1 s) later, longer than the 1 s this test

@@ -567,16 +567,8 @@ fn requests_larger_than_one_frame_are_counted_not_lost() {
     };
     let c = &inv.counters;
     let mut sent = 0u64;
-    for (bind, server) in [
-        ("198.18.0.1:0", "198.18.0.2"),
-        ("[2001:db8::1]:0", "2001:db8::2"),
-    ] {
-        let sock = netns::run_in(&pair.a, || {
-            UdpSocket::bind(bind.parse::<SocketAddr>().unwrap())
-        })
-        .unwrap()
-        .unwrap();
-        let to = SocketAddr::new(server.parse().unwrap(), PORT);
+    for (sock, server) in common::clients_in(&pair.a) {
+        let to = SocketAddr::new(server, PORT);
         // 1473 B is the first payload a 1500 MTU cannot carry in one IPv4
         // frame (1453 B for IPv6); 4000 B makes three fragments.
         for size in [1473usize, 4000] {

@@ -4,7 +4,8 @@
 //! must be the function's result byte for byte; requests that make a
 //! function trap, loop or exhaust its memory go unanswered and are counted,
 //! and the same function answers the next request.
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+mod common;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::Ordering;
@@ -79,14 +80,7 @@ fn registry() -> (Registry, Vec<Arc<WasmFunction>>) {
 fn exchange(counters: &Counters, bad: &[Arc<WasmFunction>], what: &str) -> u64 {
     let mut answered = 0u64;
     let mut refused = 0u64;
-    for (bind, server) in [
-        ("198.18.0.1:0", "198.18.0.2"),
-        ("[2001:db8::1]:0", "2001:db8::2"),
-    ] {
-        let sock = netns::run_in(A, || UdpSocket::bind(bind.parse::<SocketAddr>().unwrap()))
-            .unwrap()
-            .unwrap();
-        let server: IpAddr = server.parse().unwrap();
+    for (sock, server) in common::clients_in(A) {
         // Neighbour resolved first (see default_offloads.rs: the kernel's
         // first solicitation after link-up may go unanswered for 1 s).
         let _ = Command::new("ip")

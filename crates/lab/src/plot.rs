@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -531,6 +532,34 @@ pub fn bars_by_key<V>(
 
 /// Offered (x) against delivered (y) points per series, both axes to the
 /// largest coordinate, with the no-loss diagonal.
+/// A linear chart from 0 to `(xmax, ymax)` with named axes, in the style
+/// every figure shares (caption, margins, label sizes).
+fn xy_chart<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    (xmax, ymax): (f64, f64),
+) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>>
+where
+    DB::ErrorType: 'static,
+{
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(perr)?;
+    Ok(chart)
+}
+
 fn draw_delivered<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     title: &str,
@@ -541,20 +570,7 @@ where
     DB::ErrorType: 'static,
 {
     let max = series_max(series, |p| p.0.max(p.1), 1e-6) * 1.1;
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..max, 0.0..max)
-        .map_err(perr)?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(perr)?;
+    let mut chart = xy_chart(area, title, (x_desc, y_desc), (max, max))?;
     chart
         .draw_series(LineSeries::new(
             vec![(0.0, 0.0), (max, max)],
@@ -701,20 +717,7 @@ where
     let mut names: Vec<&str> = series.iter().map(|s| s.0.as_str()).collect();
     names.dedup();
     let ymax = ymax * (1.15 + 0.06 * names.len() as f64);
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
-        .map_err(perr)?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(perr)?;
+    let mut chart = xy_chart(area, title, (x_desc, y_desc), (xmax, ymax))?;
     draw_series(&mut chart, series, SeriesLabelPosition::UpperRight)
 }
 

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::attach::PolicerStats;
 use crate::classes::SchedulerStats;
-use crate::sched::ClassConfig;
+use crate::sched::{ClassConfig, ClassStats};
 
 /// One policer: interface, hook ("xdp" or "tc"), counters, rules, scheduler.
 #[derive(Debug, Clone, Serialize)]
@@ -61,12 +61,8 @@ pub struct ClassReport {
     pub id: u32,
     #[serde(flatten)]
     pub config: ClassConfig,
-    pub enqueued_packets: u64,
-    pub sent_packets: u64,
-    pub sent_bytes: u64,
-    pub dropped_packets: u64,
-    pub dropped_bytes: u64,
-    pub borrowed_packets: u64,
+    #[serde(flatten)]
+    pub stats: ClassStats,
     /// Packets queued now (a gauge).
     pub queue_depth: u64,
 }
@@ -122,12 +118,7 @@ fn scheduler_report(s: &SchedulerStats) -> SchedulerReport {
             .map(|(id, c, k)| ClassReport {
                 id: *id,
                 config: c.clone(),
-                enqueued_packets: k.enqueued_packets,
-                sent_packets: k.sent_packets,
-                sent_bytes: k.sent_bytes,
-                dropped_packets: k.dropped_packets,
-                dropped_bytes: k.dropped_bytes,
-                borrowed_packets: k.borrowed_packets,
+                stats: ClassStats::from_counters(k),
                 queue_depth: k.queue_depth,
             })
             .collect(),

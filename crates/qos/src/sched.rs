@@ -25,6 +25,8 @@
 //! and the long-run rate is exact.
 use std::collections::VecDeque;
 
+use peregrine_bpf::policer::ClassCounters;
+
 /// Nanoseconds on the caller's monotonic clock.
 pub type Nanos = u64;
 
@@ -49,8 +51,9 @@ pub struct ClassConfig {
     pub queue_limit: usize,
 }
 
-/// Counters of one class.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Counters of one class (in the policer's maps as `ClassCounters`, with
+/// the queue's depth beside them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ClassStats {
     pub enqueued_packets: u64,
     pub sent_packets: u64,
@@ -59,6 +62,33 @@ pub struct ClassStats {
     pub dropped_bytes: u64,
     /// Packets sent beyond the class's own rate (borrowed).
     pub borrowed_packets: u64,
+}
+
+impl ClassStats {
+    /// The counters as the policer's maps keep them, with `queue_depth`.
+    pub fn counters(&self, queue_depth: u64) -> ClassCounters {
+        ClassCounters {
+            enqueued_packets: self.enqueued_packets,
+            sent_packets: self.sent_packets,
+            sent_bytes: self.sent_bytes,
+            dropped_packets: self.dropped_packets,
+            dropped_bytes: self.dropped_bytes,
+            borrowed_packets: self.borrowed_packets,
+            queue_depth,
+        }
+    }
+
+    /// The counters read back from the policer's maps (without the depth).
+    pub fn from_counters(c: &ClassCounters) -> ClassStats {
+        ClassStats {
+            enqueued_packets: c.enqueued_packets,
+            sent_packets: c.sent_packets,
+            sent_bytes: c.sent_bytes,
+            dropped_packets: c.dropped_packets,
+            dropped_bytes: c.dropped_bytes,
+            borrowed_packets: c.borrowed_packets,
+        }
+    }
 }
 
 /// A token bucket, refilled from elapsed time. Tokens are kept in

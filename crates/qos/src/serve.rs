@@ -265,18 +265,7 @@ impl Running {
     fn publish(&self, maps: &PolicerMaps, unclassified: &ClassCounters) -> Result<()> {
         maps.set_class_counters(0, unclassified)?;
         for ((_, s, depth), &id) in self.sched.classes().zip(&self.ids) {
-            maps.set_class_counters(
-                id,
-                &ClassCounters {
-                    enqueued_packets: s.enqueued_packets,
-                    sent_packets: s.sent_packets,
-                    sent_bytes: s.sent_bytes,
-                    dropped_packets: s.dropped_packets,
-                    dropped_bytes: s.dropped_bytes,
-                    borrowed_packets: s.borrowed_packets,
-                    queue_depth: depth as u64,
-                },
-            )?;
+            maps.set_class_counters(id, &s.counters(depth as u64))?;
         }
         Ok(())
     }

@@ -1,10 +1,30 @@
 //! Shared by the faas crate's privileged tests (default_offloads,
-//! unanswered): raw sockets that send crafted datagrams and frames from
-//! outside the server.
+//! unanswered, wasm_serving): client sockets of both families, and raw
+//! sockets that send crafted datagrams and frames from outside the server.
 #![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use peregrine_host::netns;
+
+/// A client's UDP socket in namespace `ns` for each family (bound to
+/// 198.18.0.1 and 2001:db8::1), each with the server's address it talks to
+/// (198.18.0.2, 2001:db8::2).
+pub fn clients_in(ns: &str) -> Vec<(UdpSocket, IpAddr)> {
+    [
+        ("198.18.0.1:0", "198.18.0.2"),
+        ("[2001:db8::1]:0", "2001:db8::2"),
+    ]
+    .into_iter()
+    .map(|(bind, server)| {
+        let bind: SocketAddr = bind.parse().unwrap();
+        let sock = netns::run_in(ns, || UdpSocket::bind(bind)).unwrap().unwrap();
+        (sock, server.parse().unwrap())
+    })
+    .collect()
+}
 
 /// A raw socket(2) of `domain`, `ty` and `protocol`, owned.
 pub fn raw_socket(domain: i32, ty: i32, protocol: i32) -> OwnedFd {
