@@ -31,7 +31,13 @@ fn counters(all: &[PolicerReport]) -> Vec<Counter> {
         for c in s.scheduler.iter().flat_map(|sc| &sc.classes) {
             let class = format!("class:{}", c.config.name);
             out.push(
-                on(&class, "sent", c.stats.sent_packets, Some(c.stats.sent_bytes)).with_depth(c.queue_depth),
+                on(
+                    &class,
+                    "sent",
+                    c.stats.sent_packets,
+                    Some(c.stats.sent_bytes),
+                )
+                .with_depth(c.queue_depth),
             );
             out.push(on(
                 &class,

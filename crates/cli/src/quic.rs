@@ -93,6 +93,11 @@ pub struct ServeArgs {
     /// Address and UDP port to serve on, e.g. 198.18.0.1:4433 or [2001:db8::1]:443.
     #[arg(long)]
     pub listen: SocketAddr,
+    /// With --listen [::]:PORT: IPv6 clients only (IPV6_V6ONLY). Without
+    /// it `[::]` serves both families, as Linux sockets do (--io afxdp
+    /// refuses `[::]` without it: its sockets hold one family).
+    #[arg(long)]
+    pub ipv6_only: bool,
     /// Directory whose files are served (GET /NAME, subdirectories too).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -172,6 +177,7 @@ fn serve(a: ServeArgs) -> Result<()> {
         io: a.tuning.io(),
         tuning: a.tuning.config(),
         cert: a.cert.zip(a.key),
+        ipv6_only: a.ipv6_only,
     })?;
     eprintln!("{}", server.summary());
     let r = server.run(a.duration.map(Into::into));

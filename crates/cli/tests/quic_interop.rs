@@ -314,6 +314,33 @@ fn quic_get_refuses_bad_urls_and_missing_trust_in_one_line() {
             ][..],
             "NAME=SIZE",
         ),
+        // Issue 28: `[::]` on the AF_XDP stack served IPv6 alone, and an
+        // IPv4 client got no answer at all.
+        (
+            &[
+                "quic",
+                "serve",
+                "--listen",
+                "[::]:4433",
+                "--memory",
+                "f=10",
+                "--io",
+                "afxdp",
+            ][..],
+            "add --ipv6-only, or listen on 0.0.0.0:4433",
+        ),
+        (
+            &[
+                "quic",
+                "serve",
+                "--listen",
+                "198.18.0.1:4433",
+                "--memory",
+                "f=10",
+                "--ipv6-only",
+            ][..],
+            "an IPv6 address is needed",
+        ),
     ] {
         let o = Command::new(pg).args(args).output().unwrap();
         assert!(!o.status.success(), "{args:?}");

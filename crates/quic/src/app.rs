@@ -168,10 +168,11 @@ impl IoConfig {
         iface: &str,
         addr: SocketAddr,
         server: Option<quinn::ServerConfig>,
+        ipv6_only: bool,
     ) -> Result<(quinn::Endpoint, Option<Stack>), AppError> {
         if io != QuicIo::Afxdp {
             let _in = rt.enter();
-            let e = std::net::UdpSocket::bind(addr)
+            let e = kernel_socket(addr, ipv6_only)
                 .and_then(|sock| crate::endpoint_on_kernel(sock, server, io.offload()));
             return Ok((e.map_err(doing(format!("binding {addr}")))?, None));
         }
@@ -188,6 +189,27 @@ impl IoConfig {
         let sock = StackSocket::new(sock).with_tx_segments(self.tx_batch);
         Ok((crate::endpoint_on_stack(sock, server)?, Some(stack)))
     }
+}
+
+/// A kernel UDP socket bound to `addr`. Linux's `[::]` takes IPv4 too
+/// (mapped); with `ipv6_only` (IPV6_V6ONLY) it takes IPv6 alone.
+fn kernel_socket(addr: SocketAddr, ipv6_only: bool) -> std::io::Result<std::net::UdpSocket> {
+    use nix::sys::socket::{self as s, sockopt};
+    let SocketAddr::V6(v6) = addr else {
+        return std::net::UdpSocket::bind(addr);
+    };
+    let fd = s::socket(
+        s::AddressFamily::Inet6,
+        s::SockType::Datagram,
+        s::SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    s::setsockopt(&fd, sockopt::Ipv6V6Only, &ipv6_only)?;
+    s::bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &s::SockaddrIn6::from(v6),
+    )?;
+    Ok(std::net::UdpSocket::from(fd))
 }
 
 /// A body held in memory: NAME=SIZE.
@@ -272,6 +294,9 @@ pub struct ServeConfig {
     pub tuning: IoConfig,
     /// Certificate chain and key (PEM); None: a self-signed one.
     pub cert: Option<(PathBuf, PathBuf)>,
+    /// `[::]` serves IPv6 alone (IPV6_V6ONLY); without it, both families,
+    /// as a Linux socket on `[::]` does.
+    pub ipv6_only: bool,
 }
 
 /// A running HTTP/3 server; [`QuicServer::run`] serves until stopped.
@@ -300,6 +325,26 @@ pub struct ServeReport {
     pub stack: Option<String>,
 }
 
+/// `--ipv6-only` needs an IPv6 address; `[::]` on the AF_XDP stack, whose
+/// sockets hold one family, is refused unless it is to serve IPv6 alone
+/// (an IPv4 client would get no answer at all).
+fn check_listen(cfg: &ServeConfig) -> Result<(), AppError> {
+    let l = cfg.listen;
+    if cfg.ipv6_only && l.is_ipv4() {
+        return Err(AppError::Invalid(format!(
+            "--ipv6-only with --listen {l}: an IPv6 address is needed"
+        )));
+    }
+    if cfg.io == QuicIo::Afxdp && l.is_ipv6() && l.ip().is_unspecified() && !cfg.ipv6_only {
+        return Err(AppError::Invalid(format!(
+            "--listen {l} with --io afxdp: the AF_XDP stack's sockets hold one family, so IPv4 \
+             clients would go unanswered; add --ipv6-only, or listen on 0.0.0.0:{}",
+            l.port()
+        )));
+    }
+    Ok(())
+}
+
 /// Starts the endpoint of `quic serve`.
 pub fn serve(cfg: &ServeConfig) -> Result<QuicServer, AppError> {
     if let Some(d) = cfg.dir.as_ref().filter(|d| !d.is_dir()) {
@@ -309,6 +354,7 @@ pub fn serve(cfg: &ServeConfig) -> Result<QuicServer, AppError> {
         )));
     }
     cfg.tuning.check(cfg.io)?;
+    check_listen(cfg)?;
     let id = match &cfg.cert {
         Some((c, k)) => Identity::from_pem_files(c, k)?,
         None => Identity::self_signed(&[cfg.listen.ip().to_string(), "localhost".into()])?,
@@ -321,9 +367,14 @@ pub fn serve(cfg: &ServeConfig) -> Result<QuicServer, AppError> {
         (None, QuicIo::Afxdp) => iface_with(cfg.listen.ip())?,
         (None, _) => String::new(),
     };
-    let (endpoint, stack) =
-        cfg.tuning
-            .endpoint(&rt, cfg.io, &iface, cfg.listen, Some(server_cfg))?;
+    let (endpoint, stack) = cfg.tuning.endpoint(
+        &rt,
+        cfg.io,
+        &iface,
+        cfg.listen,
+        Some(server_cfg),
+        cfg.ipv6_only,
+    )?;
     let on = match (&stack, cfg.io) {
         (Some(s), _) => format!("the UDP/IP stack on {} (AF_XDP)", s.iface()),
         (None, QuicIo::KernelNogso) => "a kernel UDP socket without GSO/GRO".to_string(),
@@ -498,7 +549,9 @@ pub fn get(cfg: &GetConfig) -> Result<GetReport, AppError> {
         _ if target.addr.is_ipv6() => (String::new(), "[::]:0".parse().expect("address")),
         _ => (String::new(), "0.0.0.0:0".parse().expect("address")),
     };
-    let (ep, stack) = cfg.tuning.endpoint(&rt, cfg.io, &iface, local, None)?;
+    let (ep, stack) = cfg
+        .tuning
+        .endpoint(&rt, cfg.io, &iface, local, None, false)?;
     // Dropped before the stack it sends on.
     let mut endpoint = ep;
     endpoint.set_default_client_config(client_cfg);

@@ -1,7 +1,8 @@
 //! Shared by the faas crate's privileged tests (default_offloads,
 //! unanswered, wasm_serving): client sockets of both families, and raw
 //! sockets that send crafted datagrams and frames from outside the server.
-#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
+#![allow(unsafe_code)]
+// this module holds unsafe code; each block says why it is sound
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -20,7 +21,9 @@ pub fn clients_in(ns: &str) -> Vec<(UdpSocket, IpAddr)> {
     .into_iter()
     .map(|(bind, server)| {
         let bind: SocketAddr = bind.parse().unwrap();
-        let sock = netns::run_in(ns, || UdpSocket::bind(bind)).unwrap().unwrap();
+        let sock = netns::run_in(ns, || UdpSocket::bind(bind))
+            .unwrap()
+            .unwrap();
         (sock, server.parse().unwrap())
     })
     .collect()
