@@ -18,7 +18,7 @@ use peregrine_testbed::testing::{privileged_here, NsPair};
 use sha2::{Digest, Sha256};
 
 mod common;
-use common::{text, tmp};
+use common::{text, tmp, SEND_RAW};
 
 const PY: &str = "/opt/peregrine/interop-venv/bin/python";
 const A: &str = "pg-h3-a";
@@ -341,6 +341,21 @@ fn quic_get_refuses_bad_urls_and_missing_trust_in_one_line() {
             ][..],
             "an IPv6 address is needed",
         ),
+        // Issue 28: the unspecified address named no interface, and the
+        // error did not say --iface.
+        (
+            &[
+                "quic",
+                "serve",
+                "--listen",
+                "0.0.0.0:4433",
+                "--memory",
+                "f=10",
+                "--io",
+                "afxdp",
+            ][..],
+            "--iface",
+        ),
     ] {
         let o = Command::new(pg).args(args).output().unwrap();
         assert!(!o.status.success(), "{args:?}");
@@ -455,4 +470,149 @@ fn sigkilled_quic_serve_leaves_nothing_and_serves_again() {
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(v["served"], 2, "{v}");
     assert!(!has_xdp(A, "eth0"), "the program is gone after Ctrl-C too");
+}
+
+/// Issue 28: each spoofed Initial from 255.255.255.255 or 224.0.0.5 reached
+/// quinn on the AF_XDP stack, which logged an error for every reply it
+/// could not route (a log flood anyone on the link can cause), and a
+/// first fragment to the port was dropped without a trace. Now the stack
+/// drops martian sources and group source MACs before quinn, counted as
+/// `rx_bad_source`; the final report carries the steering program's
+/// `steer_fragments`; nothing is logged; the server still serves.
+#[test]
+fn spoofed_sources_and_fragments_are_counted_not_logged() {
+    use peregrine_wire::checksum::checksum;
+    use peregrine_wire::{MacAddr, UdpFrameSpec};
+    if !privileged_here() {
+        return;
+    }
+    let _pair = NsPair::addressed(A, B);
+    let pg = env!("CARGO_BIN_EXE_peregrine");
+    let mac_of = |ns: &str| -> MacAddr {
+        let o = Command::new("ip")
+            .args(["netns", "exec", ns, "cat", "/sys/class/net/eth0/address"])
+            .output()
+            .unwrap();
+        text(&o.stdout).trim().parse().unwrap()
+    };
+    let (mac_a, mac_b) = (mac_of(A), mac_of(B));
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            A,
+            pg,
+            "quic",
+            "serve",
+            "--listen",
+            "198.18.0.1:4433",
+        ])
+        .args([
+            "--memory",
+            "f=1000",
+            "--io",
+            "afxdp",
+            "--duration",
+            "60s",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("  | {line}");
+            if line.starts_with("serving") {
+                let _ = tx.send(());
+            }
+            lines.push(line);
+        }
+        lines
+    });
+    let mut server = Running(child);
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("quic serve says it is serving");
+
+    // A QUIC v1 long-header Initial's first bytes, padded to 1200 B.
+    let mut initial = vec![0xc3, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0];
+    initial.resize(1200, 0);
+    let frame = |src: &str| {
+        let mut s = UdpFrameSpec::between(
+            src.parse().unwrap(),
+            "198.18.0.1:4433".parse().unwrap(),
+            initial.len(),
+        );
+        (s.src_mac, s.dst_mac) = (mac_b, mac_a);
+        s.build(&initial).unwrap()
+    };
+    let mut spoofed = vec![frame("255.255.255.255:443"), frame("224.0.0.5:443")];
+    let mut group_mac = frame("198.18.0.2:443");
+    group_mac[6..12].copy_from_slice(&[0x01, 0, 0x5e, 0, 0, 1]);
+    spoofed.push(group_mac);
+    // A first fragment (MF set, offset 0) of a datagram to the port.
+    let mut first = frame("198.18.0.2:443");
+    first[14 + 6] |= 0x20;
+    first[14 + 10..14 + 12].fill(0);
+    let sum = checksum(&first[14..14 + 20]);
+    first[14 + 10..14 + 12].copy_from_slice(&sum.to_be_bytes());
+    const N: usize = 20;
+    let hex: Vec<String> = spoofed
+        .iter()
+        .chain([&first])
+        .map(|f| f.iter().map(|b| format!("{b:02x}")).collect())
+        .collect();
+    let send = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            B,
+            "python3",
+            "-c",
+            SEND_RAW,
+            "eth0",
+            &N.to_string(),
+        ])
+        .args(&hex)
+        .output()
+        .unwrap();
+    assert!(send.status.success(), "{}", text(&send.stderr));
+
+    // Still serving: a real client gets the file.
+    let get = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            B,
+            pg,
+            "quic",
+            "get",
+            "https://198.18.0.1:4433/f",
+        ])
+        .args(["--insecure", "--io", "kernel", "--timeout", "10s"])
+        .output()
+        .unwrap();
+    assert!(get.status.success(), "{}", text(&get.stderr));
+
+    let (status, stdout) = server.interrupt();
+    assert!(status.success(), "quic serve ended with {status}");
+    let lines = log.join().unwrap();
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let stack = v["stack"].as_str().unwrap().to_string();
+    let counter = |name: &str| -> u64 {
+        stack
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in {stack}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(counter("rx_bad_source"), (3 * N) as u64, "{stack}");
+    assert_eq!(counter("steer_fragments"), N as u64, "{stack}");
+    assert_eq!(v["served"], 1, "{v}");
+    let noisy: Vec<&String> = lines.iter().filter(|l| l.contains("ERROR")).collect();
+    assert!(noisy.is_empty(), "logged: {noisy:?}");
 }

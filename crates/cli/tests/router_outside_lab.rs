@@ -17,7 +17,7 @@ use peregrine_bpf::{tcx, xdp, TcxDirection};
 use peregrine_host::netns;
 
 mod common;
-use common::{iperf_bytes, json, ok, pg_in, sh_in, text, Topo};
+use common::{iperf_bytes, json, ok, pg_in, sh_in, text, Topo, SEND_RAW};
 
 /// What the router tests ask of a topology.
 trait RouterTopo {
@@ -465,15 +465,6 @@ fn rx_actions(t: &Topo, port: &str) -> BTreeMap<String, u64> {
         .map(|(a, c)| (a.clone(), c["packets"].as_u64().unwrap()))
         .collect()
 }
-
-/// Sends each frame (hex) `count` times from a raw AF_PACKET socket on
-/// interface `iface`: python3's socket module, no other tool.
-const SEND_RAW: &str = "import socket,sys
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((sys.argv[1], 0))
-for f in sys.argv[3:]:
-    for _ in range(int(sys.argv[2])):
-        s.send(bytes.fromhex(f))";
 
 /// What Linux does not route, the router does not either, at both hooks,
 /// and every such frame is counted under exactly one action: 802.1Q-tagged

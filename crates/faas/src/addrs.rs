@@ -10,6 +10,7 @@
 //! the MAC and for martian sources, and check the rest from IP_PKTINFO.
 use std::net::{IpAddr, Ipv4Addr};
 
+pub use peregrine_wire::ip::{group_address, invalid_source};
 use peregrine_wire::{MacAddr, UdpFrame};
 
 /// Why a request is not answered (each has its own counter).
@@ -25,30 +26,6 @@ pub enum Refusal {
     BadSource,
     /// From UDP source port 0, which no reply can be sent to.
     SourcePortZero,
-}
-
-/// A source no reply may go to. `from_wire`: the request came in on an
-/// Ethernet interface, where a loopback source is a spoof (the kernel
-/// drops it as a martian); a socket may see it from a local client.
-pub fn invalid_source(ip: IpAddr, from_wire: bool) -> bool {
-    match ip {
-        IpAddr::V4(a) => {
-            a.octets()[0] == 0 // "this network", 0.0.0.0/8
-                || a.is_broadcast()
-                || a.is_multicast()
-                || (from_wire && a.is_loopback())
-        }
-        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast() || (from_wire && a.is_loopback()),
-    }
-}
-
-/// A destination address that is never one host's: limited broadcast or
-/// multicast (a subnet's broadcast address needs the prefix: `LocalAddrs`).
-pub fn group_address(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(a) => a.is_broadcast() || a.is_multicast(),
-        IpAddr::V6(a) => a.is_multicast(),
-    }
 }
 
 /// The served interface's MAC, unicast addresses (v4 and v6, link-local
@@ -108,7 +85,7 @@ impl LocalAddrs {
     /// Whether the request may be answered, and if not, why.
     pub fn check(&self, req: &UdpFrame<'_>) -> Result<(), Refusal> {
         // Group bit: broadcast (all ones) and multicast MACs.
-        if req.dst_mac.0[0] & 1 != 0 || group_address(req.dst_ip) || self.is_broadcast(req.dst_ip) {
+        if req.dst_mac.is_group() || group_address(req.dst_ip) || self.is_broadcast(req.dst_ip) {
             return Err(Refusal::NotUnicast);
         }
         if Some(req.dst_mac) != self.mac || !self.unicast.contains(&req.dst_ip) {
@@ -117,7 +94,7 @@ impl LocalAddrs {
         // A group source MAC (broadcast or multicast) is no host's: the
         // reply would go to every host on the link. The kernel replies to
         // the neighbour's unicast MAC; a frame source can only be spoofed.
-        if req.src_mac.0[0] & 1 != 0
+        if req.src_mac.is_group()
             || invalid_source(req.src_ip, true)
             || self.is_broadcast(req.src_ip)
             || self.unicast.contains(&req.src_ip)

@@ -250,6 +250,11 @@ fn process_cpu_seconds() -> f64 {
 
 /// The interface that holds `ip` here, for the stack.
 fn iface_with(ip: IpAddr) -> Result<String, AppError> {
+    if ip.is_unspecified() {
+        return Err(AppError::Invalid(format!(
+            "--listen {ip} names no interface: give the stack's one with --iface"
+        )));
+    }
     let has = |a: &nix::sys::socket::SockaddrStorage| {
         a.as_sockaddr_in().map(|s| IpAddr::V4(s.ip())) == Some(ip)
             || a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())) == Some(ip)
@@ -260,7 +265,8 @@ fn iface_with(ip: IpAddr) -> Result<String, AppError> {
         .map(|i| i.interface_name)
         .ok_or_else(|| {
             AppError::Invalid(format!(
-                "no interface here has {ip}: listen on one of an interface's addresses"
+                "no interface here has {ip}: listen on one of an interface's addresses, \
+                 or name the interface with --iface"
             ))
         })
 }
@@ -440,7 +446,7 @@ impl QuicServer {
             failed: c.failed.load(Ordering::Relaxed),
             body_bytes: c.body_bytes.load(Ordering::Relaxed),
             cpu_seconds: process_cpu_seconds(),
-            stack: self.stack.as_ref().map(|s| s.counters().to_string()),
+            stack: self.stack.as_ref().map(Stack::summary),
         }
     }
 }
@@ -587,7 +593,7 @@ pub fn get(cfg: &GetConfig) -> Result<GetReport, AppError> {
         goodput_mbit_s: fetched.bytes as f64 * 8.0 / fetched.seconds.max(1e-9) / 1e6,
         fetched,
         cpu_seconds: process_cpu_seconds(),
-        stack: stack.as_ref().map(|s| s.counters().to_string()),
+        stack: stack.as_ref().map(Stack::summary),
     })
 }
 

@@ -58,6 +58,10 @@ counters! {
     rx_not_udp,
     /// Received frames addressed to another MAC (unicast, not ours).
     rx_other_host,
+    /// Received datagrams from a source no host has: a broadcast,
+    /// multicast, unspecified or loopback address, or a group source MAC
+    /// (the kernel's input drops them as martians).
+    rx_bad_source,
     /// Received datagrams for an address and port no socket has (a socket
     /// closed while its datagrams were in flight).
     rx_no_socket,

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::atomic::AtomicU64;
 
+use peregrine_wire::ip::invalid_source;
 use peregrine_wire::{parse_udp_frame, FrameError, Layer, MacAddr};
 
 use crate::counters::Counters;
@@ -28,6 +29,7 @@ pub enum RxDrop {
     BadUdpChecksum,
     NotUdp,
     OtherHost,
+    BadSource,
 }
 
 impl RxDrop {
@@ -39,6 +41,7 @@ impl RxDrop {
             RxDrop::BadUdpChecksum => &c.rx_bad_udp_checksum,
             RxDrop::NotUdp => &c.rx_not_udp,
             RxDrop::OtherHost => &c.rx_other_host,
+            RxDrop::BadSource => &c.rx_bad_source,
         }
     }
 }
@@ -63,8 +66,15 @@ pub fn classify(frame: &[u8], ours: MacAddr) -> Result<Incoming, RxDrop> {
     }
     // Group addresses (broadcast, multicast) have the low bit of the first
     // byte set; a unicast frame must be ours.
-    if u.dst_mac != ours && u.dst_mac.0[0] & 1 == 0 {
+    if u.dst_mac != ours && !u.dst_mac.is_group() {
         return Err(RxDrop::OtherHost);
+    }
+    // What the kernel's input drops as a martian source (broadcast,
+    // multicast, unspecified, loopback), and a group source MAC: no host
+    // sends from these, and an answer would go to many (or be logged by
+    // whoever tried to answer, once per spoofed datagram).
+    if u.src_mac.is_group() || invalid_source(u.src_ip, true) {
+        return Err(RxDrop::BadSource);
     }
     let start = u.payload.as_ptr() as usize - frame.as_ptr() as usize;
     Ok(Incoming {
@@ -184,6 +194,48 @@ mod tests {
         assert_eq!(classify(&f, ours()), Err(RxDrop::OtherHost));
         f[..6].fill(0xff);
         assert!(classify(&f, ours()).is_ok());
+    }
+
+    /// Issue 28: spoofed Initials from 255.255.255.255 or 224.0.0.5 reached
+    /// quinn, which logged an error for each reply it could not route.
+    /// The kernel's input drops these sources as martians; so does the
+    /// stack, counted.
+    #[test]
+    fn martian_sources_and_group_source_macs_are_bad_sources() {
+        for src in [
+            "255.255.255.255:5000",
+            "224.0.0.5:5000",
+            "0.0.0.0:5000",
+            "0.1.2.3:5000",
+            "127.0.0.1:5000",
+        ] {
+            let f =
+                UdpFrameSpec::between(src.parse().unwrap(), "198.18.0.2:4433".parse().unwrap(), 1)
+                    .build(b"x")
+                    .unwrap();
+            assert_eq!(classify(&f, ours()), Err(RxDrop::BadSource), "{src}");
+        }
+        for src in ["[ff02::1]:5000", "[::]:5000", "[::1]:5000"] {
+            let f = UdpFrameSpec::between(
+                src.parse().unwrap(),
+                "[2001:db8::2]:4433".parse().unwrap(),
+                1,
+            )
+            .build(b"x")
+            .unwrap();
+            assert_eq!(classify(&f, ours()), Err(RxDrop::BadSource), "{src}");
+        }
+        for v6 in [false, true] {
+            for group in [
+                [0xff; 6],
+                [0x01, 0, 0x5e, 0, 0, 1],
+                [0x33, 0x33, 0, 0, 0, 1],
+            ] {
+                let mut f = frame(v6, b"x");
+                f[6..12].copy_from_slice(&group);
+                assert_eq!(classify(&f, ours()), Err(RxDrop::BadSource), "{group:x?}");
+            }
+        }
     }
 
     mod fuzz {

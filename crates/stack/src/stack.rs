@@ -245,6 +245,34 @@ impl Stack {
         Ok(c)
     }
 
+    /// Every counter in one line, for a final report: the stack's own,
+    /// then the steering program's and the sockets' (`steer_fragments`: a
+    /// first fragment for a binding, dropped; `steer_no_socket`: passed
+    /// to the kernel for want of a socket on its queue).
+    pub fn summary(&self) -> String {
+        let mut line = self.counters().to_string();
+        match self.xdp_counters() {
+            Ok(x) => {
+                let (s, k) = (x.steer, x.xsk);
+                line += &format!(
+                    " steer_redirected={} steer_no_socket={} steer_fragments={} \
+                     xsk_rx_dropped={} xsk_rx_ring_full={} xsk_rx_fill_ring_empty={} \
+                     xsk_rx_invalid={} xsk_tx_invalid={}",
+                    s.redirected,
+                    s.no_socket,
+                    s.fragments,
+                    k.rx_dropped,
+                    k.rx_ring_full,
+                    k.rx_fill_ring_empty_descriptors,
+                    k.rx_invalid_descriptors,
+                    k.tx_invalid_descriptors
+                );
+            }
+            Err(e) => line += &format!(" (the XDP counters could not be read: {e})"),
+        }
+        line
+    }
+
     /// The MAC the stack sends to for next hop `ip`, as it knows it now
     /// (None: unknown or unusable).
     pub fn neighbour_mac(&self, ip: IpAddr) -> Option<MacAddr> {

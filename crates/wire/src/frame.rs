@@ -206,10 +206,21 @@ pub fn finish_partial_checksum(f: &mut [u8]) -> bool {
         ipproto::UDP => 6,
         _ => return false,
     };
-    let (l4, len) = (l3 + hlen, ip.payload_len());
-    if len < field + 2 || l4 + len > f.len() {
+    let (l4, ip_len) = (l3 + hlen, ip.payload_len());
+    if ip_len < field + 2 || l4 + ip_len > f.len() {
         return false;
     }
+    // UDP's checksum covers the datagram its length field gives (RFC 768),
+    // which may end before the IP payload does; TCP's, the IP payload.
+    let len = if ip.protocol() == ipproto::UDP {
+        let ulen = usize::from(u16::from_be_bytes([f[l4 + 4], f[l4 + 5]]));
+        if !(udp::HEADER_LEN..=ip_len).contains(&ulen) {
+            return false;
+        }
+        ulen
+    } else {
+        ip_len
+    };
     let pseudo = checksum::pseudo_header_sum(ip.src_addr(), ip.dst_addr(), ip.protocol(), len);
     let at = l4 + field;
     if u16::from_be_bytes([f[at], f[at + 1]]) != !checksum::finish(pseudo) {
@@ -292,6 +303,50 @@ mod tests {
                 Err(FrameError::BadChecksum(Layer::Udp))
             ));
             assert!(!finish_partial_checksum(&mut f), "a wrong one stays wrong");
+        }
+    }
+
+    /// Found by fuzz/fuzz_targets/wire_frames.rs: UDP's checksum covers
+    /// the UDP length field's bytes, which may be fewer than the IP
+    /// payload's. Finishing summed the IP payload: it left a real partial
+    /// checksum alone, and rewrote a wrong one that happened to be the IP
+    /// length's partial value (once into one `parse_udp_frame` accepts).
+    #[test]
+    fn a_partial_checksum_covers_the_udp_length_not_the_ip_payload() {
+        for (src, dst) in [
+            ("198.18.0.1:40000", "198.18.0.2:1232"),
+            ("[2001:db8::1]:40000", "[2001:db8::2]:1232"),
+        ] {
+            let (payload, trailer) = (&b"datagram"[..], &b"after it, in the IP payload"[..]);
+            let s = UdpFrameSpec::between(
+                src.parse().unwrap(),
+                dst.parse().unwrap(),
+                payload.len() + trailer.len(),
+            );
+            let mut f = s.build(&[payload, trailer].concat()).unwrap();
+            let l4 = f.len() - trailer.len() - payload.len() - UDP_HLEN;
+            let (ulen, ip_len) = (UDP_HLEN + payload.len(), f.len() - l4);
+            let mut d = udp::Packet::new_unchecked(&mut f[l4..]);
+            d.set_len(ulen as u16);
+            d.fill_checksum(s.src_ip, s.dst_ip);
+            let full = f.clone();
+            assert_eq!(parse_udp_frame(&full).unwrap().payload, payload);
+            let partial = |len| {
+                let sum = checksum::pseudo_header_sum(s.src_ip, s.dst_ip, ipproto::UDP, len);
+                !checksum::finish(sum)
+            };
+            f[l4 + 6..l4 + 8].copy_from_slice(&partial(ulen).to_be_bytes());
+            assert!(parse_udp_frame(&f).is_ok(), "partial over the UDP length");
+            assert!(finish_partial_checksum(&mut f));
+            assert_eq!(f, full, "finished over the UDP length");
+            f[l4 + 6..l4 + 8].copy_from_slice(&partial(ip_len).to_be_bytes());
+            assert_eq!(
+                parse_udp_frame(&f),
+                Err(FrameError::BadChecksum(Layer::Udp))
+            );
+            let wrong = f.clone();
+            assert!(!finish_partial_checksum(&mut f), "a wrong one stays wrong");
+            assert_eq!(f, wrong);
         }
     }
 

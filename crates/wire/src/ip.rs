@@ -137,6 +137,32 @@ pub fn header_len_for(a: IpAddr) -> usize {
     }
 }
 
+/// A source no reply may go to, mostly what the kernel's input drops as
+/// a martian: "this network" 0/8 (a host that does not know its address
+/// yet; Linux 6.18 drops only 0.0.0.0 of it), limited broadcast, multicast, and loopback when `from_wire` (it came in
+/// on an Ethernet interface, where a loopback source is a spoof; a socket
+/// may see it from a local client).
+pub fn invalid_source(ip: IpAddr, from_wire: bool) -> bool {
+    match ip {
+        IpAddr::V4(a) => {
+            a.octets()[0] == 0
+                || a.is_broadcast()
+                || a.is_multicast()
+                || (from_wire && a.is_loopback())
+        }
+        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast() || (from_wire && a.is_loopback()),
+    }
+}
+
+/// A destination address that is never one host's: limited broadcast or
+/// multicast (a subnet's broadcast address needs the prefix).
+pub fn group_address(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.is_broadcast() || a.is_multicast(),
+        IpAddr::V6(a) => a.is_multicast(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,12 @@ pub struct MacAddr(pub [u8; 6]);
 impl MacAddr {
     pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
 
+    /// Broadcast or multicast: the group bit (the low bit of the first
+    /// byte) set. No host sends from one.
+    pub fn is_group(&self) -> bool {
+        self.0[0] & 1 != 0
+    }
+
     /// A locally administered unicast address derived from `seed`, so labs get
     /// stable, recognisable MACs (02:50:47:..: "PG").
     pub fn local(seed: u32) -> MacAddr {

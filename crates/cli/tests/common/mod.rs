@@ -351,3 +351,12 @@ pub fn spawn_quiet(args: &[&str]) -> std::process::Child {
         .spawn()
         .unwrap_or_else(|e| panic!("starting {args:?}: {e}"))
 }
+
+/// Sends each frame (hex) `count` times from a raw AF_PACKET socket on
+/// interface `iface` (`python3 -c SEND_RAW IFACE COUNT HEX...`): python3's socket module, no other tool.
+pub const SEND_RAW: &str = "import socket,sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((sys.argv[1], 0))
+for f in sys.argv[3:]:
+    for _ in range(int(sys.argv[2])):
+        s.send(bytes.fromhex(f))";
