@@ -475,47 +475,7 @@ impl PolicerMaps {
     /// loaded), with ids 0, 1, ... in order. Checks every rule and the mask
     /// count before writing anything.
     pub fn install_fresh(&self, rules: &[Rule]) -> Result<()> {
-        if rules.len() > MAX_RULES as usize {
-            return Err(invalid(format!(
-                "{} rules: the policer holds at most {MAX_RULES}",
-                rules.len()
-            )));
-        }
-        let mut masks: Vec<policer_key> = Vec::new();
-        let mut entries = Vec::with_capacity(rules.len());
-        let mut seen = std::collections::HashSet::new();
-        for (i, r) in rules.iter().enumerate() {
-            let mut meter = r
-                .meter()
-                .map_err(|e| invalid(format!("rule {}: {e}", i + 1)))?;
-            r.matches
-                .check()
-                .map_err(|e| invalid(format!("rule {}: {e}", i + 1)))?;
-            let (mask, mut key) = r.matches.mask_and_key();
-            let slot = match masks.iter().position(|m| m.as_bytes() == mask.as_bytes()) {
-                Some(s) => s,
-                None if masks.len() < MAX_MASKS as usize => {
-                    masks.push(mask);
-                    masks.len() - 1
-                }
-                None => {
-                    return Err(invalid(format!(
-                        "rule {}: more than {MAX_MASKS} distinct match shapes (which fields and \
-                         prefix lengths a rule compares); rules must share them",
-                        i + 1
-                    )))
-                }
-            };
-            key.mask_id = slot as u32;
-            if !seen.insert(key.as_bytes().to_vec()) {
-                return Err(invalid(format!(
-                    "rule {}: matches exactly what an earlier rule matches",
-                    i + 1
-                )));
-            }
-            meter.id = i as u32;
-            entries.push((key, meter));
-        }
+        let (masks, entries) = plan_rules(rules)?;
         for (slot, mask) in masks.iter().enumerate() {
             self.set_mask(slot as u32, Some(mask))?;
         }
@@ -769,6 +729,62 @@ impl PolicerProgram {
             }),
         })
     }
+}
+
+/// Checks a whole rule set as `install_fresh` would install it, writing
+/// nothing: each rule's meter and match, the rule count, the distinct
+/// match shapes, and no rule matching exactly what an earlier one does.
+pub fn check_rules(rules: &[Rule]) -> Result<()> {
+    plan_rules(rules).map(|_| ())
+}
+
+type Planned = (Vec<policer_key>, Vec<(policer_key, policer_rule)>);
+
+/// `check_rules`, returning the masks and the (key, meter) entries in
+/// rule order.
+fn plan_rules(rules: &[Rule]) -> Result<Planned> {
+    if rules.len() > MAX_RULES as usize {
+        return Err(invalid(format!(
+            "{} rules: the policer holds at most {MAX_RULES}",
+            rules.len()
+        )));
+    }
+    let mut masks: Vec<policer_key> = Vec::new();
+    let mut entries = Vec::with_capacity(rules.len());
+    let mut seen = std::collections::HashSet::new();
+    for (i, r) in rules.iter().enumerate() {
+        let mut meter = r
+            .meter()
+            .map_err(|e| invalid(format!("rule {}: {e}", i + 1)))?;
+        r.matches
+            .check()
+            .map_err(|e| invalid(format!("rule {}: {e}", i + 1)))?;
+        let (mask, mut key) = r.matches.mask_and_key();
+        let slot = match masks.iter().position(|m| m.as_bytes() == mask.as_bytes()) {
+            Some(s) => s,
+            None if masks.len() < MAX_MASKS as usize => {
+                masks.push(mask);
+                masks.len() - 1
+            }
+            None => {
+                return Err(invalid(format!(
+                    "rule {}: more than {MAX_MASKS} distinct match shapes (which fields and \
+                         prefix lengths a rule compares); rules must share them",
+                    i + 1
+                )))
+            }
+        };
+        key.mask_id = slot as u32;
+        if !seen.insert(key.as_bytes().to_vec()) {
+            return Err(invalid(format!(
+                "rule {}: matches exactly what an earlier rule matches",
+                i + 1
+            )));
+        }
+        meter.id = i as u32;
+        entries.push((key, meter));
+    }
+    Ok((masks, entries))
 }
 
 #[cfg(test)]

@@ -182,17 +182,31 @@ fn run_lab(cmd: LabCmd) -> Result<()> {
             Ok(())
         }
         LabCmd::Down { name, all, json } => {
-            let removed = match (name, all) {
+            let d = match (name, all) {
                 (_, true) => lab::down_all()?,
-                (Some(n), false) => lab::down(&n)?,
+                (Some(n), false) => lab::DownAll {
+                    labs: lab::down(&n)?,
+                    ..Default::default()
+                },
                 (None, false) => usage!("lab down needs a lab name or --all"),
             };
             if json {
-                println!("{}", serde_json::json!({ "removed": removed }));
-            } else if removed.is_empty() {
+                println!(
+                    "{}",
+                    serde_json::json!({ "removed": d.labs, "stale_routers": d.stale_routers,
+                                        "stale_policers": d.stale_policers })
+                );
+            } else if d.is_empty() {
                 println!("nothing to remove");
             } else {
-                println!("removed: {}", removed.join(" "));
+                if !d.labs.is_empty() {
+                    println!("removed: {}", d.labs.join(" "));
+                }
+                for (n, what) in [(d.stale_routers, "router"), (d.stale_policers, "policer")] {
+                    if n > 0 {
+                        println!("removed {n} stale {what} attachment(s) of killed runs");
+                    }
+                }
             }
             Ok(())
         }

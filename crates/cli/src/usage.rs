@@ -14,35 +14,52 @@ macro_rules! usage {
     };
 }
 
-/// Exit status for a failed command: 2 for usage errors anywhere in the
-/// chain (a lab the user named that does not exist is one, and so is a
-/// setting a library's config refused), else 1.
+/// Exit status for a failed command, one rule for every command: usage
+/// and input errors exit 2 (a bad flag value, a file that cannot be read
+/// or cannot work, a name or interface that is not there, a setting a
+/// library refused before starting anything), failures exit 1 (it ran
+/// and the host or the network said no).
 pub fn exit_code(e: &anyhow::Error) -> u8 {
-    let named_no_lab = |c: &(dyn std::error::Error + 'static)| {
-        matches!(
-            c.downcast_ref::<peregrine_lab::LabError>(),
-            Some(peregrine_lab::LabError::NoSuchLab(_))
-        )
-    };
-    // A request the host refuses as asked (no such interface, ...) is one
-    // too, and so are settings a library refused before starting anything.
-    let refused = |c: &(dyn std::error::Error + 'static)| {
-        matches!(
-            c.downcast_ref::<peregrine_host::ControlError>(),
-            Some(peregrine_host::ControlError::Request(_))
-        ) || matches!(
-            c.downcast_ref::<peregrine_faas::ServeError>(),
-            Some(peregrine_faas::ServeError::Invalid(_))
-        ) || matches!(
-            c.downcast_ref::<peregrine_quic::app::AppError>(),
-            Some(peregrine_quic::app::AppError::Invalid(_))
-        )
-    };
-    if e.chain()
-        .any(|c| c.is::<UsageError>() || named_no_lab(c) || refused(c))
-    {
+    if e.chain().any(input_error) {
         2
     } else {
         1
     }
+}
+
+fn input_error(c: &(dyn std::error::Error + 'static)) -> bool {
+    use peregrine_faas::invoker::InvokerError;
+    use peregrine_host::ControlError;
+    use peregrine_lab::LabError;
+    use peregrine_quic::app::AppError;
+    use peregrine_quic::tls::TlsError;
+    use peregrine_xsk::XskError;
+    c.is::<UsageError>()
+        || matches!(
+            c.downcast_ref::<LabError>(),
+            Some(LabError::NoSuchLab(_) | LabError::Config(_) | LabError::Invalid(_))
+        )
+        || matches!(
+            c.downcast_ref::<ControlError>(),
+            Some(ControlError::Request(_) | ControlError::Config(_))
+        )
+        || matches!(
+            c.downcast_ref::<peregrine_faas::ServeError>(),
+            Some(
+                peregrine_faas::ServeError::Invalid(_)
+                    | peregrine_faas::ServeError::Invoker(
+                        InvokerError::Config(_) | InvokerError::Xsk(XskError::Config(_))
+                    )
+            )
+        )
+        || matches!(
+            c.downcast_ref::<InvokerError>(),
+            Some(InvokerError::Config(_) | InvokerError::Xsk(XskError::Config(_)))
+        )
+        || matches!(c.downcast_ref::<XskError>(), Some(XskError::Config(_)))
+        || matches!(
+            c.downcast_ref::<AppError>(),
+            Some(AppError::Invalid(_) | AppError::Tls(TlsError::Config(_)))
+        )
+        || matches!(c.downcast_ref::<TlsError>(), Some(TlsError::Config(_)))
 }

@@ -119,16 +119,21 @@ fn main_job_runs_and_leaves_nothing() {
     let r =
         peregrine_lab::results::ResultFile::<peregrine_lab::results::NoValues>::from_json(&json)
             .unwrap();
-    assert_eq!(r.runs.len(), 2);
-    let direct = &r.runs[0].trials[0];
-    assert!(direct.delivered_packets > 100_000, "{direct:?}");
+    // xdp router, tc router, Linux forwarding; AF_XDP invoker, recvmmsg.
+    assert_eq!(r.runs.len(), 5);
+    let xdp_saturated = &r.runs[0].trials[0];
+    assert!(
+        xdp_saturated.delivered_packets > 100_000,
+        "{xdp_saturated:?}"
+    );
     assert!(r.runs[1].rfc2544.as_ref().unwrap().throughput_pps > 10_000.0);
-    use peregrine_lab::plot::{RATES, TIMELINE};
+    assert!(r.runs[3..].iter().all(|run| run.rfc2544.is_some()));
+    use peregrine_bench::showcase::{FORWARDING_FIGURE, INVOKER_FIGURE};
     for f in [
-        format!("showcase-{RATES}.png"),
-        format!("showcase-{RATES}.svg"),
-        format!("showcase-{TIMELINE}.png"),
-        format!("showcase-{TIMELINE}.svg"),
+        format!("showcase-{FORWARDING_FIGURE}.png"),
+        format!("showcase-{FORWARDING_FIGURE}.svg"),
+        format!("showcase-{INVOKER_FIGURE}.png"),
+        format!("showcase-{INVOKER_FIGURE}.svg"),
         "showcase.cmd".into(),
     ] {
         assert!(dir.join(&f).metadata().unwrap().len() > 10, "{f}");
@@ -527,6 +532,18 @@ fn usage_errors_exit_2() {
     let bad_wat = tmp("wasm").join("bad.wat");
     std::fs::write(&bad_wat, "(module (func").unwrap();
     let bad_wasm = format!("1=wasm:{}", bad_wat.display());
+    let files = tmp("exit2");
+    let dir_arg = files.to_str().unwrap().to_string();
+    let big = files.join("big.toml");
+    std::fs::write(&big, "[[rule]]\nrate = \"999999999999Gbit\"\n").unwrap();
+    let big = big.to_str().unwrap().to_string();
+    let dup = files.join("dup.toml");
+    std::fs::write(
+        &dup,
+        "[[rule]]\ndst = \"198.18.0.0/24\"\nrate = \"1Mbit\"\n[[rule]]\ndst = \"198.18.0.0/24\"\nrate = \"1Mbit\"\n",
+    )
+    .unwrap();
+    let dup = dup.to_str().unwrap().to_string();
     // Our own validation: one line, exit 2.
     for (args, needle) in [
         (
@@ -556,6 +573,59 @@ fn usage_errors_exit_2() {
         (
             vec!["router", "stats", "--lab", "no-such-lab", "--host", "a"],
             "no-such-lab",
+        ),
+        // Issue 28: one rule for every command (usage and input errors
+        // exit 2); these exited 1, or named no file, or clipped a rate.
+        (
+            vec!["qos", "apply", "--iface", "lo", "/nonexistent/q.toml"],
+            "reading /nonexistent/q.toml",
+        ),
+        (
+            vec!["chain", "apply", "/nonexistent/c.toml"],
+            "reading /nonexistent/c.toml",
+        ),
+        (vec!["lab", "up", dir_arg.as_str()], "Is a directory"),
+        (
+            vec![
+                "quic",
+                "serve",
+                "--listen",
+                "198.18.0.1:4433",
+                "--memory",
+                "f=1",
+                "--cert",
+                "/nonexistent/c.pem",
+                "--key",
+                "/nonexistent/k.pem",
+            ],
+            "/nonexistent/c.pem",
+        ),
+        (
+            vec![
+                "qos", "rule", "add", "--iface", "nosuch0", "--rate", "1Mbit",
+            ],
+            "no interface \"nosuch0\"",
+        ),
+        (
+            vec!["qos", "apply", "--iface", "lo", big.as_str()],
+            "too large",
+        ),
+        (
+            vec!["qos", "apply", "--iface", "lo", dup.as_str()],
+            "dup.toml: rule 2: matches exactly",
+        ),
+        (
+            vec![
+                "faas",
+                "serve",
+                "--iface",
+                "lo",
+                "--functions",
+                "1=echo",
+                "--ring",
+                "3",
+            ],
+            "ring 3 must be a power of two",
         ),
     ] {
         let out = run(&args);

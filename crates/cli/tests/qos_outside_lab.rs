@@ -512,8 +512,13 @@ fn stale_policers_are_listed_and_removed() {
     let mine = listed();
     assert_eq!(mine.len(), 1, "{mine:?}");
     assert_eq!(mine[0]["stale"], true, "{mine:?}");
-    ok(&common::run(&["lab", "down", "--all"]), "lab down --all");
+    let down = common::run(&["lab", "down", "--all"]);
+    ok(&down, "lab down --all");
     assert!(listed().is_empty(), "stale policer pins removed");
+    // Issue 28: it said "nothing to remove" while removing this one.
+    let said = text(&down.stdout);
+    assert!(said.contains("stale policer"), "{said}");
+    assert!(!said.contains("nothing to remove"), "{said}");
     t.remove();
 }
 

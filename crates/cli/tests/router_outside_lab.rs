@@ -614,3 +614,22 @@ fn frames_linux_does_not_route_are_not_routed_and_counted_once_at_both_hooks() {
     }
     t.assert_clean();
 }
+
+/// Issue 25: `lab down --all` from the root namespace removed a router a
+/// user attached by hand outside any lab (its pins and its programs). It
+/// keeps it now: only labs and the stale state of killed runs go.
+#[test]
+fn lab_down_all_keeps_a_router_attached_outside_labs() {
+    let Some(t) = Topo::privileged_up("pgo10") else {
+        return;
+    };
+    t.attach();
+    let before = t.hooked();
+    ok(&common::run(&["lab", "down", "--all"]), "lab down --all");
+    assert_eq!(t.hooked(), before, "the user's router is still attached");
+    assert_eq!(t.listed().len(), 2, "both ports still listed");
+    assert!(t.ping("198.18.2.1"), "still routing");
+    t.detach();
+    t.assert_clean();
+    t.remove();
+}

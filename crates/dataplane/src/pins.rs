@@ -165,10 +165,21 @@ pub fn remove(dir: &Path) -> Result<()> {
 /// Removes every router attachment outside labs (live and stale) and what
 /// older versions pinned under `_root`; the number of attachments removed.
 pub fn remove_all_outside_labs() -> Result<usize> {
+    remove_outside_labs(false)
+}
+
+/// Removes the router attachments outside labs that nothing runs any more
+/// (`Attachment::stale`: a killed run's, a deleted namespace's) and what
+/// older versions left; live ones are their users' and stay. How many.
+pub fn remove_stale_outside_labs() -> Result<usize> {
+    remove_outside_labs(true)
+}
+
+fn remove_outside_labs(only_stale: bool) -> Result<usize> {
     let mut n = 0;
     for a in list_attachments()
         .into_iter()
-        .filter(|a| a.cookie.is_some())
+        .filter(|a| a.cookie.is_some() && (!only_stale || a.stale()))
     {
         remove(&a.dir)?;
         n += 1;

@@ -201,6 +201,10 @@ fn check(cfg: &ServeConfig, ncpu: usize) -> Result<(), ServeError> {
                     ns.map_or("this namespace".to_string(), |n| format!("namespace {n}"))
                 ));
             }
+            // Ring and frame sizes, before anything is attached.
+            if let Err(e) = cfg.xsk.validate() {
+                return invalid(e.to_string());
+            }
             if !cfg.threads.is_multiple_of(cfg.queues) {
                 return invalid(format!(
                     "--threads ({}) must be a multiple of --queues ({}): each queue gets the same number of workers",

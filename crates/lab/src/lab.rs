@@ -180,28 +180,48 @@ pub fn down(name: &str) -> Result<Vec<String>> {
     remove(name)
 }
 
-/// Removes every peregrine lab, live or stale.
-pub fn down_all() -> Result<Vec<String>> {
+/// Removes every peregrine lab, live or stale, and the stale state of
+/// killed runs outside labs (never a live attachment someone made).
+pub fn down_all() -> Result<DownAll> {
     let _l = LabLock::take()?;
-    let mut out = Vec::new();
+    let mut labs = Vec::new();
     for info in list() {
         remove(&info.name)?;
-        out.push(info.name);
+        labs.push(info.name);
     }
-    // Pins of labs, then every router attached outside labs (`router
-    // attach` in any namespace: live ones, and stale ones of killed runs
-    // or removed namespaces), and what older versions left under `_root`;
-    // stale policers.
+    // Pins of labs, then the stale state of killed runs outside labs:
+    // routers and policers nothing runs any more (their namespace or
+    // interfaces are gone). Live ones are their users': `router detach
+    // --all` and `qos detach --all` remove those.
     for d in peregrine_host::fs::list_dir(&peregrine_bpf::bpffs::pin_root()) {
         if !d.starts_with('_') {
             peregrine_bpf::bpffs::remove_pins(&d)?;
         }
     }
-    peregrine_dataplane::pins::remove_all_outside_labs()?;
-    // Policers whose interface or namespace is gone (live ones are the
-    // user's: `qos detach --all` removes those).
-    peregrine_qos::attach::detach_stale().map_err(|e| LabError::Other(e.to_string()))?;
-    Ok(out)
+    let stale_routers = peregrine_dataplane::pins::remove_stale_outside_labs()?;
+    let stale_policers =
+        peregrine_qos::attach::detach_stale().map_err(|e| LabError::Other(e.to_string()))?;
+    Ok(DownAll {
+        labs,
+        stale_routers,
+        stale_policers,
+    })
+}
+
+/// What `down_all` removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DownAll {
+    pub labs: Vec<String>,
+    /// Router attachments outside labs that nothing ran any more.
+    pub stale_routers: usize,
+    /// Policers whose interface or namespace was gone.
+    pub stale_policers: usize,
+}
+
+impl DownAll {
+    pub fn is_empty(&self) -> bool {
+        self == &DownAll::default()
+    }
 }
 
 /// Runs a command inside a lab host's namespace and returns its exit code.

@@ -412,6 +412,9 @@ impl PolicerConfig {
                 )));
             }
         }
+        // The rule set as the policer will install it (distinct matches,
+        // match shapes, count), now: the error then names the file.
+        peregrine_bpf::policer::check_rules(&rules).map_err(|e| cfg_err(e.to_string()))?;
         Ok(PolicerConfig {
             hook,
             rules,
@@ -431,11 +434,7 @@ impl PolicerConfig {
     /// `Request` errors.
     pub fn read_for(path: &std::path::Path, iface: &str, scheduler: bool) -> Result<PolicerConfig> {
         let cfg = Self::read(path)?;
-        if peregrine_bpf::link::ifindex(iface).is_err() {
-            return Err(QosError::Request(format!(
-                "no interface {iface:?} in this network namespace"
-            )));
-        }
+        crate::attach::interface_here(iface)?;
         match (scheduler, cfg.scheduler.is_some()) {
             (true, false) => Err(QosError::Request(format!(
                 "{}: no [scheduler] table; `qos apply` installs rules alone",

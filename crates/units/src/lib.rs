@@ -190,6 +190,11 @@ impl FromStr for RateSetting {
         if !(x.is_finite() && x > 0.0) {
             return Err(format!("rate {s:?}: must be above 0"));
         }
+        // No rate is a 20-digit number: refused here rather than clipped
+        // to u64::MAX where a caller rounds it.
+        if x >= 1e18 {
+            return Err(format!("rate {s:?}: too large (at most 1e18 per second)"));
+        }
         // Bits are checked once the frame size is known (pps()).
         if let RateSetting::Pps(p) = r {
             if p > MAX_PPS {
@@ -357,6 +362,8 @@ mod tests {
             ("0", "above 0"),
             ("-5", "expected a number"),
             ("2G", "at most"),
+            // Issue 28: read as 18446744073709551615 bit/s (clipped).
+            ("999999999999Gbit", "too large"),
         ]);
         for e in errors {
             assert!(!e.contains('\n'), "{e}");

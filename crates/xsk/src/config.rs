@@ -60,7 +60,7 @@ impl Default for XskConfig {
 
 impl XskConfig {
     /// Checks what the kernel and our frame pool need of the sizes.
-    pub(crate) fn validate(&self) -> crate::Result<()> {
+    pub fn validate(&self) -> crate::Result<()> {
         use crate::XskError;
         if !self.frame_size.is_power_of_two() || !(2048..=4096).contains(&self.frame_size) {
             return Err(XskError::Config(format!(
