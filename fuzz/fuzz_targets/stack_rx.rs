@@ -1,12 +1,14 @@
 //! The UDP/IP stack's RX classification (`peregrine_stack::rx::classify`)
 //! on untrusted frames: it never panics, agrees with
 //! `peregrine_wire::parse_udp_frame` on every frame, and hands on only
-//! untagged datagrams to our MAC or a group MAC, with the payload's range
-//! inside the frame.
+//! untagged datagrams to our MAC or a group MAC from a unicast MAC and a
+//! source address a host may have (`ip::invalid_source`), with the
+//! payload's range inside the frame.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use peregrine_stack::rx::{classify, RxDrop};
+use peregrine_wire::ip::invalid_source;
 use peregrine_wire::{parse_udp_frame, FrameError, Layer, MacAddr};
 
 fuzz_target!(|data: &[u8]| {
@@ -18,6 +20,8 @@ fuzz_target!(|data: &[u8]| {
                 Some(RxDrop::NotUdp)
             } else if u.dst_mac != ours && u.dst_mac.0[0] & 1 == 0 {
                 Some(RxDrop::OtherHost)
+            } else if u.src_mac.0[0] & 1 != 0 || invalid_source(u.src_ip, true) {
+                Some(RxDrop::BadSource)
             } else {
                 None
             };
