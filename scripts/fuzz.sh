@@ -14,6 +14,11 @@ SECONDS_EACH=${1:-30}
 TARGETS=(wire_frames stack_rx invoker_reply toml_configs wasm_admission)
 LOCK=/tmp/peregrine-build.lock
 
+# The product builds on stable; fuzzing needs a nightly (the image carries
+# one; elsewhere rustup installs it).
+if ! cargo +nightly --version >/dev/null 2>&1; then
+    rustup toolchain install nightly --profile minimal
+fi
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     flock "$LOCK" cargo install cargo-fuzz --locked
 fi

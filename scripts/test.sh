@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: unit, BPF_PROG_RUN fixtures, lab and end-to-end tests (root),
-# after the workspace checks (format, module cycles, clippy).
+# after the workspace checks (format, module cycles, clippy); then 30 s of
+# each fuzz target.
 # One test thread: lab tests measure rates and must not share the CPUs.
 # --no-fail-fast: one failing test binary must not hide the ones after it.
 set -euo pipefail
@@ -21,3 +22,6 @@ if [ "$status" -ne 0 ]; then
     grep -A6 'panicked at' "$log" | grep -v -E '^ +[0-9]+: |^ +at ' | head -150 || true
     exit "$status"
 fi
+# Every coverage-guided fuzz target for 30 s from its seed corpus (nightly,
+# cargo-fuzz; the long runs are by hand: docs/RELIABILITY.md).
+bash scripts/fuzz.sh 30
