@@ -330,151 +330,186 @@ fn trial(
     .inspect(|t| warn_shortfall(label, t))
 }
 
+/// How an invoker run measures: the saturation trial, then an RFC 2544
+/// search for the highest request rate answered with at most `loss`
+/// missing, then one trial at the latency rate.
+#[derive(Clone, Debug)]
+pub struct InvokerTrials {
+    /// Length of each trial.
+    pub duration: Duration,
+    /// Highest share of requests left unanswered at the throughput found.
+    pub loss: f64,
+    /// Requests/s offered in the saturation trial (the search's first).
+    pub saturate: RateSetting,
+    /// Request rate at which latency is measured.
+    pub latency_rate: RateSetting,
+    /// Where the client receives and checks the replies.
+    pub client_receive: ClientReceive,
+}
+
+/// One contender serving `size`-byte requests on a fresh `pair` lab named
+/// `lab_name` (client a, server b; removed before returning), measured
+/// with `t`.
+pub fn invoker_run(
+    lab_name: &str,
+    contender: FaasContender,
+    size: usize,
+    t: &InvokerTrials,
+) -> Result<Run> {
+    let ncpu = cpu_count();
+    let FaasContender {
+        backend, threads, ..
+    } = contender;
+    signals::check()?;
+    if threads as usize > ncpu {
+        bail!(
+            "{}:{threads}: this machine has {ncpu} CPUs",
+            backend.as_str()
+        );
+    }
+    // One worker: the server on the last CPU, the client (generator,
+    // reply checks) on the first. More: both share all CPUs, one
+    // veth queue per worker (veth picks the queue by sending CPU).
+    let server_cpus: Vec<usize> = if threads == 1 {
+        vec![ncpu - 1]
+    } else {
+        (0..threads as usize).collect()
+    };
+    let client_cpus: Vec<usize> = if threads == 1 {
+        vec![0]
+    } else {
+        (0..threads as usize).collect()
+    };
+    let mut topo = builtin_topology("pair", lab_name)?;
+    topo.links[0].queues = threads;
+    let lab = Lab::up(topo, Lifetime::Ephemeral)?;
+    let registry = contender.registry()?;
+    // Held for the measurement; dropping it stops the server.
+    // AF_XDP: one worker per queue, rings as deep as the mmsg
+    // server's 8 MiB socket buffer (32 MiB of UMEM; the source
+    // used 256 MiB).
+    let server = peregrine_faas::serve(ServeConfig {
+        ns: Some(lab.ns("b")),
+        queues: if backend == FaasBackend::Afxdp {
+            threads
+        } else {
+            1
+        },
+        threads,
+        cpus: server_cpus.clone(),
+        xsk: peregrine_xsk::XskConfig {
+            frames: 16384,
+            ring: 4096,
+            ..Default::default()
+        },
+        ..ServeConfig::new(backend, "eth0", registry.clone())
+    })?;
+    let memory = server.memory_bytes();
+    let losses = LossCounters::new(&server, &lab.ns("b"), &lab.ns("a"))?;
+    let label = RunKey {
+        contender: contender.label(),
+        scenario: format!("{size} B"),
+        round: None,
+    }
+    .label();
+    eprintln!("{label}");
+    let from = Endpoint {
+        host: "a".into(),
+        iface: "eth0".into(),
+    };
+    let mut cfg = OpenLoopConfig::for_lab(
+        lab.topology(),
+        &from,
+        "198.18.0.2".parse()?,
+        &registry,
+        size,
+    )?;
+    cfg.duration = t.duration;
+    cfg.cpus = client_cpus.clone();
+    cfg.flows = 64;
+    cfg.check_on_client_cpus = t.client_receive == ClientReceive::Rps;
+    cfg.receive_in_client_napi = t.client_receive == ClientReceive::Napi;
+    let frame = request_frame_size(&cfg.frame, size) as f64;
+    let search = SearchParams {
+        loss_tolerance: t.loss,
+        resolution_pps: 10_000.0,
+        trial: t.duration,
+        max_trials: 10,
+        start: Rate::Pps(t.saturate.pps(frame)),
+    };
+    let (summary, mut trials) = rfc2544_search(search, frame, |phase, rate| {
+        trial(&cfg, &losses, phase, rate, &label, t.loss)
+            .map_err(|e| peregrine_lab::LabError::Other(format!("{e:#}")))
+    })?;
+    trials.push(trial(
+        &cfg,
+        &losses,
+        "latency",
+        Rate::Pps(t.latency_rate.pps(frame)),
+        &label,
+        t.loss,
+    )?);
+    drop(losses);
+    drop(server);
+    let mem = format!(
+        ", server memory {} KiB (UMEM and rings, or socket buffers)",
+        memory / 1024
+    );
+    let params = RunParams {
+        backend: backend.as_str().into(),
+        ip: "ipv4".into(),
+        frame_size: peregrine_wire::udp_frame_size(false, size).to_string(),
+        mean_frame_bytes: frame,
+        flows: cfg.flows,
+        threads: threads as usize,
+        sink: format!(
+            "open-loop requests to function reverse ({}), every reply checked at the client (tcx); server on CPU {server_cpus:?}{mem}",
+            if contender.wasm { "WebAssembly, reverse.wat" } else { "built-in" }
+        ),
+        sent: true,
+    };
+    let placement = Placement {
+        generator_cpus: client_cpus.clone(),
+        dut_cpus: server_cpus.clone(),
+        sink_cpus: client_cpus.clone(),
+        notes: vec![
+            format!(
+                "the server's workers are pinned; {}",
+                t.client_receive.note()
+            ),
+            lab.topo.offloads_note(),
+        ],
+    };
+    drop(lab);
+    Ok(Run {
+        label,
+        params,
+        trials,
+        rfc2544: Some(summary),
+        placement: Some(placement),
+        ..Default::default()
+    })
+}
+
 /// Runs every contender at every request size, each on a fresh lab.
 pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
-    let dur = a.duration;
     if !(0.0..0.5).contains(&a.loss) {
         bail!("--loss {}: expected a ratio in [0, 0.5)", a.loss);
     }
-    let ncpu = cpu_count();
     let mut runs = Vec::new();
     // Where each (contender, size) run is in `runs`, for the ratios.
     let mut run_of: Vec<(FaasContender, usize, usize)> = Vec::new();
+    let t = InvokerTrials {
+        duration: a.duration,
+        loss: a.loss,
+        saturate: a.saturate,
+        latency_rate: a.latency_rate,
+        client_receive: a.client_receive,
+    };
     for &size in &a.sizes {
         for &contender in &a.contenders {
-            let FaasContender {
-                backend, threads, ..
-            } = contender;
-            signals::check()?;
-            if threads as usize > ncpu {
-                bail!(
-                    "{}:{threads}: this machine has {ncpu} CPUs",
-                    backend.as_str()
-                );
-            }
-            // One worker: the server on the last CPU, the client (generator,
-            // reply checks) on the first. More: both share all CPUs, one
-            // veth queue per worker (veth picks the queue by sending CPU).
-            let server_cpus: Vec<usize> = if threads == 1 {
-                vec![ncpu - 1]
-            } else {
-                (0..threads as usize).collect()
-            };
-            let client_cpus: Vec<usize> = if threads == 1 {
-                vec![0]
-            } else {
-                (0..threads as usize).collect()
-            };
-            let mut topo = builtin_topology("pair", "benchfaas")?;
-            topo.links[0].queues = threads;
-            let lab = Lab::up(topo, Lifetime::Ephemeral)?;
-            let registry = contender.registry()?;
-            // Held for the measurement; dropping it stops the server.
-            // AF_XDP: one worker per queue, rings as deep as the mmsg
-            // server's 8 MiB socket buffer (32 MiB of UMEM; the source
-            // used 256 MiB).
-            let server = peregrine_faas::serve(ServeConfig {
-                ns: Some(lab.ns("b")),
-                queues: if backend == FaasBackend::Afxdp {
-                    threads
-                } else {
-                    1
-                },
-                threads,
-                cpus: server_cpus.clone(),
-                xsk: peregrine_xsk::XskConfig {
-                    frames: 16384,
-                    ring: 4096,
-                    ..Default::default()
-                },
-                ..ServeConfig::new(backend, "eth0", registry.clone())
-            })?;
-            let memory = server.memory_bytes();
-            let losses = LossCounters::new(&server, &lab.ns("b"), &lab.ns("a"))?;
-            let label = RunKey {
-                contender: contender.label(),
-                scenario: format!("{size} B"),
-                round: None,
-            }
-            .label();
-            eprintln!("{label}");
-            let from = Endpoint {
-                host: "a".into(),
-                iface: "eth0".into(),
-            };
-            let mut cfg = OpenLoopConfig::for_lab(
-                lab.topology(),
-                &from,
-                "198.18.0.2".parse()?,
-                &registry,
-                size,
-            )?;
-            cfg.duration = dur;
-            cfg.cpus = client_cpus.clone();
-            cfg.flows = 64;
-            cfg.check_on_client_cpus = a.client_receive == ClientReceive::Rps;
-            cfg.receive_in_client_napi = a.client_receive == ClientReceive::Napi;
-            let frame = request_frame_size(&cfg.frame, size) as f64;
-            let search = SearchParams {
-                loss_tolerance: a.loss,
-                resolution_pps: 10_000.0,
-                trial: dur,
-                max_trials: 10,
-                start: Rate::Pps(a.saturate.pps(frame)),
-            };
-            let (summary, mut trials) = rfc2544_search(search, frame, |phase, rate| {
-                trial(&cfg, &losses, phase, rate, &label, a.loss)
-                    .map_err(|e| peregrine_lab::LabError::Other(format!("{e:#}")))
-            })?;
-            trials.push(trial(
-                &cfg,
-                &losses,
-                "latency",
-                Rate::Pps(a.latency_rate.pps(frame)),
-                &label,
-                a.loss,
-            )?);
-            drop(losses);
-            drop(server);
-            let mem = format!(
-                ", server memory {} KiB (UMEM and rings, or socket buffers)",
-                memory / 1024
-            );
-            let params = RunParams {
-                backend: backend.as_str().into(),
-                ip: "ipv4".into(),
-                frame_size: peregrine_wire::udp_frame_size(false, size).to_string(),
-                mean_frame_bytes: frame,
-                flows: cfg.flows,
-                threads: threads as usize,
-                sink: format!(
-                    "open-loop requests to function reverse ({}), every reply checked at the client (tcx); server on CPU {server_cpus:?}{mem}",
-                    if contender.wasm { "WebAssembly, reverse.wat" } else { "built-in" }
-                ),
-                sent: true,
-            };
-            let placement = Placement {
-                generator_cpus: client_cpus.clone(),
-                dut_cpus: server_cpus.clone(),
-                sink_cpus: client_cpus.clone(),
-                notes: vec![
-                    format!(
-                        "the server's workers are pinned; {}",
-                        a.client_receive.note()
-                    ),
-                    lab.topo.offloads_note(),
-                ],
-            };
             run_of.push((contender, size, runs.len()));
-            runs.push(Run {
-                label,
-                params,
-                trials,
-                rfc2544: Some(summary),
-                placement: Some(placement),
-                ..Default::default()
-            });
-            drop(lab);
+            runs.push(invoker_run("benchfaas", contender, size, &t)?);
         }
     }
     let result = ResultFile::new(BenchFaas::KIND, command_line(), runs);

@@ -17,10 +17,11 @@ use peregrine_host::nl::Netlink;
 use peregrine_host::{netns, signals};
 use peregrine_lab::compare::median;
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{NoValues, Placement, ResultFile, Rfc2544, Run, RunParams};
+use peregrine_lab::results::{NoValues, Placement, ResultFile, Rfc2544, Run, RunParams, Trial};
+use peregrine_lab::sinks::XdpSink;
 use peregrine_lab::traffic::{Generator, TrafficSpec};
-use peregrine_lab::trial::rfc2544_search;
-use peregrine_lab::{Lab, Lifetime};
+use peregrine_lab::trial::{rfc2544_search, DropProbes};
+use peregrine_lab::{Endpoint, Lab, Lifetime};
 use peregrine_testbed::gen::FrameSizes;
 
 use crate::common::{
@@ -168,6 +169,20 @@ struct Scenario {
     contenders: Vec<Contender>,
 }
 
+impl Scenario {
+    /// 64 B IPv4 frames of one flow, the default routing table.
+    fn one_flow_v4(contenders: Vec<Contender>) -> Scenario {
+        Scenario {
+            name: "ipv4, 1 flow".into(),
+            v6: false,
+            flows: 1,
+            vary_dst: false,
+            big_table: false,
+            contenders,
+        }
+    }
+}
+
 /// The chain used by the chain contender: two reflecting functions (XDP_TX,
 /// as in the source), in c1 and c2.
 fn chain_config(lab: &str) -> DataplaneConfig {
@@ -195,6 +210,171 @@ fn chain_config(lab: &str) -> DataplaneConfig {
     }
 }
 
+/// How a contender's packet run measures: an RFC 2544 search whose first
+/// trial is unpaced (the DUT saturated), then, when given, one trial at a
+/// fixed rate.
+#[derive(Clone, Debug)]
+pub struct PacketTrials {
+    /// Length of each trial.
+    pub trial: Duration,
+    /// RFC 2544 search resolution.
+    pub resolution: RateSetting,
+    /// Offered rate of the fixed-rate trial, if one is run.
+    pub fixed_rate: Option<RateSetting>,
+    /// Highest share lost in a passing trial.
+    pub loss: f64,
+    /// Where the DUT's receive work runs (None: on the sender's CPU).
+    pub dut_cpu: Option<usize>,
+}
+
+/// A scenario's traffic: what the generator sends, and the DUT's end it
+/// sends it to.
+struct Traffic {
+    spec: TrafficSpec,
+    peer: Endpoint,
+}
+
+/// The built-in `chain` lab (gen -> dut -> sink, containers c1 c2) with an
+/// XDP drop sink at the sink and the drop probes along the path: where
+/// every packet run of the contenders takes place.
+struct PacketLab {
+    // Fields drop in this order: probes and sink before the lab.
+    drops: DropProbes,
+    sink: XdpSink,
+    path: ChainPath,
+    lab: Lab,
+}
+
+impl PacketLab {
+    /// Builds the lab, named `name`, and its sink (removed when dropped).
+    fn up(name: &str) -> Result<PacketLab> {
+        let topo = builtin_topology("chain", name)?;
+        eprintln!(
+            "building lab {} (gen -> dut -> sink, containers c1 c2)",
+            topo.name
+        );
+        let lab = Lab::up(topo, Lifetime::Ephemeral)?;
+        let path = ChainPath::new();
+        let (sink, drops) = path.drop_sink(&lab)?;
+        Ok(PacketLab {
+            drops,
+            sink,
+            path,
+            lab,
+        })
+    }
+
+    /// The lab alone, its sink and probes removed (for TCP runs).
+    fn into_lab(self) -> Lab {
+        let PacketLab {
+            drops, sink, lab, ..
+        } = self;
+        drop(drops);
+        drop(sink);
+        lab
+    }
+
+    /// The traffic of scenario `cfg`: 64 B frames (IPv6: 78 B) from gen
+    /// through the DUT to the sink.
+    fn traffic(&self, cfg: &Scenario) -> Result<Traffic> {
+        let (src, dst): (IpAddr, IpAddr) = if cfg.v6 {
+            ("2001:db8:1::100".parse()?, "2001:db8:2::2".parse()?)
+        } else {
+            ("198.18.1.100".parse()?, "198.19.0.1".parse()?)
+        };
+        let lab = &self.lab;
+        let (frame, peer) = frame_for(lab, &self.path.from, src, dst, 9)?;
+        // 64 B frames; IPv6 cannot fit UDP in 64 B, its minimum is 78 B (RFC 5180).
+        let sizes = FrameSizes::Fixed(if cfg.v6 { 78 } else { 64 });
+        let mut spec = TrafficSpec::live(lab.ns("gen"), "eth0".into(), frame, sizes, cfg.flows);
+        if cfg.vary_dst {
+            spec.vary = peregrine_testbed::gen::FlowVary::Destination;
+        }
+        Ok(Traffic { spec, peer })
+    }
+
+    /// Contender `c` attached on the DUT (detached after), measured with
+    /// `traffic`: its run labelled `scenario` and `round`, and its RFC 2544
+    /// summary.
+    fn run(
+        &self,
+        traffic: &Traffic,
+        scenario: &str,
+        c: Contender,
+        round: u32,
+        t: &PacketTrials,
+        xdp_forward: Option<&Path>,
+    ) -> Result<(Run, Rfc2544)> {
+        let Traffic { spec, peer } = traffic;
+        let (lab, path) = (&self.lab, &self.path);
+        let mean = spec.sizes.mean_size();
+        signals::check()?;
+        // The data plane under test; dropped (detached) after the contender.
+        let _dp = attach(lab, c, xdp_forward)?;
+        let gen = Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
+        // After the data plane and the generator's pass-through are
+        // attached: attaching recreates the DUT's NAPI workers.
+        let placement = place(lab, &spec.cpus, &path.dut_in, t.dut_cpu)?;
+        let label = announce(c, scenario, round);
+        let search = dut_search(t.loss, t.resolution.pps(mean), t.trial);
+        let setup = trial_setup(
+            &gen,
+            &self.sink,
+            &self.drops,
+            t.trial,
+            mean,
+            search.loss_tolerance,
+        );
+        let mut show = progress_line(&label);
+        let mut one = |phase: &str, rate| shown_trial(&setup, &label, phase, rate, &mut show);
+        let (summary, mut trials) = rfc2544_search(search, mean, &mut one)?;
+        if let Some(fixed) = t.fixed_rate {
+            trials.push(one("fixed", Rate::Pps(fixed.pps(mean)))?);
+        }
+        drop(show);
+        eprintln!("  RFC 2544: {}", summary.describe());
+        let run = Run {
+            label,
+            params: params(spec, &format!("xdp drop sink {}", path.sink)),
+            trials,
+            rfc2544: Some(summary.clone()),
+            placement: Some(placement),
+            ..Default::default()
+        };
+        Ok((run, summary))
+    }
+}
+
+/// Delivered by a run's first, unpaced trial: the DUT at saturation.
+pub fn saturation(run: &Run) -> Option<f64> {
+    saturated_trial(run).map(|t| t.delivered_pps)
+}
+
+/// A run's saturation trial (unpaced, or offered more than any contender
+/// takes): its search's first.
+pub fn saturated_trial(run: &Run) -> Option<&Trial> {
+    run.trials
+        .iter()
+        .find(|t| t.phase == "max" || t.phase == "saturate")
+}
+
+/// `contenders` in the 64 B IPv4 one-flow scenario of `bench router`, one
+/// round, each measured with `t`, on a fresh `chain` lab named `lab_name`
+/// (removed before returning): the showcase's forwarding part.
+pub fn one_flow_runs(
+    lab_name: &str,
+    contenders: &[Contender],
+    t: &PacketTrials,
+) -> Result<Vec<Run>> {
+    let cfg = Scenario::one_flow_v4(contenders.to_vec());
+    let packets = PacketLab::up(lab_name)?;
+    let traffic = packets.traffic(&cfg)?;
+    contenders
+        .iter()
+        .map(|&c| Ok(packets.run(&traffic, &cfg.name, c, 1, t, None)?.0))
+        .collect()
+}
+
 /// Runs every scenario's contenders, round after round, on one lab.
 pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     let trial = a.trial;
@@ -210,14 +390,9 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     } else {
         eprintln!("xdp-forward not compared: give --xdp-forward PATH (a local build of xdp-tools)");
     }
-    let mut scenarios = vec![Scenario {
-        name: "ipv4, 1 flow".into(),
-        v6: false,
-        flows: 1,
-        vary_dst: false,
-        big_table: false,
-        contenders: [hooks.as_slice(), &[Contender::XdpChain]].concat(),
-    }];
+    let mut scenarios = vec![Scenario::one_flow_v4(
+        [hooks.as_slice(), &[Contender::XdpChain]].concat(),
+    )];
     if !a.quick {
         scenarios.extend([
             Scenario {
@@ -275,16 +450,16 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
         .into());
     }
 
-    let topo = builtin_topology("chain", "benchrt")?;
-    eprintln!(
-        "building lab {} (gen -> dut -> sink, containers c1 c2)",
-        topo.name
-    );
-    let lab = Lab::up(topo, Lifetime::Ephemeral)?;
+    let packets = PacketLab::up("benchrt")?;
     let mut nl = Netlink::new()?;
-    let path = ChainPath::new();
-    let (sink, drops) = path.drop_sink(&lab)?;
-    let dut = lab.ns("dut");
+    let dut = packets.lab.ns("dut");
+    let trials = PacketTrials {
+        trial,
+        resolution: a.resolution,
+        fixed_rate: Some(a.fixed_rate),
+        loss,
+        dut_cpu,
+    };
     let mut runs = Vec::new();
     let mut table_routes = false;
     for (si, cfg) in scenarios.iter().enumerate() {
@@ -298,67 +473,28 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
             }
             table_routes = true;
         }
-        let (src, dst): (IpAddr, IpAddr) = if cfg.v6 {
-            ("2001:db8:1::100".parse()?, "2001:db8:2::2".parse()?)
-        } else {
-            ("198.18.1.100".parse()?, "198.19.0.1".parse()?)
-        };
-        let (frame, peer) = frame_for(&lab, &path.from, src, dst, 9)?;
-        // 64 B frames; IPv6 cannot fit UDP in 64 B, its minimum is 78 B (RFC 5180).
-        let sizes = FrameSizes::Fixed(if cfg.v6 { 78 } else { 64 });
-        let mean = sizes.mean_size();
-        let mut spec = TrafficSpec::live(
-            lab.ns("gen"),
-            "eth0".into(),
-            frame,
-            sizes.clone(),
-            cfg.flows,
-        );
-        if cfg.vary_dst {
-            spec.vary = peregrine_testbed::gen::FlowVary::Destination;
-        }
+        let traffic = packets.traffic(cfg)?;
         for round in 1..=a.rounds.max(1) {
             for &c in &cfg.contenders {
-                signals::check()?;
-                // The data plane under test; dropped (detached) after the contender.
-                let _dp = attach(&lab, c, a.xdp_forward.as_deref())?;
-                let gen =
-                    Generator::new(spec.clone(), Some((lab.ns(&peer.host), peer.iface.clone())))?;
-                // After the data plane and the generator's pass-through are
-                // attached: attaching recreates the DUT's NAPI workers.
-                let placement = place(&lab, &spec.cpus, &path.dut_in, dut_cpu)?;
-                let label = announce(c, &cfg.name, round);
-                let search = dut_search(loss, a.resolution.pps(mean), trial);
-                let setup = trial_setup(&gen, &sink, &drops, trial, mean, search.loss_tolerance);
-                let mut show = progress_line(&label);
-                let mut one =
-                    |phase: &str, rate| shown_trial(&setup, &label, phase, rate, &mut show);
-                let (summary, mut trials) = rfc2544_search(search, mean, &mut one)?;
-                trials.push(one("fixed", Rate::Pps(a.fixed_rate.pps(mean)))?);
-                drop(show);
-                eprintln!("  RFC 2544: {}", summary.describe());
+                let (run, summary) = packets.run(
+                    &traffic,
+                    &cfg.name,
+                    c,
+                    round,
+                    &trials,
+                    a.xdp_forward.as_deref(),
+                )?;
                 figures.push(Figure {
                     scenario: si,
                     contender: c,
-                    rfc2544: summary.clone(),
-                    saturation_pps: trials
-                        .iter()
-                        .find(|t| t.phase == "max" || t.phase == "saturate")
-                        .map(|t| t.delivered_pps),
+                    rfc2544: summary,
+                    saturation_pps: saturation(&run),
                 });
-                runs.push(Run {
-                    label,
-                    params: params(&spec, &format!("xdp drop sink {}", path.sink)),
-                    trials,
-                    rfc2544: Some(summary),
-                    placement: Some(placement),
-                    ..Default::default()
-                });
+                runs.push(run);
             }
         }
     }
-    drop(drops);
-    drop(sink);
+    let lab = packets.into_lab();
     for round in 1..=a.rounds.max(1) {
         for cfg in &tcp_scenarios {
             for &c in &cfg.contenders {

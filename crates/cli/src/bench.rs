@@ -320,8 +320,8 @@ pub struct ShowcaseArgs {
     /// Directory for the result file and plots.
     #[arg(long, default_value = DEFAULT_OUT)]
     pub out: PathBuf,
-    /// Length of each trial (1, 1s, 500ms).
-    #[arg(long, default_value = "1s")]
+    /// Length of each trial (2, 2s, 500ms).
+    #[arg(long, default_value = "2s")]
     pub trial: DurationArg,
     #[command(flatten)]
     pub placement: PlacementArgs,
