@@ -1,1 +1,1 @@
-peregrine showcase --out docs/results
+./target/release/peregrine showcase --out docs/results
