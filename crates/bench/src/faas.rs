@@ -326,6 +326,7 @@ fn trial(
         )),
         drops,
         wrong: Some(r.wrong),
+        repeated: 0,
     })
     .inspect(|t| warn_shortfall(label, t))
 }

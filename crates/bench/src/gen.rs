@@ -374,6 +374,7 @@ pub fn gen(a: GenConfig) -> Result<()> {
         )),
         drops: vec![],
         wrong: None,
+        repeated: 0,
     };
     let label = format!("gen {} -> {}", a.from, a.to);
     warn_shortfall(&label, &trial);

@@ -252,6 +252,7 @@ fn to_run(
         limited_by: Some(limiter(r, requested, offered_pps)),
         drops,
         wrong: Some(r.received.corrupt + r.received.duplicates + r.received.out_of_order),
+        repeated: 0,
     };
     let values = NetmodeValues {
         x: p.x,

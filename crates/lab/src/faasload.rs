@@ -414,6 +414,7 @@ impl FaasLoadReport {
             )),
             drops: vec![],
             wrong: Some(self.wrong),
+            repeated: 0,
         };
         Run {
             label: format!("faas load, {size} B requests"),

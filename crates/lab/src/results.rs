@@ -263,9 +263,33 @@ pub struct Trial {
     /// nothing is checked beyond counting.
     #[serde(default)]
     pub wrong: Option<u64>,
+    /// Earlier attempts of this trial that were starved of CPU (see
+    /// `Trial::starved`) and repeated; this one stands. Absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub repeated: u32,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A trial whose measured threads waited for a CPU (run queue, or the
+/// hypervisor's steal) for more than this share of its time was starved:
+/// its figures say what the machine allowed that moment, not what the
+/// path can do.
+pub const STARVED_SHARE: f64 = 0.05;
+
 impl Trial {
+    /// Seconds this trial's threads waited for a CPU, over its windows.
+    pub fn cpu_wait_s(&self) -> f64 {
+        self.windows.iter().map(|w| w.cpu_wait_s).sum()
+    }
+
+    /// Starved of CPU (`STARVED_SHARE`): a bench repeats such a trial.
+    pub fn starved(&self) -> bool {
+        self.duration_s > 0.0 && self.cpu_wait_s() > STARVED_SHARE * self.duration_s
+    }
+
     /// Delivered packets/s in steady state: the median of the 1 s windows
     /// after the first (which holds a policer's or shaper's initial burst),
     /// so neither a burst nor what a queue drains after the trial counts.
@@ -705,6 +729,7 @@ mod tests {
                 packets: 1,
             }],
             wrong: Some(0),
+            repeated: 0,
         };
         let run = Run {
             label: "x".into(),

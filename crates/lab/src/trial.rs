@@ -261,6 +261,7 @@ pub fn measure_trial(
         limited_by: Some(limited_by),
         drops,
         wrong: None,
+        repeated: 0,
     })
 }
 
@@ -385,6 +386,7 @@ mod tests {
             )),
             drops: vec![],
             wrong: None,
+            repeated: 0,
         }
     }
 
