@@ -178,20 +178,9 @@ pub fn apply(iface: &str, hook: Hook, rules: &[Rule]) -> Result<Applied> {
     })
 }
 
-/// `iface` exists in the calling thread's namespace, or a `Request` error
-/// that says it does not.
-pub(crate) fn interface_here(iface: &str) -> Result<()> {
-    match peregrine_bpf::link::ifindex(iface) {
-        Ok(_) => Ok(()),
-        Err(_) => Err(QosError::Request(format!(
-            "no interface {iface:?} in this network namespace"
-        ))),
-    }
-}
-
 /// The running policer on `iface` here and its maps.
 fn running_here(iface: &str) -> Result<(Attachment, PolicerMaps)> {
-    interface_here(iface)?;
+    crate::config::interface_here(iface)?;
     let dir = dir_here(iface)?;
     let a = attachment(&dir, 0, iface);
     if !a.link.is_some_and(|l| l.live()) {

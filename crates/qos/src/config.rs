@@ -434,7 +434,7 @@ impl PolicerConfig {
     /// `Request` errors.
     pub fn read_for(path: &std::path::Path, iface: &str, scheduler: bool) -> Result<PolicerConfig> {
         let cfg = Self::read(path)?;
-        crate::attach::interface_here(iface)?;
+        interface_here(iface)?;
         match (scheduler, cfg.scheduler.is_some()) {
             (true, false) => Err(QosError::Request(format!(
                 "{}: no [scheduler] table; `qos apply` installs rules alone",
@@ -446,6 +446,17 @@ impl PolicerConfig {
             ))),
             _ => Ok(cfg),
         }
+    }
+}
+
+/// `iface` exists in the calling thread's namespace, or a `Request` error
+/// that says it does not.
+pub(crate) fn interface_here(iface: &str) -> Result<()> {
+    match peregrine_bpf::link::ifindex(iface) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(QosError::Request(format!(
+            "no interface {iface:?} in this network namespace"
+        ))),
     }
 }
 
