@@ -29,11 +29,21 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
 
 fn input_error(c: &(dyn std::error::Error + 'static)) -> bool {
     use peregrine_faas::invoker::InvokerError;
+    use peregrine_faas::ServeError;
     use peregrine_host::ControlError;
     use peregrine_lab::LabError;
     use peregrine_quic::app::AppError;
     use peregrine_quic::tls::TlsError;
     use peregrine_xsk::XskError;
+    // Transparent wrappers pass their inner error's source on, so each
+    // kind is looked for both alone and inside its wrapper.
+    let xsk = |e: &XskError| matches!(e, XskError::Config(_));
+    let invoker = |e: &InvokerError| match e {
+        InvokerError::Config(_) => true,
+        InvokerError::Xsk(x) => xsk(x),
+        _ => false,
+    };
+    let tls = |e: &TlsError| matches!(e, TlsError::Config(_));
     c.is::<UsageError>()
         || matches!(
             c.downcast_ref::<LabError>(),
@@ -43,23 +53,17 @@ fn input_error(c: &(dyn std::error::Error + 'static)) -> bool {
             c.downcast_ref::<ControlError>(),
             Some(ControlError::Request(_) | ControlError::Config(_))
         )
-        || matches!(
-            c.downcast_ref::<peregrine_faas::ServeError>(),
-            Some(
-                peregrine_faas::ServeError::Invalid(_)
-                    | peregrine_faas::ServeError::Invoker(
-                        InvokerError::Config(_) | InvokerError::Xsk(XskError::Config(_))
-                    )
-            )
-        )
-        || matches!(
-            c.downcast_ref::<InvokerError>(),
-            Some(InvokerError::Config(_) | InvokerError::Xsk(XskError::Config(_)))
-        )
-        || matches!(c.downcast_ref::<XskError>(), Some(XskError::Config(_)))
-        || matches!(
-            c.downcast_ref::<AppError>(),
-            Some(AppError::Invalid(_) | AppError::Tls(TlsError::Config(_)))
-        )
-        || matches!(c.downcast_ref::<TlsError>(), Some(TlsError::Config(_)))
+        || match c.downcast_ref::<ServeError>() {
+            Some(ServeError::Invalid(_)) => true,
+            Some(ServeError::Invoker(i)) => invoker(i),
+            _ => false,
+        }
+        || c.downcast_ref::<InvokerError>().is_some_and(invoker)
+        || c.downcast_ref::<XskError>().is_some_and(xsk)
+        || match c.downcast_ref::<AppError>() {
+            Some(AppError::Invalid(_)) => true,
+            Some(AppError::Tls(t)) => tls(t),
+            _ => false,
+        }
+        || c.downcast_ref::<TlsError>().is_some_and(tls)
 }

@@ -482,20 +482,13 @@ fn sigkilled_quic_serve_leaves_nothing_and_serves_again() {
 #[test]
 fn spoofed_sources_and_fragments_are_counted_not_logged() {
     use peregrine_wire::checksum::checksum;
-    use peregrine_wire::{MacAddr, UdpFrameSpec};
+    use peregrine_wire::UdpFrameSpec;
     if !privileged_here() {
         return;
     }
     let _pair = NsPair::addressed(A, B);
     let pg = env!("CARGO_BIN_EXE_peregrine");
-    let mac_of = |ns: &str| -> MacAddr {
-        let o = Command::new("ip")
-            .args(["netns", "exec", ns, "cat", "/sys/class/net/eth0/address"])
-            .output()
-            .unwrap();
-        text(&o.stdout).trim().parse().unwrap()
-    };
-    let (mac_a, mac_b) = (mac_of(A), mac_of(B));
+    let (mac_a, mac_b) = (common::mac_of(A, "eth0"), common::mac_of(B, "eth0"));
     let mut child = Command::new("ip")
         .args([
             "netns",

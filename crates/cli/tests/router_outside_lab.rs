@@ -478,22 +478,17 @@ fn rx_actions(t: &Topo, port: &str) -> BTreeMap<String, u64> {
 #[test]
 fn frames_linux_does_not_route_are_not_routed_and_counted_once_at_both_hooks() {
     use peregrine_bpf::fixture::frames::{spec, udp, vlan};
-    use peregrine_wire::{ethertype, MacAddr};
+    use peregrine_wire::ethertype;
     let Some(t) = Topo::privileged_up("pgo9") else {
         return;
     };
     const N: u64 = 20;
     const PORT: u16 = 7777;
     const MARK: &[u8] = b"pgo9 frame";
-    let mac_of = |ns: &str, dev: &str| -> MacAddr {
-        let o = sh_in(
-            ns,
-            &["cat", &format!("/sys/class/net/{dev}/address")],
-            Duration::from_secs(5),
-        );
-        text(&o.stdout).trim().parse().unwrap()
-    };
-    let (a0, a1) = (mac_of(&t.ns("A"), "a0"), mac_of(&t.ns("R"), "a1"));
+    let (a0, a1) = (
+        common::mac_of(&t.ns("A"), "a0"),
+        common::mac_of(&t.ns("R"), "a1"),
+    );
     let frame = |src: &str, dst: &str| {
         let s = peregrine_wire::UdpFrameSpec {
             src_mac: a0,

@@ -360,3 +360,13 @@ s.bind((sys.argv[1], 0))
 for f in sys.argv[3:]:
     for _ in range(int(sys.argv[2])):
         s.send(bytes.fromhex(f))";
+
+/// The MAC of `dev` in namespace `ns`, as its sysfs file says.
+pub fn mac_of(ns: &str, dev: &str) -> peregrine_wire::MacAddr {
+    let o = sh_in(
+        ns,
+        &["cat", &format!("/sys/class/net/{dev}/address")],
+        Duration::from_secs(5),
+    );
+    text(&o.stdout).trim().parse().unwrap()
+}
