@@ -11,6 +11,7 @@ PACKAGES=(
   prometheus                                   # promtool: tests check the metrics endpoints
   python3 python3-venv                         # the aioquic peer of the QUIC interop tests
   linux-perf                                   # bench quic: where the CPU goes
+  systemd man-db                               # systemd-analyze verify of the agent's unit (and its man page)
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -26,6 +26,7 @@ macro_rules! bad_setting {
     };
 }
 
+pub mod agent;
 pub mod common;
 pub mod faas;
 pub mod gen;

@@ -29,7 +29,7 @@ fn show<R: Report>(text: &str, dir: &Path, stem: &str) -> Result<(String, Vec<Pa
 type Show = fn(&str, &Path, &str) -> Result<(String, Vec<PathBuf>)>;
 
 /// The report of each kind of result file.
-pub const REPORTS: [(&str, Show); 8] = [
+pub const REPORTS: [(&str, Show); 9] = [
     (crate::gen::Gen::KIND, show::<crate::gen::Gen>),
     (crate::gen::BenchGen::KIND, show::<crate::gen::BenchGen>),
     (
@@ -43,6 +43,10 @@ pub const REPORTS: [(&str, Show); 8] = [
     (crate::faas::BenchFaas::KIND, show::<crate::faas::BenchFaas>),
     (crate::qos::BenchQos::KIND, show::<crate::qos::BenchQos>),
     (crate::quic::BenchQuic::KIND, show::<crate::quic::BenchQuic>),
+    (
+        crate::agent::BenchAgent::KIND,
+        show::<crate::agent::BenchAgent>,
+    ),
     (
         crate::netmodes::BenchNetmodes::KIND,
         show::<crate::netmodes::BenchNetmodes>,

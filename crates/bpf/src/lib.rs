@@ -40,7 +40,7 @@ pub mod xdp;
 
 pub use error::{BpfError, Result};
 pub use fixture::{Fixture, XdpAction};
-pub use link::{Hook, Link, XdpProgram};
+pub use link::{Hook, Link, Placement, XdpProgram};
 pub use tcx::TcxDirection;
 pub use xdp::XdpMode;
 

@@ -47,11 +47,14 @@ impl Hook {
         }
     }
 
-    /// bpf_link_create flags: the XDP mode; tcx takes none (appends).
-    fn flags(self) -> u32 {
-        match self {
-            Hook::Xdp(mode) => mode.flags(),
-            Hook::Tcx(_) => 0,
+    /// bpf_link_create flags: the XDP mode; at tcx where in the chain
+    /// (`Placement::First`: BPF_F_BEFORE with no relative program, the
+    /// head; otherwise none, the tail).
+    fn flags(self, placement: Placement) -> u32 {
+        match (self, placement) {
+            (Hook::Xdp(mode), _) => mode.flags(),
+            (Hook::Tcx(_), Placement::First) => libbpf_sys::BPF_F_BEFORE,
+            (Hook::Tcx(_), Placement::Last) => 0,
         }
     }
 
@@ -118,6 +121,23 @@ impl std::str::FromStr for Hook {
     }
 }
 
+/// Where a program goes among the others at a tcx hook, which runs several
+/// in order (an XDP hook runs one: the placement means nothing there).
+///
+/// The order at tcx ingress is decided here, once: the policer goes
+/// `First`, so it meters what arrives before any program that redirects
+/// it (the router's `bpf_redirect_neigh`/`bpf_redirect_peer` end the chain:
+/// a policer after it never sees what it forwards), whichever was attached
+/// first. Everything else goes `Last`, in the order it is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// The head of the chain (the policer's place).
+    First,
+    /// After the programs already there.
+    #[default]
+    Last,
+}
+
 /// Interface index of `name` in the calling thread's network namespace.
 pub fn ifindex(name: &str) -> Result<u32> {
     nix::net::if_::if_nametoindex(name).map_err(|_| BpfError::UnknownInterface(name.to_string()))
@@ -138,11 +158,24 @@ impl Link {
     /// calling thread's network namespace). XDP fails if another program is
     /// attached there; tcx runs after the programs already there.
     pub fn attach(prog: &impl AsFd, iface: &str, hook: Hook) -> Result<Link> {
+        Link::attach_with(prog, iface, hook, Placement::Last)
+    }
+
+    /// `attach` at `placement` among a tcx hook's programs (see
+    /// `Placement`; XDP takes one program whatever it says).
+    pub fn attach_with(
+        prog: &impl AsFd,
+        iface: &str,
+        hook: Hook,
+        placement: Placement,
+    ) -> Result<Link> {
         let ifindex = ifindex(iface)?;
-        // Safety: zeroed is the valid empty options struct; `sz` is set below.
+        // Safety: zeroed is the valid empty options struct; `sz` is set
+        // below. Its tcx relative fd and id stay 0: BPF_F_BEFORE without a
+        // relative program is the head of the chain.
         let mut opts: libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
         opts.sz = std::mem::size_of_val(&opts) as _;
-        opts.flags = hook.flags();
+        opts.flags = hook.flags(placement);
         // Safety: the program fd is valid for the call; `opts` outlives it.
         let rc = unsafe {
             libbpf_sys::bpf_link_create(

@@ -8,7 +8,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use peregrine_wire::Prefix;
 
 use crate::error::{BpfError, Result};
-use crate::link::{Hook, Link};
+use crate::link::{Hook, Link, Placement};
 use crate::loader::{open_and_load, Loaded};
 use crate::maps;
 use crate::pod::Pod;
@@ -705,8 +705,11 @@ impl PolicerProgram {
         }
     }
 
+    /// Attaches the program for `hook` to `iface`. At tcx it goes first
+    /// (`Placement::First`): it meters what arrives before a router (or
+    /// anything else) redirects it, whichever was attached first.
     pub fn attach(&self, iface: &str, hook: Hook) -> Result<Link> {
-        Link::attach(self.prog(hook), iface, hook)
+        Link::attach_with(self.prog(hook), iface, hook, Placement::First)
     }
 
     /// Handles on this program's maps (they stay valid after it is dropped

@@ -36,6 +36,35 @@ pub enum BenchCmd {
     /// stack over AF_XDP, then the stack's ablations: goodput, CPU per GB,
     /// where the CPU went (perf).
     Quic(BenchQuicArgs),
+    /// The node agent's control plane: applying a node of many ports and
+    /// rules, a new agent adopting it after kill -9, reconcile latency
+    /// after a port appears, resident memory.
+    Agent(BenchAgentArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct BenchAgentArgs {
+    /// Router ports of the node applied (veth pairs made by the bench).
+    #[arg(long, default_value_t = 100)]
+    pub ports: usize,
+    /// Policer rules of the node applied (on its first port).
+    #[arg(long, default_value_t = 10_000)]
+    pub rules: usize,
+    /// Samples of the reconcile latency after a port appears.
+    #[arg(long, default_value_t = 100)]
+    pub samples: usize,
+    /// Rounds of the apply, re-apply and adopt measures.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// Directory for the result file and plots.
+    #[arg(long, default_value = DEFAULT_OUT)]
+    pub out: PathBuf,
+    /// File name stem of the result and plots.
+    #[arg(long, default_value = "bench-agent")]
+    pub name: String,
+    /// Print the result as JSON on stdout (progress stays on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -464,6 +493,17 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         }),
         BenchCmd::Netmodes(a) => netmodes(a),
         BenchCmd::Quic(a) => quic(a),
+        BenchCmd::Agent(a) => {
+            peregrine_host::caps::require_bpf("bench agent")?;
+            peregrine_bench::agent::bench_agent(peregrine_bench::agent::AgentBenchConfig {
+                ports: a.ports,
+                rules: a.rules,
+                samples: a.samples,
+                rounds: a.rounds,
+                exe: std::env::current_exe()?,
+                output: output(a.out, a.name, a.json),
+            })
+        }
         BenchCmd::Qos(a) => {
             let mut rates = Vec::new();
             for r in &a.rates {

@@ -75,6 +75,7 @@ fn attach(
     scope: &Scope,
 ) -> Result<()> {
     require_bpf("router attach")?;
+    crate::agent::refuse_beside_agent("router", scope.ns()?.as_deref())?;
     let state = match &scope.lab {
         Some(l) => Some(lab::state(l)?),
         None => None,
@@ -120,8 +121,14 @@ fn attach(
     }
     if !a.peer_delivered.is_empty() {
         println!(
-            "delivering into the peer's namespace with bpf_redirect_peer on {} (its veth peer runs no XDP; one attached there later is bypassed by routed traffic until the port is attached again)",
+            "delivering into the peer's namespace with bpf_redirect_peer on {} (its veth peer runs no XDP; while faas serve, the AF_XDP stack or qos serve runs XDP there, the port delivers through the veth instead)",
             a.peer_delivered.join(" ")
+        );
+    }
+    if !a.refreshed.is_empty() {
+        println!(
+            "delivery to the peer rechecked on {} (an XDP program came or went there)",
+            a.refreshed.join(" ")
         );
     }
     Ok(())

@@ -416,6 +416,7 @@ fn print_load(
 }
 
 fn serve(a: ServeArgs) -> Result<()> {
+    crate::agent::refuse_beside_agent("function service", a.scope.ns()?.as_deref())?;
     let cfg = ServeConfig {
         backend: a.backend.into(),
         ns: a.scope.ns()?,

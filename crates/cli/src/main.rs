@@ -7,6 +7,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use peregrine_host::signals;
 use peregrine_lab::{lab, Lab, Lifetime, Topology};
 
+mod agent;
 mod bench;
 mod chain;
 mod docs;
@@ -71,6 +72,15 @@ enum Cmd {
     Quic(quic::QuicCmd),
     /// Turn result files into plots (PNG and SVG).
     Report(bench::ReportArgs),
+    /// The node agent: applies a declared state (router, QoS, functions,
+    /// QUIC services) and keeps it applied until SIGTERM (docs/AGENT.md).
+    Agent(agent::AgentArgs),
+    /// Make FILE the running agent's declaration (checked whole first).
+    Apply(agent::FileArgs),
+    /// What applying FILE to the running agent would change.
+    Diff(agent::FileArgs),
+    /// The running agent's view of the node.
+    Status(agent::StatusArgs),
     /// The built-in showcase (what `scripts/run.sh` runs).
     Showcase(bench::ShowcaseArgs),
     /// Write man pages (one per command) into a directory.
@@ -269,16 +279,33 @@ fn clap_error(e: clap::Error) -> ! {
     std::process::exit(2);
 }
 
+/// Logs go to stderr, filtered by $PEREGRINE_LOG (default: errors; the
+/// agent: info), as text or (`agent --log-format json`) JSON lines.
+fn init_logs(cli: &Cli) {
+    use tracing_subscriber::EnvFilter;
+    let agent = match &cli.cmd {
+        Some(Cmd::Agent(a)) => Some(a.log_format),
+        _ => None,
+    };
+    let filter = EnvFilter::try_from_env("PEREGRINE_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(if agent.is_some() { "info" } else { "error" }));
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if agent == Some(agent::LogFormat::Json) {
+        fmt.json().init();
+    } else {
+        fmt.init();
+    }
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("PEREGRINE_LOG"))
-        .with_writer(std::io::stderr)
-        .init();
     signals::install();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => clap_error(e),
     };
+    init_logs(&cli);
     let res = match cli.cmd {
         None => {
             // No subcommand: the usage, as a usage error (exit 2). The
@@ -302,6 +329,10 @@ fn main() -> ExitCode {
         Some(Cmd::Faas(c)) => faas::run(c),
         Some(Cmd::Quic(c)) => quic::run(c),
         Some(Cmd::Showcase(a)) => bench::showcase(a),
+        Some(Cmd::Agent(a)) => agent::agent(a),
+        Some(Cmd::Apply(f)) => agent::apply(f),
+        Some(Cmd::Diff(f)) => agent::diff(f),
+        Some(Cmd::Status(a)) => agent::status(a),
     };
     match res.context("peregrine") {
         Ok(()) => ExitCode::SUCCESS,

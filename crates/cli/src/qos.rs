@@ -238,6 +238,7 @@ pub fn run(cmd: QosCmd) -> Result<()> {
     match cmd {
         QosCmd::Apply { file, iface, hook } => {
             require_bpf("qos apply")?;
+            crate::agent::refuse_beside_agent("policer", None)?;
             let cfg = PolicerConfig::read_for(&file, &iface, false)?;
             let hook = hook.or(cfg.hook).unwrap_or(attach::DEFAULT_HOOK);
             let a = attach::apply(&iface, hook, &cfg.rules)?;
@@ -251,6 +252,7 @@ pub fn run(cmd: QosCmd) -> Result<()> {
         }
         QosCmd::Serve { file, iface, cpu } => {
             require_bpf("qos serve")?;
+            crate::agent::refuse_beside_agent("scheduler", None)?;
             let cfg = PolicerConfig::read_for(&file, &iface, true)?;
             peregrine_host::signals::install();
             let opts = serve::ServeOptions {

@@ -176,6 +176,7 @@ pub(crate) fn list(json: bool) -> Result<()> {
                 serde_json::json!({
                     "namespace": ns, "netns_cookie": a.cookie, "iface": a.iface,
                     "hook": a.hook().map(|h| h.kind()),
+                    "tc_order": a.tc_order().map(|o| o.0),
                     "prog_id": a.link.map(|l| l.prog_id), "stale": a.stale(),
                 })
             })
@@ -187,7 +188,12 @@ pub(crate) fn list(json: bool) -> Result<()> {
         "policer",
         rows.into_iter()
             .map(|(ns, a)| {
-                let hook = a.hook().map_or("-", |h| h.kind()).to_string();
+                // At tc, where it runs among the interface's programs:
+                // "tc (policer, then router)".
+                let hook = match (a.hook(), a.tc_order()) {
+                    (Some(h), Some(o)) => format!("{} ({o})", h.kind()),
+                    (h, _) => h.map_or("-", |h| h.kind()).to_string(),
+                };
                 let stale = a.stale();
                 (ns, a.iface, hook, a.link.map(|l| l.prog_id), stale)
             })

@@ -169,6 +169,7 @@ fn print(json: bool, v: serde_json::Value, line: impl std::fmt::Display) {
 }
 
 fn serve(a: ServeArgs) -> Result<()> {
+    crate::agent::refuse_beside_agent("QUIC service", None)?;
     let server = app::serve(&app::ServeConfig {
         listen: a.listen,
         iface: a.iface,

@@ -17,12 +17,11 @@ mod common;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{ip, pg_in, sh_in, text, tmp};
+use common::{ip, pg_in, sh_in, text, tmp, FaasServe};
 use peregrine_host::netns;
 use peregrine_testbed::testing::{privileged_here, wait_until, NsPair};
 
@@ -53,61 +52,25 @@ fn pair(p: &str) -> NsPair {
     pair
 }
 
-/// `faas serve` running in a namespace; interrupted (Ctrl-C) and waited
-/// for on drop, killed if it does not stop.
-struct Serve(Child);
-
-impl Serve {
-    fn start(ns: &str, backend: &str) -> Serve {
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_peregrine")])
-            .args(["faas", "serve", "--backend", backend, "--cpus", "1"])
-            .args([
-                "--functions",
-                &format!("{NATIVE}=reverse"),
-                "--duration",
-                "60",
-            ])
-            .arg("--json")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("faas serve starts");
-        Serve(child)
-    }
-
-    /// Interrupts the server (killed if it does not stop within 10 s);
-    /// whether it exited cleanly, and its stdout.
-    fn stop(&mut self) -> (bool, String) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let mut status = None;
-        wait_until(Duration::from_secs(10), || {
-            status = self.0.try_wait().ok().flatten();
-            status.is_some()
-        });
-        if status.is_none() {
-            let _ = self.0.kill();
-        }
-        let mut out = String::new();
-        if let Some(mut o) = self.0.stdout.take() {
-            let _ = std::io::Read::read_to_string(&mut o, &mut out);
-        }
-        (status.is_some_and(|s| s.success()), out)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        if !wait_until(Duration::from_secs(10), || {
-            matches!(self.0.try_wait(), Ok(Some(_)))
-        }) {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
+/// `faas serve` of the built-in on NATIVE with `backend` in `ns`, for at
+/// most 60 s.
+fn serve(ns: &str, backend: &str) -> FaasServe {
+    let functions = format!("{NATIVE}=reverse");
+    FaasServe::start(
+        ns,
+        &[
+            "--backend",
+            backend,
+            "--cpus",
+            "1",
+            "--functions",
+            &functions,
+            "--duration",
+            "60",
+            "--json",
+        ],
+        &[],
+    )
 }
 
 /// `faas <args>` in `ns`; (success, stdout, stderr).
@@ -395,7 +358,7 @@ fn live_deployment(backend: &str, p: &str) {
     let _ = std::fs::remove_file(&path);
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     assert!(path.exists());
-    let mut serve = Serve::start(&server, backend);
+    let mut serve = serve(&server, backend);
     assert!(
         wait_until(Duration::from_secs(10), || faas(
             &server,
@@ -458,8 +421,12 @@ fn live_deployment(backend: &str, p: &str) {
     for t in threads {
         t.join().unwrap();
     }
-    let (stopped, out) = serve.stop();
-    assert!(stopped, "{backend}: faas serve failed: {out}");
+    let stopped = serve.stop();
+    assert!(
+        stopped.ok,
+        "{backend}: faas serve failed: {}",
+        stopped.stdout
+    );
     assert!(
         !path.exists(),
         "{backend}: the control socket outlived its server"
@@ -539,7 +506,7 @@ fn mmsg_refuses_changes_in_one_line() {
         return;
     }
     let pair = pair("pg-live-m");
-    let mut serve = Serve::start(&pair.b, "mmsg");
+    let mut serve = serve(&pair.b, "mmsg");
     assert!(
         wait_until(Duration::from_secs(10), || faas(
             &pair.b,
@@ -564,6 +531,6 @@ fn mmsg_refuses_changes_in_one_line() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
     assert_eq!(deployments(&pair.b), before);
-    let (stopped, out) = serve.stop();
-    assert!(stopped, "faas serve failed: {out}");
+    let stopped = serve.stop();
+    assert!(stopped.ok, "faas serve failed: {}", stopped.stdout);
 }

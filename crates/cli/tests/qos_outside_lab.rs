@@ -15,16 +15,10 @@ use peregrine_host::netns;
 use peregrine_testbed::testing::privileged;
 
 mod common;
-use common::{iperf_bytes, ok, pg_in, text, tmp, Topo};
-
-fn apply(t: &Topo, name: &str, toml: &str, extra: &[&str]) -> std::process::Output {
-    let dir = tmp(name);
-    let f = dir.join("qos.toml");
-    std::fs::write(&f, toml).unwrap();
-    let mut args = vec!["qos", "apply", f.to_str().unwrap(), "--iface", "a1"];
-    args.extend_from_slice(extra);
-    pg_in(&t.ns("R"), &args)
-}
+use common::{
+    assert_policed_udp, iperf_bytes, json_u64, ok, pg_in, policed_udp, qos_apply, qos_rule,
+    qos_stats, text, tmp, Topo, POLICED_UDP_RULE,
+};
 
 /// Detaches the policer on a1, which must succeed.
 fn qos_detach(t: &Topo) {
@@ -34,30 +28,7 @@ fn qos_detach(t: &Topo) {
 /// Applies one generous rule (traffic to B's prefix at 1 Gbit/s) on a1.
 fn apply_one_rule(t: &Topo, name: &str) {
     let one = "[[rule]]\ndst = \"198.18.2.0/24\"\nrate = \"1Gbit\"\n";
-    ok(&apply(t, name, one, &[]), "qos apply");
-}
-
-/// The policer's stats on a1, from `qos stats --json` in its own `ip netns
-/// exec`.
-fn stats(t: &Topo) -> serde_json::Value {
-    let o = pg_in(&t.ns("R"), &["qos", "stats", "--iface", "a1", "--json"]);
-    ok(&o, "qos stats --json");
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    v["policers"][0].clone()
-}
-
-fn rule(s: &serde_json::Value, id: u64) -> serde_json::Value {
-    s["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["id"] == id)
-        .unwrap_or_else(|| panic!("no rule {id} in {s}"))
-        .clone()
-}
-
-fn n(v: &serde_json::Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"))
+    ok(&qos_apply(t, name, one, &[]), "qos apply");
 }
 
 /// Programs on R's a1: (XDP prog id, tcx ingress count).
@@ -81,80 +52,16 @@ fn udp_through_the_policer_gets_the_rate_at_both_hooks() {
     let Some(t) = Topo::privileged_up("pgq1") else {
         return;
     };
-    const RATE: f64 = 20e6;
-    const LEN: u64 = 1000; // UDP payload; frame = 1000 + 8 + 20 + 14
-    const FRAME: u64 = LEN + 42;
     for hook in ["tc", "xdp"] {
-        let o = apply(
-            &t,
-            "udp",
-            "[[rule]]\ndst = \"198.18.2.0/24\"\nproto = \"udp\"\nrate = \"20Mbit\"\nburst = \"32KB\"\n",
-            &["--hook", hook],
-        );
+        let o = qos_apply(&t, "udp", POLICED_UDP_RULE, &["--hook", hook]);
         ok(&o, "qos apply");
         assert!(
             text(&o.stdout).contains(&format!("({hook} hook)")),
             "{}",
             text(&o.stdout)
         );
-        let c = t.iperf3(&[
-            "-c",
-            "198.18.2.1",
-            "-u",
-            "-b",
-            "40M",
-            "-l",
-            "1000",
-            "-t",
-            "4",
-        ]);
-        ok(&c, &format!("iperf3 -u through the {hook} policer"));
-        let v: serde_json::Value = serde_json::from_slice(&c.stdout).unwrap();
-        let sum = &v["end"]["sum"];
-        let (sent, lost, secs) = (
-            n(sum, "packets"),
-            n(sum, "lost_packets"),
-            sum["seconds"].as_f64().unwrap(),
-        );
-        let got = sent - lost;
-        let s = stats(&t);
-        let r = rule(&s, 0);
-        let (conform, exceed) = (n(&r, "conform_packets"), n(&r, "exceed_packets"));
-        let rate = (got * FRAME * 8) as f64 / secs;
-        eprintln!(
-            "{hook}: {sent} datagrams sent, {got} received in {secs:.2} s = {:.3} Mbit/s of frames; policer: {conform} conform, {exceed} exceed",
-            rate / 1e6
-        );
-        // Never more than the rate (1% for the edges of iperf3's clock,
-        // the 32 KB burst adds 0.3%). Less only by tokens the bucket could
-        // not keep: the bucket is read when a frame is processed, and at
-        // the XDP hook a veth's NAPI handles what queued up in one batch.
-        // With a 4 KB burst (1.6 ms of the rate) the delay of one batch
-        // already overflowed it (18.3 of 20 Mbit/s once in 4 runs on an
-        // idle machine); 32 KB holds 13 ms. That is a token bucket, the
-        // same as tc's police (the exact arithmetic is checked by the
-        // BPF_PROG_RUN fixtures).
-        assert!(
-            (0.95..=1.01).contains(&(rate / RATE)),
-            "{hook}: received {:.3} Mbit/s of frames, policed at 20",
-            rate / 1e6
-        );
-        // iperf3 counts as lost only gaps before the last datagram that
-        // arrived (a dropped tail is not), and its UDP hello conforms too:
-        // a few either way; every datagram was judged once.
-        assert!(
-            conform.abs_diff(got) <= 3,
-            "{hook}: {conform} conformed, {got} arrived"
-        );
-        assert!(
-            (conform + exceed).abs_diff(sent) <= 3,
-            "{hook}: {conform} + {exceed} judged, {sent} sent"
-        );
-        assert!(
-            exceed as f64 >= sent as f64 * 0.4,
-            "{hook}: only {exceed} of {sent} exceeded"
-        );
-        assert_eq!(n(&s, "malformed"), 0);
+        let p = policed_udp(&t, "40M", hook);
+        assert_policed_udp(&p, hook, 0);
         qos_detach(&t);
         assert_eq!(hooked(&t), (None, 0), "{hook}: nothing left on a1");
     }
@@ -180,7 +87,7 @@ fn two_cpus_never_overdraw_one_bucket() {
     const BURST: u64 = 16_000;
     const FRAME: u64 = 1000 + 42;
     ok(
-        &apply(
+        &qos_apply(
             &t,
             "cpus",
             "[[rule]]\ndst = \"198.18.2.1\"\nproto = \"udp\"\ndport = 9\nrate = \"50Mbit\"\nburst = \"16KB\"\n",
@@ -234,9 +141,9 @@ fn two_cpus_never_overdraw_one_bucket() {
         s.join().unwrap();
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let rule0 = || rule(&stats(&t), 0);
+    let rule0 = || qos_rule(&qos_stats(&t), 0);
     // Wait for the conforming datagrams to arrive, then stop counting.
-    let want = n(&rule0(), "conform_packets");
+    let want = json_u64(&rule0(), "conform_packets");
     let deadline = Instant::now() + Duration::from_secs(5);
     while received.load(Ordering::Relaxed) < want && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -245,9 +152,9 @@ fn two_cpus_never_overdraw_one_bucket() {
     let rx = counter.join().unwrap();
     let r = rule0();
     let (conform, conform_bytes, exceed) = (
-        n(&r, "conform_packets"),
-        n(&r, "conform_bytes"),
-        n(&r, "exceed_packets"),
+        json_u64(&r, "conform_packets"),
+        json_u64(&r, "conform_bytes"),
+        json_u64(&r, "exceed_packets"),
     );
     let got = received.load(Ordering::Relaxed);
     let drops = peregrine_io::receive_drops(&rx).unwrap();
@@ -296,7 +203,7 @@ fn tcp_through_the_tc_policer_at_default_offloads() {
             "2001:db8:2::/64"
         };
         ok(
-            &apply(
+            &qos_apply(
                 &t,
                 "tcp",
                 &format!(
@@ -309,13 +216,13 @@ fn tcp_through_the_tc_policer_at_default_offloads() {
         let c = t.iperf3(&["-c", dst, "-t", "4"]);
         ok(&c, &format!("iperf3 TCP v{v} through the policer"));
         let (bytes, bps) = iperf_bytes(&c);
-        let r = rule(&stats(&t), 0);
-        let conform_bytes = n(&r, "conform_bytes");
+        let r = qos_rule(&qos_stats(&t), 0);
+        let conform_bytes = json_u64(&r, "conform_bytes");
         eprintln!(
             "v{v}: {:.1} Mbit/s goodput, {bytes} B; policer: {} conform packets ({conform_bytes} B), {} exceed",
             bps / 1e6,
-            n(&r, "conform_packets"),
-            n(&r, "exceed_packets")
+            json_u64(&r, "conform_packets"),
+            json_u64(&r, "exceed_packets")
         );
         // 4 s at the rate, the burst, one GSO packet; the sender's and
         // receiver's clocks differ by the handshake.
@@ -378,8 +285,8 @@ fn rules_change_at_runtime_and_bad_input_changes_nothing() {
     // ICMP echo now meets a 1 pps, burst 1 rule first: of 5 pings at 5/s
     // some are dropped.
     let _ = t.ping("198.18.2.1");
-    let icmp = rule(&stats(&t), 1);
-    assert!(n(&icmp, "exceed_packets") >= 1, "{icmp}");
+    let icmp = qos_rule(&qos_stats(&t), 1);
+    assert!(json_u64(&icmp, "exceed_packets") >= 1, "{icmp}");
     let bad = pg_in(
         &r,
         &[
@@ -403,11 +310,11 @@ fn rules_change_at_runtime_and_bad_input_changes_nothing() {
         &pg_in(&r, &["qos", "rule", "del", "--iface", "a1", "1"]),
         "qos rule del",
     );
-    assert_eq!(stats(&t)["rules"].as_array().unwrap().len(), 1);
+    assert_eq!(qos_stats(&t)["rules"].as_array().unwrap().len(), 1);
 
     // A bad file: refused in one line, the running rules untouched.
-    let before = stats(&t);
-    let b = apply(
+    let before = qos_stats(&t);
+    let b = qos_apply(
         &t,
         "bad",
         "[[rule]]\ndst = \"198.18.2.0/24\"\nrate = \"1Gbit\"\n[[rule]]\nrate = \"lots\"\n",
@@ -419,9 +326,9 @@ fn rules_change_at_runtime_and_bad_input_changes_nothing() {
         e.contains("rule 2: rate \"lots\"") && e.lines().count() == 1,
         "{e}"
     );
-    assert_eq!(stats(&t)["rules"], before["rules"]);
+    assert_eq!(qos_stats(&t)["rules"], before["rules"]);
     // Moving hooks in place is refused: it cannot be one step.
-    let m = apply(
+    let m = qos_apply(
         &t,
         "move",
         "[[rule]]\nrate = \"1Gbit\"\nfamily = 4\n",
@@ -435,17 +342,17 @@ fn rules_change_at_runtime_and_bad_input_changes_nothing() {
     );
 
     // A new file replaces the rules on the same link, with a new program.
-    let again = apply(&t, "again", "[[rule]]\nsrc = \"198.18.1.0/24\"\nrate = \"500Mbit\"\n[[rule]]\ndscp = 46\nfamily = 4\nrate = \"1Mbit\"\n", &[]);
+    let again = qos_apply(&t, "again", "[[rule]]\nsrc = \"198.18.1.0/24\"\nrate = \"500Mbit\"\n[[rule]]\ndscp = 46\nfamily = 4\nrate = \"1Mbit\"\n", &[]);
     ok(&again, "qos apply (replace)");
     assert!(
         text(&again.stdout).contains("rules replaced"),
         "{}",
         text(&again.stdout)
     );
-    let s = stats(&t);
+    let s = qos_stats(&t);
     assert_eq!(s["rules"].as_array().unwrap().len(), 2);
     assert_eq!(
-        n(&rule(&s, 0), "conform_packets"),
+        json_u64(&qos_rule(&s, 0), "conform_packets"),
         0,
         "a new rule set counts from zero"
     );
@@ -485,7 +392,7 @@ fn stale_policers_are_listed_and_removed() {
         return;
     };
     ok(
-        &apply(&t, "stale", "[[rule]]\nrate = \"1Gbit\"\nfamily = 4\n", &[]),
+        &qos_apply(&t, "stale", "[[rule]]\nrate = \"1Gbit\"\nfamily = 4\n", &[]),
         "qos apply",
     );
     let cookie = netns::run_in(&t.ns("R"), netns::cookie).unwrap().unwrap();
@@ -561,7 +468,7 @@ fn apply_killed_midway_leaves_one_whole_rule_set() {
     // `ip netns exec` execs peregrine in place: the child is peregrine.
     let _ = child.kill();
     let _ = child.wait();
-    let rules = stats(&t)["rules"].as_array().unwrap().len();
+    let rules = qos_stats(&t)["rules"].as_array().unwrap().len();
     eprintln!("killed while running: {killed_early}; rules now {rules}");
     assert!(rules == 1 || rules == 100_000, "{rules} rules: a mix");
     assert_eq!(hooked(&t), (None, 1), "one policer program on a1");

@@ -17,7 +17,7 @@ use peregrine_bpf::{tcx, xdp, TcxDirection};
 use peregrine_host::netns;
 
 mod common;
-use common::{iperf_bytes, json, ok, pg_in, sh_in, text, Topo, SEND_RAW};
+use common::{iperf_bytes, json, ok, pg_in, router_port_stats, sh_in, text, Topo, SEND_RAW};
 
 /// What the router tests ask of a topology.
 trait RouterTopo {
@@ -81,7 +81,7 @@ impl RouterTopo for Topo {
 
     /// (packets, bytes) forwarded from port `port`, from `stats --json`.
     fn forwarded(&self, port: &str) -> (u64, u64) {
-        let f = &port_stats(self, port)["rx"]["forward"];
+        let f = &router_port_stats(self, port)["rx"]["forward"];
         (f["packets"].as_u64().unwrap(), f["bytes"].as_u64().unwrap())
     }
 
@@ -444,21 +444,9 @@ fn attach_errors_are_one_line_and_leave_nothing() {
     t.assert_clean();
 }
 
-/// Port `port`'s entry in `router stats --json` run in R.
-fn port_stats(t: &Topo, port: &str) -> serde_json::Value {
-    let v = json(&t.router(&["stats", "--json"]), "router stats --json");
-    v["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["port"] == port)
-        .unwrap_or_else(|| panic!("no port {port} in {v}"))
-        .clone()
-}
-
 /// `router stats --json`'s rx counters of `port`, by action.
 fn rx_actions(t: &Topo, port: &str) -> BTreeMap<String, u64> {
-    port_stats(t, port)["rx"]
+    router_port_stats(t, port)["rx"]
         .as_object()
         .unwrap()
         .iter()

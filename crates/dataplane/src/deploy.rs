@@ -13,7 +13,7 @@ use crate::config::{ChainMatch, DataplaneConfig, NfKind};
 use crate::error::{DataplaneError, Result};
 use crate::hook::pick;
 use crate::hosts::{HostIface, Hosts};
-use crate::peer::{ensure_peer_receives, ensure_xdp_receiver, PassThrough};
+use crate::peer::{delivers_to_peer, ensure_peer_receives, ensure_xdp_receiver, PassThrough};
 use crate::pins;
 
 /// A network function running in a container.
@@ -255,25 +255,6 @@ impl Dataplane {
             .map(|(n, l)| Ok((n.clone(), l.ifindex, self.router.stats(l.ifindex)?)))
             .collect()
     }
-}
-
-/// Whether the tc router delivers what it routes out of port `port` (in
-/// the calling thread's namespace) straight into the namespace of its veth
-/// peer with bpf_redirect_peer: the peer is in another namespace (a
-/// container) and runs no XDP program (redirect_peer skips the peer's XDP
-/// hook, where a network function or a counting sink would run). The skb
-/// then skips the veth's transmit and the peer's backlog queue.
-pub fn delivers_to_peer(port: &str) -> Result<bool> {
-    let Some(end) = peregrine_host::veth::peer_end(port)? else {
-        return Ok(false);
-    };
-    if end.ns.is_none() {
-        return Ok(false);
-    }
-    let idx = end.ifindex;
-    Ok(end
-        .run_in(|| peregrine_bpf::xdp::attached_prog_id(idx))??
-        .is_none())
 }
 
 /// Attaches the router to `iface` (in the calling thread's namespace) at

@@ -7,7 +7,8 @@
 //! - `hosts`: where the declaration's hosts are (a lab, or a host by hand).
 //! - `deploy`: attaching it all; `Dataplane` owns the programs and links.
 //! - `hook`: XDP or tc on the router's ports, picked from the veth peers' offloads.
-//! - `peer`: pass-throughs that let a veth peer receive redirected frames.
+//! - `peer`: pass-throughs that let a veth peer receive redirected frames,
+//!   and the tc router's delivery to a peer refreshed as XDP comes and goes.
 //! - `pins`: the one pin layout every command reads and writes.
 //! - `running`: ports added to and removed from a router left running.
 //! - `router`: the router's lifecycle (attach, join, leave, detach, list,
@@ -28,7 +29,7 @@ pub use deploy::{Dataplane, RunningNf};
 pub use error::{DataplaneError, Result};
 pub use hook::{HookChoice, Pick};
 pub use hosts::{HostIface, Hosts, NamedNamespaces};
-pub use peer::{ensure_xdp_receiver, PassThrough};
+pub use peer::{ensure_xdp_receiver, refresh_peer_of, PassThrough, PeerDelivery, RouterAwareLink};
 pub use peregrine_bpf::Hook;
 pub use pins::PinScope;
 pub use router::{AttachConfig, Attached, Detached, Plan, Site};

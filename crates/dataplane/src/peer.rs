@@ -1,11 +1,22 @@
 //! The receiving end of a redirect: veth drops frames redirected to it
 //! (XDP_REDIRECT) unless its peer runs an XDP program, so the data plane
 //! (and the lab's generator) put a counting pass-through there.
+//!
+//! And the other way round: the tc router delivers into a container with
+//! bpf_redirect_peer only while the container's end runs no XDP (that
+//! helper skips the XDP hook). A product that attaches XDP on an
+//! interface (`faas serve`'s dispatcher, the stack's steering, the
+//! scheduler's policer) or takes it off calls `refresh_peer_of`, or holds
+//! its link in a `RouterAwareLink`, which does it on both sides.
+use std::path::PathBuf;
+
+use peregrine_bpf::router::RouterMaps;
 use peregrine_bpf::sink::SinkProgram;
-use peregrine_bpf::{Link, XdpAction, XdpMode, XdpProgram};
+use peregrine_bpf::{Link, TcxDirection, XdpAction, XdpMode, XdpProgram};
 use peregrine_host::netns;
 
-use crate::error::Result;
+use crate::error::{DataplaneError, Result};
+use crate::pins;
 
 /// A counting pass-through XDP program on a veth that had none.
 pub struct PassThrough {
@@ -56,4 +67,154 @@ fn receiver_here(ns: &str, iface: &str) -> Result<Option<PassThrough>> {
         prog,
         link,
     }))
+}
+
+/// Whether the tc router delivers what it routes out of port `port` (in
+/// the calling thread's namespace) straight into the namespace of its veth
+/// peer with bpf_redirect_peer: the peer is in another namespace (a
+/// container) and runs no XDP program (redirect_peer skips the peer's XDP
+/// hook, where a network function or a counting sink would run). The skb
+/// then skips the veth's transmit and the peer's backlog queue.
+pub fn delivers_to_peer(port: &str) -> Result<bool> {
+    let Some(end) = peregrine_host::veth::peer_end(port)? else {
+        return Ok(false);
+    };
+    if end.ns.is_none() {
+        return Ok(false);
+    }
+    let idx = end.ifindex;
+    Ok(end
+        .run_in(|| peregrine_bpf::xdp::attached_prog_id(idx))??
+        .is_none())
+}
+
+/// What `refresh_peer_of` found: the tc router port whose veth peer the
+/// interface is, and how the router delivers to it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerDelivery {
+    /// The router's pin directory.
+    pub router: PathBuf,
+    /// The router's port (named as when attached, in the router's namespace).
+    pub port: String,
+    /// The interface asked about.
+    pub iface: String,
+    /// The port delivers with bpf_redirect_peer (past `iface`'s XDP hook,
+    /// which runs nothing); false: through the veth (bpf_redirect_neigh),
+    /// so `iface`'s XDP program sees every routed frame.
+    pub peer_delivery: bool,
+    /// Whether this call changed it.
+    pub changed: bool,
+}
+
+/// Sets how a tc router delivers to `iface` (an interface of the calling
+/// thread's namespace) to what `delivers_to_peer` says now, after an XDP
+/// program came onto `iface` or left it: when `iface` is a veth whose other
+/// end is a port of a tc router pinned on this host (outside labs, in the
+/// port's namespace's `_netns/<cookie>`, or a lab's), that port's
+/// peer-delivery flag. None when `iface` faces no such port. Logs one line
+/// when the flag changes.
+pub fn refresh_peer_of(iface: &str) -> Result<Option<PeerDelivery>> {
+    let Some(end) = peregrine_host::veth::peer_end(iface)? else {
+        return Ok(None);
+    };
+    let Some((router, port)) = end.run_in(|| router_port_here(end.ifindex))?? else {
+        return Ok(None);
+    };
+    let now = end.run_in(|| delivers_to_peer(&port))??;
+    let maps = RouterMaps::pinned(&router)?;
+    let was = maps.peer_delivery(end.ifindex)?;
+    if was != now {
+        maps.set_peer_delivery(end.ifindex, now)?;
+        if now {
+            tracing::info!(
+                "router port {port} delivers into {iface}'s namespace with bpf_redirect_peer again ({iface} runs no XDP program now)"
+            );
+        } else {
+            tracing::info!(
+                "router port {port} now delivers through {iface}'s XDP hook (bpf_redirect_neigh through the veth instead of bpf_redirect_peer, which would skip the XDP program on {iface})"
+            );
+        }
+    }
+    Ok(Some(PeerDelivery {
+        router,
+        port,
+        iface: iface.to_string(),
+        peer_delivery: now,
+        changed: was != now,
+    }))
+}
+
+/// The tc router port on `ifindex` of the calling thread's namespace: its
+/// router's pin directory and the port's name. A port matches when its
+/// pinned link is at tcx on that ifindex and runs one of the programs the
+/// kernel has there (ifindexes repeat across namespaces; program ids do
+/// not), so a lab's router (pinned under the lab, whose namespace its pins
+/// do not name) is found too.
+fn router_port_here(ifindex: u32) -> Result<Option<(PathBuf, String)>> {
+    let ids = peregrine_bpf::tcx::attached_ids(ifindex, TcxDirection::Ingress)?;
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let cookie = netns::cookie()?;
+    for a in pins::list_attachments() {
+        if a.cookie.is_some_and(|c| c != cookie) {
+            continue;
+        }
+        let port = a.ports.iter().find(|p| {
+            p.link.is_some_and(|l| {
+                l.live() && !l.xdp && l.ifindex == ifindex && ids.contains(&l.prog_id)
+            })
+        });
+        if let Some(p) = port {
+            return Ok(Some((a.dir.clone(), p.iface.clone())));
+        }
+    }
+    Ok(None)
+}
+
+/// `refresh_peer_of(iface)` in namespace `ns` (None: the caller's), for
+/// callers that cannot fail on it (a drop, a server already serving): a
+/// failure is logged, not returned.
+pub fn refresh_peer_logged(ns: Option<&str>, iface: &str) -> Option<PeerDelivery> {
+    let done = netns::run_in_opt(ns, || refresh_peer_of(iface))
+        .map_err(DataplaneError::from)
+        .and_then(|r| r);
+    done.unwrap_or_else(|e| {
+        tracing::warn!("{iface}: updating how a tc router delivers to it: {e}");
+        None
+    })
+}
+
+/// An XDP link on an interface that may face a tc router's port: the
+/// router's delivery to it is refreshed (`refresh_peer_of`) once the link
+/// is made and again once it is dropped (on a stop, an error path or a
+/// panic's unwinding alike), so routed frames pass its XDP program while it
+/// runs and take bpf_redirect_peer again after. A process killed outright
+/// leaves the router delivering through the veth: slower, never lost.
+pub struct RouterAwareLink {
+    link: Option<Link>,
+    ns: Option<String>,
+}
+
+impl RouterAwareLink {
+    /// `link`, just attached at XDP on an interface of namespace `ns`
+    /// (None: the caller's).
+    pub fn new(link: Link, ns: Option<&str>) -> RouterAwareLink {
+        refresh_peer_logged(ns, &link.iface);
+        RouterAwareLink {
+            link: Some(link),
+            ns: ns.map(str::to_string),
+        }
+    }
+}
+
+impl Drop for RouterAwareLink {
+    fn drop(&mut self) {
+        if let Some(l) = self.link.take() {
+            let iface = l.iface.clone();
+            // Detached first: the refresh then sees the hook empty.
+            drop(l);
+            refresh_peer_logged(self.ns.as_deref(), &iface);
+        }
+    }
 }

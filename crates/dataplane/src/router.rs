@@ -90,6 +90,9 @@ pub struct Attached {
     pub peer_delivered: Vec<String>,
     /// Pass-throughs put on ports' veth peers (`namespace:iface`).
     pub pass_throughs: Vec<String>,
+    /// Running ports whose delivery (bpf_redirect_peer or not) was set
+    /// anew when these joined (an XDP program came or went on their peer).
+    pub refreshed: Vec<String>,
     /// Where it is pinned.
     pub dir: PathBuf,
 }
@@ -174,6 +177,7 @@ impl Plan<'_, '_> {
             ports: cfg.ports.clone(),
             peer_delivered: Vec::new(),
             pass_throughs: Vec::new(),
+            refreshed: Vec::new(),
             dir: dir.clone(),
         };
         if let Some(r) = &self.running {
@@ -182,6 +186,12 @@ impl Plan<'_, '_> {
                 let _ = r.remove_ports(ns, &cfg.ports);
                 return Err(e);
             }
+            // The running ports too: what is on their peers may have
+            // changed unannounced (a server killed outright).
+            report.refreshed = r.refresh_peer_delivery(ns).unwrap_or_else(|e| {
+                tracing::warn!("rechecking the running ports' delivery to their peers: {e}");
+                Vec::new()
+            });
             report.peer_delivered = r.peer_delivered(&cfg.ports);
             return Ok(report);
         }

@@ -11,9 +11,8 @@ use peregrine_bpf::router::RouterMaps;
 use peregrine_bpf::{Hook, Link};
 use peregrine_host::netns;
 
-use crate::deploy::delivers_to_peer;
 use crate::error::{DataplaneError, Result};
-use crate::peer::{ensure_peer_receives, peer_label};
+use crate::peer::{delivers_to_peer, ensure_peer_receives, peer_label};
 use crate::pins;
 
 /// A live router pinned in `dir`.
@@ -61,6 +60,28 @@ impl RunningRouter {
             })
             .map(|p| p.iface.clone())
             .collect()
+    }
+
+    /// At tc, sets each live port's peer delivery to what
+    /// `delivers_to_peer` says now: an XDP program may have come onto a
+    /// port's peer or left it since (one left off by a `faas serve` killed
+    /// outright, whose exit could not say so). The ports whose flag changed.
+    pub fn refresh_peer_delivery(&self, ns: Option<&str>) -> Result<Vec<String>> {
+        if self.sample.xdp {
+            return Ok(Vec::new());
+        }
+        let mut changed = Vec::new();
+        for p in pins::attachment(&self.dir).ports {
+            let Some(l) = p.link.filter(|l| l.live()) else {
+                continue;
+            };
+            let now = netns::run_in_opt(ns, || delivers_to_peer(&p.iface))??;
+            if self.maps.peer_delivery(l.ifindex)? != now {
+                self.maps.set_peer_delivery(l.ifindex, now)?;
+                changed.push(p.iface);
+            }
+        }
+        Ok(changed)
     }
 
     /// "xdp" or "tc": the hook its ports run at.

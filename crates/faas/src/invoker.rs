@@ -8,7 +8,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use peregrine_bpf::dispatch::{slot, DispatchProgram, Policy};
-use peregrine_bpf::{Link, XdpMode, XdpProgram};
+use peregrine_bpf::{XdpMode, XdpProgram};
+use peregrine_dataplane::RouterAwareLink;
 use peregrine_host::netns;
 use peregrine_wire::parse_udp_frame;
 use peregrine_xsk::{FrameHandler, Verdict, Workers, Xsk, XskConfig, XskStatsReader};
@@ -178,7 +179,9 @@ pub struct AfXdpInvoker {
     /// Before the program, so the workers stop before the program goes.
     _workers: Workers,
     pub prog: DispatchProgram,
-    _link: Link,
+    /// The dispatcher on the interface; a tc router facing it delivers
+    /// through the veth while it runs (see `RouterAwareLink`).
+    _link: RouterAwareLink,
     pub counters: Arc<Counters>,
     /// "zero-copy", "copy" (native XDP) or "skb" (generic XDP), as bound.
     pub mode: &'static str,
@@ -491,7 +494,11 @@ impl AfXdpInvoker {
             version: AtomicU64::new(0),
         });
         let prog = DispatchProgram::load()?;
+        // From here a tc router whose port faces `iface` delivers through
+        // the veth (bpf_redirect_peer would skip the dispatcher), and on
+        // every way out, errors included, as before.
         let link = netns::run_in_opt(ns, || prog.attach(iface, cfg.xdp_mode))??;
+        let link = RouterAwareLink::new(link, ns);
         let counters = Arc::new(Counters::for_live());
         let mut stats = Vec::new();
         let mut fds = Vec::new();

@@ -250,6 +250,14 @@ impl Netlink {
             .map_err(nl_err(format!("setting {ns}:{name} up")))
     }
 
+    /// Deletes link `name` of `ns` (a veth takes its peer with it).
+    pub fn del_link(&mut self, ns: &str, name: &str) -> Result<()> {
+        let i = self.link_index(ns, name)?;
+        let h = self.handle(ns)?;
+        self.block_on(async { h.link().del(i).execute().await })
+            .map_err(nl_err(format!("deleting {ns}:{name}")))
+    }
+
     pub fn set_mac(&mut self, ns: &str, name: &str, mac: MacAddr) -> Result<()> {
         let i = self.link_index(ns, name)?;
         let h = self.handle(ns)?;

@@ -53,3 +53,28 @@ pub fn sleep(d: std::time::Duration) {
         std::thread::sleep((end - now).min(std::time::Duration::from_millis(50)));
     }
 }
+
+static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_hup(_: nix::libc::c_int) {
+    RELOAD.store(true, Ordering::SeqCst);
+}
+
+/// SIGHUP asks for a reload (`take_reload`) instead of a stop: what
+/// daemons do (the agent re-reads its declaration).
+pub fn reload_on_hup() {
+    let act = SigAction::new(
+        SigHandler::Handler(on_hup),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    // Safety: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        let _ = sigaction(Signal::SIGHUP, &act);
+    }
+}
+
+/// Whether a reload was asked for since the last call.
+pub fn take_reload() -> bool {
+    RELOAD.swap(false, Ordering::SeqCst)
+}

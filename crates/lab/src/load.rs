@@ -4,16 +4,16 @@
 //! missing. Prometheus metrics can be served while it runs; this module also
 //! holds the one exposition server every command uses ([`serve_metrics`]).
 #![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
-use std::io::Write;
-use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-pub use prometheus_client;
-use prometheus_client::encoding::text::encode;
+pub use peregrine_metrics::{
+    prometheus_client, serve_metrics, text_format, MetricsError, CONTENT_TYPE,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram as PromHistogram;
 use prometheus_client::registry::Registry as PromRegistry;
@@ -82,111 +82,6 @@ impl LoadMetrics {
         self.register(&mut reg);
         serve_metrics(addr, stop, reg, || {}).map_err(|e| LabError::Other(e.to_string()))
     }
-}
-
-/// The metrics address could not be listened on.
-#[derive(Debug, thiserror::Error)]
-#[error("--metrics {addr}: cannot listen there: {cause}")]
-pub struct MetricsError {
-    pub addr: SocketAddr,
-    pub cause: std::io::Error,
-}
-
-/// Content type of [`text_format`]: the Prometheus text format 0.0.4 (what
-/// `promtool check metrics` and every Prometheus server read).
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// `reg` in the Prometheus text format 0.0.4. prometheus-client writes
-/// OpenMetrics, where a counter's HELP and TYPE name the family (`x`) and
-/// its sample `x_total`, and the text ends in `# EOF`; the 0.0.4 format
-/// names the sample in HELP and TYPE and has no EOF marker.
-pub fn text_format(reg: &PromRegistry) -> String {
-    let mut om = String::new();
-    if encode(&mut om, reg).is_err() {
-        return String::new();
-    }
-    let mut counters = std::collections::HashSet::new();
-    for l in om.lines() {
-        if let Some(name) = l
-            .strip_prefix("# TYPE ")
-            .and_then(|t| t.strip_suffix(" counter"))
-        {
-            counters.insert(name.to_string());
-        }
-    }
-    let mut out = String::with_capacity(om.len() + 64);
-    for l in om.lines() {
-        if l == "# EOF" || l.starts_with("# UNIT ") {
-            continue;
-        }
-        let meta = ["# HELP ", "# TYPE "]
-            .into_iter()
-            .find(|p| l.starts_with(p));
-        match meta {
-            Some(p) => {
-                let rest = &l[p.len()..];
-                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
-                if counters.contains(name) {
-                    out.push_str(&format!("{p}{name}_total {tail}\n"));
-                } else {
-                    out.push_str(l);
-                    out.push('\n');
-                }
-            }
-            None => {
-                out.push_str(l);
-                out.push('\n');
-            }
-        }
-    }
-    out
-}
-
-/// The one Prometheus exposition server of peregrine (load client, invoker,
-/// router): serves `reg` in the text format 0.0.4 on every HTTP request to
-/// `addr` until `stop`, calling `refresh` before each scrape so counters
-/// read from elsewhere (BPF maps, worker atomics) are current. Scrapes are
-/// answered in turn from one thread.
-pub fn serve_metrics(
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    reg: PromRegistry,
-    mut refresh: impl FnMut() + Send + 'static,
-) -> Result<std::thread::JoinHandle<()>, MetricsError> {
-    let listener = TcpListener::bind(addr)
-        .and_then(|l| l.set_nonblocking(true).map(|_| l))
-        .map_err(|cause| MetricsError { addr, cause })?;
-    Ok(std::thread::spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            match listener.accept() {
-                Ok((mut s, _)) => {
-                    // Read the request first: closing with unread data
-                    // would reset the connection under the reply.
-                    let _ = s.set_nonblocking(false);
-                    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                    let mut req = [0u8; 4096];
-                    let mut got = 0;
-                    while let Ok(n) = std::io::Read::read(&mut s, &mut req[got..]) {
-                        got += n;
-                        if n == 0
-                            || got == req.len()
-                            || req[..got].windows(4).any(|w| w == b"\r\n\r\n")
-                        {
-                            break;
-                        }
-                    }
-                    refresh();
-                    let body = text_format(&reg);
-                    let _ = write!(
-                        s,
-                        "HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    }))
 }
 
 #[derive(Debug, Clone)]

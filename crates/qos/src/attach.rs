@@ -15,7 +15,8 @@ use peregrine_bpf::link::{pinned_link, PinnedLink};
 use peregrine_bpf::policer::{
     InstalledRule, PolicerMaps, PolicerProgram, PolicerTotals, Rule, RuleCounters,
 };
-use peregrine_bpf::{bpffs, Hook, Link, XdpMode};
+use peregrine_bpf::{bpffs, Hook, Link, TcxDirection, XdpMode};
+use peregrine_dataplane::peer::refresh_peer_logged;
 use peregrine_host::netns;
 
 use crate::error::{QosError, Result};
@@ -36,7 +37,8 @@ fn hook_of(l: &PinnedLink) -> Hook {
 
 /// Where a policer runs when neither the command nor the file says: tc
 /// (meters a GSO packet whole, keeps its checksum state, and runs before a
-/// router attached at tc on the same interface).
+/// router attached at tc on the same interface, attached before it or
+/// after: the policer takes the head of the tcx chain, `Placement::First`).
 pub const DEFAULT_HOOK: Hook = Hook::TC;
 
 /// The directory of `iface`'s policer in the calling thread's namespace.
@@ -78,6 +80,61 @@ impl Attachment {
     pub fn hook(&self) -> Option<Hook> {
         self.link.as_ref().map(hook_of)
     }
+}
+
+/// The programs at tcx ingress of a policer's interface, in the order
+/// they run, named: "policer" (this one), "router" (a port of a router
+/// pinned on this host), or "prog ID".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcOrder(pub Vec<String>);
+
+/// "policer, then router"; "policer alone".
+impl std::fmt::Display for TcOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_slice() {
+            [one] => write!(f, "{one} alone"),
+            all => f.write_str(&all.join(", then ")),
+        }
+    }
+}
+
+impl Attachment {
+    /// Where the policer runs among its interface's tcx ingress programs,
+    /// read in its namespace (found by cookie among those this process
+    /// can find). None at XDP, when stale, or when the namespace is not
+    /// found.
+    pub fn tc_order(&self) -> Option<TcOrder> {
+        let l = self.link.filter(|l| l.live() && !l.xdp)?;
+        let ids = in_namespace(self.cookie, || {
+            peregrine_bpf::tcx::attached_ids(l.ifindex, TcxDirection::Ingress)
+        })?
+        .ok()?;
+        let routers: Vec<u32> = peregrine_dataplane::pins::list_attachments()
+            .iter()
+            .flat_map(|a| a.ports.iter().filter_map(|p| p.link.map(|l| l.prog_id)))
+            .collect();
+        Some(TcOrder(
+            ids.into_iter()
+                .map(|id| match id {
+                    id if id == l.prog_id => "policer".to_string(),
+                    id if routers.contains(&id) => "router".to_string(),
+                    id => format!("prog {id}"),
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// Runs `f` in the network namespace whose cookie is `cookie` (the
+/// caller's, or one of those `netns::find_all` finds); None when none is.
+fn in_namespace<T>(cookie: u64, f: impl FnOnce() -> T) -> Option<T> {
+    if netns::cookie().ok()? == cookie {
+        return Some(f());
+    }
+    let ns = netns::find_all().into_iter().find(|n| {
+        netns::run_in_file(&n.file, netns::cookie).is_ok_and(|c| c.ok() == Some(cookie))
+    })?;
+    netns::run_in_file(&ns.file, f).ok()
 }
 
 fn attachment(dir: &Path, cookie: u64, iface: &str) -> Attachment {
@@ -170,6 +227,11 @@ pub fn apply(iface: &str, hook: Hook, rules: &[Rule]) -> Result<Applied> {
         let _ = link.unpin();
         let _ = bpffs::remove_pin_dir(&dir);
         return Err(e.into());
+    }
+    if hook.is_xdp() {
+        // A tc router whose port faces `iface` now delivers through the
+        // veth: bpf_redirect_peer would skip the policer.
+        refresh_peer_logged(None, iface);
     }
     Ok(Applied {
         hook,
@@ -333,7 +395,16 @@ pub fn detach(iface: &str) -> Result<()> {
             "no policer on {iface} in this network namespace"
         )));
     }
-    remove(&dir)
+    let xdp = attachment(&dir, 0, iface)
+        .link
+        .is_some_and(|l| l.live() && l.xdp);
+    remove(&dir)?;
+    if xdp {
+        // Its XDP hook is empty again: a tc router facing it may deliver
+        // with bpf_redirect_peer again.
+        refresh_peer_logged(None, iface);
+    }
+    Ok(())
 }
 
 /// Removes the pins of policers whose interface or namespace is gone (or

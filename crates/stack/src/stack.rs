@@ -12,7 +12,8 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use peregrine_bpf::stack::{unspecified_like, SteerProgram, SteerStats};
-use peregrine_bpf::{Link, XdpMode, XdpProgram};
+use peregrine_bpf::{XdpMode, XdpProgram};
+use peregrine_dataplane::RouterAwareLink;
 use peregrine_host::netdev::rx_queues_here;
 use peregrine_host::netns::with_sysfs_here;
 use peregrine_host::nl::{watch_here, LinkInfo, NetlinkHere, NlEvent, NlWatch};
@@ -139,7 +140,9 @@ pub struct Stack {
     pub(crate) inner: Arc<Inner>,
     service: Option<std::thread::JoinHandle<()>>,
     _watch: NlWatch,
-    _link: Link,
+    /// The steering program; a tc router facing the interface delivers
+    /// through the veth while it runs (see `RouterAwareLink`).
+    _link: RouterAwareLink,
 }
 
 impl Stack {
@@ -196,7 +199,7 @@ impl Stack {
         for n in lock(&inner.nl).neighbours(ifindex)? {
             lock(&inner.next_hops).neighbour(&n);
         }
-        let attached = inner.prog.attach(&iface, inner.cfg.xdp_mode)?;
+        let attached = RouterAwareLink::new(inner.prog.attach(&iface, inner.cfg.xdp_mode)?, None);
         let svc = inner.clone();
         let service = std::thread::Builder::new()
             .name(format!("stack-{iface}"))

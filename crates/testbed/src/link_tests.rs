@@ -69,3 +69,36 @@ fn pinned_links_come_back_from_their_pin_and_detach_when_unpinned() {
     });
     bpffs::remove_pins(&sub).unwrap();
 }
+
+/// At tcx ingress the policer takes the head of the chain whenever it
+/// comes (`Placement::First`), the others append in order, and
+/// `tcx::attached_ids` reads them in the order they run.
+#[test]
+fn the_policer_goes_first_at_tcx_and_the_others_append() {
+    if !privileged("the_policer_goes_first_at_tcx_and_the_others_append") {
+        return;
+    }
+    in_fresh_netns(|| {
+        let lo = ifindex("lo").unwrap();
+        let ids = || tcx::attached_ids(lo, tcx::TcxDirection::Ingress).unwrap();
+        assert!(ids().is_empty());
+        let first = ReplyCheckProgram::load(1232, 64, CheckedFunction::Echo).unwrap();
+        let _a = first.attach_tcx("lo").unwrap();
+        let a = ids();
+        assert_eq!(a.len(), 1);
+        let policer = peregrine_bpf::policer::PolicerProgram::load().unwrap();
+        let _p = policer.attach("lo", Hook::TC).unwrap();
+        let p = ids();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[1..], a[..], "the policer went before what was there");
+        let last = ReplyCheckProgram::load(1232, 64, CheckedFunction::Echo).unwrap();
+        let _b = last.attach_tcx("lo").unwrap();
+        let b = ids();
+        assert_eq!(b.len(), 3);
+        assert_eq!(b[..2], p[..], "a later program appends after both");
+        assert_eq!(
+            tcx::attached_count(lo, tcx::TcxDirection::Ingress).unwrap(),
+            3
+        );
+    });
+}

@@ -1,0 +1,134 @@
+//! The agent's control socket: a Unix stream socket only root can open
+//! (mode 0600 in a 0700 directory), one JSON request line and one JSON
+//! reply line per connection. `peregrine apply|diff|status` are its
+//! clients, as `kubectl apply|diff|get` are the API server's.
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::mpsc::{self, Sender};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Request {
+    /// Check `text` whole; if good, make it the declaration (written over
+    /// the agent's file, or as `name` in its directory) and reconcile.
+    Apply { name: String, text: String },
+    /// What `apply` would change, changing nothing.
+    Diff { name: String, text: String },
+    /// The node as the agent sees it.
+    Status,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    /// For people: one line each (mistakes, changes, differences).
+    pub lines: Vec<String>,
+    /// `status`: the whole state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<serde_json::Value>,
+}
+
+/// A request and where its reply goes.
+pub type Incoming = (Request, Sender<Reply>);
+
+/// Listens on `path` (a stale socket of a dead agent is replaced; a live
+/// agent's is an error) and hands each request to `to` from a thread.
+pub fn listen(path: &Path, to: Sender<Incoming>) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(format!(
+                "another agent answers on {}: one agent per node",
+                path.display()
+            ));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let l =
+        UnixListener::bind(path).map_err(|e| format!("listening on {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    std::thread::Builder::new()
+        .name("agent-control".into())
+        .spawn(move || {
+            for s in l.incoming().flatten() {
+                let to = to.clone();
+                let _ = std::thread::Builder::new()
+                    .name("agent-request".into())
+                    .spawn(move || serve_one(s, &to));
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn serve_one(s: UnixStream, to: &Sender<Incoming>) {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut line = String::new();
+    let mut r = BufReader::new(&s);
+    // Requests carry a declaration: at most 16 MiB.
+    if r.by_ref().take(16 << 20).read_line(&mut line).is_err() {
+        return;
+    }
+    let reply = match serde_json::from_str::<Request>(&line) {
+        Ok(req) => {
+            let (tx, rx) = mpsc::channel();
+            if to.send((req, tx)).is_err() {
+                return;
+            }
+            rx.recv_timeout(Duration::from_secs(120))
+                .unwrap_or_else(|_| Reply {
+                    ok: false,
+                    lines: vec!["the agent did not answer within 120 s".into()],
+                    status: None,
+                })
+        }
+        Err(e) => Reply {
+            ok: false,
+            lines: vec![format!("not a request: {e}")],
+            status: None,
+        },
+    };
+    let mut w = &s;
+    let _ = serde_json::to_writer(&mut w, &reply);
+    let _ = w.write_all(b"\n");
+}
+
+/// Sends `req` to the agent listening on `path`; its reply.
+pub fn request(path: &Path, req: &Request) -> Result<Reply, String> {
+    let s = UnixStream::connect(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => format!(
+            "no peregrine agent answers on {} (start one: peregrine agent --config FILE)",
+            path.display()
+        ),
+        std::io::ErrorKind::PermissionDenied => {
+            format!("{}: only root can talk to the agent", path.display())
+        }
+        _ => format!("{}: {e}", path.display()),
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(130)))
+        .map_err(|e| e.to_string())?;
+    let mut w = &s;
+    serde_json::to_writer(&mut w, req).map_err(|e| e.to_string())?;
+    w.write_all(b"\n").map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    BufReader::new(&s)
+        .read_line(&mut line)
+        .map_err(|e| format!("reading the agent's reply: {e}"))?;
+    serde_json::from_str(&line).map_err(|e| format!("the agent's reply: {e}"))
+}
+
+/// The pid of the agent answering on `path`, if one does (for one-shot
+/// commands that must not act behind its back).
+pub fn running_agent(path: &Path) -> Option<u32> {
+    let r = request(path, &Request::Status).ok()?;
+    r.status?.get("pid")?.as_u64().map(|p| p as u32)
+}

@@ -1,0 +1,497 @@
+//! `peregrine bench agent`: the node agent's control plane, measured as a
+//! user runs it (the `peregrine agent` binary in a namespace made here,
+//! its declaration applied over its socket):
+//!
+//! - applying a node of N router ports (tc) and a policer of M rules, from
+//!   nothing, then the same declaration again (adopted: nothing changes);
+//! - a new agent after `kill -9` adopting that node (time until ready);
+//! - reconcile after a declared port appears (`ip link add` to the port's
+//!   program running, read from its pins): p50, p99, max of S samples;
+//! - the agent's resident memory, idle, with that node applied.
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use peregrine_agent::control::{self, Reply, Request};
+use peregrine_dataplane::pins;
+use peregrine_dataplane::PinScope;
+use peregrine_host::nl::Netlink;
+use peregrine_host::{netns, signals};
+use peregrine_lab::plot::{Bar, BarGroup, Chart, Figure};
+use peregrine_lab::results::{ResultFile, Run, RunParams, Values};
+use serde::{Deserialize, Serialize};
+
+use crate::common::{command_line, ResultOutput};
+use crate::report::Report;
+
+/// `peregrine bench agent`.
+#[derive(Clone, Debug)]
+pub struct AgentBenchConfig {
+    /// Router ports of the node applied.
+    pub ports: usize,
+    /// Policer rules of the node applied.
+    pub rules: usize,
+    /// Samples of the reconcile latency.
+    pub samples: usize,
+    /// Rounds of the apply measures.
+    pub rounds: u32,
+    /// The `peregrine` binary (the agent runs it).
+    pub exe: PathBuf,
+    pub output: ResultOutput,
+}
+
+/// What each run measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentValues {
+    #[serde(rename = "seconds", default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    #[serde(rename = "p50 ms", default, skip_serializing_if = "Option::is_none")]
+    pub p50_ms: Option<f64>,
+    #[serde(rename = "p99 ms", default, skip_serializing_if = "Option::is_none")]
+    pub p99_ms: Option<f64>,
+    #[serde(rename = "max ms", default, skip_serializing_if = "Option::is_none")]
+    pub max_ms: Option<f64>,
+    #[serde(rename = "rss mb", default, skip_serializing_if = "Option::is_none")]
+    pub rss_mb: Option<f64>,
+    /// Router ports and policer rules of the node measured.
+    #[serde(rename = "ports", default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<f64>,
+    #[serde(rename = "rules", default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<f64>,
+}
+
+impl Values for AgentValues {
+    fn is_empty(&self) -> bool {
+        *self == AgentValues::default()
+    }
+}
+
+/// The measures, by run label, and the goal for each.
+const APPLY: &str = "apply a node from nothing";
+const REAPPLY: &str = "apply it again (nothing to change)";
+const ADOPT: &str = "a new agent after kill -9 (first pass done)";
+const RECONCILE: &str = "reconcile after a port appears";
+const RSS: &str = "agent RSS, idle";
+
+/// An agent in namespace `ns` with its own run directory; dropping it
+/// applies an empty declaration (everything it made goes) and stops it.
+struct AgentProc {
+    ns: String,
+    dir: PathBuf,
+    exe: PathBuf,
+    child: Option<Child>,
+}
+
+impl AgentProc {
+    fn socket(&self) -> PathBuf {
+        self.dir.join("run/agent.sock")
+    }
+
+    fn start(exe: &Path, ns: &str, dir: &Path) -> Result<AgentProc> {
+        std::fs::write(dir.join("node.toml"), "")?;
+        let mut a = AgentProc {
+            ns: ns.into(),
+            dir: dir.into(),
+            exe: exe.into(),
+            child: None,
+        };
+        a.spawn()?;
+        Ok(a)
+    }
+
+    /// Starts the agent; returns once its first pass is done.
+    fn spawn(&mut self) -> Result<Duration> {
+        let t0 = Instant::now();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("agent.log"))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(&self.exe)
+            .arg("agent")
+            .arg("--config")
+            .arg(self.dir.join("node.toml"))
+            .env("PEREGRINE_AGENT_DIR", self.dir.join("run"))
+            .env("PEREGRINE_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting peregrine agent")?;
+        self.child = Some(child);
+        while t0.elapsed() < Duration::from_secs(20) {
+            if let Ok(r) = self.request(&Request::Status) {
+                // Its first pass done without an error (the declared
+                // port that is not there yet keeps it from `ready`).
+                let done = r.status.as_ref().is_some_and(|s| {
+                    s["reconciles"].as_u64() > Some(0)
+                        && s["errors"].as_array().is_some_and(|e| e.is_empty())
+                });
+                if done {
+                    return Ok(t0.elapsed());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        bail!(
+            "the agent was not ready within 20 s (its log: {})",
+            self.dir.join("agent.log").display()
+        )
+    }
+
+    fn request(&self, r: &Request) -> Result<Reply> {
+        control::request(&self.socket(), r).map_err(|e| anyhow::anyhow!(e))
+    }
+
+    fn apply(&self, text: &str) -> Result<Duration> {
+        let t0 = Instant::now();
+        let r = self.request(&Request::Apply {
+            name: "bench.toml".into(),
+            text: text.into(),
+        })?;
+        let took = t0.elapsed();
+        if !r.ok {
+            bail!(
+                "the agent refused the bench's declaration: {}",
+                r.lines.join("; ")
+            );
+        }
+        Ok(took)
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.apply("");
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let end = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < end && c.try_wait().ok().flatten().is_none() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The bench's namespaces (the node, and the far ends of its ports),
+/// removed when dropped.
+struct Namespaces {
+    node: String,
+    far: String,
+}
+
+impl Namespaces {
+    fn up(ports: usize) -> Result<Namespaces> {
+        let n = Namespaces {
+            node: "pgba-node".into(),
+            far: "pgba-far".into(),
+        };
+        n.remove();
+        netns::create(&n.node)?;
+        netns::create(&n.far)?;
+        let mut nl = Netlink::new()?;
+        for i in 0..ports {
+            nl.add_veth(&n.node, &format!("p{i}"), &n.far, &format!("f{i}"), 1, 1500)?;
+            nl.set_up(&n.node, &format!("p{i}"))?;
+            nl.set_up(&n.far, &format!("f{i}"))?;
+        }
+        Ok(n)
+    }
+
+    fn remove(&self) {
+        let _ = netns::delete(&self.node);
+        let _ = netns::delete(&self.far);
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// A node of `ports` router ports (p0..) at tc, plus the declared port
+/// `late` (absent), and a policer on p0 of `rules` rules.
+fn declaration(ports: usize, rules: usize, late: &str) -> String {
+    use std::fmt::Write;
+    let mut t = String::from("[router]\nports = [");
+    for i in 0..ports {
+        let _ = write!(t, "\"p{i}\", ");
+    }
+    let _ = writeln!(t, "\"{late}\"]\nhook = \"tc\"\n");
+    if rules > 0 {
+        t.push_str("[[qos]]\niface = \"p0\"\nhook = \"tc\"\n");
+        for i in 0..rules {
+            let _ = writeln!(
+                t,
+                "[[qos.rule]]\ndst = \"198.19.{}.{}/32\"\nproto = \"udp\"\nrate = \"10Mbit\"",
+                i / 256,
+                i % 256
+            );
+        }
+    }
+    t
+}
+
+/// The port `iface` of the router pinned for namespace `ns` runs.
+fn port_live(dir: &Path, iface: &str) -> bool {
+    pins::attachment(dir)
+        .ports
+        .iter()
+        .any(|p| p.iface == iface && p.link.is_some_and(|l| l.live()))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn rss_mb(pid: u32) -> Result<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: f64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no VmRSS")?;
+    Ok(kb / 1024.0)
+}
+
+fn run(label: &str, params: RunParams, values: AgentValues) -> Run<AgentValues> {
+    Run {
+        label: label.into(),
+        params,
+        trials: Vec::new(),
+        rfc2544: None,
+        placement: None,
+        tcp: None,
+        values,
+    }
+}
+
+fn min_med_max(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    (s[0], percentile(&s, 50.0), s[s.len() - 1])
+}
+
+/// Runs every measure; the result file, table and plot.
+pub fn bench_agent(a: AgentBenchConfig) -> Result<()> {
+    if a.ports == 0 || a.samples == 0 || a.rounds == 0 {
+        bail!("--ports, --samples and --rounds are at least 1");
+    }
+    let nss = Namespaces::up(a.ports)?;
+    let tmp = std::env::temp_dir().join(format!("peregrine-bench-agent-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    let mut agent = AgentProc::start(&a.exe, &nss.node, &tmp)?;
+    let late = "late0";
+    let node = declaration(a.ports, a.rules, late);
+    let params = RunParams {
+        backend: "agent".into(),
+        ..Default::default()
+    };
+    let size = |mut v: AgentValues| {
+        v.ports = Some(a.ports as f64);
+        v.rules = Some(a.rules as f64);
+        v
+    };
+    let mut runs = Vec::new();
+    let (mut apply, mut reapply, mut adopt) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=a.rounds {
+        signals::check()?;
+        eprintln!(
+            "round {round}: applying {} ports and {} rules",
+            a.ports, a.rules
+        );
+        apply.push(agent.apply(&node)?.as_secs_f64());
+        reapply.push(agent.apply(&node)?.as_secs_f64());
+        agent.kill9();
+        adopt.push(agent.spawn()?.as_secs_f64());
+        if round < a.rounds {
+            agent.apply("")?;
+        }
+    }
+    for (label, v) in [(APPLY, &apply), (REAPPLY, &reapply), (ADOPT, &adopt)] {
+        let (_, med, max) = min_med_max(v);
+        eprintln!("  {label}: median {med:.3} s, max {max:.3} s");
+        runs.push(run(
+            label,
+            params.clone(),
+            size(AgentValues {
+                seconds: Some(med),
+                max_ms: Some(max * 1e3),
+                ..Default::default()
+            }),
+        ));
+    }
+    // Reconcile after a declared port appears.
+    let dir = PinScope::Named(nss.node.clone()).dir()?;
+    let mut nl = Netlink::new()?;
+    let mut samples = Vec::new();
+    for _ in 0..a.samples {
+        signals::check()?;
+        let t0 = Instant::now();
+        nl.add_veth(&nss.node, late, &nss.far, "late0f", 1, 1500)?;
+        while !port_live(&dir, late) {
+            if t0.elapsed() > Duration::from_secs(5) {
+                bail!("{late} was not attached within 5 s of appearing");
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        samples.push(t0.elapsed().as_secs_f64() * 1e3);
+        nl.del_link(&nss.node, late)?;
+        let t1 = Instant::now();
+        while port_live(&dir, late) || pins::attachment(&dir).ports.iter().any(|p| p.iface == late)
+        {
+            if t1.elapsed() > Duration::from_secs(5) {
+                bail!("{late} was not cleaned up within 5 s of going");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    samples.sort_by(f64::total_cmp);
+    let (p50, p99, max) = (
+        percentile(&samples, 50.0),
+        percentile(&samples, 99.0),
+        samples[samples.len() - 1],
+    );
+    eprintln!(
+        "  {RECONCILE}: p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms ({} samples)",
+        samples.len()
+    );
+    runs.push(run(
+        RECONCILE,
+        params.clone(),
+        size(AgentValues {
+            p50_ms: Some(p50),
+            p99_ms: Some(p99),
+            max_ms: Some(max),
+            ..Default::default()
+        }),
+    ));
+    std::thread::sleep(Duration::from_secs(2));
+    let rss = rss_mb(agent.pid().context("the agent runs")?)?;
+    eprintln!("  {RSS}: {rss:.1} MB");
+    runs.push(run(
+        RSS,
+        params,
+        size(AgentValues {
+            rss_mb: Some(rss),
+            ..Default::default()
+        }),
+    ));
+    drop(agent);
+    drop(nss);
+    let _ = std::fs::remove_dir_all(&tmp);
+    let result = ResultFile::new(BenchAgent::KIND, command_line(), runs);
+    a.output.write::<BenchAgent>(&result)
+}
+
+/// `bench agent`'s result file.
+pub struct BenchAgent;
+
+/// Its figure: each measure against its goal.
+pub const GOALS_FIGURE: &str = "goals";
+
+/// A measure's figure and the goal for it: (value, goal, unit).
+fn against_goal(r: &Run<AgentValues>) -> Option<(f64, f64, &'static str)> {
+    let v = &r.values;
+    match r.label.as_str() {
+        APPLY => Some((v.seconds? * 1e3, 1000.0, "ms")),
+        REAPPLY | ADOPT => Some((v.seconds? * 1e3, 1000.0, "ms")),
+        RECONCILE => Some((v.p99_ms?, 100.0, "ms")),
+        RSS => Some((v.rss_mb?, 50.0, "MB")),
+        _ => None,
+    }
+}
+
+impl Report for BenchAgent {
+    const KIND: &'static str = "bench-agent";
+    type Values = AgentValues;
+
+    fn table(r: &ResultFile<AgentValues>) -> String {
+        use std::fmt::Write;
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "{:<42} {:>12} {:>10} {:>8}",
+            "measure", "value", "goal", "ratio"
+        );
+        for run in &r.runs {
+            let Some((v, goal, unit)) = against_goal(run) else {
+                continue;
+            };
+            let what = if run.label == RECONCILE { " (p99)" } else { "" };
+            let _ = writeln!(
+                t,
+                "{:<42} {:>9.1} {unit} {:>7} {unit} {:>7.2}x",
+                format!("{}{what}", run.label),
+                v,
+                format!("<= {goal}"),
+                v / goal
+            );
+        }
+        if let Some(v) = r.runs.first().map(|r| &r.values) {
+            let _ = writeln!(
+                t,
+                "node: {} router ports (tc), a policer of {} rules",
+                v.ports.unwrap_or(0.0),
+                v.rules.unwrap_or(0.0)
+            );
+        }
+        t
+    }
+
+    fn figures(r: &ResultFile<AgentValues>) -> Vec<Figure> {
+        let groups = r
+            .runs
+            .iter()
+            .filter_map(|run| {
+                let (v, goal, unit) = against_goal(run)?;
+                Some(BarGroup {
+                    label: run.label.clone(),
+                    bars: vec![Bar {
+                        contender: 0,
+                        median: v / goal,
+                        min: v / goal,
+                        max: v / goal,
+                        note: format!("{v:.1} {unit}"),
+                    }],
+                })
+            })
+            .collect();
+        vec![Figure {
+            name: GOALS_FIGURE,
+            chart: Chart::Bars {
+                title: "peregrine agent: each measure over its goal (below 1 meets it)".into(),
+                y_desc: "measure / goal".into(),
+                legend: vec!["peregrine agent".into()],
+                groups,
+            },
+        }]
+    }
+}

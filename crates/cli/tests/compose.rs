@@ -1,0 +1,384 @@
+//! One-shot commands composed on one node, as users run them (issue 25):
+//! the router and the policer on the same port, and the router delivering
+//! into a namespace where `faas serve` attaches its XDP dispatcher. Every
+//! command runs through its own `ip netns exec`; namespaces and veths are
+//! made with plain `ip` at default offloads (so `router attach` picks tc).
+//!
+//! Topology (common::Topo): A (a0, 198.18.1.1) <-> (a1) R (b0) <-> (b1,
+//! 198.18.2.1) B.
+use std::net::UdpSocket;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use peregrine_bpf::{tcx, TcxDirection};
+use peregrine_dataplane::{PinScope, RunningRouter};
+use peregrine_host::netns;
+use peregrine_testbed::testing::wait_until;
+
+mod common;
+use common::{
+    assert_policed_udp, json, json_u64, ok, pg_in, policed_udp, qos_apply, qos_stats,
+    router_port_stats, text, FaasServe, Topo, POLICED_UDP_RULE,
+};
+
+/// `peregrine router args` in R.
+fn router(t: &Topo, args: &[&str]) -> Output {
+    let mut a = vec!["router"];
+    a.extend_from_slice(args);
+    pg_in(&t.ns("R"), &a)
+}
+
+/// Packets the router forwarded from `port` (`router stats --json`).
+fn forwarded(t: &Topo, port: &str) -> u64 {
+    router_port_stats(t, port)["rx"]["forward"]["packets"]
+        .as_u64()
+        .unwrap()
+}
+
+/// The programs at R's a1 tcx ingress, in the order they run.
+fn tc_chain(t: &Topo) -> Vec<u32> {
+    netns::run_in(&t.ns("R"), || {
+        let idx = peregrine_bpf::link::ifindex("a1").unwrap();
+        tcx::attached_ids(idx, TcxDirection::Ingress).unwrap()
+    })
+    .unwrap()
+}
+
+/// R's policers as `qos list --json` shows them (run from B: the list
+/// covers every namespace).
+fn listed_policers(t: &Topo) -> Vec<serde_json::Value> {
+    let v = json(&pg_in(&t.ns("B"), &["qos", "list", "--json"]), "qos list");
+    v["policers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["namespace"] == t.ns("R").as_str())
+        .cloned()
+        .collect()
+}
+
+/// Attaches the router (auto: tc at default offloads) and the 20 Mbit/s
+/// UDP policer on a1 at tc, in the order asked, and checks the outcome
+/// is the same either way: iperf3 UDP at 100 Mbit/s is held to the rate
+/// (the tolerance of the policer's own e2e test), the policer counts what
+/// it drops, the router forwards what conforms (and not what exceeds), and
+/// the tcx chain runs the policer first, as `qos list` says.
+fn router_and_policer_at_tc(p: &str, router_first: bool) {
+    let Some(t) = Topo::privileged_up(p) else {
+        return;
+    };
+    let what = if router_first {
+        "router then policer"
+    } else {
+        "policer then router"
+    };
+    let attach_router = || {
+        let o = router(&t, &["attach", "a1", "b0"]);
+        ok(&o, "router attach");
+        assert!(text(&o.stdout).contains("(tc,"), "{}", text(&o.stdout));
+    };
+    let attach_policer = || {
+        let o = qos_apply(&t, "cmp-udp", POLICED_UDP_RULE, &["--hook", "tc"]);
+        ok(&o, "qos apply");
+        assert!(text(&o.stdout).contains("(tc hook)"), "{}", text(&o.stdout));
+    };
+    if router_first {
+        attach_router();
+        attach_policer();
+    } else {
+        attach_policer();
+        attach_router();
+    }
+
+    let before = forwarded(&t, "a1");
+    let run = policed_udp(&t, "100M", what);
+    let fwd = forwarded(&t, "a1") - before;
+    eprintln!("{what}: the router forwarded {fwd} packets from a1");
+    // iperf3 sends what a 1 ms pacing tick allows at once: 12.5
+    // datagrams at 100 Mbit/s, of which the bucket passes the first 2.5
+    // (a tick's worth of the rate), so the run can end on 10 dropped, or
+    // on a few ticks' worth when the sender's timer fired late (11 seen
+    // on an idle machine with 2 CPUs). 40: about 0.4% of the rate.
+    assert_policed_udp(&run, what, 40);
+    assert!(run.exceed > 0, "{what}: the policer dropped nothing");
+    // What conformed, plus iperf3's control connection; never what the
+    // policer dropped (at 5 times the rate, most of what was sent).
+    assert!(
+        fwd + 3 >= run.got,
+        "{what}: {fwd} forwarded, {} arrived",
+        run.got
+    );
+    assert!(
+        fwd < run.sent / 2,
+        "{what}: {fwd} forwarded of {} sent: the router saw what exceeded",
+        run.sent
+    );
+
+    // The order: the policer first, whichever came first.
+    let listed = listed_policers(&t);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let policer = listed[0]["prog_id"].as_u64().unwrap() as u32;
+    let chain = tc_chain(&t);
+    assert_eq!(
+        chain.len(),
+        2,
+        "{what}: policer and router on a1: {chain:?}"
+    );
+    assert_eq!(chain[0], policer, "{what}: the policer runs first");
+    assert_eq!(
+        listed[0]["tc_order"],
+        serde_json::json!(["policer", "router"]),
+        "{what}"
+    );
+    let table = pg_in(&t.ns("R"), &["qos", "list"]);
+    ok(&table, "qos list");
+    assert!(
+        text(&table.stdout).contains("tc (policer, then router)"),
+        "{what}: {}",
+        text(&table.stdout)
+    );
+
+    ok(&pg_in(&t.ns("R"), &["qos", "detach", "a1"]), "qos detach");
+    ok(&router(&t, &["detach"]), "router detach");
+    t.remove();
+}
+
+#[test]
+fn router_then_policer_at_tc_polices() {
+    router_and_policer_at_tc("cmp1", true);
+}
+
+#[test]
+fn policer_then_router_at_tc_polices() {
+    router_and_policer_at_tc("cmp2", false);
+}
+
+/// `out` failed (non-zero exit) with one error line that names why: the
+/// XDP hook of a1 is taken. Warnings (`router attach --hook xdp` at
+/// default offloads warns about the peers' offloads) may come before it.
+fn refused_for_xdp(out: &Output, what: &str) {
+    assert!(
+        !out.status.success() && out.status.code().is_some_and(|c| c != 0),
+        "{what}: {:?}",
+        out.status
+    );
+    let e = text(&out.stderr);
+    let lines: Vec<&str> = e
+        .lines()
+        .filter(|l| !l.starts_with("peregrine: warning:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{what}: one line: {e}");
+    assert!(
+        lines[0].contains("another XDP program is already attached") && lines[0].contains("a1"),
+        "{what}: {e}"
+    );
+}
+
+/// Router and policer both at XDP on a1, in both orders: the second is
+/// refused in one line naming why (the hook is taken), exits non-zero,
+/// leaves nothing behind, and the first keeps working.
+#[test]
+fn router_and_policer_at_xdp_refuse_the_second() {
+    let Some(t) = Topo::privileged_up("cmp3") else {
+        return;
+    };
+    // The router first.
+    ok(
+        &router(&t, &["attach", "--hook", "xdp", "a1", "b0"]),
+        "router attach --hook xdp",
+    );
+    let o = qos_apply(&t, "cmp-xdp", POLICED_UDP_RULE, &["--hook", "xdp"]);
+    refused_for_xdp(&o, "qos apply --hook xdp after the XDP router");
+    assert!(listed_policers(&t).is_empty(), "no policer left");
+    let before = forwarded(&t, "a1");
+    assert!(t.ping("198.18.2.1"), "the router still forwards");
+    assert!(forwarded(&t, "a1") > before, "through the router");
+    ok(&router(&t, &["detach"]), "router detach");
+
+    // The policer first.
+    ok(
+        &qos_apply(&t, "cmp-xdp", POLICED_UDP_RULE, &["--hook", "xdp"]),
+        "qos apply --hook xdp",
+    );
+    let o = router(&t, &["attach", "--hook", "xdp", "a1", "b0"]);
+    refused_for_xdp(&o, "router attach --hook xdp after the XDP policer");
+    let l = json(&router(&t, &["list", "--json"]), "router list");
+    assert!(
+        !l["attachments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["namespace"] == t.ns("R").as_str()),
+        "no router left: {l}"
+    );
+    let seen = json_u64(&qos_stats(&t), "packets");
+    assert!(t.ping("198.18.2.1"), "traffic passes the policer");
+    assert!(
+        json_u64(&qos_stats(&t), "packets") > seen,
+        "the policer still runs"
+    );
+    ok(&pg_in(&t.ns("R"), &["qos", "detach", "a1"]), "qos detach");
+    t.remove();
+}
+
+/// Whether the router in R delivers out of `port` with bpf_redirect_peer
+/// (its flag in the router's maps, read from the pins).
+fn peer_delivery(t: &Topo, port: &str) -> bool {
+    let dir = netns::run_in(&t.ns("R"), || PinScope::Here.dir())
+        .unwrap()
+        .unwrap();
+    RunningRouter::open(&dir)
+        .unwrap()
+        .peer_delivered(&[port.to_string()])
+        .contains(&port.to_string())
+}
+
+const FUNCTION_PORT: u16 = 1232;
+
+/// `faas serve` of `reverse` on b1 with AF_XDP in B, logging at info (its
+/// refreshes of the router's delivery), for at most 30 s; returned once
+/// it answers on its control socket (it serves by then).
+fn serve_on_b1(t: &Topo) -> FaasServe {
+    let functions = format!("{FUNCTION_PORT}=reverse");
+    let s = FaasServe::start(
+        &t.ns("B"),
+        &[
+            "--iface",
+            "b1",
+            "--backend",
+            "afxdp",
+            "--functions",
+            &functions,
+            "--cpus",
+            "1",
+            "--duration",
+            "30",
+            "--json",
+        ],
+        &[("PEREGRINE_LOG", "info")],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || pg_in(
+            &t.ns("B"),
+            &["faas", "list", "--json"]
+        )
+        .status
+        .success()),
+        "faas serve did not come up"
+    );
+    s
+}
+
+/// Sends `n` requests from a std UDP socket in A to the function on B
+/// (one every 200 us), and counts the right replies that arrive within
+/// 3 s of the last request.
+fn replies(t: &Topo, n: u32) -> u32 {
+    let sock = netns::run_in(&t.ns("A"), || UdpSocket::bind("198.18.1.1:0"))
+        .unwrap()
+        .unwrap();
+    sock.connect(("198.18.2.1", FUNCTION_PORT)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let request = |i: u32| format!("compose request {i:05}").into_bytes();
+    let mut answered = vec![false; n as usize];
+    let mut buf = [0u8; 256];
+    let mut take = |sock: &UdpSocket, answered: &mut Vec<bool>| {
+        while let Ok(len) = sock.recv(&mut buf) {
+            let mut r = buf[..len].to_vec();
+            r.reverse();
+            let i = std::str::from_utf8(&r)
+                .ok()
+                .and_then(|s| s.strip_prefix("compose request "))
+                .and_then(|s| s.parse::<usize>().ok());
+            if let Some(i) = i.filter(|&i| i < answered.len()) {
+                answered[i] = true;
+            }
+        }
+    };
+    sock.set_nonblocking(true).unwrap();
+    for i in 0..n {
+        sock.send(&request(i)).unwrap();
+        take(&sock, &mut answered);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    sock.set_nonblocking(false).unwrap();
+    let end = Instant::now() + Duration::from_secs(3);
+    while answered.iter().any(|a| !a) && Instant::now() < end {
+        take(&sock, &mut answered);
+    }
+    answered.iter().filter(|a| **a).count() as u32
+}
+
+/// The tc router delivers into B while `faas serve --backend afxdp` runs
+/// its XDP dispatcher on b1, started after the router or before it: a
+/// client in A gets every reply; while it serves, port b0 delivers
+/// through the veth (bpf_redirect_peer would skip b1's XDP hook), and
+/// once it stops (Ctrl-C) b0 is back to peer delivery.
+#[test]
+fn faas_serve_behind_the_tc_router_answers_every_request() {
+    let Some(t) = Topo::privileged_up("cmp4") else {
+        return;
+    };
+    const N: u32 = 400;
+    for router_first in [true, false] {
+        let what = if router_first {
+            "router, then faas serve"
+        } else {
+            "faas serve, then router"
+        };
+        let attach = || {
+            let o = router(&t, &["attach", "a1", "b0"]);
+            ok(&o, "router attach");
+            assert!(text(&o.stdout).contains("(tc,"), "{}", text(&o.stdout));
+            o
+        };
+        let mut serve = if router_first {
+            attach();
+            assert!(peer_delivery(&t, "b0"), "{what}: b1 runs no XDP yet");
+            serve_on_b1(&t)
+        } else {
+            let s = serve_on_b1(&t);
+            let o = attach();
+            assert!(
+                !text(&o.stdout).contains("bpf_redirect_peer on a1 b0"),
+                "{what}: {}",
+                text(&o.stdout)
+            );
+            s
+        };
+        assert!(t.ping("198.18.2.1"), "{what}: ping through the router");
+        let got = replies(&t, N);
+        eprintln!("{what}: {got} of {N} requests answered");
+        assert_eq!(got, N, "{what}: every request answered");
+        assert!(
+            !peer_delivery(&t, "b0"),
+            "{what}: b0 still delivers with bpf_redirect_peer past b1's XDP"
+        );
+        assert!(peer_delivery(&t, "a1"), "{what}: a0 runs no XDP");
+        let stopped = serve.stop();
+        assert!(stopped.ok, "{what}: faas serve: {}", stopped.stderr);
+        if router_first {
+            assert!(
+                stopped
+                    .stderr
+                    .contains("router port b0 now delivers through b1's XDP hook"),
+                "{what}: {}",
+                stopped.stderr
+            );
+        }
+        assert!(
+            stopped.stderr.contains(
+                "router port b0 delivers into b1's namespace with bpf_redirect_peer again"
+            ),
+            "{what}: {}",
+            stopped.stderr
+        );
+        assert!(
+            peer_delivery(&t, "b0"),
+            "{what}: b0 back to peer delivery once faas serve stopped"
+        );
+        assert!(t.ping("198.18.2.1"), "{what}: ping after faas serve");
+        ok(&router(&t, &["detach"]), "router detach");
+    }
+    t.remove();
+}
