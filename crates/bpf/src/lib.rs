@@ -10,7 +10,8 @@
 //!   byte views of the generated structs those maps hold.
 //! - `link`: attaching a program to an interface's XDP or tcx hook through a
 //!   bpf_link that can be pinned and taken back from its pin; `xdp` and
-//!   `tcx`: the hooks' modes and what is attached there.
+//!   `tcx`: the hooks' modes and what is attached there; `rtlink`: one
+//!   interface's XDP programs and address, read by index from the kernel.
 //! - `bpffs`: the bpffs mount and the pins under `/sys/fs/bpf/peregrine`.
 //! - One thin wrapper per program (`sink`, `router`, `nf`, `policer`, `dispatch`,
 //!   `stack`): typed config in, loaded program out, typed map accessors.
@@ -33,6 +34,7 @@ pub mod nf;
 pub mod pod;
 pub mod policer;
 pub mod router;
+mod rtlink;
 pub mod sink;
 pub mod stack;
 pub mod tcx;

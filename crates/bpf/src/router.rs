@@ -113,15 +113,11 @@ const PINNED_MAPS: &[&str] = &[
 
 /// The MAC address of `iface` in the calling thread's network namespace.
 fn mac_of(iface: &str) -> Result<MacAddr> {
-    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| BpfError::Io {
-        what: format!("listing interfaces for {iface}'s MAC"),
-        source: e.into(),
-    })?;
-    addrs
-        .filter(|a| a.interface_name == iface)
-        .find_map(|a| a.address?.as_link_addr()?.addr())
+    let idx = crate::link::ifindex(iface)?;
+    let addr = crate::rtlink::get(idx)?.address;
+    <[u8; 6]>::try_from(addr.as_slice())
         .map(MacAddr)
-        .ok_or_else(|| BpfError::UnknownInterface(iface.to_string()))
+        .map_err(|_| BpfError::UnknownInterface(format!("{iface} (it has no Ethernet address)")))
 }
 
 /// The router, loaded: its XDP program (`prog`) and its tc program

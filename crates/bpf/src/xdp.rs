@@ -1,6 +1,5 @@
 //! The XDP hook: its modes and what is attached there. Attaching is
 //! `link::Link` with `Hook::Xdp`.
-#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::fmt;
 
 use crate::error::{BpfError, Result};
@@ -56,17 +55,17 @@ impl std::str::FromStr for XdpMode {
 
 /// ID of the XDP program attached to `ifindex` (any mode), if one is.
 pub fn attached_prog_id(ifindex: u32) -> Result<Option<u32>> {
-    let opts = query(ifindex)?;
-    Ok((opts.prog_id != 0).then_some(opts.prog_id))
+    let q = query(ifindex)?;
+    Ok((q.prog_id != 0).then_some(q.prog_id))
 }
 
 /// The mode program `prog_id` runs in on `ifindex` (in the calling thread's
 /// namespace); an XDP link does not say it, the interface does.
 pub(crate) fn mode_of(ifindex: u32, prog_id: u32) -> Result<XdpMode> {
-    let opts = query(ifindex)?;
-    if opts.skb_prog_id == prog_id {
+    let q = query(ifindex)?;
+    if q.skb_prog_id == prog_id {
         Ok(XdpMode::Generic)
-    } else if opts.drv_prog_id == prog_id {
+    } else if q.drv_prog_id == prog_id {
         Ok(XdpMode::Native)
     } else {
         Err(BpfError::Invalid(format!(
@@ -75,19 +74,7 @@ pub(crate) fn mode_of(ifindex: u32, prog_id: u32) -> Result<XdpMode> {
     }
 }
 
-/// What XDP programs `ifindex` runs, per mode.
-fn query(ifindex: u32) -> Result<libbpf_sys::bpf_xdp_query_opts> {
-    // Safety: bpf_xdp_query_opts is plain data; zeroed is its documented
-    // initial state with `sz` set.
-    let mut opts: libbpf_sys::bpf_xdp_query_opts = unsafe { std::mem::zeroed() };
-    opts.sz = std::mem::size_of_val(&opts) as _;
-    // Safety: `opts` is a valid, sized options struct for the call's duration.
-    let rc = unsafe { libbpf_sys::bpf_xdp_query(ifindex as i32, 0, &mut opts) };
-    if rc < 0 {
-        return Err(BpfError::Io {
-            what: format!("querying XDP on ifindex {ifindex}"),
-            source: std::io::Error::from_raw_os_error(-rc),
-        });
-    }
-    Ok(opts)
+/// What XDP programs `ifindex` (of the calling thread's namespace) runs.
+fn query(ifindex: u32) -> Result<crate::rtlink::XdpQuery> {
+    Ok(crate::rtlink::get(ifindex)?.xdp)
 }

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::process::Output;
 
+use peregrine_bench::agent::AgentValues;
 use peregrine_bench::netmodes::NetmodeValues;
 use peregrine_bench::qos::SchedValues;
 use peregrine_bench::quic::QuicValues;
@@ -67,7 +68,12 @@ fn check_result<V: Values>(path: &Path) -> ResultFile<V> {
     let r = ResultFile::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(!r.runs.is_empty());
     for run in &r.runs {
-        assert!(run.placement.is_some(), "{}: no placement", run.label);
+        // Runs of traffic say where it ran (bench agent's runs carry none).
+        assert!(
+            run.placement.is_some() || run.trials.is_empty(),
+            "{}: no placement",
+            run.label
+        );
         for t in &run.trials {
             assert!(t.limited_by.is_some(), "{}: no limiter", run.label);
             assert!(t.offered_packets > 0, "{}: nothing offered", run.label);
@@ -395,5 +401,31 @@ fn bench_quic_quick_run_holds_together() {
         ] {
             assert!(x > 0.0 && x.is_finite(), "{}: {k}", run.label);
         }
+    }
+}
+
+#[test]
+fn bench_agent_quick_run_holds_together() {
+    let Some((r, stdout)) = run_result::<AgentValues>(
+        "bench agent --ports 4 --rules 20 --samples 5 --rounds 1",
+        "bench-agent",
+    ) else {
+        return;
+    };
+    assert!(
+        stdout.contains("reconcile after a port appears (p99)"),
+        "{stdout}"
+    );
+    let labels: Vec<&str> = r.runs.iter().map(|run| run.label.as_str()).collect();
+    assert_eq!(labels.len(), 5, "{labels:?}");
+    for run in &r.runs {
+        let v = &run.values;
+        assert_eq!((v.ports, v.rules), (Some(4.0), Some(20.0)), "{}", run.label);
+        let figure = v.seconds.or(v.p99_ms).or(v.rss_mb);
+        assert!(
+            figure.is_some_and(|x| x > 0.0 && x.is_finite()),
+            "{}: {v:?}",
+            run.label
+        );
     }
 }

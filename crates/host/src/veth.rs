@@ -77,7 +77,13 @@ pub fn peer_end(iface: &str) -> Result<Option<PeerEnd>> {
             ns: None,
         }));
     };
-    for f in netns::find_all() {
+    // The named namespaces first (where containers made with `ip netns`
+    // and labs are): opening every process's namespace is the slow part.
+    // (`find_all` runs only when no named namespace is the peer's.)
+    let all = netns::find_named()
+        .into_iter()
+        .chain(std::iter::once(()).flat_map(|()| netns::find_all()));
+    for f in all {
         if nl.nsid_here(&f.file).ok().flatten() == Some(nsid) {
             return Ok(Some(PeerEnd {
                 ifindex: peer,

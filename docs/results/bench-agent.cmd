@@ -1,0 +1,1 @@
+./target/release/peregrine bench agent --out docs/results
