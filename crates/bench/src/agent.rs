@@ -180,16 +180,7 @@ impl Drop for AgentProc {
             let _ = self.apply("");
         }
         if let Some(mut c) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(c.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let end = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < end && c.try_wait().ok().flatten().is_none() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            signals::terminate(&mut c, Duration::from_secs(5));
         }
     }
 }

@@ -153,6 +153,10 @@ fn detach(all: bool, ifaces: &[String], scope: &Scope) -> Result<()> {
 
 fn list(json: bool) -> Result<()> {
     require_bpf("router list")?;
+    let gone = peregrine_dataplane::pins::remove_of_gone_namespaces()?;
+    if gone > 0 {
+        eprintln!("removed {gone} router attachment(s) of network namespaces that no longer exist");
+    }
     let rows = router::list();
     if json {
         let v: Vec<_> = rows

@@ -164,6 +164,10 @@ pub(crate) fn stats(iface: Option<String>, out: &StatsOutput) -> Result<()> {
 
 pub(crate) fn list(json: bool) -> Result<()> {
     require_bpf("qos list")?;
+    let gone = attach::detach_gone_namespaces()?;
+    if gone > 0 {
+        eprintln!("removed {gone} policer(s) of network namespaces that no longer exist");
+    }
     let names = netns::cookies();
     let rows: Vec<_> = attach::list()
         .into_iter()

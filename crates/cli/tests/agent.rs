@@ -147,16 +147,7 @@ impl Drop for Agent {
             let _ = self.apply("empty.toml", "");
         }
         if let Some(mut c) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(c.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let end = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < end && c.try_wait().ok().flatten().is_none() {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            peregrine_host::signals::terminate(&mut c, Duration::from_secs(5));
         }
     }
 }

@@ -16,7 +16,7 @@ use peregrine_testbed::testing::privileged;
 
 mod common;
 use common::{
-    assert_policed_udp, iperf_bytes, json_u64, ok, pg_in, policed_udp, qos_apply, qos_rule,
+    assert_policed_udp, ip, iperf_bytes, json_u64, ok, pg_in, policed_udp, qos_apply, qos_rule,
     qos_stats, text, tmp, Topo, POLICED_UDP_RULE,
 };
 
@@ -384,8 +384,10 @@ fn rules_change_at_runtime_and_bad_input_changes_nothing() {
     t.remove();
 }
 
-/// A policer whose namespace is removed under it is listed as stale, and
-/// `lab down --all` removes its pins (as `qos detach --all` would).
+/// A policer whose interface is removed under it is listed as stale, and
+/// `lab down --all` removes its pins (as `qos detach --all` would); one
+/// whose namespace is removed is removed by the next `qos list`, which
+/// says so (nobody can own it any more).
 #[test]
 fn stale_policers_are_listed_and_removed() {
     let Some(t) = Topo::privileged_up("pgq5") else {
@@ -396,36 +398,72 @@ fn stale_policers_are_listed_and_removed() {
         "qos apply",
     );
     let cookie = netns::run_in(&t.ns("R"), netns::cookie).unwrap().unwrap();
-    for n in ["A", "R", "B"] {
-        netns::delete(&t.ns(n)).unwrap();
-    }
-    let listed = || -> Vec<serde_json::Value> {
+    let listed = || -> (Vec<serde_json::Value>, String) {
         let l = common::run(&["qos", "list", "--json"]);
         ok(&l, "qos list --json");
         let v: serde_json::Value = serde_json::from_slice(&l.stdout).unwrap();
-        v["policers"]
+        let mine = v["policers"]
             .as_array()
             .unwrap()
             .iter()
             .filter(|p| p["netns_cookie"] == cookie)
             .cloned()
-            .collect()
+            .collect();
+        (mine, text(&l.stderr))
     };
-    // The namespace dies asynchronously; its interfaces with it.
+    // The interface goes (its veth peer with it); the namespace stays.
+    ip(&["-n", &t.ns("R"), "link", "del", "a1"]);
     let end = Instant::now() + Duration::from_secs(5);
-    while !listed().iter().all(|p| p["stale"] == true) && Instant::now() < end {
+    while !listed().0.iter().all(|p| p["stale"] == true) && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mine = listed();
+    let (mine, _) = listed();
     assert_eq!(mine.len(), 1, "{mine:?}");
-    assert_eq!(mine[0]["stale"], true, "{mine:?}");
+    assert_eq!(
+        mine[0]["stale"], true,
+        "kept while its namespace lives: {mine:?}"
+    );
     let down = common::run(&["lab", "down", "--all"]);
     ok(&down, "lab down --all");
-    assert!(listed().is_empty(), "stale policer pins removed");
+    assert!(listed().0.is_empty(), "stale policer pins removed");
     // Issue 28: it said "nothing to remove" while removing this one.
     let said = text(&down.stdout);
     assert!(said.contains("stale policer"), "{said}");
     assert!(!said.contains("nothing to remove"), "{said}");
+    // A policer whose namespace is deleted: gone at the next list.
+    ip(&["-n", &t.ns("R"), "link", "set", "b0", "up"]);
+    let f = common::tmp("stale-b0").join("qos.toml");
+    std::fs::write(&f, "[[rule]]\nrate = \"1Gbit\"\nfamily = 4\n").unwrap();
+    ok(
+        &pg_in(
+            &t.ns("R"),
+            &["qos", "apply", f.to_str().unwrap(), "--iface", "b0"],
+        ),
+        "qos apply on b0",
+    );
+    for n in ["A", "R", "B"] {
+        netns::delete(&t.ns(n)).unwrap();
+    }
+    // The namespace dies asynchronously; its interfaces with it.
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut said = String::new();
+    while Instant::now() < end {
+        let (mine, err) = listed();
+        said.push_str(&err);
+        if mine.is_empty() {
+            break;
+        }
+        assert!(
+            mine.iter().all(|p| p["stale"] == false),
+            "a stale entry of a deleted namespace was listed: {mine:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        listed().0.is_empty(),
+        "the deleted namespace's policer is still listed"
+    );
+    assert!(said.contains("no longer exist"), "{said}");
     t.remove();
 }
 

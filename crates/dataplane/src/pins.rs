@@ -175,6 +175,23 @@ pub fn remove_stale_outside_labs() -> Result<usize> {
     remove_outside_labs(true)
 }
 
+/// Removes the router attachments of network namespaces that no longer
+/// exist: stale (nothing of them runs) and their namespace found nowhere
+/// (`netns::cookies`: named, or held by a process). Nobody can own them
+/// any more. A live router in a namespace this process cannot see is
+/// kept. How many.
+pub fn remove_of_gone_namespaces() -> Result<usize> {
+    let live: Vec<u64> = netns::cookies().into_iter().map(|(_, c)| c).collect();
+    let mut n = 0;
+    for a in list_attachments() {
+        if a.cookie.is_some_and(|c| !live.contains(&c)) && a.stale() {
+            remove(&a.dir)?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 fn remove_outside_labs(only_stale: bool) -> Result<usize> {
     let mut n = 0;
     for a in list_attachments()

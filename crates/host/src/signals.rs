@@ -78,3 +78,15 @@ pub fn reload_on_hup() {
 pub fn take_reload() -> bool {
     RELOAD.swap(false, Ordering::SeqCst)
 }
+
+/// Stops child process `c` as a service manager would: SIGTERM, up to
+/// `grace` to exit, then SIGKILL; reaped either way.
+pub fn terminate(c: &mut std::process::Child, grace: std::time::Duration) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), Signal::SIGTERM);
+    let end = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < end && c.try_wait().ok().flatten().is_none() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}

@@ -417,6 +417,21 @@ pub fn detach_stale() -> Result<usize> {
     Ok(stale.len())
 }
 
+/// Removes the policers of network namespaces that no longer exist (stale,
+/// and their namespace found nowhere: nobody can own them any more); a
+/// live one in a namespace this process cannot see is kept. How many.
+pub fn detach_gone_namespaces() -> Result<usize> {
+    let live: Vec<u64> = netns::cookies().into_iter().map(|(_, c)| c).collect();
+    let gone: Vec<_> = list()
+        .into_iter()
+        .filter(|a| !live.contains(&a.cookie) && a.stale())
+        .collect();
+    for a in &gone {
+        remove(&a.dir)?;
+    }
+    Ok(gone.len())
+}
+
 /// Detaches every policer on the host, live and stale; how many.
 pub fn detach_all() -> Result<usize> {
     let all = list();
