@@ -125,10 +125,3 @@ pub fn request(path: &Path, req: &Request) -> Result<Reply, String> {
         .map_err(|e| format!("reading the agent's reply: {e}"))?;
     serde_json::from_str(&line).map_err(|e| format!("the agent's reply: {e}"))
 }
-
-/// The pid of the agent answering on `path`, if one does (for one-shot
-/// commands that must not act behind its back).
-pub fn running_agent(path: &Path) -> Option<u32> {
-    let r = request(path, &Request::Status).ok()?;
-    r.status?.get("pid")?.as_u64().map(|p| p as u32)
-}
