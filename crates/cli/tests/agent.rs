@@ -293,6 +293,56 @@ fn agent_composes_router_and_policer_and_adopts_after_kill() {
     assert_eq!(s["ready"], true, "{s:#}");
 }
 
+/// The user's state is theirs: a router and a policer attached by hand
+/// (one-shot commands, before the agent starts) are left running when
+/// the agent's declaration names the same ports, with an error line that
+/// says why, and still run after the agent applies an empty declaration.
+#[test]
+fn agent_leaves_a_hand_made_router_and_policer_alone() {
+    let Some(t) = Topo::privileged_up("agh") else {
+        return;
+    };
+    let r = t.ns("R");
+    ok(
+        &pg_in(&r, &["router", "attach", "a1", "b0"]),
+        "router attach by hand",
+    );
+    let f = tmp("agent-hand-qos").join("qos.toml");
+    std::fs::write(
+        &f,
+        "[[rule]]\nproto = \"udp\"\nrate = \"20Mbit\"\nburst = \"32KB\"\n",
+    )
+    .unwrap();
+    ok(
+        &pg_in(&r, &["qos", "apply", f.to_str().unwrap(), "--iface", "a1"]),
+        "qos apply by hand",
+    );
+    let before = router_programs(&r);
+    assert_eq!(before.len(), 2, "{before:?}");
+    let dir = tmp("agent-hand");
+    let a = Agent::start(&r, &dir, &format!("{ROUTER_TC}{POLICER_A1}"));
+    let s = a.status();
+    let errors = s["errors"].to_string();
+    assert!(errors.contains("router attached by hand"), "{s:#}");
+    assert!(errors.contains("policer applied by hand"), "{s:#}");
+    assert_eq!(s["ready"], false, "{s:#}");
+    let o = a.apply("empty.toml", "");
+    ok(&o, "apply an empty declaration");
+    assert_eq!(
+        router_programs(&r),
+        before,
+        "the agent touched the hand-made router"
+    );
+    let q = json(&pg_in(&r, &["qos", "list", "--json"]), "qos list");
+    let live = q["policers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["iface"] == "a1" && p["stale"] == false && p["namespace"] == r.as_str());
+    assert!(live, "the agent removed the hand-made policer: {q}");
+    assert!(t.ping("198.18.2.1"), "the hand-made router still forwards");
+}
+
 /// Bad declarations: each one refused with one line per mistake naming
 /// it, exit 2, and the running state and the agent's file unchanged.
 #[test]
