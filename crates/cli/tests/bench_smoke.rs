@@ -295,15 +295,29 @@ fn bench_qos_quick_run_holds_together() {
     assert_eq!(r.runs.len(), 23, "{:#?}", r.runs);
     for run in r.runs.iter().filter(|x| x.label.contains("wfq 80/20")) {
         let share = run.values.gold_share.unwrap();
+        let slack = if run.label.starts_with("tc ") {
+            0.1
+        } else {
+            0.03
+        };
         assert!(
-            (share - 0.8).abs() <= 0.03,
+            (share - 0.8).abs() <= slack,
             "{}: gold's share {share}",
             run.label
         );
     }
+    // Voice keeps its rate under peregrine's scheduler. tc HTB is the peer
+    // measured beside it: its figure is data for the table, not a promise
+    // of ours (on a busy 2-CPU host it has read 0.947), so it is only
+    // required to be there and to have given voice the larger part.
     for run in r.runs.iter().filter(|x| x.label.contains("priority")) {
         let voice = run.values.voice_delivered_over_offered.unwrap();
-        assert!(voice >= 0.98, "{}: voice got {voice}", run.label);
+        let floor = if run.label.starts_with("tc ") {
+            0.5
+        } else {
+            0.98
+        };
+        assert!(voice >= floor, "{}: voice got {voice}", run.label);
     }
     for run in r.runs.iter().filter(|x| x.label.contains("saturation")) {
         assert!(run.values.delivered_mpps.unwrap() > 0.01, "{}", run.label);
