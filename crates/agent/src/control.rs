@@ -125,3 +125,28 @@ pub fn request(path: &Path, req: &Request) -> Result<Reply, String> {
         .map_err(|e| format!("reading the agent's reply: {e}"))?;
     serde_json::from_str(&line).map_err(|e| format!("the agent's reply: {e}"))
 }
+
+/// Why a one-shot command that attaches in namespace `ns` (None: the
+/// caller's) must not run: an agent runs there and owns the node (its own
+/// children excepted). None when no agent answers for that namespace.
+pub fn refusal(what: &str, ns: Option<&str>) -> Option<String> {
+    if std::env::var_os("PEREGRINE_AGENT_CHILD").is_some() {
+        return None;
+    }
+    let path = crate::state::socket_path();
+    if !path.exists() {
+        return None;
+    }
+    let s = request(&path, &Request::Status).ok()?.status?;
+    let ours = peregrine_host::netns::run_in_opt(ns, peregrine_host::netns::cookie)
+        .ok()
+        .and_then(|c| c.ok());
+    if s.get("netns_cookie").and_then(|c| c.as_u64()) != ours {
+        return None;
+    }
+    Some(format!(
+        "a peregrine agent (pid {}) owns this node's data plane: declare the {what} in its declaration ({}) and run `peregrine apply FILE`, or stop the agent",
+        s["pid"],
+        s["config"].as_str().unwrap_or("?")
+    ))
+}

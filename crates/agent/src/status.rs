@@ -52,3 +52,77 @@ pub struct QosStatus {
     pub scheduler: bool,
     pub live: bool,
 }
+
+/// `peregrine status` for people: the agent, its router, policers, stage
+/// order, services, and what waits or failed, from the status as the
+/// control socket gives it (`Status`, as JSON).
+pub fn text(s: &serde_json::Value) -> String {
+    use serde_json::Value;
+    use std::fmt::Write;
+    let mut out = String::new();
+    let get = |k: &str| s.get(k).cloned().unwrap_or_default();
+    let yes = |v: &Value| v.as_bool() == Some(true);
+    let str = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    let ready = if yes(&get("ready")) {
+        "ready"
+    } else {
+        "not ready"
+    };
+    let _ = writeln!(
+        out,
+        "agent pid {} ({}): {ready}, {} reconciles, {} repairs, last took {:.1} ms",
+        get("pid"),
+        get("config").as_str().unwrap_or(""),
+        get("reconciles"),
+        get("repairs"),
+        get("last_reconcile_seconds").as_f64().unwrap_or(0.0) * 1e3
+    );
+    if let Some(r) = s.get("router").filter(|r| !r.is_null()) {
+        let ports: Vec<String> = (r["ports"].as_array().into_iter().flatten())
+            .map(|p| format!("{}{}", str(&p[0]), if yes(&p[1]) { "" } else { " (down)" }))
+            .collect();
+        let hook = r["hook"].as_str().unwrap_or("-");
+        let _ = writeln!(out, "router at {hook}: {}", ports.join(", "));
+    }
+    for q in get("qos").as_array().into_iter().flatten() {
+        let sched = yes(&q["scheduler"]);
+        let _ = writeln!(
+            out,
+            "qos {}: {} rule(s) at {}{}{}",
+            str(&q["iface"]),
+            q["rules"],
+            str(&q["hook"]),
+            if sched { ", scheduler" } else { "" },
+            if yes(&q["live"]) || sched {
+                ""
+            } else {
+                " (not running)"
+            }
+        );
+    }
+    for o in get("order").as_array().into_iter().flatten() {
+        let st: Vec<&str> = (o["stages"].as_array().into_iter().flatten())
+            .filter_map(|x| x.as_str())
+            .collect();
+        let _ = writeln!(out, "order on {}: {}", str(&o["iface"]), st.join(" -> "));
+    }
+    for v in get("services").as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "service {} ({}): {} pid {}, {} restarts{}",
+            str(&v["name"]),
+            str(&v["kind"]),
+            str(&v["state"]),
+            v["pid"],
+            v["restarts"],
+            if yes(&v["adopted"]) { ", adopted" } else { "" }
+        );
+    }
+    for k in ["waiting", "errors"] {
+        for l in get(k).as_array().into_iter().flatten() {
+            let what = k.trim_end_matches('s');
+            let _ = writeln!(out, "{what}: {}", l.as_str().unwrap_or(""));
+        }
+    }
+    out
+}

@@ -26,18 +26,22 @@ use crate::common::{command_line, ResultOutput};
 use crate::report::Report;
 
 /// `peregrine bench agent`.
-#[derive(Clone, Debug)]
+#[derive(clap::Args, Clone, Debug)]
+#[command(mut_arg("name", ResultOutput::named("bench-agent")))]
 pub struct AgentBenchConfig {
-    /// Router ports of the node applied.
+    /// Router ports of the node applied (veth pairs made by the bench).
+    #[arg(long, default_value_t = 100)]
     pub ports: usize,
-    /// Policer rules of the node applied.
+    /// Policer rules of the node applied (on its first port).
+    #[arg(long, default_value_t = 10_000)]
     pub rules: usize,
-    /// Samples of the reconcile latency.
+    /// Samples of the reconcile latency after a port appears.
+    #[arg(long, default_value_t = 100)]
     pub samples: usize,
-    /// Rounds of the apply measures.
+    /// Rounds of the apply, re-apply and adopt measures.
+    #[arg(long, default_value_t = 3)]
     pub rounds: u32,
-    /// The `peregrine` binary (the agent runs it).
-    pub exe: PathBuf,
+    #[command(flatten)]
     pub output: ResultOutput,
 }
 
@@ -291,6 +295,9 @@ fn min_med_max(v: &[f64]) -> (f64, f64, f64) {
 
 /// Runs every measure; the result file, table and plot.
 pub fn bench_agent(a: AgentBenchConfig) -> Result<()> {
+    peregrine_host::caps::require_bpf("bench agent")?;
+    // The agent runs as this binary: `peregrine agent`.
+    let exe = std::env::current_exe()?;
     if a.ports == 0 || a.samples == 0 || a.rounds == 0 {
         bail!("--ports, --samples and --rounds are at least 1");
     }
@@ -298,7 +305,7 @@ pub fn bench_agent(a: AgentBenchConfig) -> Result<()> {
     let tmp = std::env::temp_dir().join(format!("peregrine-bench-agent-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
-    let mut agent = AgentProc::start(&a.exe, &nss.node, &tmp)?;
+    let mut agent = AgentProc::start(&exe, &nss.node, &tmp)?;
     let late = "late0";
     let node = declaration(a.ports, a.rules, late);
     let params = RunParams {

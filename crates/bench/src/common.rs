@@ -23,14 +23,22 @@ use crate::report::Report;
 pub const DEFAULT_OUT: &str = "peregrine-results";
 
 /// Where the device under test runs, for benchmarks that have one.
-#[derive(Clone, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct PlacementConfig {
-    /// Highest share of frames an RFC 2544 trial may lose and still pass.
+    /// Highest share of frames an RFC 2544 trial may lose and still pass
+    /// (RFC 2544 itself: 0). With the DUT on its own CPU, a VM's scheduling
+    /// hiccups drop a few frames at any rate while the DUT's NAPI thread
+    /// wakes; a zero-loss search then measures the hiccups, not capacity.
+    #[arg(long, default_value_t = 0.001)]
     pub loss: f64,
-    /// The CPU for the DUT's receive work; None: the last CPU when there
-    /// are two or more.
+    /// Run the DUT's receive work (threaded NAPI on its ingress veth) on
+    /// this CPU, apart from the generator's (CPU 0). Default: the last CPU
+    /// when there are two or more. veth otherwise runs it on the sender's
+    /// CPU, and the figure would be the generator's as much as the DUT's.
+    #[arg(long, conflicts_with = "dut_on_sender_cpu")]
     pub dut_cpu: Option<usize>,
     /// Leave the DUT's receive work on the sender's CPU (veth's default).
+    #[arg(long)]
     pub dut_on_sender_cpu: bool,
 }
 
@@ -75,6 +83,17 @@ pub(crate) fn cpu_count() -> usize {
 }
 
 pub use peregrine_units::RateSetting;
+
+/// Clap value parser for a duration (`10`, `10s`, `500ms`; docs/CLI.md).
+pub fn duration(s: &str) -> Result<Duration, String> {
+    s.parse::<peregrine_units::DurationArg>().map(Into::into)
+}
+
+/// Clap value parser for frame sizes (bytes with FCS, or imix).
+pub fn frame_sizes(s: &str) -> Result<peregrine_testbed::gen::FrameSizes, String> {
+    s.parse()
+        .map_err(|e: peregrine_bpf::BpfError| e.to_string())
+}
 
 /// The pacing rate of `r` for frames of `mean_frame_bytes` (FCS included).
 pub fn pacing(r: RateSetting, mean_frame_bytes: f64) -> Rate {
@@ -385,18 +404,28 @@ pub(crate) fn builtin_topology(name: &str, lab_name: &str) -> Result<Topology> {
 }
 
 /// Where a benchmark's result goes: the result file, its command line and
-/// plots, and then the table or the result as JSON on stdout.
-#[derive(Clone, Debug)]
+/// plots, and then the table or the result as JSON on stdout. `--name` has
+/// no default here: each benchmark gives its own ([`ResultOutput::named`]).
+#[derive(clap::Args, Clone, Debug)]
 pub struct ResultOutput {
     /// Directory for the result file and plots.
-    pub dir: PathBuf,
+    #[arg(long, default_value = DEFAULT_OUT)]
+    pub out: PathBuf,
     /// File name stem of the result and plots.
-    pub stem: String,
-    /// Print the result as JSON instead of the table.
+    #[arg(long)]
+    pub name: String,
+    /// Print the result as JSON on stdout (progress stays on stderr).
+    #[arg(long)]
     pub json: bool,
 }
 
 impl ResultOutput {
+    /// `--name`'s default for one benchmark, on its config struct:
+    /// `#[command(mut_arg("name", ResultOutput::named("bench-x")))]`.
+    pub fn named(stem: &'static str) -> impl FnOnce(clap::Arg) -> clap::Arg {
+        move |a| a.default_value(stem).required(false)
+    }
+
     /// Writes `result` of report `R` with its figures, and prints its table.
     pub(crate) fn write<R: Report>(&self, result: &ResultFile<R::Values>) -> Result<()> {
         self.write_with_table::<R>(result, &R::table(result))
@@ -408,7 +437,7 @@ impl ResultOutput {
         result: &ResultFile<R::Values>,
         table: &str,
     ) -> Result<()> {
-        let (out, stem) = (&self.dir, &self.stem);
+        let (out, stem) = (&self.out, &self.name);
         write_outputs(result, out, stem, self.json, table, || {
             crate::report::draw::<R>(result, out, stem)
         })
@@ -477,6 +506,14 @@ pub(crate) fn tc(ns: &str, args: &[&str]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_as_documented() {
+        use peregrine_testbed::gen::FrameSizes;
+        assert_eq!(frame_sizes("1500"), Ok(FrameSizes::Fixed(1500)));
+        assert_eq!(frame_sizes("IMIX"), Ok(FrameSizes::Imix));
+        assert!(frame_sizes("big").unwrap_err().contains("imix"));
+    }
 
     #[test]
     fn bad_placements_are_bad_settings() {

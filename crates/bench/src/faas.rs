@@ -32,27 +32,47 @@ mod report;
 pub use report::BenchFaas;
 
 use crate::common::{
-    builtin_topology, command_line, cpu_count, warn_shortfall, RateSetting, ResultOutput,
+    builtin_topology, command_line, cpu_count, duration, warn_shortfall, RateSetting, ResultOutput,
 };
 use crate::report::Report;
 
 /// `peregrine bench faas`.
-#[derive(Clone, Debug)]
+#[derive(clap::Args, Clone, Debug)]
+#[command(mut_arg("name", ResultOutput::named("bench-faas")))]
 pub struct FaasBenchConfig {
-    /// Length of each trial.
+    /// Length of each trial (1.5, 1.5s, 500ms).
+    #[arg(long, default_value = "1.5s", value_parser = duration)]
     pub duration: Duration,
-    /// Request payload sizes, bytes: the scenarios.
+    /// Request payload sizes, bytes.
+    #[arg(long, value_delimiter = ',', default_value = "200,600,800,1000,1400")]
     pub sizes: Vec<usize>,
-    /// Backends and worker configurations: the contenders.
-    pub contenders: Vec<FaasContender>,
+    /// Backends and worker configurations (BACKEND:THREADS, threads =
+    /// queues; BACKEND-wasm:THREADS runs reverse as WebAssembly).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "socket:1,mmsg:1,afxdp:1,afxdp-wasm:1,mmsg:2,afxdp:2"
+    )]
+    pub configs: Vec<String>,
     /// Highest share of requests left unanswered at the throughput found.
+    #[arg(long, default_value_t = 0.001)]
     pub loss: f64,
-    /// Requests/s offered in the saturation trial (the search's first).
+    /// Requests/s offered in the saturation trial (the search's first):
+    /// above every server's capacity here, below what would overload the
+    /// generator's own core (unpaced, it would also starve the servers'
+    /// receive work that veth runs there).
+    #[arg(long, default_value = "3M")]
     pub saturate: RateSetting,
-    /// Request rate at which latency is compared.
+    /// Request rate at which latency is compared (every backend sustains it).
+    #[arg(long, default_value = "100k")]
     pub latency_rate: RateSetting,
-    /// Where the client receives and checks the replies.
+    /// Where the client receives and checks replies: sender (veth's
+    /// default: on the server's CPU that sent them), rps (RPS to the
+    /// generator's CPU) or napi (the client veth's threaded NAPI pinned to
+    /// the generator's CPU, as on a separate client host).
+    #[arg(long, default_value = "sender")]
     pub client_receive: ClientReceive,
+    #[command(flatten)]
     pub output: ResultOutput,
 }
 
@@ -494,6 +514,12 @@ pub fn invoker_run(
 
 /// Runs every contender at every request size, each on a fresh lab.
 pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
+    // Errors of --configs are exit status 1, as they always were.
+    let contenders = a
+        .configs
+        .iter()
+        .map(|c| c.parse::<FaasContender>().map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<_>>>()?;
     if !(0.0..0.5).contains(&a.loss) {
         bail!("--loss {}: expected a ratio in [0, 0.5)", a.loss);
     }
@@ -508,7 +534,7 @@ pub fn bench_faas(a: FaasBenchConfig) -> Result<()> {
         client_receive: a.client_receive,
     };
     for &size in &a.sizes {
-        for &contender in &a.contenders {
+        for &contender in &contenders {
             run_of.push((contender, size, runs.len()));
             runs.push(invoker_run("benchfaas", contender, size, &t)?);
         }

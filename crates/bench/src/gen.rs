@@ -15,52 +15,106 @@ use peregrine_lab::{Endpoint, Lab, Lifetime};
 use peregrine_testbed::gen::FrameSizes;
 
 use crate::common::{
-    builtin_topology, command_line, cpu_count, frame_for, lab_sink, one_trial_run, params,
-    path_drops, trial_setup, warn_shortfall, RateSetting, ResultOutput,
+    builtin_topology, command_line, cpu_count, duration, frame_for, frame_sizes, lab_sink,
+    one_trial_run, params, path_drops, trial_setup, warn_shortfall, RateSetting, ResultOutput,
 };
 use crate::report::Report;
 
 /// `peregrine bench gen`.
-#[derive(Clone, Debug)]
+#[derive(clap::Args, Clone, Debug)]
+#[command(mut_arg("name", ResultOutput::named("bench-gen")))]
 pub struct GenBenchConfig {
-    /// Length of each trial.
+    /// Length of each trial (10, 10s, 500ms).
+    #[arg(long, default_value = "3s", value_parser = duration)]
     pub duration: Duration,
-    /// Frame sizes; None: the smallest frame of the address family.
+    /// Frame size with FCS (64..1518) or "imix"; default the smallest
+    /// frame of the address family (64 B IPv4, 78 B IPv6).
+    #[arg(long, value_parser = frame_sizes)]
     pub size: Option<FrameSizes>,
+    /// Flows (source address and port differ per flow).
+    #[arg(long, default_value_t = 1)]
     pub flows: u32,
+    /// Send IPv6 instead of IPv4.
+    #[arg(long)]
     pub ipv6: bool,
-    /// Rate of the accuracy check.
+    /// Rate of the accuracy check (200k, 1M, 1Mpps, 500Mbps).
+    #[arg(long, default_value = "1Mpps")]
     pub rate_check: RateSetting,
+    #[command(flatten)]
     pub output: ResultOutput,
 }
 
+/// How much a sender sends and how fast: shared by `gen` and `io send`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Pace {
+    /// Rate (200k, 1Mpps, 500Mbit, 1Gbit: bits of Ethernet frames with FCS);
+    /// default unpaced.
+    #[arg(long)]
+    pub rate: Option<RateSetting>,
+    /// Frames (datagrams) to send (with --duration: whichever comes first).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// How long to send (10, 10s, 500ms).
+    #[arg(long, value_parser = duration)]
+    pub duration: Option<Duration>,
+}
+
+impl Pace {
+    /// The sender's bound: a count, a duration or both.
+    pub fn limit(&self) -> Limit {
+        Limit {
+            count: self.count,
+            duration: self.duration,
+        }
+    }
+}
+
 /// `peregrine gen`.
-#[derive(Clone, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct GenConfig {
     /// Lab (made with `peregrine lab up`).
+    #[arg(long)]
     pub lab: String,
     /// Sending interface, HOST:IFACE.
+    #[arg(long)]
     pub from: String,
+    /// Destination address (in 198.18.0.0/15 or 2001:db8::/32).
+    #[arg(long)]
     pub to: IpAddr,
-    /// Source address; None: the sending interface's first of the family.
+    /// Source address (default: the first address of the sending interface's family).
+    #[arg(long)]
     pub src: Option<IpAddr>,
+    /// Destination UDP port.
+    #[arg(long, default_value_t = 9)]
     pub port: u16,
-    /// None: unpaced.
-    pub rate: Option<RateSetting>,
-    pub count: Option<u64>,
-    pub duration: Option<Duration>,
-    /// None: the smallest frame of the destination's family.
+    #[command(flatten)]
+    pub pace: Pace,
+    /// Frame size with FCS (64..1518) or "imix"; default the smallest
+    /// frame of the destination's family (64 B IPv4, 78 B IPv6).
+    #[arg(long, value_parser = frame_sizes)]
     pub size: Option<FrameSizes>,
+    /// Flows (source address and port differ per flow).
+    #[arg(long, default_value_t = 1)]
     pub flows: u32,
     /// Sending threads, one per CPU from 0.
+    #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    pub backend: Backend,
+    /// xdp (live frames), socket (sendmmsg) or afxdp (AF_XDP TX ring).
+    #[arg(long, default_value = "xdp")]
+    pub backend: String,
+    /// Stamp sequence and transmit time into every frame (costs ~40% of the
+    /// live backend's top rate on this VM: reading the clock is slow here).
+    #[arg(long)]
     pub stamp: bool,
     /// Count delivery here with an XDP drop sink, HOST:IFACE.
+    #[arg(long)]
     pub sink: Option<String>,
-    /// Fail when more than this share of the frames is lost at the sink.
+    /// Exit with status 1 when more than this share of the frames is lost
+    /// at the sink (needs --sink), e.g. 0 or 0.001.
+    #[arg(long, requires = "sink")]
     pub max_loss: Option<f64>,
     /// Print the result (peregrine.result/1) as JSON.
+    #[arg(long)]
     pub json: bool,
 }
 
@@ -277,12 +331,13 @@ fn gen_run(
 
 /// `peregrine gen`: send in an existing lab, optionally counting at a sink.
 pub fn gen(a: GenConfig) -> Result<()> {
+    let backend: Backend = a.backend.parse()?;
     let topo = peregrine_lab::lab::state(&a.lab)?.topology;
     let from = Endpoint::parse(&a.from)?;
     let sizes = a.size.clone().unwrap_or(FrameSizes::Fixed(
         peregrine_testbed::gen::size_limits(a.to.is_ipv6()).0,
     ));
-    if a.count.is_none() && a.duration.is_none() {
+    if a.pace.count.is_none() && a.pace.duration.is_none() {
         bad_setting!("give --count or --duration (runs are always bounded)");
     }
     if a.threads == 0 {
@@ -294,7 +349,7 @@ pub fn gen(a: GenConfig) -> Result<()> {
         }
     }
     let (frame, peer) = peregrine_lab::traffic::lab_frame(&topo, &from, a.src, a.to, a.port)?;
-    let rate = match a.rate {
+    let rate = match a.pace.rate {
         Some(r) => crate::common::pacing(r, sizes.mean_size()),
         None => Rate::Max,
     };
@@ -308,7 +363,7 @@ pub fn gen(a: GenConfig) -> Result<()> {
         stamp: a.stamp,
         latency_sample: 1,
         cpus: (0..a.threads).collect(),
-        backend: a.backend,
+        backend,
         dry_run: false,
         vary: peregrine_testbed::gen::FlowVary::Source,
     };
@@ -321,8 +376,8 @@ pub fn gen(a: GenConfig) -> Result<()> {
     };
     let gen = Generator::new(spec.clone(), Some(peer))?;
     let limit = Limit {
-        count: a.count,
-        duration: a.duration,
+        count: a.pace.count,
+        duration: a.pace.duration,
     };
     let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let before = sink.as_ref().map(|s| s.delivered()).transpose()?;

@@ -1,8 +1,9 @@
 //! Benchmark orchestration: `peregrine bench gen|router|faas|qos`, the `gen`
 //! command, `report` and the showcase. Each one builds its lab, runs every
 //! contender in the same run, prints a table (or JSON), writes the result
-//! file and plots, and removes the lab. The CLI turns its arguments into the
-//! plain configurations here; no argument parsing happens in this crate.
+//! file and plots, and removes the lab. Each configuration is the command
+//! line's arguments too (it derives `clap::Args`: flags, defaults, help);
+//! the CLI parses into it and calls the benchmark, [`BenchCmd::run`].
 use std::fmt;
 
 /// A setting the caller gave that cannot work (a CPU this machine lacks, a
@@ -27,6 +28,7 @@ macro_rules! bad_setting {
 }
 
 pub mod agent;
+mod command;
 pub mod common;
 pub mod faas;
 pub mod gen;
@@ -40,4 +42,5 @@ pub mod router;
 pub mod showcase;
 pub mod tcp;
 
+pub use command::BenchCmd;
 pub use common::{command_line, PlacementConfig, RateSetting, ResultOutput, DEFAULT_OUT};

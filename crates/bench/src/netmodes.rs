@@ -20,8 +20,9 @@ use peregrine_lab::results::{
 use peregrine_lab::plot::{Chart, Figure, Series};
 use serde::{Deserialize, Serialize};
 
-use crate::common::{command_line, ResultOutput};
+use crate::common::{command_line, duration, ResultOutput};
 use crate::report::Report;
+use crate::RateSetting;
 
 /// The seed's scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,27 +49,145 @@ impl Scenario {
 }
 
 /// `peregrine bench netmodes`.
-#[derive(Clone, Debug)]
+#[derive(clap::Args, Clone, Debug)]
+#[command(mut_arg("name", ResultOutput::named("bench-netmodes")))]
 pub struct NetmodesBenchConfig {
+    /// I/O paths compared, comma-separated (udp, mmsg, mmsg-gso, mmap, afxdp).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "udp,mmsg,mmsg-gso,mmap,afxdp"
+    )]
     pub paths: Vec<IoPath>,
+    /// Network modes, comma-separated (host, bridge, macvlan, overlay, same-host).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "host,bridge,macvlan,overlay,same-host"
+    )]
     pub modes: Vec<NetMode>,
-    pub scenarios: Vec<Scenario>,
+    /// Scenarios, comma-separated: I (count), II (rate), III (size).
+    #[arg(long, value_delimiter = ',', default_value = "I,II,III")]
+    pub scenarios: Vec<String>,
+    /// Scenario I: datagrams per run (the seed: 2M..10M).
+    #[arg(long, value_delimiter = ',', default_value = "2M,4M,6M,8M,10M")]
+    pub counts: Vec<RateSetting>,
+    /// Scenario II: offered rates (bit/s of frames with FCS), then
+    /// "unpaced" for saturation.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "200Mbit,400Mbit,600Mbit,800Mbit,unpaced"
+    )]
+    pub rates: Vec<String>,
+    /// Scenario III: UDP payload sizes in bytes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "64,128,256,512,1024,1472"
+    )]
+    pub sizes: Vec<usize>,
+    /// Rate of scenarios I and III (the seed: 500 Mbit/s).
+    #[arg(long, default_value = "500Mbit")]
+    pub rate: RateSetting,
+    /// Datagrams per run in scenarios II and III (the seed: 1M).
+    #[arg(long, default_value = "1M")]
+    pub count: RateSetting,
+    /// Longest a run sends.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub max_run: Duration,
+    /// Repeats of every point; paths alternate within each.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: u32,
+    /// Send IPv6 instead of IPv4.
+    #[arg(long)]
+    pub ipv6: bool,
+    /// A short run for CI: 20k datagrams, two rates, two sizes, one repeat
+    /// (overrides --counts, --rates, --sizes, --count and --repeats).
+    #[arg(long)]
+    pub quick: bool,
+    #[command(flatten)]
+    pub output: ResultOutput,
+}
+
+/// The matrix the flags ask for, checked, with --quick applied.
+struct Matrix {
+    scenarios: Vec<Scenario>,
     /// Scenario I: datagrams per run.
-    pub counts: Vec<u64>,
+    counts: Vec<u64>,
     /// Scenario II: offered rates, bit/s of Ethernet frames with FCS; None
     /// is unpaced (saturation).
-    pub rates: Vec<Option<f64>>,
+    rates: Vec<Option<f64>>,
     /// Scenario III: UDP payload sizes.
-    pub sizes: Vec<usize>,
+    sizes: Vec<usize>,
     /// Rate of scenarios I and III, bit/s.
-    pub rate: f64,
+    rate: f64,
     /// Datagrams per run in scenarios II and III.
-    pub count: u64,
-    /// Longest a run sends (a run at a rate the path cannot carry ends here).
-    pub max_run: Duration,
-    pub repeats: u32,
-    pub ipv6: bool,
-    pub output: ResultOutput,
+    count: u64,
+    repeats: u32,
+}
+
+impl NetmodesBenchConfig {
+    fn matrix(&self) -> Result<Matrix> {
+        let mut scenarios = Vec::new();
+        for s in &self.scenarios {
+            match Scenario::ALL
+                .into_iter()
+                .find(|x| x.name() == s.to_uppercase())
+            {
+                Some(x) => scenarios.push(x),
+                None => bad_setting!("--scenarios {s}: expected I, II or III"),
+            }
+        }
+        let mut rates = Vec::new();
+        for r in &self.rates {
+            if r == "unpaced" {
+                rates.push(None);
+                continue;
+            }
+            match r.parse::<RateSetting>() {
+                Ok(RateSetting::Bps(b)) => rates.push(Some(b)),
+                _ => bad_setting!("--rates {r}: give bit rates (200Mbit) or unpaced"),
+            }
+        }
+        let rate = match self.rate {
+            RateSetting::Bps(b) => b,
+            r => bad_setting!("--rate {r}: give a bit rate (500Mbit)"),
+        };
+        let mut counts = Vec::new();
+        for &c in &self.counts {
+            counts.push(count_of("--counts", c)?);
+        }
+        let count = count_of("--count", self.count)?;
+        if self.quick {
+            return Ok(Matrix {
+                scenarios,
+                counts: vec![20_000],
+                rates: vec![Some(200e6), None],
+                sizes: vec![64, 1472],
+                rate,
+                count: 20_000,
+                repeats: 1,
+            });
+        }
+        Ok(Matrix {
+            scenarios,
+            counts,
+            rates,
+            sizes: self.sizes.clone(),
+            rate,
+            count,
+            repeats: self.repeats.max(1),
+        })
+    }
+}
+
+/// A count given as a plain or scaled number (2M, 500k).
+fn count_of(flag: &str, r: RateSetting) -> Result<u64> {
+    match r {
+        RateSetting::Pps(p) if p >= 1.0 => Ok(p.round() as u64),
+        _ => bad_setting!("{flag} {r}: give a count (20000, 2M)"),
+    }
 }
 
 /// One point of the matrix.
@@ -95,7 +214,7 @@ impl Point {
     }
 }
 
-fn points(cfg: &NetmodesBenchConfig) -> Vec<Point> {
+fn points(cfg: &Matrix) -> Vec<Point> {
     let mut v = Vec::new();
     for s in &cfg.scenarios {
         match s {
@@ -131,10 +250,11 @@ fn frame_bytes(payload: usize, v6: bool) -> f64 {
 }
 
 pub fn bench_netmodes(cfg: NetmodesBenchConfig) -> Result<()> {
-    if cfg.paths.is_empty() || cfg.modes.is_empty() || cfg.scenarios.is_empty() {
+    let m = cfg.matrix()?;
+    if cfg.paths.is_empty() || cfg.modes.is_empty() || m.scenarios.is_empty() {
         bad_setting!("bench netmodes needs at least one path, one mode and one scenario");
     }
-    for &s in &cfg.sizes {
+    for &s in &m.sizes {
         let (lo, hi) = peregrine_lab::iopath::payload_limits(cfg.ipv6);
         if s < lo || s > hi {
             bad_setting!("--sizes {s}: payloads run {lo}..={hi} bytes");
@@ -144,8 +264,8 @@ pub fn bench_netmodes(cfg: NetmodesBenchConfig) -> Result<()> {
     for u in &unavailable {
         eprintln!("mode {} is unavailable here: {}", u.mode, u.reason);
     }
-    let pts = points(&cfg);
-    let total = cfg.modes.len() * pts.len() * cfg.paths.len() * cfg.repeats as usize;
+    let pts = points(&m);
+    let total = cfg.modes.len() * pts.len() * cfg.paths.len() * m.repeats as usize;
     let mut done = 0;
     let mut runs = Vec::new();
     for &mode in &cfg.modes {
@@ -153,10 +273,10 @@ pub fn bench_netmodes(cfg: NetmodesBenchConfig) -> Result<()> {
         for p in &pts {
             if let Err(e) = ml.check_fits(p.payload, cfg.ipv6) {
                 eprintln!("skipping {}: {e}", p.scenario_label());
-                done += cfg.paths.len() * cfg.repeats as usize;
+                done += cfg.paths.len() * m.repeats as usize;
                 continue;
             }
-            for round in 1..=cfg.repeats {
+            for round in 1..=m.repeats {
                 // Paths alternate within a round, so drift on a shared
                 // machine hits each alike.
                 for &path in &cfg.paths {

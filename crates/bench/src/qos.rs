@@ -31,31 +31,61 @@ use peregrine_qos::attach as policer;
 use peregrine_testbed::gen::FrameSizes;
 
 use crate::common::{
-    builtin_topology, command_line, frame_for, params, place, progress_line, shown_trial, tc,
-    trial_setup, ChainPath, PlacementConfig, ResultOutput,
+    builtin_topology, command_line, duration, frame_for, params, place, progress_line, shown_trial,
+    tc, trial_setup, ChainPath, PlacementConfig, RateSetting, ResultOutput,
 };
 pub use crate::qos_sched::SchedValues;
 use crate::report::Report;
 use crate::tcp::{self, TcpTransfer};
 
 /// `peregrine bench qos`.
-#[derive(Clone, Debug)]
+#[derive(clap::Args, Clone, Debug)]
+#[command(mut_arg("name", ResultOutput::named("bench-qos")))]
 pub struct QosBenchConfig {
-    /// Rates compared, bit/s.
-    pub rates: Vec<u64>,
-    /// Length of each UDP trial.
+    /// Rates compared (bit/s: 10Mbit, 1Gbit), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10Mbit,100Mbit,1Gbit")]
+    pub rates: Vec<RateSetting>,
+    /// Length of each UDP trial (4, 4s); accuracy is read from its 1 s
+    /// windows after the first.
+    #[arg(long, default_value = "4s", value_parser = duration)]
     pub trial: Duration,
     /// Length of each iperf3 TCP transfer.
+    #[arg(long, default_value = "10s", value_parser = duration)]
     pub tcp_time: Duration,
-    /// Rules of the scale scenario.
+    /// Rules in the scale comparison (against one rule).
+    #[arg(long, default_value_t = 100_000)]
     pub rules: u32,
+    /// Rounds; contenders alternate within each round. Ratios use medians.
+    #[arg(long, default_value_t = 3)]
     pub rounds: u32,
-    pub placement: PlacementConfig,
-    pub output: ResultOutput,
-    /// Which half runs: the policer's experiments, the scheduler's, or both.
+    /// policer, scheduler or all.
+    #[arg(long, default_value = "all")]
     pub part: QosPart,
-    /// The scheduler part's link (root class) rate, bit/s.
-    pub sched_link: u64,
+    /// The scheduler part's link rate (its root class; bit/s): low enough
+    /// that the DUT's CPU is not what limits either contender.
+    #[arg(long, default_value = "200Mbit")]
+    pub sched_link: RateSetting,
+    #[command(flatten)]
+    pub placement: PlacementConfig,
+    #[command(flatten)]
+    pub output: ResultOutput,
+}
+
+impl QosBenchConfig {
+    /// The rates compared and the scheduler's link rate, bit/s, checked.
+    fn bit_rates(&self) -> Result<(Vec<u64>, u64)> {
+        let mut rates = Vec::new();
+        for r in &self.rates {
+            match r {
+                RateSetting::Bps(b) if *b >= 1e3 => rates.push(b.round() as u64),
+                _ => bad_setting!("--rates {r}: give bit rates (10Mbit, 1Gbit)"),
+            }
+        }
+        match self.sched_link {
+            RateSetting::Bps(b) if b >= 1e6 => Ok((rates, b.round() as u64)),
+            r => bad_setting!("--sched-link {r}: give a bit rate of at least 1Mbit"),
+        }
+    }
 }
 
 /// `bench qos --part`.
@@ -272,6 +302,7 @@ struct Figure {
 }
 
 pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
+    let (rates, sched_link) = a.bit_rates()?;
     let dut_cpu = a.placement.dut_cpu()?;
     let topo = builtin_topology("chain", "benchqos")?;
     eprintln!("building lab {} (gen -> dut -> sink)", topo.name);
@@ -302,13 +333,13 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
                 trial: a.trial,
                 tcp_time: a.tcp_time,
             };
-            crate::qos_sched::round(&path, a.sched_link, round, &mut runs, &mut sched_figures)?;
+            crate::qos_sched::round(&path, sched_link, round, &mut runs, &mut sched_figures)?;
         }
         if a.part == QosPart::Scheduler {
             continue;
         }
         // Rate accuracy and CPU, UDP at twice the rate.
-        for &rate in &a.rates {
+        for &rate in &rates {
             let scenario = format!("udp at 2x {} Mbit/s", rate as f64 / 1e6);
             let sizes = FrameSizes::Fixed(FRAME);
             let spec = TrafficSpec::live(lab.ns("gen"), "eth0".into(), frame.clone(), sizes, 1);
@@ -353,9 +384,9 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
             }
         }
         // TCP goodput through each, at the lowest and highest rate.
-        let mut tcp_rates = vec![a.rates[0]];
-        if a.rates.len() > 1 {
-            tcp_rates.push(*a.rates.last().expect("rates"));
+        let mut tcp_rates = vec![rates[0]];
+        if rates.len() > 1 {
+            tcp_rates.push(*rates.last().expect("rates"));
         }
         for &rate in &tcp_rates {
             let scenario = format!("tcp at {} Mbit/s", rate as f64 / 1e6);

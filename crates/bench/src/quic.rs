@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{builtin_topology, command_line, ResultOutput};
 use crate::report::Report;
 use crate::tcp::{finish, Reaped};
+use peregrine_units::ByteSize;
 
 /// How quinn's datagrams move, at both ends of a contender.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,19 +111,115 @@ impl Ablation {
 }
 
 /// `peregrine bench quic`.
-#[derive(Clone, Debug)]
+#[derive(clap::Args, Clone, Debug)]
+#[command(mut_arg("name", ResultOutput::named("bench-quic")))]
 pub struct QuicBenchConfig {
-    /// The peregrine binary the server and client run as.
-    pub exe: PathBuf,
-    /// Body bytes per download.
-    pub size: u64,
-    pub contenders: Vec<QuicIo>,
-    pub ablations: Vec<Ablation>,
+    /// Body bytes each download carries (the seed: 2GiB).
+    #[arg(long, default_value = "1GiB")]
+    pub size: ByteSize,
+    /// Contenders, comma-separated: kernel-nogso, kernel-gso,
+    /// kernel-gso-segmented (GSO with the server's veth segmenting), afxdp.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kernel-nogso,kernel-gso,kernel-gso-segmented,afxdp"
+    )]
+    pub contenders: Vec<String>,
+    /// The stack's ablations, comma-separated: tx-batch, busy-poll, queues,
+    /// xdp-generic, threads, or none.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "tx-batch,busy-poll,queues,xdp-generic,threads"
+    )]
+    pub ablations: Vec<String>,
+    /// TX batches (datagrams per quinn transmit, 1-10) the tx-batch
+    /// ablation tries beside the default 10.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    pub tx_batches: Vec<usize>,
+    /// The busy-poll ablation's time per poll (20, 20us).
+    #[arg(long, default_value = "20us", value_parser = peregrine_units::micros)]
+    pub busy_poll: u32,
+    /// The queues ablation's RX queue count (veth and stack).
+    #[arg(long, default_value_t = 2)]
+    pub queues: u32,
+    /// The threads ablation's async runtime threads per end (default runs: 1).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Rounds; the contenders take turns within each.
+    #[arg(long, default_value_t = 3)]
     pub repeats: u32,
+    /// Over IPv6 instead of IPv4.
+    #[arg(long)]
     pub ipv6: bool,
-    /// Record `perf` over the first round's downloads.
-    pub perf: bool,
+    /// Skip perf (the CPU breakdown of the first round).
+    #[arg(long)]
+    pub no_perf: bool,
+    /// A short run for CI: 64 MiB, one round, no ablations, no perf.
+    #[arg(long)]
+    pub quick: bool,
+    #[command(flatten)]
     pub output: ResultOutput,
+}
+
+impl QuicBenchConfig {
+    /// What the flags ask for, as typed values (--quick applied).
+    fn plan(self) -> Result<Plan> {
+        let mut contenders = Vec::new();
+        for c in &self.contenders {
+            match QuicIo::ALL.into_iter().find(|io| io.name() == c) {
+                Some(io) => contenders.push(io),
+                None => bad_setting!(
+                    "--contenders {c}: expected kernel-nogso, kernel-gso, kernel-gso-segmented or afxdp"
+                ),
+            }
+        }
+        let mut ablations = Vec::new();
+        for x in &self.ablations {
+            match x.as_str() {
+                "tx-batch" => {
+                    ablations.extend(self.tx_batches.iter().map(|&n| Ablation::TxBatch(n)))
+                }
+                "busy-poll" => ablations.push(Ablation::BusyPoll(self.busy_poll)),
+                "queues" => ablations.push(Ablation::Queues(self.queues)),
+                "xdp-generic" => ablations.push(Ablation::XdpGeneric),
+                "threads" => ablations.push(Ablation::Threads(self.threads)),
+                "none" => {}
+                _ => bad_setting!(
+                    "--ablations {x}: expected tx-batch, busy-poll, queues, xdp-generic, threads or none"
+                ),
+            }
+        }
+        let exe =
+            std::env::current_exe().map_err(|e| anyhow!("finding the peregrine binary: {e}"))?;
+        let quick = self.quick;
+        Ok(Plan {
+            exe,
+            size: if quick { 64 << 20 } else { self.size.0 },
+            contenders,
+            ablations: if quick { Vec::new() } else { ablations },
+            repeats: if quick { 1 } else { self.repeats },
+            ipv6: self.ipv6,
+            perf: !self.no_perf && !quick,
+            output: self.output,
+        })
+    }
+}
+
+/// A run of `bench quic`, its flags checked.
+#[derive(Clone, Debug)]
+struct Plan {
+    /// The peregrine binary the server and client run as.
+    exe: PathBuf,
+    /// Body bytes per download.
+    size: u64,
+    contenders: Vec<QuicIo>,
+    ablations: Vec<Ablation>,
+    repeats: u32,
+    ipv6: bool,
+    /// Record `perf` over the first round's downloads.
+    perf: bool,
+    output: ResultOutput,
 }
 
 /// What one run sets up.
@@ -136,7 +233,7 @@ struct Setup {
     stack_args: Vec<String>,
 }
 
-fn setups(cfg: &QuicBenchConfig) -> Vec<Setup> {
+fn setups(cfg: &Plan) -> Vec<Setup> {
     let main = format!("download {}", size_name(cfg.size));
     let mut v: Vec<Setup> = cfg
         .contenders
@@ -209,6 +306,7 @@ pub const CATEGORIES: [&str; 7] = [
 ];
 
 pub fn bench_quic(cfg: QuicBenchConfig) -> Result<()> {
+    let cfg = cfg.plan()?;
     if cfg.contenders.is_empty() && cfg.ablations.is_empty() {
         bad_setting!("bench quic needs at least one contender or ablation");
     }
@@ -472,12 +570,7 @@ fn process_cpu(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / hz
 }
 
-fn download(
-    cfg: &QuicBenchConfig,
-    s: &Setup,
-    check: Option<&str>,
-    perf: bool,
-) -> Result<QuicValues> {
+fn download(cfg: &Plan, s: &Setup, check: Option<&str>, perf: bool) -> Result<QuicValues> {
     let mut topo = builtin_topology("pair", "benchquic")?;
     topo.links[0].queues = s.queues;
     let lab = Lab::up(topo, Lifetime::Ephemeral)?;
@@ -1011,7 +1104,7 @@ mod tests {
 
     #[test]
     fn ablation_groups_open_with_the_defaults() {
-        let cfg = QuicBenchConfig {
+        let cfg = Plan {
             exe: "peregrine".into(),
             size: 1 << 30,
             contenders: QuicIo::ALL.to_vec(),
@@ -1024,8 +1117,8 @@ mod tests {
             ipv6: false,
             perf: false,
             output: ResultOutput {
-                dir: ".".into(),
-                stem: "x".into(),
+                out: ".".into(),
+                name: "x".into(),
                 json: false,
             },
         };

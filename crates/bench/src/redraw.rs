@@ -54,13 +54,16 @@ pub const REPORTS: [(&str, Show); 9] = [
 ];
 
 /// `peregrine report`.
-#[derive(Clone, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct ReportConfig {
     /// Result files (JSON) to plot.
+    #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// Output directory; None: next to each file.
+    /// Output directory (default: next to each file).
+    #[arg(long)]
     pub out: Option<PathBuf>,
     /// Print the written plots as JSON instead of the tables.
+    #[arg(long)]
     pub json: bool,
 }
 

@@ -25,37 +25,51 @@ use peregrine_lab::{Endpoint, Lab, Lifetime};
 use peregrine_testbed::gen::FrameSizes;
 
 use crate::common::{
-    builtin_topology, command_line, dut_search, frame_for, params, place, progress_line,
+    builtin_topology, command_line, duration, dut_search, frame_for, params, place, progress_line,
     shown_trial, trial_setup, ChainPath, PlacementConfig, RateSetting, ResultOutput,
 };
 use crate::report::Report;
 use crate::tcp::{self, TcpTransfer};
 
 /// `peregrine bench router`.
-#[derive(Clone, Debug)]
+#[derive(clap::Args, Clone, Debug)]
+#[command(mut_arg("name", ResultOutput::named("bench-router")))]
 pub struct RouterBenchConfig {
-    /// Length of each trial.
+    /// Length of each trial (2, 2s, 500ms).
+    #[arg(long, default_value = "2s", value_parser = duration)]
     pub trial: Duration,
-    /// Offered rate of the fixed-rate trial.
+    /// Offered rate of the fixed-rate trial (2M, 2Mpps, 1Gbit).
+    #[arg(long, default_value = "2Mpps")]
     pub fixed_rate: RateSetting,
-    /// RFC 2544 search resolution.
+    /// RFC 2544 search resolution (20k, 20kpps).
+    #[arg(long, default_value = "20kpps")]
     pub resolution: RateSetting,
-    /// Routes added for the large-table scenarios.
+    /// Routes added for the large-table configurations.
+    #[arg(long, default_value_t = 10_000)]
     pub routes: u32,
     /// Only IPv4, one flow, direct and chain, and one TCP stream (a quick
     /// look).
+    #[arg(long)]
     pub quick: bool,
-    /// Length of each iperf3 TCP transfer.
+    /// Length of each iperf3 TCP transfer (3, 3s).
+    #[arg(long, default_value = "3s", value_parser = duration)]
     pub tcp_time: Duration,
-    /// When not empty: only the scenarios whose name contains one of these.
+    /// Run only the scenarios whose name contains TEXT (repeatable), e.g.
+    /// "1 flow" for the 64 B IPv4 and 78 B IPv6 single-flow runs, "tcp" for
+    /// the iperf3 rows; every name is listed in the result's runs.
+    #[arg(long = "scenario", value_name = "TEXT")]
     pub only: Vec<String>,
-    /// A local build of xdp-tools' xdp-forward, compared beside the XDP
-    /// router in the 1-flow scenarios when given.
+    /// A local build of xdp-tools' xdp-forward to compare beside the XDP
+    /// router in the 1-flow scenarios (never shipped with peregrine).
+    #[arg(long, value_name = "PATH")]
     pub xdp_forward: Option<PathBuf>,
-    /// Rounds per scenario; contenders alternate within each round so slow
-    /// drifts of a noisy machine hit them alike. Ratios use medians.
+    /// Rounds per configuration; contenders alternate within each round so
+    /// slow drifts of this noisy machine hit them alike. Ratios use medians.
+    #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+    #[command(flatten)]
     pub placement: PlacementConfig,
+    #[command(flatten)]
     pub output: ResultOutput,
 }
 

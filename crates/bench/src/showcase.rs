@@ -7,6 +7,7 @@
 //! (what it delivers when offered more than it takes, and what limited it)
 //! and an RFC 2544 search.
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -22,13 +23,20 @@ use crate::report::Report;
 use crate::router::{one_flow_runs, saturated_trial, Contender, PacketTrials};
 use crate::RateSetting;
 
-/// `peregrine showcase`.
-#[derive(Clone, Debug)]
+/// `peregrine showcase`: its result is `showcase.json` in `out`.
+#[derive(clap::Args, Clone, Debug)]
 pub struct ShowcaseConfig {
-    /// Length of each trial.
+    /// Directory for the result file and plots.
+    #[arg(long, default_value = crate::DEFAULT_OUT)]
+    pub out: PathBuf,
+    /// Length of each trial (2, 2s, 500ms).
+    #[arg(long, default_value = "2s", value_parser = crate::common::duration)]
     pub trial: Duration,
+    #[command(flatten)]
     pub placement: PlacementConfig,
-    pub output: ResultOutput,
+    /// Print the result as JSON on stdout (progress stays on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The name of every lab the showcase builds (one at a time).
@@ -76,7 +84,12 @@ pub fn showcase(a: ShowcaseConfig) -> Result<()> {
         runs.push(invoker_run(LAB, c, REQUEST_BYTES, &requests)?);
     }
     let result = ResultFile::new(Showcase::KIND, command_line(), runs);
-    a.output.write::<Showcase>(&result)
+    let output = ResultOutput {
+        out: a.out,
+        name: "showcase".into(),
+        json: a.json,
+    };
+    output.write::<Showcase>(&result)
 }
 
 /// The showcase's result file.

@@ -151,91 +151,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
     }
-    let get = |k: &str| s.get(k).cloned().unwrap_or_default();
-    println!(
-        "agent pid {} ({}): {}, {} reconciles, {} repairs, last took {:.1} ms",
-        get("pid"),
-        get("config").as_str().unwrap_or(""),
-        if get("ready").as_bool() == Some(true) {
-            "ready"
-        } else {
-            "not ready"
-        },
-        get("reconciles"),
-        get("repairs"),
-        get("last_reconcile_seconds").as_f64().unwrap_or(0.0) * 1e3
-    );
-    if let Some(r) = s.get("router").filter(|r| !r.is_null()) {
-        let ports: Vec<String> = r["ports"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|p| {
-                        let live = p[1].as_bool() == Some(true);
-                        format!(
-                            "{}{}",
-                            p[0].as_str().unwrap_or("?"),
-                            if live { "" } else { " (down)" }
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        println!(
-            "router at {}: {}",
-            r["hook"].as_str().unwrap_or("-"),
-            ports.join(", ")
-        );
-    }
-    for q in get("qos").as_array().into_iter().flatten() {
-        println!(
-            "qos {}: {} rule(s) at {}{}{}",
-            q["iface"].as_str().unwrap_or("?"),
-            q["rules"],
-            q["hook"].as_str().unwrap_or("?"),
-            if q["scheduler"].as_bool() == Some(true) {
-                ", scheduler"
-            } else {
-                ""
-            },
-            if q["live"].as_bool() == Some(true) || q["scheduler"].as_bool() == Some(true) {
-                ""
-            } else {
-                " (not running)"
-            }
-        );
-    }
-    for o in get("order").as_array().into_iter().flatten() {
-        let st: Vec<&str> = o["stages"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
-            .unwrap_or_default();
-        println!(
-            "order on {}: {}",
-            o["iface"].as_str().unwrap_or("?"),
-            st.join(" -> ")
-        );
-    }
-    for v in get("services").as_array().into_iter().flatten() {
-        println!(
-            "service {} ({}): {} pid {}, {} restarts{}",
-            v["name"].as_str().unwrap_or("?"),
-            v["kind"].as_str().unwrap_or("?"),
-            v["state"].as_str().unwrap_or("?"),
-            v["pid"],
-            v["restarts"],
-            if v["adopted"].as_bool() == Some(true) {
-                ", adopted"
-            } else {
-                ""
-            }
-        );
-    }
-    for k in ["waiting", "errors"] {
-        for l in get(k).as_array().into_iter().flatten() {
-            println!("{}: {}", k.trim_end_matches('s'), l.as_str().unwrap_or(""));
-        }
-    }
+    print!("{}", peregrine_agent::status::text(&s));
     Ok(())
 }
 
@@ -243,26 +159,8 @@ pub fn status(a: StatusArgs) -> Result<()> {
 /// this one) refuse while an agent runs there (its children excepted):
 /// the agent owns the node.
 pub fn refuse_beside_agent(what: &str, ns: Option<&str>) -> Result<()> {
-    if std::env::var_os("PEREGRINE_AGENT_CHILD").is_some() {
-        return Ok(());
+    match control::refusal(what, ns) {
+        Some(m) => usage!("{m}"),
+        None => Ok(()),
     }
-    let path = state::socket_path();
-    if !path.exists() {
-        return Ok(());
-    }
-    let Ok(r) = control::request(&path, &Request::Status) else {
-        return Ok(());
-    };
-    let Some(s) = r.status else { return Ok(()) };
-    let ours = peregrine_host::netns::run_in_opt(ns, peregrine_host::netns::cookie)
-        .ok()
-        .and_then(|c| c.ok());
-    if s.get("netns_cookie").and_then(|c| c.as_u64()) != ours {
-        return Ok(());
-    }
-    usage!(
-        "a peregrine agent (pid {}) owns this node's data plane: declare the {what} in its declaration ({}) and run `peregrine apply FILE`, or stop the agent",
-        s["pid"],
-        s["config"].as_str().unwrap_or("?")
-    )
 }

@@ -1,14 +1,12 @@
 //! `peregrine faas serve|load|deploy|undeploy|list`: arguments into
 //! `peregrine_faas::ServeConfig` and `peregrine_lab::faasload`'s config,
 //! the control socket's requests, and the reports printed.
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use peregrine_faas::wasm::WasmLimits;
-use peregrine_faas::{control, Registry, ServeConfig, ServeReport};
-use peregrine_host::netns;
+use peregrine_faas::control::{self, Request};
+use peregrine_faas::{Registry, ServeConfig};
 use peregrine_lab::faasload::DEFAULT_MAX_LOSS;
 
 use crate::scope::Scope;
@@ -224,101 +222,43 @@ pub fn run(cmd: FaasCmd) -> Result<()> {
     }
 }
 
-/// The control socket of the server in `scope`'s namespace.
-fn control_path(scope: &Scope) -> Result<std::path::PathBuf> {
-    let ns = scope.ns()?;
-    let cookie = netns::run_in_opt(ns.as_deref(), netns::cookie)??;
-    Ok(control::path_for(cookie))
+/// Sends `req` (and `module`) to the server in `scope`'s namespace and
+/// prints its answer; a refusal is an error about `what`.
+fn ask(scope: &Scope, req: Request, module: &[u8], json: bool, what: String) -> Result<()> {
+    let path = control::path_in(scope.ns()?.as_deref())?;
+    let v = control::request(&path, &req, module).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+    if json {
+        println!("{v}");
+    } else {
+        print!("{}", control::describe(&req, &v));
+    }
+    Ok(())
 }
 
 fn deploy(a: DeployArgs) -> Result<()> {
-    let shown = a.wasm.display();
-    let module = match std::fs::read(&a.wasm) {
-        Ok(m) => m,
-        Err(e) => usage!("--wasm {shown}: {e}"),
-    };
-    let name = match &a.name {
-        Some(n) => n.clone(),
-        None => a
-            .wasm
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("wasm")
-            .to_string(),
-    };
-    if let Err(e) = control::check_name(&name) {
-        usage!("--name: {e}");
-    }
-    if let Err(e) = WasmLimits::new(a.memory.0, a.timeout.0) {
-        usage!("--memory/--timeout: {e}");
-    }
-    let req = control::Request::Deploy {
-        port: a.port,
-        name: name.clone(),
-        memory: a.memory.0,
-        timeout_ns: a.timeout.0.as_nanos() as u64,
-        module_len: module.len(),
-    };
-    let v = control::request(&control_path(&a.scope)?, &req, &module)
-        .map_err(|e| anyhow::anyhow!("deploy {shown} on port {}: {e}", a.port))?;
-    if a.json {
-        println!("{v}");
-    } else {
-        match v["replaced"].as_str() {
-            Some(old) => println!(
-                "port {}: {name} replaces {old}, every worker runs it",
-                a.port
-            ),
-            None => println!("port {}: {name} deployed, every worker runs it", a.port),
-        }
-    }
-    Ok(())
+    let name = a.name.as_deref();
+    let (req, module) =
+        match control::deploy_request(a.port, &a.wasm, name, a.memory.0, a.timeout.0) {
+            Ok(r) => r,
+            Err(e) => usage!("{e}"),
+        };
+    let what = format!("deploy {} on port {}", a.wasm.display(), a.port);
+    ask(&a.scope, req, &module, a.json, what)
 }
 
 fn undeploy(a: UndeployArgs) -> Result<()> {
-    let req = control::Request::Undeploy { port: a.port };
-    let v = control::request(&control_path(&a.scope)?, &req, &[])
-        .map_err(|e| anyhow::anyhow!("undeploy port {}: {e}", a.port))?;
-    if a.json {
-        println!("{v}");
-    } else {
-        println!(
-            "port {}: {} undeployed",
-            a.port,
-            v["name"].as_str().unwrap_or("?")
-        );
-    }
-    Ok(())
+    let req = Request::Undeploy { port: a.port };
+    ask(
+        &a.scope,
+        req,
+        &[],
+        a.json,
+        format!("undeploy port {}", a.port),
+    )
 }
 
 fn list(a: ListArgs) -> Result<()> {
-    let v = control::request(&control_path(&a.scope)?, &control::Request::List, &[])
-        .map_err(|e| anyhow::anyhow!("list: {e}"))?;
-    if a.json {
-        println!("{v}");
-        return Ok(());
-    }
-    print_functions(&v);
-    Ok(())
-}
-
-/// A table of `control::list`'s functions.
-fn print_functions(v: &serde_json::Value) {
-    let mut t = Table::new(&["port", "name", "kind", "calls", "errors", "p50", "p99"]);
-    for f in v["functions"].as_array().into_iter().flatten() {
-        let u = |k: &str| f[k].as_u64().map_or("-".to_string(), |n| n.to_string());
-        let lat = |k: &str| f[k].as_u64().map_or("-".to_string(), fmt_ns);
-        t.row(vec![
-            u("port"),
-            f["name"].as_str().unwrap_or("?").to_string(),
-            f["kind"].as_str().unwrap_or("?").to_string(),
-            u("calls"),
-            u("errors"),
-            lat("p50_ns"),
-            lat("p99_ns"),
-        ]);
-    }
-    print!("{}", t.render());
+    ask(&a.scope, Request::List, &[], a.json, "list".into())
 }
 
 /// The functions a command was given, or a usage error naming the problem.
@@ -439,63 +379,11 @@ fn serve(a: ServeArgs) -> Result<()> {
     };
     let server = peregrine_faas::serve(cfg)?;
     eprintln!("{}", server.summary());
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let exposition = match a.metrics {
-        Some(addr) => {
-            let t = crate::metrics::serve_invoker(&server, addr, stop.clone())?;
-            if !a.json {
-                eprintln!("metrics on http://{addr}/metrics");
-            }
-            Some(t)
-        }
-        None => None,
-    };
-    if let (false, Some(p)) = (a.json, server.control_path()) {
-        eprintln!("control socket {}", p.display());
+    let r = server.run(a.duration.map(Duration::from), !a.json, a.metrics)?;
+    if a.json {
+        println!("{}", r.to_json());
+    } else {
+        print!("{r}");
     }
-    server.serve_for(a.duration.map(Duration::from), !a.json);
-    stop.store(true, Ordering::Relaxed);
-    if let Some(t) = exposition {
-        let _ = t.join();
-    }
-    print_serve(&server.stop(), a.json);
     Ok(())
-}
-
-/// The final report of `faas serve`: one JSON object, or tables.
-fn print_serve(r: &ServeReport, json: bool) {
-    let out = r.to_json();
-    if json {
-        println!("{out}");
-        return;
-    }
-    let seconds = r.seconds;
-    println!(
-        "{} backend, {:.1} s, {} KiB of buffers",
-        r.backend.as_str(),
-        seconds,
-        r.memory_bytes / 1024
-    );
-    let mut t = Table::new(&["counter", "count", "per second"]);
-    let s = &r.stats;
-    let counts = [("requests", s.requests), ("replies", s.replies)];
-    for (k, v) in counts.iter().chain(s.drops.iter()) {
-        t.row(vec![
-            k.to_string(),
-            v.to_string(),
-            si(*v as f64 / seconds.max(1e-9)),
-        ]);
-    }
-    print!("{}", t.render());
-    println!("functions served at the end:");
-    print_functions(&out);
-    let mut t = Table::new(&["function", "answered", "per second"]);
-    for (n, v) in &s.per_function {
-        t.row(vec![
-            n.clone(),
-            v.to_string(),
-            si(*v as f64 / seconds.max(1e-9)),
-        ]);
-    }
-    print!("{}", t.render());
 }

@@ -2,10 +2,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 use peregrine_host::signals;
-use peregrine_lab::{lab, Lab, Lifetime, Topology};
 
 mod agent;
 mod bench;
@@ -42,12 +41,12 @@ pub struct Cli {
 enum Cmd {
     /// Build, inspect and remove labs (network namespaces over veth).
     #[command(subcommand)]
-    Lab(LabCmd),
+    Lab(peregrine_lab::LabCmd),
     /// Benchmarks: every contender in one run, JSON + table + plot.
     #[command(subcommand)]
-    Bench(bench::BenchCmd),
+    Bench(peregrine_bench::BenchCmd),
     /// Send traffic in a lab with the generator.
-    Gen(bench::GenArgs),
+    Gen(peregrine_bench::gen::GenConfig),
     /// One I/O path (udp, mmsg, PACKET_MMAP, AF_XDP) as a checked sender or
     /// receiver, in the namespace it runs in.
     #[command(subcommand)]
@@ -71,7 +70,7 @@ enum Cmd {
     #[command(subcommand)]
     Quic(quic::QuicCmd),
     /// Turn result files into plots (PNG and SVG).
-    Report(bench::ReportArgs),
+    Report(peregrine_bench::redraw::ReportConfig),
     /// The node agent: applies a declared state (router, QoS, functions,
     /// QUIC services) and keeps it applied until SIGTERM (docs/AGENT.md).
     Agent(agent::AgentArgs),
@@ -82,7 +81,7 @@ enum Cmd {
     /// The running agent's view of the node.
     Status(agent::StatusArgs),
     /// The built-in showcase (what `scripts/run.sh` runs).
-    Showcase(bench::ShowcaseArgs),
+    Showcase(peregrine_bench::showcase::ShowcaseConfig),
     /// Write man pages (one per command) into a directory.
     #[command(hide = true)]
     Man {
@@ -96,162 +95,6 @@ enum Cmd {
         /// The shell to complete for.
         shell: clap_complete::Shell,
     },
-}
-
-#[derive(Subcommand)]
-enum LabCmd {
-    /// Build a lab from a TOML file or a built-in name (pair, gen-dut-sink,
-    /// chain, netmode-host|bridge|macvlan|overlay|same-host).
-    Up {
-        /// A TOML file or a built-in name (pair, gen-dut-sink, chain,
-        /// netmode-host|bridge|macvlan|overlay|same-host).
-        topology: String,
-        /// Stay in the foreground and remove the lab on Ctrl-C.
-        #[arg(long)]
-        foreground: bool,
-        /// Print the lab and its namespaces as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Remove a lab, or every lab with --all (stale ones included).
-    Down {
-        /// The lab to remove.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
-        name: Option<String>,
-        /// Remove every lab, and what killed runs left behind.
-        #[arg(long)]
-        all: bool,
-        /// Print what was removed as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// List labs and stale state.
-    List {
-        /// Print the labs as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Run a command in a lab host: lab exec NAME HOST -- CMD...
-    Exec {
-        /// The lab.
-        name: String,
-        /// The host (namespace) of the lab to run in.
-        host: String,
-        /// The command and its arguments, after `--`.
-        #[arg(last = true, required = true)]
-        cmd: Vec<String>,
-    },
-}
-
-/// Reads a topology from a file, or a built-in by name.
-pub fn load_topology(arg: &str) -> Result<Topology> {
-    if let Some(text) = peregrine_lab::topology::builtin::get(arg) {
-        return Ok(Topology::from_toml(text)?);
-    }
-    let p = PathBuf::from(arg);
-    if !p.exists() {
-        usage!(
-            "topology {arg:?}: no such file and not a built-in ({})",
-            peregrine_lab::topology::builtin::NAMES.join(", ")
-        );
-    }
-    Ok(Topology::from_file(&p)?)
-}
-
-fn run_lab(cmd: LabCmd) -> Result<()> {
-    match cmd {
-        LabCmd::Up {
-            topology,
-            foreground,
-            json,
-        } => {
-            let topo = load_topology(&topology)?;
-            let lifetime = if foreground {
-                Lifetime::Ephemeral
-            } else {
-                Lifetime::Persistent
-            };
-            let lab = Lab::up(topo, lifetime)?;
-            let hosts: Vec<String> = lab.topo.hosts.iter().map(|h| lab.ns(&h.name)).collect();
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({ "lab": lab.name(), "namespaces": hosts })
-                );
-            } else {
-                println!("lab {} is up: {}", lab.name(), hosts.join(" "));
-            }
-            if foreground {
-                eprintln!("press Ctrl-C to remove it");
-                while !signals::stop_requested() {
-                    signals::sleep(std::time::Duration::from_secs(1));
-                }
-            } else {
-                std::mem::forget(lab); // persistent: lives until `lab down`
-            }
-            Ok(())
-        }
-        LabCmd::Down { name, all, json } => {
-            let d = match (name, all) {
-                (_, true) => lab::down_all()?,
-                (Some(n), false) => lab::DownAll {
-                    labs: lab::down(&n)?,
-                    ..Default::default()
-                },
-                (None, false) => usage!("lab down needs a lab name or --all"),
-            };
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({ "removed": d.labs, "stale_routers": d.stale_routers,
-                                        "stale_policers": d.stale_policers })
-                );
-            } else if d.is_empty() {
-                println!("nothing to remove");
-            } else {
-                if !d.labs.is_empty() {
-                    println!("removed: {}", d.labs.join(" "));
-                }
-                for (n, what) in [(d.stale_routers, "router"), (d.stale_policers, "policer")] {
-                    if n > 0 {
-                        println!("removed {n} stale {what} attachment(s) of killed runs");
-                    }
-                }
-            }
-            Ok(())
-        }
-        LabCmd::List { json } => {
-            let labs = lab::list();
-            if json {
-                println!("{}", serde_json::to_string_pretty(&labs)?);
-            } else if labs.is_empty() {
-                println!("no labs");
-            } else {
-                println!("{:<14} {:<10} {:<6} namespaces", "lab", "owner", "stale");
-                for l in labs {
-                    let owner = l
-                        .owner_pid
-                        .map(|p| p.to_string())
-                        .unwrap_or_else(|| "-".into());
-                    println!(
-                        "{:<14} {:<10} {:<6} {}",
-                        l.name,
-                        owner,
-                        l.stale,
-                        l.namespaces.join(" ")
-                    );
-                }
-            }
-            Ok(())
-        }
-        LabCmd::Exec { name, host, cmd } => {
-            let code = lab::exec(&name, &host, &cmd)?;
-            if code != 0 {
-                std::process::exit(code);
-            }
-            Ok(())
-        }
-    }
 }
 
 /// Clap's own errors as ours: one line, `peregrine: error: ...`, exit 2
@@ -318,17 +161,17 @@ fn main() -> ExitCode {
             docs::completions(shell);
             Ok(())
         }
-        Some(Cmd::Lab(c)) => run_lab(c),
-        Some(Cmd::Bench(c)) => bench::run(c),
-        Some(Cmd::Gen(a)) => bench::gen(a),
+        Some(Cmd::Lab(c)) => c.run(),
+        Some(Cmd::Bench(c)) => c.run(),
+        Some(Cmd::Gen(a)) => peregrine_bench::gen::gen(a),
         Some(Cmd::Io(c)) => io::run(c),
-        Some(Cmd::Report(a)) => bench::report(a),
+        Some(Cmd::Report(a)) => peregrine_bench::redraw::report(a),
         Some(Cmd::Router(c)) => dp::router(c),
         Some(Cmd::Chain(c)) => chain::chain(c),
         Some(Cmd::Qos(c)) => qos::run(c),
         Some(Cmd::Faas(c)) => faas::run(c),
         Some(Cmd::Quic(c)) => quic::run(c),
-        Some(Cmd::Showcase(a)) => bench::showcase(a),
+        Some(Cmd::Showcase(a)) => peregrine_bench::showcase::showcase(a),
         Some(Cmd::Agent(a)) => agent::agent(a),
         Some(Cmd::Apply(f)) => agent::apply(f),
         Some(Cmd::Diff(f)) => agent::diff(f),
@@ -345,56 +188,6 @@ fn main() -> ExitCode {
             } else {
                 usage::exit_code(&e)
             })
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every subcommand and every argument (flags and positionals) has help.
-    #[test]
-    fn every_argument_has_help() {
-        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
-            let path = format!("{path} {}", cmd.get_name());
-            for a in cmd.get_arguments() {
-                let id = a.get_id().as_str();
-                if id == "help" || id == "version" {
-                    continue;
-                }
-                if a.get_help().is_none() && a.get_long_help().is_none() {
-                    missing.push(format!("{path} {id}"));
-                }
-            }
-            for sub in cmd.get_subcommands() {
-                if sub.get_about().is_none() && sub.get_long_about().is_none() {
-                    missing.push(format!("{path} {} (subcommand)", sub.get_name()));
-                }
-                walk(sub, &path, missing);
-            }
-        }
-        let mut missing = Vec::new();
-        let cmd = Cli::command();
-        cmd.clone().debug_assert();
-        walk(&cmd, "", &mut missing);
-        assert!(missing.is_empty(), "arguments without help: {missing:#?}");
-    }
-
-    #[test]
-    fn man_pages_and_completions_build() {
-        let dir = std::env::temp_dir().join(format!("peregrine-man-{}", std::process::id()));
-        docs::man(&dir).unwrap();
-        let page = std::fs::read_to_string(dir.join("peregrine.1")).unwrap();
-        assert!(page.contains(".TH peregrine 1"), "{page}");
-        let faas = std::fs::read_to_string(dir.join("peregrine-faas-load.1")).unwrap();
-        assert!(faas.contains("max\\-loss"), "{faas}");
-        std::fs::remove_dir_all(&dir).unwrap();
-        for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh] {
-            let mut out = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "peregrine", &mut out);
-            let text = String::from_utf8(out).unwrap();
-            assert!(text.contains("router"), "{shell}");
         }
     }
 }

@@ -12,8 +12,8 @@ use peregrine_qos::config::Proto;
 use peregrine_qos::serve::{self, ClassChange};
 use peregrine_qos::{ClassFields, Hook, PolicerConfig, RuleFields};
 
+use crate::metrics::StatsOutput;
 use crate::usage;
-use crate::watch::StatsOutput;
 
 #[derive(Subcommand)]
 pub enum QosCmd {

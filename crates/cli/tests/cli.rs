@@ -649,10 +649,78 @@ fn man_pages_and_completions_are_generated() {
         let text = std::fs::read_to_string(dir.join(page)).unwrap();
         assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}");
     }
+    let page = std::fs::read_to_string(dir.join("peregrine.1")).unwrap();
+    assert!(page.contains(".TH peregrine 1"), "{page}");
+    let faas = std::fs::read_to_string(dir.join("peregrine-faas-load.1")).unwrap();
+    assert!(faas.contains("max\\-loss"), "{faas}");
     let out = run(&["completions", "bash"]);
     assert_code(&out, 0, "completions");
     assert!(String::from_utf8_lossy(&out.stdout).contains("complete -F"));
+    for shell in ["bash", "zsh"] {
+        let out = run(&["completions", shell]);
+        assert_code(&out, 0, shell);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("router"),
+            "{shell}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every subcommand and every argument (flags and positionals) has help,
+/// as `-h` shows it: each entry of a Commands, Arguments or Options list
+/// has text beside it (or on the next line), and not only `[default: ..]`.
+#[test]
+fn every_argument_has_help() {
+    fn walk(path: &mut Vec<String>, missing: &mut Vec<String>) {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("-h");
+        let out = run(&args);
+        assert_code(&out, 0, &args.join(" "));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.contains("Usage: peregrine"), "{args:?}: {text}");
+        let lines: Vec<&str> = text.lines().collect();
+        let mut section = "";
+        let mut subcommands = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let indent = line.len() - line.trim_start().len();
+            if indent == 0 {
+                section = line.trim_end();
+                continue;
+            }
+            let listed = ["Commands:", "Arguments:", "Options:"].contains(&section);
+            if !listed || indent >= 10 || line.trim().is_empty() {
+                continue;
+            }
+            let entry = line.trim();
+            let (spec, help) = match entry.split_once("  ") {
+                Some((spec, help)) => (spec, help.trim()),
+                None => {
+                    let next = lines.get(i + 1).copied().unwrap_or("");
+                    let next_indent = next.len() - next.trim_start().len();
+                    (entry, if next_indent >= 10 { next.trim() } else { "" })
+                }
+            };
+            if help.is_empty() || help.starts_with('[') {
+                missing.push(format!("peregrine {} {spec}", path.join(" ")));
+            }
+            if section == "Commands:" && spec != "help" {
+                subcommands.push(spec.to_string());
+            }
+        }
+        for sub in subcommands {
+            path.push(sub);
+            walk(path, missing);
+            path.pop();
+        }
+    }
+    let mut missing = Vec::new();
+    walk(&mut Vec::new(), &mut missing);
+    // The hidden commands, which no Commands list shows.
+    for hidden in ["man", "completions"] {
+        walk(&mut vec![hidden.to_string()], &mut missing);
+    }
+    assert!(missing.is_empty(), "arguments without help: {missing:#?}");
 }
 
 /// Exit status of `faas load` (no replies, loss above --max-loss) and of a

@@ -13,6 +13,7 @@
 //! - `running`: ports added to and removed from a router left running.
 //! - `router`: the router's lifecycle (attach, join, leave, detach, list,
 //!   counters, chain apply/remove), each call reporting what it changed.
+//! - `report`: counters and lists as tables, JSON and watch counters.
 
 pub mod config;
 pub mod deploy;
@@ -21,6 +22,7 @@ pub mod hook;
 pub mod hosts;
 pub mod peer;
 pub mod pins;
+pub mod report;
 pub mod router;
 pub mod running;
 
@@ -32,5 +34,6 @@ pub use hosts::{HostIface, Hosts, NamedNamespaces};
 pub use peer::{ensure_xdp_receiver, refresh_peer_of, PassThrough, PeerDelivery, RouterAwareLink};
 pub use peregrine_bpf::Hook;
 pub use pins::PinScope;
+pub use report::{ChainStats, RouterStats};
 pub use router::{AttachConfig, Attached, Detached, Plan, Site};
 pub use running::RunningRouter;

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+use peregrine_host::netns;
+use peregrine_units::{ns, Table};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -35,6 +37,12 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 /// The control socket of the server in the network namespace with `cookie`.
 pub fn path_for(cookie: u64) -> PathBuf {
     Path::new(RUN_DIR).join(format!("{cookie}.sock"))
+}
+
+/// The control socket of the server in network namespace `ns` (None: the
+/// caller's).
+pub fn path_in(ns: Option<&str>) -> Result<PathBuf, peregrine_host::HostError> {
+    Ok(path_for(netns::run_in_opt(ns, netns::cookie)??))
 }
 
 /// A request to a running server.
@@ -76,6 +84,65 @@ pub fn check_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A deploy of the module in `wasm` on `port`, as `faas deploy` asks it:
+/// named `name` or after the file, its limits checked first. The request
+/// and the module's bytes, or what is wrong with them (naming the flag).
+pub fn deploy_request(
+    port: u16,
+    wasm: &Path,
+    name: Option<&str>,
+    memory: u64,
+    timeout: Duration,
+) -> Result<(Request, Vec<u8>), String> {
+    let module = std::fs::read(wasm).map_err(|e| format!("--wasm {}: {e}", wasm.display()))?;
+    let stem = || wasm.file_stem().and_then(|s| s.to_str()).unwrap_or("wasm");
+    let name = name.unwrap_or_else(stem).to_string();
+    check_name(&name).map_err(|e| format!("--name: {e}"))?;
+    WasmLimits::new(memory, timeout).map_err(|e| format!("--memory/--timeout: {e}"))?;
+    let req = Request::Deploy {
+        port,
+        name,
+        memory,
+        timeout_ns: timeout.as_nanos() as u64,
+        module_len: module.len(),
+    };
+    Ok((req, module))
+}
+
+/// A server's answer to `req` for people: what a deploy or an undeploy
+/// did, or a list's functions as a table.
+pub fn describe(req: &Request, answer: &Value) -> String {
+    match req {
+        Request::Deploy { port, name, .. } => match answer["replaced"].as_str() {
+            Some(old) => format!("port {port}: {name} replaces {old}, every worker runs it\n"),
+            None => format!("port {port}: {name} deployed, every worker runs it\n"),
+        },
+        Request::Undeploy { port } => {
+            let name = answer["name"].as_str().unwrap_or("?");
+            format!("port {port}: {name} undeployed\n")
+        }
+        Request::List => functions_table(answer),
+    }
+}
+
+/// A table of [`list`]'s functions: port, name, kind, calls, errors,
+/// p50/p99 call time.
+pub fn functions_table(v: &Value) -> String {
+    let mut t = Table::new(&["port", "name", "kind", "calls", "errors", "p50", "p99"]);
+    for f in v["functions"].as_array().into_iter().flatten() {
+        let u = |k: &str| f[k].as_u64().map_or("-".to_string(), |n| n.to_string());
+        let lat = |k: &str| f[k].as_u64().map_or("-".to_string(), ns);
+        let s = |k: &str| f[k].as_str().unwrap_or("?").to_string();
+        let row = [u("port"), s("name"), s("kind"), u("calls"), u("errors")];
+        t.row(
+            row.into_iter()
+                .chain([lat("p50_ns"), lat("p99_ns")])
+                .collect(),
+        );
+    }
+    t.render()
 }
 
 /// Applies `req` to a server (its registry and routes); the answer as

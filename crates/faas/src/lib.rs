@@ -7,6 +7,7 @@ pub mod control;
 pub mod functions;
 pub mod invoker;
 pub mod live;
+pub mod metrics;
 pub mod serve;
 pub mod wasm;
 

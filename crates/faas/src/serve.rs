@@ -3,13 +3,16 @@
 //! its control socket, its counters read as [`ServeStats`]), and a final
 //! [`ServeReport`] when it stops. The one place the backend is chosen:
 //! `faas serve`, `bench faas` and the agent all start servers here.
+use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use peregrine_bpf::XdpMode;
 use peregrine_host::{netns, signals};
+use peregrine_metrics::MetricsError;
+use peregrine_units::{si, Table};
 use peregrine_xsk::XskConfig;
 use serde_json::{json, Value};
 
@@ -176,6 +179,32 @@ impl ServeReport {
     }
 }
 
+/// The report as `faas serve` prints it for people: the backend, the
+/// counters and their rates, the functions served at the end and what each
+/// function answered.
+impl std::fmt::Display for ServeReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kib = self.memory_bytes / 1024;
+        let (backend, secs) = (self.backend.as_str(), self.seconds);
+        writeln!(f, "{backend} backend, {secs:.1} s, {kib} KiB of buffers")?;
+        let rate = |v: u64| si(v as f64 / secs.max(1e-9));
+        let mut t = Table::new(&["counter", "count", "per second"]);
+        let s = &self.stats;
+        let counts = [("requests", s.requests), ("replies", s.replies)];
+        for (k, v) in counts.iter().chain(s.drops.iter()) {
+            t.row(vec![k.to_string(), v.to_string(), rate(*v)]);
+        }
+        f.write_str(&t.render())?;
+        writeln!(f, "functions served at the end:")?;
+        f.write_str(&control::functions_table(&self.functions))?;
+        let mut t = Table::new(&["function", "answered", "per second"]);
+        for (n, v) in &s.per_function {
+            t.row(vec![n.clone(), v.to_string(), rate(*v)]);
+        }
+        f.write_str(&t.render())
+    }
+}
+
 /// Checks `cfg` against itself and this machine, before anything starts.
 fn check(cfg: &ServeConfig, ncpu: usize) -> Result<(), ServeError> {
     let invalid = |m: String| Err(ServeError::Invalid(m));
@@ -242,10 +271,9 @@ pub fn serve(cfg: ServeConfig) -> Result<Server, ServeError> {
     // Deploys, undeploys and lists arrive here (one server per namespace):
     // taken before anything is attached, so a second server changes nothing.
     let control = if cfg.control {
-        let cookie = netns::run_in_opt(ns, netns::cookie)??;
         let (to_serve, incoming) = mpsc::channel();
-        let c = ControlSocket::start(&control::path_for(cookie), to_serve)
-            .map_err(ServeError::Control)?;
+        let c =
+            ControlSocket::start(&control::path_in(ns)?, to_serve).map_err(ServeError::Control)?;
         Some((c, incoming))
     } else {
         None
@@ -444,6 +472,40 @@ impl Server {
             }
             last = now;
         }
+    }
+
+    /// Serves until Ctrl-C or `limit` (as `serve_for`), its counters served
+    /// to Prometheus at `metrics` meanwhile (with `progress`, where it
+    /// serves them and its control socket are said first on stderr); the
+    /// final report.
+    pub fn run(
+        self,
+        limit: Option<Duration>,
+        progress: bool,
+        metrics: Option<SocketAddr>,
+    ) -> Result<ServeReport, MetricsError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let exposition = match metrics {
+            Some(addr) => {
+                let (c, live) = (self.counters().clone(), self.live().clone());
+                let backend = self.backend.as_str();
+                let t = crate::metrics::serve(c, live, backend, addr, stop.clone())?;
+                if progress {
+                    eprintln!("metrics on http://{addr}/metrics");
+                }
+                Some(t)
+            }
+            None => None,
+        };
+        if let (true, Some(p)) = (progress, self.control_path()) {
+            eprintln!("control socket {}", p.display());
+        }
+        self.serve_for(limit, progress);
+        stop.store(true, Ordering::Relaxed);
+        if let Some(t) = exposition {
+            let _ = t.join();
+        }
+        Ok(self.stop())
     }
 
     /// Stops taking control requests, reads the final counters and stops.

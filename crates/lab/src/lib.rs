@@ -2,11 +2,13 @@
 //! receiver-side sinks, measurement (rates, loss, CPU, latency), RFC 2544
 //! search, results and plots.
 
+pub mod command;
 pub mod compare;
 pub mod error;
 pub mod lab;
 pub mod topology;
 
+pub use command::LabCmd;
 pub use error::{LabError, Result};
 pub use lab::{Lab, Lifetime};
 pub use topology::{Endpoint, Topology};

@@ -16,6 +16,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge as PromGauge;
 use prometheus_client::registry::Registry;
 
+mod watch;
+pub use watch::{rates, Watch};
+
 /// The metrics address could not be listened on.
 #[derive(Debug, thiserror::Error)]
 #[error("--metrics {addr}: cannot listen there: {cause}")]
@@ -214,6 +217,16 @@ pub fn serve_counters<E>(
         }
     };
     serve_metrics(addr, stop, reg, refresh)
+}
+
+/// A report of counters (a router's, a policer's, a chain's): shown once
+/// (its `Display` for people, `to_json` for scripts), or watched and served
+/// to Prometheus as `counters`, named `PREFIX`_... and described by `WHAT`.
+pub trait Counted: std::fmt::Display {
+    const PREFIX: &'static str;
+    const WHAT: &'static str;
+    fn to_json(&self) -> serde_json::Value;
+    fn counters(&self) -> Vec<Counter>;
 }
 
 /// One counter of a sample: labels (e.g. port=in0, action=forward), packets

@@ -2,7 +2,13 @@
 //! machines (`qos stats --json`, an agent): each rule's match as a file
 //! would write it, its meter in units and its counters; the policer's own
 //! counters; the scheduler's classes, if it feeds one.
+use std::fmt;
+
 use peregrine_bpf::policer::{Exceed, InstalledRule, Rate};
+use peregrine_dataplane::report::{attachments_text, AttachmentRow};
+use peregrine_host::netns;
+use peregrine_metrics::{Counted, Counter};
+use peregrine_units::Table;
 use serde::Serialize;
 
 use crate::attach::PolicerStats;
@@ -188,4 +194,198 @@ fn class_name(sched: Option<&SchedulerStats>, id: u16) -> Option<String> {
             .and_then(|s| s.classes.iter().find(|(i, _, _)| *i == u32::from(id)))
             .map_or_else(|| format!("#{id}"), |(_, c, _)| c.name.clone()),
     )
+}
+
+/// The policers `qos stats` shows: tables for people, `{"policers": [...]}`
+/// for scripts, counters for `--watch` and Prometheus.
+pub struct Policers(pub Vec<PolicerReport>);
+
+impl Policers {
+    /// The reports of the policers of `ifaces` (`attach::policed`).
+    pub fn read(ifaces: &[String]) -> crate::Result<Policers> {
+        let stats = crate::attach::stats_of(ifaces)?;
+        Ok(Policers(stats.iter().map(|s| s.report()).collect()))
+    }
+}
+
+impl Counted for Policers {
+    const PREFIX: &'static str = "peregrine_qos";
+    const WHAT: &'static str =
+        "seen by the policer, per interface, rule and counter (conform, exceed, unmatched, ...)";
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "policers": self.0 })
+    }
+
+    /// Per interface and rule, conform and exceed; per interface, the
+    /// policer's own; per class, sent and dropped (queue depth is a gauge,
+    /// in the JSON).
+    fn counters(&self) -> Vec<Counter> {
+        let mut out = Vec::new();
+        for s in &self.0 {
+            let on = |rule: &str, counter: &str, packets, bytes| {
+                let labels = [
+                    ("iface", s.iface.as_str()),
+                    ("rule", rule),
+                    ("counter", counter),
+                ];
+                Counter::new(&labels, packets, bytes)
+            };
+            for r in &s.rules {
+                let id = r.id.to_string();
+                out.push(on(&id, "conform", r.conform_packets, Some(r.conform_bytes)));
+                out.push(on(&id, "exceed", r.exceed_packets, Some(r.exceed_bytes)));
+            }
+            for c in s.scheduler.iter().flat_map(|sc| &sc.classes) {
+                let class = format!("class:{}", c.config.name);
+                let k = &c.stats;
+                let sent = on(&class, "sent", k.sent_packets, Some(k.sent_bytes));
+                out.push(sent.with_depth(c.queue_depth));
+                out.push(on(
+                    &class,
+                    "dropped",
+                    k.dropped_packets,
+                    Some(k.dropped_bytes),
+                ));
+            }
+            for (name, v) in [
+                ("unmatched", s.unmatched),
+                ("not_ip", s.not_ip),
+                ("malformed", s.malformed),
+                ("steered", s.steered),
+                ("unscheduled", s.unscheduled),
+            ] {
+                out.push(on("-", name, v, None));
+            }
+        }
+        out
+    }
+}
+
+/// The rules of every policer, each scheduler's classes, each policer's
+/// own counters.
+impl fmt::Display for Policers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut t = Table::new(&[
+            "iface",
+            "rule",
+            "match",
+            "rate",
+            "burst",
+            "exceed",
+            "conform pkts",
+            "conform bytes",
+            "exceed pkts",
+            "exceed bytes",
+        ]);
+        for s in &self.0 {
+            for r in &s.rules {
+                t.row(vec![
+                    s.iface.clone(),
+                    r.id.to_string(),
+                    r.matches.clone(),
+                    r.rate.clone(),
+                    r.burst.clone(),
+                    r.exceed.clone(),
+                    r.conform_packets.to_string(),
+                    r.conform_bytes.to_string(),
+                    r.exceed_packets.to_string(),
+                    r.exceed_bytes.to_string(),
+                ]);
+            }
+        }
+        f.write_str(&t.render())?;
+        for s in &self.0 {
+            let Some(sc) = &s.scheduler else { continue };
+            let mut t = Table::new(&[
+                "iface",
+                "class",
+                "parent",
+                "rate",
+                "ceil",
+                "prio",
+                "weight",
+                "sent pkts",
+                "sent bytes",
+                "borrowed",
+                "dropped",
+                "queued",
+            ]);
+            for c in &sc.classes {
+                t.row(vec![
+                    s.iface.clone(),
+                    c.config.name.clone(),
+                    c.config.parent.clone().unwrap_or_else(|| "-".into()),
+                    format!("{} bit/s", c.config.rate_bps),
+                    format!("{} bit/s", c.config.ceil_bps),
+                    c.config.priority.to_string(),
+                    c.config.weight.to_string(),
+                    c.stats.sent_packets.to_string(),
+                    c.stats.sent_bytes.to_string(),
+                    c.stats.borrowed_packets.to_string(),
+                    c.stats.dropped_packets.to_string(),
+                    c.queue_depth.to_string(),
+                ]);
+            }
+            f.write_str(&t.render())?;
+            writeln!(
+                f,
+                "{}: scheduler {}, link {} bit/s; {} steered, {} class packets left to the kernel (unscheduled)",
+                s.iface,
+                sc.owner_pid
+                    .map_or_else(|| "not running".to_string(), |p| format!("pid {p}")),
+                sc.link_bps,
+                s.steered,
+                s.unscheduled
+            )?;
+        }
+        for s in &self.0 {
+            writeln!(
+                f,
+                "{} ({} hook): {} packets seen, {} matched no rule, {} not IP, {} malformed (passed unmetered)",
+                s.iface, s.hook, s.packets, s.unmatched, s.not_ip, s.malformed
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `qos list`: every policer on the host, `{"policers": [...]}` or a table
+/// (namespace, interface, hook, program id, state).
+pub fn list_text(as_json: bool) -> String {
+    let names = netns::cookies();
+    let rows: Vec<_> = crate::attach::list()
+        .into_iter()
+        .map(|a| (netns::cookie_name(&names, a.cookie), a))
+        .collect();
+    if as_json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(ns, a)| {
+                serde_json::json!({
+                    "namespace": ns, "netns_cookie": a.cookie, "iface": a.iface,
+                    "hook": a.hook().map(|h| h.kind()),
+                    "tc_order": a.tc_order().map(|o| o.0),
+                    "prog_id": a.link.map(|l| l.prog_id), "stale": a.stale(),
+                })
+            })
+            .collect();
+        return format!("{}\n", serde_json::json!({ "policers": v }));
+    }
+    let rows = rows.into_iter().map(|(namespace, a)| {
+        // At tc, where it runs among the interface's programs:
+        // "tc (policer, then router)".
+        let hook = match (a.hook(), a.tc_order()) {
+            (Some(h), Some(o)) => format!("{} ({o})", h.kind()),
+            (h, _) => h.map_or("-", |h| h.kind()).to_string(),
+        };
+        AttachmentRow {
+            namespace,
+            stale: a.stale(),
+            iface: a.iface,
+            hook,
+            prog_id: a.link.map(|l| l.prog_id),
+        }
+    });
+    attachments_text("policer", rows.collect())
 }

@@ -19,6 +19,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+mod table;
+pub use table::Table;
+
 /// A rate as set: packets (requests) per second, or bits per second of
 /// Ethernet frames that become packets per second once the frame size is
 /// known.
