@@ -464,6 +464,56 @@ fn router_fixtures() {
             .is_err(),
         "no router at tcx egress"
     );
+    tc.set_peer_delivery(out0, false).unwrap();
+    own_address_verdicts_follow_the_host(&tc, &ns, in0);
+}
+
+/// The own-address source check asks the kernel's FIB, not a copy of the
+/// addresses made at attach time: an address given to r later is a martian
+/// source from then on, and forwarded again once removed.
+fn own_address_verdicts_follow_the_host(tc: &RouterProgram, ns: &str, in0: u32) {
+    let src = "198.18.1.77";
+    let spec = UdpFrameSpec {
+        src_ip: src.parse().unwrap(),
+        ..from_a("198.19.0.5", 64)
+    };
+    let ip = |verb: &str| {
+        let st = std::process::Command::new("ip")
+            .args(["-n", ns, "addr", verb, "198.18.1.77/32", "dev", "out1"])
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip addr {verb}");
+    };
+    let expect = |what: &str, out: Outcome, action: &'static str| {
+        let case = Case::new(
+            fixture(Via::TcNeigh, in0, what, build(&spec), &out),
+            vec![action],
+        );
+        let bad = check_table(
+            tc.tc_prog(),
+            &[case],
+            || tc.stats(in0).unwrap(),
+            router_actions_moved,
+        );
+        assert_passed(what, &bad);
+    };
+    expect(
+        "a neighbour's source",
+        Outcome::Forward(spec.clone()),
+        "forward",
+    );
+    ip("add");
+    expect(
+        "the same source, now r's own",
+        Outcome::Drop,
+        "drop_martian",
+    );
+    ip("del");
+    expect(
+        "the same source, r's no more",
+        Outcome::Forward(spec.clone()),
+        "forward",
+    );
 }
 
 fn count_in(st: &peregrine_bpf::router::PortStats, name: &str) -> u64 {
