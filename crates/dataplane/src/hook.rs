@@ -82,6 +82,17 @@ fn risky(port: &str) -> std::result::Result<Option<String>, String> {
     }
 }
 
+/// The first few of `ports`' findings, then how many more there are: a
+/// router of 100 ports gets one line, not 100 clauses.
+fn first_of(found: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut line = found[..found.len().min(SHOWN)].join("; ");
+    if found.len() > SHOWN {
+        line.push_str(&format!("; and on {} more ports", found.len() - SHOWN));
+    }
+    line
+}
+
 /// Picks the hook for `ports` (interfaces of the calling thread's
 /// namespace). `mode`: the XDP mode asked for, if one was (tc takes none).
 pub fn pick(choice: HookChoice, mode: Option<XdpMode>, ports: &[String]) -> Result<Pick> {
@@ -109,7 +120,7 @@ pub fn pick(choice: HookChoice, mode: Option<XdpMode>, ports: &[String]) -> Resu
             let warning = (!bad.is_empty()).then(|| {
                 format!(
                     "peregrine: warning: {}: XDP redirects what that peer sends with partial checksums or as GSO packets, which the receiver drops (TCP stalls); use --hook tc, or turn them off on the peer (ethtool -K <peer> tx off gso off)",
-                    bad.join("; ")
+                    first_of(&bad)
                 )
             });
             Ok(Pick {
@@ -153,5 +164,24 @@ pub fn pick(choice: HookChoice, mode: Option<XdpMode>, ports: &[String]) -> Resu
                 warning: None,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_of;
+
+    #[test]
+    fn many_risky_ports_make_one_short_warning() {
+        let found: Vec<String> = (0..100)
+            .map(|i| format!("tx-checksumming on peer f{i} of p{i}"))
+            .collect();
+        let line = first_of(&found);
+        assert_eq!(
+            line,
+            "tx-checksumming on peer f0 of p0; tx-checksumming on peer f1 of p1; \
+             tx-checksumming on peer f2 of p2; and on 97 more ports"
+        );
+        assert_eq!(first_of(&found[..2]), found[..2].join("; "));
     }
 }
