@@ -173,7 +173,7 @@ pub fn sections(files: &[(String, String)], check: &ArgCheck) -> Result<NodeDecl
                     router_from = Some(name.clone());
                     match router(&value) {
                         Ok(r) => decl.router = Some(r),
-                        Err(m) => err(format!("[router]: {m}")),
+                        Err(ms) => ms.into_iter().for_each(|m| err(format!("[router]: {m}"))),
                     }
                 }
                 "qos" | "function" | "quic" => {
@@ -227,63 +227,80 @@ pub fn sections(files: &[(String, String)], check: &ArgCheck) -> Result<NodeDecl
     }
 }
 
-fn router(v: &toml::Value) -> Result<RouterDecl, String> {
-    let t = v.as_table().ok_or("not a table")?;
+/// The `[router]` section, every mistake in it (one line each).
+fn router(v: &toml::Value) -> Result<RouterDecl, Vec<String>> {
+    let t = v
+        .as_table()
+        .ok_or_else(|| vec!["not a table".to_string()])?;
+    let mut errs = Vec::new();
     for k in t.keys() {
         if !["ports", "hook", "mode", "fib"].contains(&k.as_str()) {
-            return Err(format!("unknown key {k:?} (ports, hook, mode, fib)"));
+            errs.push(format!("unknown key {k:?} (ports, hook, mode, fib)"));
         }
     }
-    let ports: Vec<String> = match t.get("ports") {
-        Some(toml::Value::Array(a)) => a
-            .iter()
-            .map(|p| {
-                p.as_str()
-                    .map(str::to_string)
-                    .ok_or("ports are interface names")
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err("ports is a list of interface names".into()),
-        None => return Err("ports missing (the interfaces it routes between)".into()),
-    };
-    if ports.is_empty() {
-        return Err("ports is empty".into());
-    }
-    for (i, p) in ports.iter().enumerate() {
-        if !valid_iface(p) {
-            return Err(format!("{p:?} is not an interface name"));
+    let mut ports: Vec<String> = Vec::new();
+    match t.get("ports") {
+        Some(toml::Value::Array(a)) => {
+            for p in a {
+                match p.as_str() {
+                    Some(p) if !valid_iface(p) => {
+                        errs.push(format!("{p:?} is not an interface name"))
+                    }
+                    Some(p) if ports.iter().any(|q| q == p) => errs.push(format!("port {p} twice")),
+                    Some(p) => ports.push(p.to_string()),
+                    None => errs.push("ports are interface names".into()),
+                }
+            }
+            if a.is_empty() {
+                errs.push("ports is empty".into());
+            }
         }
-        if ports[..i].contains(p) {
-            return Err(format!("port {p} twice"));
-        }
+        Some(_) => errs.push("ports is a list of interface names".into()),
+        None => errs.push("ports missing (the interfaces it routes between)".into()),
     }
-    let s = |k: &str| -> Result<Option<&str>, String> {
+    let mut s = |k: &str| -> Option<String> {
         match t.get(k) {
-            None => Ok(None),
-            Some(v) => v.as_str().map(Some).ok_or(format!("{k} is a string")),
+            None => None,
+            Some(v) => match v.as_str() {
+                Some(x) => Some(x.to_string()),
+                None => {
+                    errs.push(format!("{k} is a string"));
+                    None
+                }
+            },
         }
     };
-    let hook: HookChoice = s("hook")?
+    let (hook, mode, fib) = (s("hook"), s("mode"), s("fib"));
+    let hook = hook
+        .as_deref()
         .unwrap_or("auto")
-        .parse()
-        .map_err(|e: peregrine_dataplane::DataplaneError| e.to_string())?;
-    let mode: Option<XdpMode> = s("mode")?
-        .map(str::parse)
+        .parse::<HookChoice>()
+        .map_err(|e| errs.push(e.to_string()))
+        .ok();
+    let mode = mode
+        .map(|m| m.parse::<XdpMode>())
         .transpose()
-        .map_err(|e: peregrine_bpf::BpfError| e.to_string())?;
-    if hook.is_tc() && mode.is_some() {
-        return Err("mode is an XDP mode; hook \"tc\" takes none".into());
+        .map_err(|e| errs.push(e.to_string()))
+        .ok()
+        .flatten();
+    if hook.is_some_and(|h| h.is_tc()) && mode.is_some() {
+        errs.push("mode is an XDP mode; hook \"tc\" takes none".into());
     }
-    let fib: FibMode = s("fib")?
+    let fib = fib
+        .as_deref()
         .unwrap_or("full")
-        .parse()
-        .map_err(|e: peregrine_bpf::BpfError| e.to_string())?;
-    Ok(RouterDecl {
-        ports,
-        hook,
-        mode,
-        fib,
-    })
+        .parse::<FibMode>()
+        .map_err(|e| errs.push(e.to_string()))
+        .ok();
+    match (hook, fib) {
+        (Some(hook), Some(fib)) if errs.is_empty() => Ok(RouterDecl {
+            ports,
+            hook,
+            mode,
+            fib,
+        }),
+        _ => Err(errs),
+    }
 }
 
 fn valid_iface(n: &str) -> bool {

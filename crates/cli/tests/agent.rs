@@ -426,6 +426,16 @@ fn agent_refuses_bad_declarations_and_keeps_state() {
         "{}",
         common::text(&o.stderr)
     );
+    // Several mistakes in [router] alone: each named, not only the first.
+    let o = a.apply(
+        "many-router.toml",
+        "[router]\nports = [\"a1\", \"a1\"]\nhook = \"sideways\"\nspeed = 3\n",
+    );
+    let err = common::text(&o.stderr);
+    assert_eq!(err.lines().count(), 3, "{err}");
+    for why in ["port a1 twice", "unknown hook", "unknown key \"speed\""] {
+        assert!(err.contains(why), "should say {why:?}: {err}");
+    }
 }
 
 /// Ports that come later are attached when they appear and cleaned up
