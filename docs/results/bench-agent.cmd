@@ -1,1 +1,1 @@
-./target/release/peregrine bench agent --out docs/results
+target/release/peregrine bench agent --out docs/results

@@ -7,9 +7,14 @@
 //! - a new agent after `kill -9` adopting that node (time until ready);
 //! - reconcile after a declared port appears (`ip link add` to the port's
 //!   program running, read from its pins): p50, p99, max of S samples;
-//! - the agent's resident memory, idle, with that node applied.
+//! - the agent's resident memory, idle, with that node applied;
+//! - UDP through two more router ports, the first policed, at half of what
+//!   one sendmmsg sender pushes through them, while the agent is killed
+//!   (-9) and started again: datagrams lost (goal 0), and the router's and
+//!   the policer's counters must show every delivered one.
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -18,6 +23,8 @@ use peregrine_dataplane::pins;
 use peregrine_dataplane::PinScope;
 use peregrine_host::nl::Netlink;
 use peregrine_host::{netns, signals};
+use peregrine_lab::iopath::{self, IoPath, Receiver, RecvConfig, SendConfig, SendReport};
+use peregrine_lab::pacing::{Limit, Rate};
 use peregrine_lab::plot::{Bar, BarGroup, Chart, Figure};
 use peregrine_lab::results::{ResultFile, Run, RunParams, Values};
 use serde::{Deserialize, Serialize};
@@ -64,6 +71,20 @@ pub struct AgentValues {
     pub ports: Option<f64>,
     #[serde(rename = "rules", default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<f64>,
+    /// Through a restart: datagrams sent, and those that never arrived.
+    #[serde(rename = "sent", default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<f64>,
+    #[serde(rename = "lost", default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<f64>,
+    /// The rate sent through the restart, and the path's saturation.
+    #[serde(rename = "rate kpps", default, skip_serializing_if = "Option::is_none")]
+    pub rate_kpps: Option<f64>,
+    #[serde(
+        rename = "saturation kpps",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub saturation_kpps: Option<f64>,
 }
 
 impl Values for AgentValues {
@@ -78,6 +99,7 @@ const REAPPLY: &str = "apply it again (nothing to change)";
 const ADOPT: &str = "a new agent after kill -9 (first pass done)";
 const RECONCILE: &str = "reconcile after a port appears";
 const RSS: &str = "agent RSS, idle";
+const RESTART: &str = "traffic through kill -9 and restart";
 
 /// An agent in namespace `ns` with its own run directory; dropping it
 /// applies an empty declaration (everything it made goes) and stops it.
@@ -396,12 +418,21 @@ pub fn bench_agent(a: AgentBenchConfig) -> Result<()> {
     eprintln!("  {RSS}: {rss:.1} MB");
     runs.push(run(
         RSS,
-        params,
+        params.clone(),
         size(AgentValues {
             rss_mb: Some(rss),
             ..Default::default()
         }),
     ));
+    eprintln!("  {RESTART}: router and policer traffic at 50% of saturation");
+    let restart = through_restart(&mut agent, &nss.node, &node)?;
+    eprintln!(
+        "  {RESTART}: lost {} of {} at {:.0} kpps",
+        restart.lost.unwrap_or(0.0),
+        restart.sent.unwrap_or(0.0),
+        restart.rate_kpps.unwrap_or(0.0)
+    );
+    runs.push(run(RESTART, params, size(restart)));
     drop(agent);
     drop(nss);
     let _ = std::fs::remove_dir_all(&tmp);
@@ -453,6 +484,18 @@ impl Report for BenchAgent {
                 v / goal
             );
         }
+        for run in r.runs.iter().filter(|r| r.label == RESTART) {
+            let v = &run.values;
+            let _ = writeln!(
+                t,
+                "{:<42} lost {} of {} datagrams at {:.0} kpps (goal: 0), half of the {:.0} kpps one sendmmsg sender pushed through router and policer",
+                run.label,
+                v.lost.unwrap_or(f64::NAN),
+                v.sent.unwrap_or(f64::NAN),
+                v.rate_kpps.unwrap_or(f64::NAN),
+                v.saturation_kpps.unwrap_or(f64::NAN)
+            );
+        }
         if let Some(v) = r.runs.first().map(|r| &r.values) {
             let _ = writeln!(
                 t,
@@ -492,4 +535,167 @@ impl Report for BenchAgent {
             },
         }]
     }
+}
+
+/// The traffic path of the restart measure: namespace `src` (s0,
+/// 198.18.20.2) -> the node's router ports ps and pd (a policer on ps) ->
+/// namespace `dst` (d0, 198.18.21.2); removed when dropped.
+struct TrafficPath {
+    src: String,
+    dst: String,
+}
+
+/// Where the restart measure's datagrams go.
+const TRAFFIC_DST: &str = "198.18.21.2:9000";
+
+impl TrafficPath {
+    fn up(node: &str) -> Result<TrafficPath> {
+        let t = TrafficPath {
+            src: "pgba-src".into(),
+            dst: "pgba-dst".into(),
+        };
+        t.remove();
+        netns::create(&t.src)?;
+        netns::create(&t.dst)?;
+        let mut nl = Netlink::new()?;
+        nl.add_veth(&t.src, "s0", node, "ps", 1, 1500)?;
+        nl.add_veth(node, "pd", &t.dst, "d0", 1, 1500)?;
+        for (ns, dev, ip) in [
+            (t.src.as_str(), "s0", "198.18.20.2"),
+            (node, "ps", "198.18.20.1"),
+            (node, "pd", "198.18.21.1"),
+            (t.dst.as_str(), "d0", "198.18.21.2"),
+        ] {
+            nl.add_addr(ns, dev, ip.parse()?, 24)?;
+            nl.set_up(ns, dev)?;
+        }
+        let any = "0.0.0.0".parse()?;
+        nl.add_route(&t.src, any, 0, Some("198.18.20.1".parse()?), None)?;
+        nl.add_route(&t.dst, any, 0, Some("198.18.21.1".parse()?), None)?;
+        // The node routes (the router's FIB lookups need forwarding on).
+        netns::run_in(node, || {
+            netns::write_sysctl("net.ipv4.conf.all.forwarding", "1")
+        })??;
+        Ok(t)
+    }
+
+    fn remove(&self) {
+        let _ = netns::delete(&self.src);
+        let _ = netns::delete(&self.dst);
+    }
+
+    /// Sends numbered datagrams from `src` at `rate` for `secs`.
+    fn send(src: &str, rate: Rate, secs: f64) -> Result<SendReport> {
+        let progress = AtomicU64::new(0);
+        let report = netns::run_in(src, || -> Result<SendReport> {
+            let mut cfg = SendConfig::toward(
+                IoPath::Mmsg,
+                TRAFFIC_DST.parse()?,
+                40000,
+                64,
+                Limit {
+                    count: None,
+                    duration: Some(Duration::from_secs_f64(secs)),
+                },
+            )?;
+            cfg.rate = rate;
+            Ok(iopath::send(&cfg, &progress)?)
+        })??;
+        Ok(report)
+    }
+
+    fn receiver(&self) -> Result<Receiver> {
+        Ok(Receiver::start(
+            Some(&self.dst),
+            RecvConfig {
+                path: IoPath::Mmsg,
+                iface: "d0".into(),
+                local: TRAFFIC_DST.parse()?,
+            },
+            None,
+        )?)
+    }
+}
+
+impl Drop for TrafficPath {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// `node` plus the traffic path's ports and a policer on ps whose rule
+/// every datagram of the measure matches and conforms to.
+fn with_traffic(node: &str) -> String {
+    let node = node.replacen("ports = [", "ports = [\"ps\", \"pd\", ", 1);
+    format!(
+        "{node}\n[[qos]]\niface = \"ps\"\nhook = \"tc\"\n[[qos.rule]]\ndst = \"198.18.21.0/24\"\nproto = \"udp\"\nrate = \"10Gbit\"\n"
+    )
+}
+
+/// Router-forwarded datagrams on `port` and conforming ones of the
+/// policer on ps, read from the pins in namespace `node`.
+fn stage_counts(node: &str, port: &str) -> Result<(u64, u64)> {
+    let dir = PinScope::Named(node.into()).dir()?;
+    let forward = (0..peregrine_bpf::router::ACTIONS)
+        .find(|&a| peregrine_bpf::router::action_name(a) == "forward")
+        .context("the router counts forward")?;
+    let routed = peregrine_dataplane::router::stats(&dir)?
+        .into_iter()
+        .find(|(n, _, _)| n == port)
+        .map(|(_, _, st)| st.packets[forward])
+        .with_context(|| format!("no router port {port}"))?;
+    let policed = netns::run_in(node, || peregrine_qos::attach::stats("ps"))??
+        .rules
+        .iter()
+        .map(|(_, c)| c.conform_packets)
+        .sum();
+    Ok((routed, policed))
+}
+
+/// Router and policer traffic at 50% of the path's saturation while the
+/// agent is killed (-9) and started again: every datagram sent must
+/// arrive, through both stages (their counters say so).
+fn through_restart(agent: &mut AgentProc, node: &str, decl: &str) -> Result<AgentValues> {
+    let path = TrafficPath::up(node)?;
+    agent.apply(&with_traffic(decl))?;
+    // Saturation of this path (its first datagrams also resolve the
+    // neighbours): as fast as the sender goes for 1 s, what arrived.
+    let rx = path.receiver()?;
+    let sat = TrafficPath::send(&path.src, Rate::Max, 1.0)?;
+    let (got, _) = rx.finish(Some(sat.sent), Duration::from_secs(3))?;
+    let saturation = got.packets as f64 / sat.elapsed_s.max(1e-3);
+    if saturation < 1000.0 {
+        bail!("the traffic path carried {saturation:.0} datagrams/s: it does not route");
+    }
+    let rate = saturation / 2.0;
+    let before = stage_counts(node, "ps")?;
+    let rx = path.receiver()?;
+    let src = path.src.clone();
+    let sender = std::thread::spawn(move || TrafficPath::send(&src, Rate::Pps(rate), 4.0));
+    std::thread::sleep(Duration::from_secs(1));
+    agent.kill9();
+    agent.spawn()?;
+    let sent = sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("the sender thread panicked"))??;
+    let (got, _) = rx.finish(Some(sent.sent), Duration::from_secs(3))?;
+    let after = stage_counts(node, "ps")?;
+    let (Some(routed), Some(policed)) =
+        (after.0.checked_sub(before.0), after.1.checked_sub(before.1))
+    else {
+        bail!("the router's or the policer's counters went back through the restart: it was rebuilt, not adopted");
+    };
+    if routed < got.packets || policed < got.packets {
+        bail!(
+            "{} datagrams arrived, but the router forwarded {routed} and the policer passed {policed} on ps: they did not all go through both",
+            got.packets
+        );
+    }
+    Ok(AgentValues {
+        sent: Some(sent.sent as f64),
+        lost: Some(sent.sent.saturating_sub(got.packets) as f64),
+        rate_kpps: Some(rate / 1e3),
+        saturation_kpps: Some(saturation / 1e3),
+        ..Default::default()
+    })
 }

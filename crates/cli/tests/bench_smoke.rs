@@ -431,11 +431,20 @@ fn bench_agent_quick_run_holds_together() {
         "{stdout}"
     );
     let labels: Vec<&str> = r.runs.iter().map(|run| run.label.as_str()).collect();
-    assert_eq!(labels.len(), 5, "{labels:?}");
+    assert_eq!(labels.len(), 6, "{labels:?}");
+    // Router and policer traffic at 50% of saturation through an agent
+    // kill -9 and restart: every datagram arrives.
+    let restart = &r.runs[5].values;
+    assert!(restart.sent.is_some_and(|s| s > 1000.0), "{restart:?}");
+    assert_eq!(restart.lost, Some(0.0), "{restart:?}");
+    assert!(
+        stdout.contains("traffic through kill -9 and restart"),
+        "{stdout}"
+    );
     for run in &r.runs {
         let v = &run.values;
         assert_eq!((v.ports, v.rules), (Some(4.0), Some(20.0)), "{}", run.label);
-        let figure = v.seconds.or(v.p99_ms).or(v.rss_mb);
+        let figure = v.seconds.or(v.p99_ms).or(v.rss_mb).or(v.sent);
         assert!(
             figure.is_some_and(|x| x > 0.0 && x.is_finite()),
             "{}: {v:?}",
