@@ -211,22 +211,47 @@ impl Drop for AgentProc {
     }
 }
 
+/// Namespaces this bench made, deleted when dropped (a killed run's are
+/// deleted before they are made again).
+struct Owned(Vec<String>);
+
+impl Owned {
+    fn create(names: &[&str]) -> Result<Owned> {
+        let o = Owned(names.iter().map(|n| n.to_string()).collect());
+        for n in &o.0 {
+            let _ = netns::delete(n);
+        }
+        for n in &o.0 {
+            netns::create(n)?;
+        }
+        Ok(o)
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = netns::delete(n);
+        }
+    }
+}
+
 /// The bench's namespaces (the node, and the far ends of its ports),
 /// removed when dropped.
 struct Namespaces {
     node: String,
     far: String,
+    _owned: Owned,
 }
 
 impl Namespaces {
     fn up(ports: usize) -> Result<Namespaces> {
+        let (node, far) = ("pgba-node", "pgba-far");
         let n = Namespaces {
-            node: "pgba-node".into(),
-            far: "pgba-far".into(),
+            node: node.into(),
+            far: far.into(),
+            _owned: Owned::create(&[node, far])?,
         };
-        n.remove();
-        netns::create(&n.node)?;
-        netns::create(&n.far)?;
         let mut nl = Netlink::new()?;
         for i in 0..ports {
             nl.add_veth(&n.node, &format!("p{i}"), &n.far, &format!("f{i}"), 1, 1500)?;
@@ -234,17 +259,6 @@ impl Namespaces {
             nl.set_up(&n.far, &format!("f{i}"))?;
         }
         Ok(n)
-    }
-
-    fn remove(&self) {
-        let _ = netns::delete(&self.node);
-        let _ = netns::delete(&self.far);
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        self.remove();
     }
 }
 
@@ -543,6 +557,7 @@ impl Report for BenchAgent {
 struct TrafficPath {
     src: String,
     dst: String,
+    _owned: Owned,
 }
 
 /// Where the restart measure's datagrams go.
@@ -550,13 +565,12 @@ const TRAFFIC_DST: &str = "198.18.21.2:9000";
 
 impl TrafficPath {
     fn up(node: &str) -> Result<TrafficPath> {
+        let (src, dst) = ("pgba-src", "pgba-dst");
         let t = TrafficPath {
-            src: "pgba-src".into(),
-            dst: "pgba-dst".into(),
+            src: src.into(),
+            dst: dst.into(),
+            _owned: Owned::create(&[src, dst])?,
         };
-        t.remove();
-        netns::create(&t.src)?;
-        netns::create(&t.dst)?;
         let mut nl = Netlink::new()?;
         nl.add_veth(&t.src, "s0", node, "ps", 1, 1500)?;
         nl.add_veth(node, "pd", &t.dst, "d0", 1, 1500)?;
@@ -577,11 +591,6 @@ impl TrafficPath {
             netns::write_sysctl("net.ipv4.conf.all.forwarding", "1")
         })??;
         Ok(t)
-    }
-
-    fn remove(&self) {
-        let _ = netns::delete(&self.src);
-        let _ = netns::delete(&self.dst);
     }
 
     /// Sends numbered datagrams from `src` at `rate` for `secs`.
@@ -614,12 +623,6 @@ impl TrafficPath {
             },
             None,
         )?)
-    }
-}
-
-impl Drop for TrafficPath {
-    fn drop(&mut self) {
-        self.remove();
     }
 }
 
