@@ -263,10 +263,14 @@ impl Namespaces {
 }
 
 /// A node of `ports` router ports (p0..) at tc, plus the declared port
-/// `late` (absent), and a policer on p0 of `rules` rules.
-fn declaration(ports: usize, rules: usize, late: &str) -> String {
+/// `late` (absent), and a policer on p0 of `rules` rules; with `traffic`,
+/// also the restart row's ports ps and pd and its policer on ps.
+fn declaration(ports: usize, rules: usize, late: &str, traffic: bool) -> String {
     use std::fmt::Write;
     let mut t = String::from("[router]\nports = [");
+    if traffic {
+        t.push_str("\"ps\", \"pd\", ");
+    }
     for i in 0..ports {
         let _ = write!(t, "\"p{i}\", ");
     }
@@ -281,6 +285,9 @@ fn declaration(ports: usize, rules: usize, late: &str) -> String {
                 i % 256
             );
         }
+    }
+    if traffic {
+        t.push_str(TRAFFIC_POLICER);
     }
     t
 }
@@ -343,7 +350,7 @@ pub fn bench_agent(a: AgentBenchConfig) -> Result<()> {
     std::fs::create_dir_all(&tmp)?;
     let mut agent = AgentProc::start(&exe, &nss.node, &tmp)?;
     let late = "late0";
-    let node = declaration(a.ports, a.rules, late);
+    let node = declaration(a.ports, a.rules, late, false);
     let params = RunParams {
         backend: "agent".into(),
         ..Default::default()
@@ -439,7 +446,8 @@ pub fn bench_agent(a: AgentBenchConfig) -> Result<()> {
         }),
     ));
     eprintln!("  {RESTART}: router and policer traffic at 50% of saturation");
-    let restart = through_restart(&mut agent, &nss.node, &node)?;
+    let with_traffic = declaration(a.ports, a.rules, late, true);
+    let restart = through_restart(&mut agent, &nss.node, &with_traffic)?;
     eprintln!(
         "  {RESTART}: lost {} of {} at {:.0} kpps",
         restart.lost.unwrap_or(0.0),
@@ -626,14 +634,9 @@ impl TrafficPath {
     }
 }
 
-/// `node` plus the traffic path's ports and a policer on ps whose rule
-/// every datagram of the measure matches and conforms to.
-fn with_traffic(node: &str) -> String {
-    let node = node.replacen("ports = [", "ports = [\"ps\", \"pd\", ", 1);
-    format!(
-        "{node}\n[[qos]]\niface = \"ps\"\nhook = \"tc\"\n[[qos.rule]]\ndst = \"198.18.21.0/24\"\nproto = \"udp\"\nrate = \"10Gbit\"\n"
-    )
-}
+/// The restart row's policer on ps: every datagram of the measure matches
+/// its rule and conforms to it.
+const TRAFFIC_POLICER: &str = "[[qos]]\niface = \"ps\"\nhook = \"tc\"\n[[qos.rule]]\ndst = \"198.18.21.0/24\"\nproto = \"udp\"\nrate = \"10Gbit\"\n";
 
 /// Router-forwarded datagrams on `port` and conforming ones of the
 /// policer on ps, read from the pins in namespace `node`.
@@ -660,7 +663,7 @@ fn stage_counts(node: &str, port: &str) -> Result<(u64, u64)> {
 /// arrive, through both stages (their counters say so).
 fn through_restart(agent: &mut AgentProc, node: &str, decl: &str) -> Result<AgentValues> {
     let path = TrafficPath::up(node)?;
-    agent.apply(&with_traffic(decl))?;
+    agent.apply(decl)?;
     // Saturation of this path (its first datagrams also resolve the
     // neighbours): as fast as the sender goes for 1 s, what arrived.
     let rx = path.receiver()?;
