@@ -18,6 +18,7 @@ use peregrine_host::netns::NetnsGuard;
 use peregrine_lab::{Lab, Lifetime, Topology};
 use peregrine_testbed::testing::privileged;
 use peregrine_wire::{ipproto, MacAddr, UdpFrameSpec};
+use std::os::fd::{AsFd, BorrowedFd};
 
 const TOPO: &str = r#"
 name = "rfix"
@@ -113,6 +114,16 @@ enum Via {
     TcNeigh,
     /// tc, out0 flagged for bpf_redirect_peer.
     TcPeer,
+}
+
+impl Via {
+    /// The router's program that runs at this hook.
+    fn prog(self, router: &RouterProgram) -> BorrowedFd<'_> {
+        match self {
+            Via::Xdp => router.prog().as_fd(),
+            Via::TcNeigh | Via::TcPeer => router.tc_prog().as_fd(),
+        }
+    }
 }
 
 /// What a case expects, whichever hook runs it.
@@ -315,11 +326,7 @@ fn fib_table() -> Vec<Row> {
 /// Runs the FIB table through `router` at `via`, then steering and chain
 /// continuation; checks verdicts, frames and counters.
 fn run_tables(router: &RouterProgram, via: Via, in0: u32, out0: u32) {
-    let prog = if via == Via::Xdp {
-        router.prog()
-    } else {
-        router.tc_prog()
-    };
+    let prog = via.prog(router);
     let table = fib_table();
     let forwards = table.iter().filter(|r| r.3 == "forward").count() as u64;
     let cases: Vec<Case<Vec<&str>>> = table
@@ -331,7 +338,7 @@ fn run_tables(router: &RouterProgram, via: Via, in0: u32, out0: u32) {
         .collect();
     let tx_before = router.stats(out0).unwrap().tx_packets;
     let bad = check_table(
-        prog,
+        &prog,
         &cases,
         || router.stats(in0).unwrap(),
         router_actions_moved,
@@ -387,7 +394,7 @@ fn run_tables(router: &RouterProgram, via: Via, in0: u32, out0: u32) {
     let steering: Vec<Fixture> = steered.into_iter().chain([back]).collect();
     assert_passed(
         &format!("router {via:?} steering"),
-        &check_all(prog, &steering),
+        &check_all(&prog, &steering),
     );
     assert_eq!(
         count_in(&router.stats(in0).unwrap(), "steer") - steer_before,
@@ -424,6 +431,7 @@ fn router_fixtures() {
     let out0 = dp.ports[1].1.ifindex;
     let in_r = NetnsGuard::enter(&ns).unwrap();
     run_tables(&dp.router, Via::Xdp, in0, out0);
+    own_address_verdicts_follow_the_host(&dp.router, Via::Xdp, &ns, in0);
 
     // Direct FIB mode (BPF_FIB_LOOKUP_DIRECT) routes the same way here.
     drop(in_r);
@@ -465,13 +473,16 @@ fn router_fixtures() {
         "no router at tcx egress"
     );
     tc.set_peer_delivery(out0, false).unwrap();
-    own_address_verdicts_follow_the_host(&tc, &ns, in0);
+    own_address_verdicts_follow_the_host(&tc, Via::TcNeigh, &ns, in0);
 }
 
 /// The own-address source check asks the kernel's FIB, not a copy of the
 /// addresses made at attach time: an address given to r later is a martian
-/// source from then on, and forwarded again once removed.
-fn own_address_verdicts_follow_the_host(tc: &RouterProgram, ns: &str, in0: u32) {
+/// source from the next frame on, and forwarded again once removed. The
+/// router caches the FIB's answer per source: the first frame fills that
+/// cache, and each address change must empty it (route generation), at
+/// either hook.
+fn own_address_verdicts_follow_the_host(router: &RouterProgram, via: Via, ns: &str, in0: u32) {
     let src = "198.18.1.77";
     let spec = UdpFrameSpec {
         src_ip: src.parse().unwrap(),
@@ -485,14 +496,12 @@ fn own_address_verdicts_follow_the_host(tc: &RouterProgram, ns: &str, in0: u32) 
         assert!(st.success(), "ip addr {verb}");
     };
     let expect = |what: &str, out: Outcome, action: &'static str| {
-        let case = Case::new(
-            fixture(Via::TcNeigh, in0, what, build(&spec), &out),
-            vec![action],
-        );
+        let case = Case::new(fixture(via, in0, what, build(&spec), &out), vec![action]);
+        let prog = via.prog(router);
         let bad = check_table(
-            tc.tc_prog(),
+            &prog,
             &[case],
-            || tc.stats(in0).unwrap(),
+            || router.stats(in0).unwrap(),
             router_actions_moved,
         );
         assert_passed(what, &bad);
