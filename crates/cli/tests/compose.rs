@@ -382,3 +382,89 @@ fn faas_serve_behind_the_tc_router_answers_every_request() {
     }
     t.remove();
 }
+
+/// A stage of `router_policer_and_function_in_every_order`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stage {
+    /// `router attach a1 b0` in R (tc at default offloads).
+    Router,
+    /// `qos apply` of the 20 Mbit/s UDP rule on a1 at tc, in R.
+    Policer,
+    /// `faas serve --backend afxdp` on b1 in B (XDP).
+    Function,
+}
+
+/// The three one-shot commands of one node, started in each of their six
+/// orders: the policer at tc on a1, the router at tc on a1 and b0, and a
+/// function on AF_XDP behind the router in B. Whatever the order, every
+/// stage works and its counters prove it: the policer holds iperf3 UDP to
+/// its rate and counts the function's requests too (they match its
+/// rule), the router forwards what conforms, every request gets its
+/// reply, and b0 delivers through b1's XDP hook while the function
+/// serves.
+#[test]
+fn router_policer_and_function_in_every_order() {
+    let Some(t) = Topo::privileged_up("cmp5") else {
+        return;
+    };
+    const N: u32 = 200;
+    use Stage::*;
+    let orders = [
+        [Router, Policer, Function],
+        [Router, Function, Policer],
+        [Policer, Router, Function],
+        [Policer, Function, Router],
+        [Function, Router, Policer],
+        [Function, Policer, Router],
+    ];
+    for order in orders {
+        let what = format!("{order:?}");
+        let mut serve = None;
+        for stage in order {
+            match stage {
+                Router => ok(&router(&t, &["attach", "a1", "b0"]), "router attach"),
+                Policer => ok(
+                    &qos_apply(&t, "cmp-three", POLICED_UDP_RULE, &["--hook", "tc"]),
+                    "qos apply",
+                ),
+                Function => serve = Some(serve_on_b1(&t)),
+            }
+        }
+        let mut serve = serve.expect("the function serves");
+        assert_eq!(tc_chain(&t).len(), 2, "{what}: policer and router on a1");
+        assert_eq!(
+            listed_policers(&t)[0]["tc_order"],
+            serde_json::json!(["policer", "router"]),
+            "{what}"
+        );
+
+        let run = policed_udp(&t, "100M", &what);
+        assert_policed_udp(&run, &what, 40);
+
+        let policed = json_u64(&qos_stats(&t), "packets");
+        let fwd = forwarded(&t, "a1");
+        let got = replies(&t, N);
+        eprintln!("{what}: {got} of {N} requests answered");
+        assert_eq!(got, N, "{what}: every request answered");
+        assert!(
+            json_u64(&qos_stats(&t), "packets") >= policed + u64::from(N),
+            "{what}: the policer saw every request"
+        );
+        assert!(
+            forwarded(&t, "a1") >= fwd + u64::from(N),
+            "{what}: the router forwarded every request"
+        );
+        assert!(
+            !peer_delivery(&t, "b0"),
+            "{what}: b0 delivers through b1's XDP hook while the function serves"
+        );
+
+        let stopped = serve.stop();
+        assert!(stopped.ok, "{what}: faas serve: {}", stopped.stderr);
+        assert!(peer_delivery(&t, "b0"), "{what}: b0 back to peer delivery");
+        ok(&pg_in(&t.ns("R"), &["qos", "detach", "a1"]), "qos detach");
+        ok(&router(&t, &["detach"]), "router detach");
+        assert!(tc_chain(&t).is_empty(), "{what}: nothing left on a1");
+    }
+    t.remove();
+}
