@@ -37,6 +37,22 @@ impl Agent {
     }
 
     fn spawn(&mut self) {
+        self.launch();
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if self
+                .try_status()
+                .is_some_and(|s| s["reconciles"].as_u64() > Some(0))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the agent did not answer within 10 s: {}", self.log());
+    }
+
+    /// Starts the agent without waiting for it.
+    fn launch(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -53,17 +69,6 @@ impl Agent {
             .spawn()
             .expect("peregrine agent starts");
         self.child = Some(child);
-        let end = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < end {
-            if self
-                .try_status()
-                .is_some_and(|s| s["reconciles"].as_u64() > Some(0))
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("the agent did not answer within 10 s: {}", self.log());
     }
 
     /// `peregrine ARGS` in the agent's namespace, talking to this agent.
@@ -667,4 +672,120 @@ fn systemd_unit_verifies_and_example_declaration_checks() {
     let o = run(&["agent", "--check", "--config", example.to_str().unwrap()]);
     ok(&o, "agent --check examples/node.toml");
     assert!(text(&o.stdout).ends_with(": ok\n"), "{}", text(&o.stdout));
+}
+
+/// The programs at tcx ingress of `iface` in `ns`, in the order they run.
+fn tcx_programs(ns: &str, iface: &str) -> Vec<u32> {
+    peregrine_host::netns::run_in(ns, || {
+        let idx = peregrine_bpf::link::ifindex(iface).unwrap();
+        peregrine_bpf::tcx::attached_ids(idx, peregrine_bpf::TcxDirection::Ingress).unwrap()
+    })
+    .unwrap()
+}
+
+/// The agent killed with SIGKILL at 20 random points of a pass (issue 25:
+/// kill -9 mid-reconcile; issue 28: chaos). Before each start its
+/// declaration switches between two nodes of 16 tc router ports that share
+/// 8, each with a policer on a different port, so every pass detaches 8
+/// ports, attaches 8 and moves the policer. Started again after each kill,
+/// the successor ends with exactly the declared state, whatever the dead
+/// agent had done: every declared port runs the one router program, the
+/// policed port the policer first, the others nothing; an empty
+/// declaration then leaves no program on any port.
+#[test]
+fn agent_killed_mid_reconcile_ends_with_exactly_the_declared_state() {
+    let Some(t) = Topo::privileged_up("agk") else {
+        return;
+    };
+    let r = t.ns("R");
+    let all: Vec<String> = (0..24).map(|i| format!("p{i}")).collect();
+    for p in &all {
+        let peer = format!("q{}", &p[1..]);
+        ip(&[
+            "-n", &r, "link", "add", p, "type", "veth", "peer", "name", &peer,
+        ]);
+        ip(&["-n", &r, "link", "set", p, "up"]);
+        ip(&["-n", &r, "link", "set", &peer, "up"]);
+    }
+    // Node k: ports p(8k)..p(8k+15), the policer on the first.
+    let node = |k: usize| -> (Vec<String>, String) {
+        let ports: Vec<String> = all[8 * k..8 * k + 16].to_vec();
+        let quoted: Vec<String> = ports.iter().map(|p| format!("{p:?}")).collect();
+        let decl = format!(
+            "[router]\nports = [{}]\nhook = \"tc\"\n{}",
+            quoted.join(", "),
+            POLICER_A1.replace("a1", &ports[0])
+        );
+        (ports, decl)
+    };
+    let dir = tmp("agent-chaos");
+    let mut a = Agent::start(&r, &dir, &node(0).1);
+    a.wait_for(20, "ready", |s| s["ready"] == true);
+    a.kill9();
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("seed {seed}");
+    let mut kills_mid_pass = 0;
+    for k in 0..20 {
+        let (ports, decl) = node((k + 1) % 2);
+        std::fs::write(&a.config, &decl).unwrap();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        a.launch();
+        // A pass over 16 tc ports takes a few hundred ms here.
+        std::thread::sleep(Duration::from_millis(seed % 600));
+        a.kill9();
+        a.spawn();
+        a.wait_for(20, &format!("ready after kill {k}"), |s| s["ready"] == true);
+        // What the successor had left to do tells where the kill landed.
+        let left = changes(&a.status());
+        eprintln!(
+            "kill {k}: the successor made {} change(s): {left:?}",
+            left.len()
+        );
+        kills_mid_pass += u32::from(!left.is_empty());
+        let router = tcx_programs(&r, &ports[1])[0];
+        for p in &all {
+            let progs = tcx_programs(&r, p);
+            let want = if p == &ports[0] {
+                2
+            } else {
+                usize::from(ports.contains(p))
+            };
+            assert_eq!(
+                progs.len(),
+                want,
+                "kill {k}: {p} runs {progs:?}\n{}",
+                a.log()
+            );
+            if want > 0 {
+                assert_eq!(
+                    progs.last(),
+                    Some(&router),
+                    "kill {k}: {p}: one router program"
+                );
+            }
+        }
+        assert_ne!(
+            tcx_programs(&r, &ports[0])[0],
+            router,
+            "kill {k}: the policer runs first on {}",
+            ports[0]
+        );
+        a.kill9();
+    }
+    eprintln!("{kills_mid_pass} of 20 kills left work to the successor");
+    assert!(kills_mid_pass > 0, "no kill landed before the end of a pass");
+    a.spawn();
+    a.wait_for(20, "ready", |s| s["ready"] == true);
+    ok(&a.apply("empty.toml", ""), "apply empty");
+    for p in &all {
+        assert!(tcx_programs(&r, p).is_empty(), "{p} keeps a program");
+    }
+    drop(a);
+    t.remove();
 }
