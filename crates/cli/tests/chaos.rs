@@ -10,7 +10,7 @@
 //! is printed, and `PEREGRINE_CHAOS_SEED` replays a run.
 use std::collections::HashSet;
 use std::net::{SocketAddr, UdpSocket};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -112,6 +112,43 @@ fn client(stop: Arc<AtomicBool>, seen: Arc<Seen>) -> std::thread::JoinHandle<()>
     })
 }
 
+/// Starts `what` with `start` and kills it with SIGKILL, `KILLS` times, at
+/// random points 0-10 ms, 0-60 ms or 0-1.2 s after the start (a third
+/// each: the start itself, loading, attaching and making sockets, is
+/// short). After every kill the dead process's XDP program must leave A's
+/// eth0 within 2 s. Some kills must land before the attach and some after.
+fn kill_at_random_points(what: &str, start: impl Fn() -> Child, seen: &Seen) {
+    let mut rng = Rng::seeded();
+    let started = Instant::now();
+    let mut killed_attached = 0;
+    for k in 0..KILLS {
+        let mut child = start();
+        let within = [10, 60, 1200][k as usize % 3];
+        std::thread::sleep(Duration::from_millis(rng.below(within)));
+        let attached = has_xdp(A, "eth0");
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+        let status = child.wait().unwrap();
+        assert!(
+            status.code().is_none() || !status.success(),
+            "{what}, kill {k}: it exited by itself: {status:?}"
+        );
+        killed_attached += u32::from(attached);
+        assert!(
+            wait_until(Duration::from_secs(2), || !has_xdp(A, "eth0")),
+            "{what}, kill {k}: the dead process's XDP program stayed on eth0"
+        );
+    }
+    eprintln!(
+        "{what}: {KILLS} kills in {:.1} s, {killed_attached} of them while its program was attached; {} right answers so far",
+        started.elapsed().as_secs_f64(),
+        seen.right.load(Ordering::Relaxed)
+    );
+    assert!(
+        killed_attached > 0 && killed_attached < KILLS,
+        "{what}: kill points cover both sides of the attach ({killed_attached} of {KILLS} after it)"
+    );
+}
+
 /// `faas serve --backend afxdp` of `reverse` in A, killed with SIGKILL at
 /// 50 random points under a steady stream of requests: after each kill
 /// the dead server's XDP program is gone (A's eth0 goes back to the
@@ -124,7 +161,6 @@ fn faas_serve_killed_at_random_points_serves_again_and_never_answers_wrong() {
         return;
     }
     let _pair = NsPair::addressed(A, B);
-    let mut rng = Rng::seeded();
     let functions = format!("{PORT}=reverse");
     let args = [
         "--iface",
@@ -141,38 +177,23 @@ fn faas_serve_killed_at_random_points_serves_again_and_never_answers_wrong() {
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Seen::default());
     let traffic = client(stop.clone(), seen.clone());
-    let started = Instant::now();
-    let mut killed_serving = 0;
-    for k in 0..KILLS {
-        let mut serve = FaasServe::start(A, &args, &[]);
-        // A third of the kills in the first 10 ms and a third in the first
-        // 60: the start itself (loading, attaching, making sockets) is
-        // short.
-        let within = [10, 60, 1200][k as usize % 3];
-        std::thread::sleep(Duration::from_millis(rng.below(within)));
-        let serving = has_xdp(A, "eth0");
-        let pid = Pid::from_raw(serve.0.id() as i32);
-        kill(pid, Signal::SIGKILL).unwrap();
-        let status = serve.0.wait().unwrap();
-        assert!(
-            status.code().is_none() || !status.success(),
-            "kill {k}: the server exited by itself: {status:?}"
-        );
-        killed_serving += u32::from(serving);
-        assert!(
-            wait_until(Duration::from_secs(2), || !has_xdp(A, "eth0")),
-            "kill {k}: the dead server's XDP program stayed on eth0"
-        );
-    }
-    eprintln!(
-        "{KILLS} kills in {:.1} s, {killed_serving} of them while the program was attached; {} right replies so far",
-        started.elapsed().as_secs_f64(),
-        seen.right.load(Ordering::Relaxed)
-    );
-    assert!(
-        killed_serving > 0 && killed_serving < KILLS,
-        "kill points cover both sides of the attach ({killed_serving} of {KILLS} after it)"
-    );
+    let spawn = || {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                A,
+                env!("CARGO_BIN_EXE_peregrine"),
+                "faas",
+                "serve",
+            ])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    kill_at_random_points("faas serve", spawn, &seen);
 
     // A last server: it answers, and leaves nothing once stopped.
     let mut serve = FaasServe::start(A, &args, &[]);
@@ -206,4 +227,83 @@ fn faas_serve_killed_at_random_points_serves_again_and_never_answers_wrong() {
     assert!(!has_xdp(A, "eth0"), "an XDP program left on eth0");
     let sock = peregrine_faas::control::path_in(Some(A)).unwrap();
     assert!(!sock.exists(), "{} left behind", sock.display());
+}
+
+/// `quic serve --io afxdp` in A, killed with SIGKILL at 50 random points
+/// while a client in B fetches a 64 KiB body over and over with `quic get`
+/// on kernel sockets (one connection each, 1 s timeout): after each kill
+/// the dead server's XDP program is gone, the next one binds the same
+/// address and port, and every body that arrives is whole and intact. A
+/// last server serves, stops on SIGINT and leaves no XDP program.
+#[test]
+fn quic_serve_killed_at_random_points_serves_again_and_never_answers_wrong() {
+    if !privileged_here() {
+        return;
+    }
+    let _pair = NsPair::addressed(A, B);
+    let pg = env!("CARGO_BIN_EXE_peregrine");
+    let serve = move || {
+        Command::new("ip")
+            .args(["netns", "exec", A, pg, "quic", "serve"])
+            .args(["--listen", "198.18.0.1:4433", "--io", "afxdp"])
+            .args(["--memory", "body=64KiB", "--duration", "60s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let sha = peregrine_quic::http3::memory_sha256(64 << 10);
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Seen::default());
+    let traffic = {
+        let (stop, seen) = (stop.clone(), seen.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let out = Command::new("ip")
+                    .args(["netns", "exec", B, pg, "quic", "get"])
+                    .arg("https://198.18.0.1:4433/body")
+                    .args(["--io", "kernel", "--insecure", "--json", "--timeout", "1s"])
+                    .output()
+                    .unwrap();
+                if !out.status.success() {
+                    continue; // no server, or it died mid-transfer
+                }
+                let v: serde_json::Value =
+                    serde_json::from_str(text(&out.stdout).trim()).unwrap_or_default();
+                if v["bytes"] == 64u64 << 10 && v["sha256"] == sha.as_str() {
+                    seen.right.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    seen.wrong.lock().unwrap().push(v.to_string());
+                }
+            }
+        })
+    };
+    kill_at_random_points("quic serve", serve, &seen);
+
+    let mut last = serve();
+    let before = seen.right.load(Ordering::Relaxed);
+    assert!(
+        wait_until(Duration::from_secs(15), || seen
+            .right
+            .load(Ordering::Relaxed)
+            >= before + 3),
+        "the last server serves"
+    );
+    kill(Pid::from_raw(last.id() as i32), Signal::SIGINT).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || last
+            .try_wait()
+            .unwrap()
+            .is_some()),
+        "quic serve stops on SIGINT"
+    );
+    stop.store(true, Ordering::Relaxed);
+    traffic.join().unwrap();
+    let wrong = seen.wrong.lock().unwrap();
+    assert!(
+        wrong.is_empty(),
+        "wrong answers: {:?}",
+        &wrong[..wrong.len().min(5)]
+    );
+    assert!(!has_xdp(A, "eth0"), "an XDP program left on eth0");
 }
