@@ -508,3 +508,124 @@ dst = "2001:db8:2::/64"
     assert!(v6["sent_packets"].as_u64().unwrap() > 5000, "{st}");
     t.remove();
 }
+
+/// `qos serve` killed with SIGKILL at 30 random points (a third in its
+/// first 10 ms, a third in its first 60, the rest in its first 1.2 s)
+/// while A sends numbered datagrams of the gold class to B, each started
+/// again at once (issue 28, chaos): every next scheduler takes over what
+/// the dead one left on a1 (its XDP program and pins are stale, not in
+/// the way), every datagram that arrives is intact, and after a last
+/// clean stop nothing is left on a1.
+#[test]
+fn a_scheduler_killed_at_random_points_is_replaced_and_corrupts_nothing() {
+    use std::net::UdpSocket;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let Some(t) = Topo::privileged_up("pgs9") else {
+        return;
+    };
+    let f = tmp("chaos-sched").join("qos.toml");
+    std::fs::write(&f, wfq_file(80, 20)).unwrap();
+    let spawn = || {
+        Command::new("ip")
+            .args(["netns", "exec", &t.ns("R")])
+            .arg(env!("CARGO_BIN_EXE_peregrine"))
+            .args(["qos", "serve", f.to_str().unwrap(), "--iface", "a1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Datagram i: "chaos NNNNNNNN " and then i's byte pattern, 600 B.
+    let datagram = |i: u64| -> Vec<u8> {
+        let mut d = format!("chaos {i:08} ").into_bytes();
+        d.extend((0..585u64).map(|k| (i.wrapping_mul(31) + k) as u8));
+        d
+    };
+    let rx = netns::run_in(&t.ns("B"), || UdpSocket::bind("198.18.2.1:5401"))
+        .unwrap()
+        .unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (right, wrong) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let receiver = {
+        let (stop, right, wrong) = (stop.clone(), right.clone(), wrong.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(len) = rx.recv(&mut buf) else { continue };
+                let i = std::str::from_utf8(&buf[6..14.min(len)])
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok());
+                if i.is_some_and(|i| buf[..len] == datagram(i)[..]) {
+                    right.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    wrong.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let sender = {
+        let stop = stop.clone();
+        let tx = netns::run_in(&t.ns("A"), || UdpSocket::bind("198.18.1.1:0"))
+            .unwrap()
+            .unwrap();
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = tx.send_to(&datagram(i), "198.18.2.1:5401");
+                i += 1;
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        })
+    };
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("seed {seed}");
+    for k in 0..30u64 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let mut child = spawn();
+        std::thread::sleep(Duration::from_millis(seed % [10, 60, 1200][k as usize % 3]));
+        if let Ok(Some(st)) = child.try_wait() {
+            let mut e = String::new();
+            let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut e);
+            panic!("kill {k}: qos serve exited by itself ({st}): {e}");
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    // A last scheduler starts over what the 30 dead ones left, schedules,
+    // and stops cleanly.
+    let server = serve(&t, "chaos-last", &wfq_file(80, 20));
+    let before = right.load(Ordering::Relaxed);
+    assert!(
+        peregrine_testbed::testing::wait_until(Duration::from_secs(5), || right
+            .load(Ordering::Relaxed)
+            >= before + 200),
+        "datagrams through the last scheduler"
+    );
+    let (gold, _) = sent(&t);
+    assert!(gold > 0, "the last scheduler sent the gold class");
+    drop(server);
+    stop.store(true, Ordering::Relaxed);
+    sender.join().unwrap();
+    receiver.join().unwrap();
+    eprintln!(
+        "30 kills: {} datagrams intact, {} wrong",
+        right.load(Ordering::Relaxed),
+        wrong.load(Ordering::Relaxed)
+    );
+    assert_eq!(wrong.load(Ordering::Relaxed), 0, "corrupted datagrams");
+    let left = netns::run_in(&t.ns("R"), || {
+        xdp::attached_prog_id(peregrine_bpf::link::ifindex("a1").unwrap()).unwrap()
+    })
+    .unwrap();
+    assert_eq!(left, None, "XDP left on a1");
+    t.remove();
+}
