@@ -779,7 +779,10 @@ fn agent_killed_mid_reconcile_ends_with_exactly_the_declared_state() {
         a.kill9();
     }
     eprintln!("{kills_mid_pass} of 20 kills left work to the successor");
-    assert!(kills_mid_pass > 0, "no kill landed before the end of a pass");
+    assert!(
+        kills_mid_pass > 0,
+        "no kill landed before the end of a pass"
+    );
     a.spawn();
     a.wait_for(20, "ready", |s| s["ready"] == true);
     ok(&a.apply("empty.toml", ""), "apply empty");
