@@ -49,19 +49,20 @@ impl Dataplane {
         fib: FibMode,
         classify: bool,
     ) -> Result<Dataplane> {
-        let dp = Dataplane::attach_ports(ns, ports, hook, fib, classify)?;
-        dp.pick_peer_delivery()?;
-        Ok(dp)
+        Dataplane::attach(ns, ports, hook, fib, classify, |_| Ok(()))
     }
 
-    /// Loads the router and attaches it to `ports`, before any port's
-    /// delivery is chosen (see `pick_peer_delivery`).
-    fn attach_ports(
+    /// Loads the router and attaches it to `ports`; `then` adds what else
+    /// runs with it (network functions and their ports), and last each
+    /// port's delivery is chosen (see `pick_peer_delivery`), once every
+    /// program on the ports' peers is in place.
+    fn attach(
         ns: Option<&str>,
         ports: &[String],
         hook: Hook,
         fib: FibMode,
         classify: bool,
+        then: impl FnOnce(&mut Dataplane) -> Result<()>,
     ) -> Result<Dataplane> {
         let router = RouterProgram::load(fib)?;
         let mut links = Vec::new();
@@ -69,14 +70,17 @@ impl Dataplane {
             let l = netns::run_in_opt(ns, || attach_port(&router, p, hook, classify))??;
             links.push((p.clone(), l));
         }
-        Ok(Dataplane {
+        let mut dp = Dataplane {
             router,
             router_ns: ns.map(str::to_string),
             hook,
             ports: links,
             nfs: Vec::new(),
             peers: Vec::new(),
-        })
+        };
+        then(&mut dp)?;
+        dp.pick_peer_delivery()?;
+        Ok(dp)
     }
 
     /// At the tc hook, chooses per port whether routed frames go straight
@@ -101,13 +105,27 @@ impl Dataplane {
             Hook::Xdp(_) => Hook::Xdp(cfg.mode),
             tc => tc,
         };
-        let mut dp = Dataplane::attach_ports(
+        let mut dp = Dataplane::attach(
             Some(&rns),
             &cfg.ports,
             hook,
             cfg.fib,
             !cfg.chains.is_empty(),
+            |dp| dp.run_nfs(hosts, cfg, &rns),
         )?;
+        dp.prepare_peers(hosts, &cfg.router)?;
+        Ok(dp)
+    }
+
+    /// Runs every network function of `cfg` in its container, with the
+    /// router ports facing it, and steers the chains through them; `rns` is
+    /// the router's namespace.
+    fn run_nfs(
+        &mut self,
+        hosts: &(impl Hosts + ?Sized),
+        cfg: &DataplaneConfig,
+        rns: &str,
+    ) -> Result<()> {
         let ifindex_in = |ns: &str, iface: &str| -> Result<u32> {
             Ok(netns::run_in(ns, || peregrine_bpf::link::ifindex(iface))??)
         };
@@ -136,9 +154,9 @@ impl Dataplane {
             let in_port = router_side(&n.host, &n.iface)?;
             let out_port = router_side(&n.host, n.out_iface())?;
             for p in [&in_port, &out_port] {
-                if !dp.ports.iter().any(|(name, _)| name == p) {
-                    let l = netns::run_in(&rns, || attach_port(&dp.router, p, hook, false))??;
-                    dp.ports.push((p.clone(), l));
+                if !self.ports.iter().any(|(name, _)| name == p) {
+                    let l = netns::run_in(rns, || attach_port(&self.router, p, self.hook, false))??;
+                    self.ports.push((p.clone(), l));
                 }
             }
             // The function hands frames back with XDP_TX or a redirect,
@@ -146,12 +164,12 @@ impl Dataplane {
             // router there already does; at the tc hook the port gets a
             // pass-through (the frame then reaches the tc router as an skb).
             for p in [&in_port, &out_port] {
-                if let Some(pt) = ensure_xdp_receiver(&rns, p)? {
-                    dp.peers.push(pt);
+                if let Some(pt) = ensure_xdp_receiver(rns, p)? {
+                    self.peers.push(pt);
                 }
             }
-            entry.insert(n.host.clone(), ifindex_in(&rns, &in_port)?);
-            exit.insert(n.host.clone(), ifindex_in(&rns, &out_port)?);
+            entry.insert(n.host.clone(), ifindex_in(rns, &in_port)?);
+            exit.insert(n.host.clone(), ifindex_in(rns, &out_port)?);
             let nns = hosts.netns(&n.host)?;
             let setup = NfSetup {
                 out_ifindex: match &n.kind {
@@ -162,7 +180,7 @@ impl Dataplane {
             };
             let prog = NfProgram::load(&setup)?;
             let link = netns::run_in(&nns, || prog.attach(&n.iface, cfg.mode))??;
-            dp.nfs.push(RunningNf {
+            self.nfs.push(RunningNf {
                 host: n.host.clone(),
                 iface: n.iface.clone(),
                 prog,
@@ -172,22 +190,21 @@ impl Dataplane {
         for (ci, ch) in cfg.chains.iter().enumerate() {
             let first = entry[&ch.hops[0]];
             for w in ch.hops.windows(2) {
-                dp.router.set_port(exit[&w[0]], entry[&w[1]], false)?;
+                self.router.set_port(exit[&w[0]], entry[&w[1]], false)?;
             }
             // The last hop's frames are routed (next 0).
-            dp.router
+            self.router
                 .set_port(exit[ch.hops.last().expect("non-empty")], 0, false)?;
             let chain = ci as u32 + 1;
             match ch.matches {
-                ChainMatch::Dst(p) => dp.router.steer_prefix(p.addr, p.len, first, chain)?,
-                ChainMatch::L4 { proto, port } => dp.router.steer_l4(proto, port, first, chain)?,
-                ChainMatch::SrcMac(mac) => dp.router.steer_mac(mac, first, chain)?,
+                ChainMatch::Dst(p) => self.router.steer_prefix(p.addr, p.len, first, chain)?,
+                ChainMatch::L4 { proto, port } => {
+                    self.router.steer_l4(proto, port, first, chain)?
+                }
+                ChainMatch::SrcMac(mac) => self.router.steer_mac(mac, first, chain)?,
             }
         }
-        // Now that the functions run: their ports' peers have XDP.
-        dp.pick_peer_delivery()?;
-        dp.prepare_peers(hosts, &cfg.router)?;
-        Ok(dp)
+        Ok(())
     }
 
     /// Makes every port's veth peer accept the frames the router redirects

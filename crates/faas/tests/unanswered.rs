@@ -186,157 +186,81 @@ enum Want {
     Kernel,
 }
 
-/// The crafted requests: name, frame, what the AF_XDP invoker and what a
-/// socket backend must do with it.
-fn cases() -> Vec<(&'static str, Vec<u8>, Want, Want)> {
+/// The crafted requests, each with what the AF_XDP invoker and what a
+/// socket backend must do with it; grouped by those two.
+fn cases() -> Vec<(Vec<u8>, Want, Want)> {
     use Want::*;
     let bcast = [0xff; 6];
     let zero_port = |s: &mut UdpFrameSpec| s.src_port = 0;
-    vec![
-        (
-            "v4 to 255.255.255.255",
-            frame("198.18.0.1", "255.255.255.255", mac(bcast)),
-            NotUnicast,
-            NotUnicast,
+    let to_all = vec![
+        frame("198.18.0.1", "255.255.255.255", mac(bcast)),
+        frame("198.18.0.1", "198.18.0.255", mac(bcast)), // the subnet broadcast
+        frame("2001:db8::1", "ff02::1", mac([0x33, 0x33, 0, 0, 0, 1])), // all-nodes
+    ];
+    // All-hosts 224.0.0.1 is joined by every IPv4 interface, but the kernel
+    // does not offer it to a dual-stack socket bound to [::]
+    // (UdpIgnoredMulti); 239.1.1.1 is a group not joined.
+    let to_v4_groups = vec![
+        frame("198.18.0.1", "224.0.0.1", mac([1, 0, 0x5e, 0, 0, 1])),
+        frame("198.18.0.1", "239.1.1.1", mac([1, 0, 0x5e, 1, 1, 1])),
+    ];
+    // The kernel takes a unicast datagram in a broadcast frame
+    // (net.ipv4.conf.*.drop_unicast_in_l2_multicast is 0 by default),
+    // and its sockets answer it; the invoker requires its own MAC.
+    let to_us_in_a_broadcast_frame = vec![frame("198.18.0.1", "198.18.0.2", mac(bcast))];
+    // Another host's address or MAC.
+    let to_another_host = vec![
+        frame("198.18.0.1", "198.18.0.3", keep()),
+        frame("198.18.0.1", "198.18.0.2", mac([2, 0, 0, 0, 0, 9])),
+        frame("2001:db8::1", "2001:db8::3", keep()),
+    ];
+    // From a broadcast or multicast address, or the server's own.
+    let from_bad_addresses = vec![
+        frame("255.255.255.255", "198.18.0.2", keep()),
+        frame("239.1.1.1", "198.18.0.2", keep()),
+        frame("198.18.0.2", "198.18.0.2", keep()),
+        frame("ff02::1", "2001:db8::2", keep()),
+    ];
+    let from_port_zero = vec![
+        frame("198.18.0.1", "198.18.0.2", zero_port),
+        frame("2001:db8::1", "2001:db8::2", zero_port),
+    ];
+    // Issue 28: a group source MAC (broadcast, multicast) is no host's; the
+    // kernel answers the neighbour's unicast MAC (ARP), the invoker must not
+    // answer the group address (one request, every host on the link).
+    let from_group_macs = vec![
+        frame("198.18.0.1", "198.18.0.2", src_mac([0xff; 6])),
+        frame("198.18.0.1", "198.18.0.2", src_mac([1, 0, 0x5e, 0, 0, 1])),
+        frame(
+            "2001:db8::1",
+            "2001:db8::2",
+            src_mac([0x33, 0x33, 0, 0, 0, 1]),
         ),
-        (
-            "v4 to the subnet broadcast",
-            frame("198.18.0.1", "198.18.0.255", mac(bcast)),
-            NotUnicast,
-            NotUnicast,
-        ),
-        // Joined by every IPv4 interface, but the kernel does not offer it
-        // to a dual-stack socket bound to [::] (UdpIgnoredMulti).
-        (
-            "v4 to all-hosts 224.0.0.1",
-            frame("198.18.0.1", "224.0.0.1", mac([1, 0, 0x5e, 0, 0, 1])),
-            NotUnicast,
-            Kernel,
-        ),
-        (
-            "v4 to a group not joined, 239.1.1.1",
-            frame("198.18.0.1", "239.1.1.1", mac([1, 0, 0x5e, 1, 1, 1])),
-            NotUnicast,
-            Kernel,
-        ),
-        // The kernel takes a unicast datagram in a broadcast frame
-        // (net.ipv4.conf.*.drop_unicast_in_l2_multicast is 0 by default),
-        // and its sockets answer it; the invoker requires its own MAC.
-        (
-            "v4 to us in a broadcast frame",
-            frame("198.18.0.1", "198.18.0.2", mac(bcast)),
-            NotUnicast,
-            Answered,
-        ),
-        (
-            "v4 to another host's address",
-            frame("198.18.0.1", "198.18.0.3", keep()),
-            NotOurs,
-            Kernel,
-        ),
-        (
-            "v4 to another host's MAC",
-            frame("198.18.0.1", "198.18.0.2", mac([2, 0, 0, 0, 0, 9])),
-            NotOurs,
-            Kernel,
-        ),
-        (
-            "v4 from 255.255.255.255",
-            frame("255.255.255.255", "198.18.0.2", keep()),
-            BadSource,
-            Kernel,
-        ),
-        (
-            "v4 from 239.1.1.1",
-            frame("239.1.1.1", "198.18.0.2", keep()),
-            BadSource,
-            Kernel,
-        ),
-        (
-            "v4 from the server's own address",
-            frame("198.18.0.2", "198.18.0.2", keep()),
-            BadSource,
-            Kernel,
-        ),
-        (
-            "v4 from source port 0",
-            frame("198.18.0.1", "198.18.0.2", zero_port),
-            SourcePortZero,
-            SourcePortZero,
-        ),
-        (
-            "v6 to all-nodes ff02::1",
-            frame("2001:db8::1", "ff02::1", mac([0x33, 0x33, 0, 0, 0, 1])),
-            NotUnicast,
-            NotUnicast,
-        ),
-        (
-            "v6 to another host's address",
-            frame("2001:db8::1", "2001:db8::3", keep()),
-            NotOurs,
-            Kernel,
-        ),
-        (
-            "v6 from ff02::1",
-            frame("ff02::1", "2001:db8::2", keep()),
-            BadSource,
-            Kernel,
-        ),
-        (
-            "v6 from source port 0",
-            frame("2001:db8::1", "2001:db8::2", zero_port),
-            SourcePortZero,
-            SourcePortZero,
-        ),
-        // Issue 28: a group source MAC is no host's; the kernel answers
-        // the neighbour's unicast MAC (ARP), the invoker must not answer
-        // the group address (one request, every host on the link).
-        (
-            "v4 from the broadcast MAC",
-            frame("198.18.0.1", "198.18.0.2", src_mac([0xff; 6])),
-            BadSource,
-            Answered,
-        ),
-        (
-            "v4 from a multicast MAC",
-            frame("198.18.0.1", "198.18.0.2", src_mac([1, 0, 0x5e, 0, 0, 1])),
-            BadSource,
-            Answered,
-        ),
-        (
-            "v6 from a multicast MAC",
-            frame(
-                "2001:db8::1",
-                "2001:db8::2",
-                src_mac([0x33, 0x33, 0, 0, 0, 1]),
-            ),
-            BadSource,
-            Answered,
-        ),
-        // Issue 28: the kernel takes a datagram from the subnet's broadcast
-        // address but refuses to send the reply there (EACCES): the socket
-        // backends count it as the invoker does, not as a reply.
-        (
-            "v4 from the subnet broadcast",
-            frame("198.18.0.255", "198.18.0.2", keep()),
-            BadSource,
-            BadSource,
-        ),
+    ];
+    // Issue 28: the kernel takes a datagram from the subnet's broadcast
+    // address but refuses to send the reply there (EACCES): the socket
+    // backends count it as the invoker does, not as a reply.
+    let from_the_subnet_broadcast = vec![frame("198.18.0.255", "198.18.0.2", keep())];
+    let unicast_to_us = vec![
+        frame("198.18.0.1", "198.18.0.2", keep()),
+        frame("2001:db8::1", "2001:db8::2", keep()),
+    ];
+    [
+        (to_all, NotUnicast, NotUnicast),
+        (to_v4_groups, NotUnicast, Kernel),
+        (to_us_in_a_broadcast_frame, NotUnicast, Answered),
+        (to_another_host, NotOurs, Kernel),
+        (from_bad_addresses, BadSource, Kernel),
+        (from_port_zero, SourcePortZero, SourcePortZero),
+        (from_group_macs, BadSource, Answered),
+        (from_the_subnet_broadcast, BadSource, BadSource),
         // Last: once these are answered, everything before them was seen
         // (one queue, one worker or socket, in order).
-        (
-            "v4 unicast to us",
-            frame("198.18.0.1", "198.18.0.2", keep()),
-            Answered,
-            Answered,
-        ),
-        (
-            "v6 unicast to us",
-            frame("2001:db8::1", "2001:db8::2", keep()),
-            Answered,
-            Answered,
-        ),
+        (unicast_to_us, Answered, Answered),
     ]
+    .into_iter()
+    .flat_map(|(frames, invoker, socket)| frames.into_iter().map(move |f| (f, invoker, socket)))
+    .collect()
 }
 
 fn get(x: &AtomicU64) -> u64 {
@@ -487,8 +411,8 @@ fn afxdp_invoker_answers_only_unicast_requests_to_its_own_addresses() {
     assert!(local.broadcast.contains(&"198.18.0.255".parse().unwrap()));
     let raw = Raw::open(&pair.a);
     let cases = cases();
-    let frames: Vec<Vec<u8>> = cases.iter().map(|c| c.1.clone()).collect();
-    let want = expected(cases.iter().map(|c| c.2));
+    let frames: Vec<Vec<u8>> = cases.iter().map(|c| c.0.clone()).collect();
+    let want = expected(cases.iter().map(|c| c.1));
     let answered = want[1] as usize;
     let c = &inv.counters;
     let before = warm_up(&raw, c);
@@ -542,8 +466,8 @@ fn socket_backends_answer_only_unicast_requests() {
     let pair = pair("pg-i9sock");
     let raw = Raw::open(&pair.a);
     let cases = cases();
-    let frames: Vec<Vec<u8>> = cases.iter().map(|c| c.1.clone()).collect();
-    let want = expected(cases.iter().map(|c| c.3));
+    let frames: Vec<Vec<u8>> = cases.iter().map(|c| c.0.clone()).collect();
+    let want = expected(cases.iter().map(|c| c.2));
     for backend in ["socket", "mmsg"] {
         let server = echo_socket_server(&pair, backend);
         let c = &server.counters;

@@ -245,11 +245,7 @@ where
         .map(|g| wrap(&g.label, label_chars).len())
         .max()
         .unwrap_or(1) as u32;
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(16 * label_lines + 14)
-        .y_label_area_size(70)
+    let mut chart = styled(area, title, 16 * label_lines + 14)
         .build_cartesian_2d(0.0..n, 0.0..ymax)
         .map_err(perr)?;
     chart
@@ -530,24 +526,34 @@ pub fn bars_by_key<V>(
     (names, groups)
 }
 
-/// Offered (x) against delivered (y) points per series, both axes to the
-/// largest coordinate, with the no-loss diagonal.
+/// A chart on `area` titled `title`, in the style every figure shares
+/// (caption, margins, label sizes), `x_labels` pixels high under the x axis.
+fn styled<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    x_labels: u32,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(x_labels)
+        .y_label_area_size(70);
+    builder
+}
+
 /// A linear chart from 0 to `(xmax, ymax)` with named axes, in the style
-/// every figure shares (caption, margins, label sizes).
+/// every figure shares.
 fn xy_chart<'a, DB: DrawingBackend>(
     area: &'a DrawingArea<DB, Shift>,
     title: &str,
     (x_desc, y_desc): (&str, &str),
     (xmax, ymax): (f64, f64),
-) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>>
+) -> Result<XyChart<'a, DB>>
 where
     DB::ErrorType: 'static,
 {
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
+    let mut chart = styled(area, title, 50)
         .build_cartesian_2d(0.0..xmax, 0.0..ymax)
         .map_err(perr)?;
     chart
@@ -560,17 +566,25 @@ where
     Ok(chart)
 }
 
-fn draw_delivered<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    title: &str,
-    (x_desc, y_desc): (&str, &str),
+/// A linear chart's context: f64 on both axes.
+type XyChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Both axes of a chart of offered (x) against delivered (y) points: to the
+/// largest coordinate of `series`, with room.
+fn delivered_max(series: &[(String, Vec<(f64, f64)>)]) -> f64 {
+    series_max(series, |p| p.0.max(p.1), 1e-6) * 1.1
+}
+
+/// Offered (x) against delivered (y) points per series on `chart` (both
+/// axes to `max`, see [`delivered_max`]), with the no-loss diagonal.
+fn draw_delivered<'a, DB: DrawingBackend + 'a>(
+    chart: &mut XyChart<'a, DB>,
     series: &[(String, Vec<(f64, f64)>)],
+    max: f64,
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    let max = series_max(series, |p| p.0.max(p.1), 1e-6) * 1.1;
-    let mut chart = xy_chart(area, title, (x_desc, y_desc), (max, max))?;
     chart
         .draw_series(LineSeries::new(
             vec![(0.0, 0.0), (max, max)],
@@ -587,7 +601,7 @@ where
             .label(name.clone())
             .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
     }
-    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    draw_legend(chart, SeriesLabelPosition::UpperLeft)
 }
 
 /// One line chart per panel under one title, up to three panels in a row.
@@ -641,7 +655,11 @@ where
             title,
             axes,
             series,
-        } => draw_delivered(&area, title, (&axes.0, &axes.1), series)?,
+        } => {
+            let max = delivered_max(series);
+            let mut xy = xy_chart(&area, title, (&axes.0, &axes.1), (max, max))?;
+            draw_delivered(&mut xy, series, max)?
+        }
         Chart::Panels {
             title,
             axes,
@@ -687,6 +705,7 @@ pub fn draw<V>(
     }
     Ok(out)
 }
+
 /// The largest coordinate `of` any point in `series`, at least `floor` (an
 /// empty or all-zero chart still gets an axis).
 fn series_max(
@@ -789,11 +808,7 @@ where
     DB::ErrorType: 'static,
 {
     let ymax = series_max(series, |p| p.1, 10.0) * 2.0;
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
+    let mut chart = styled(area, title, 50)
         .build_cartesian_2d(0.5..4.5, (1.0..ymax).log_scale())
         .map_err(perr)?;
     chart
