@@ -722,22 +722,14 @@ fn agent_killed_mid_reconcile_ends_with_exactly_the_declared_state() {
     let mut a = Agent::start(&r, &dir, &node(0).1);
     a.wait_for(20, "ready", |s| s["ready"] == true);
     a.kill9();
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("seed {seed}");
+    let mut rng = ChaosRng::seeded();
     let mut kills_mid_pass = 0;
     for k in 0..20 {
         let (ports, decl) = node((k + 1) % 2);
         std::fs::write(&a.config, &decl).unwrap();
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
         a.launch();
         // A pass over 16 tc ports takes a few hundred ms here.
-        std::thread::sleep(Duration::from_millis(seed % 600));
+        std::thread::sleep(Duration::from_millis(rng.below(600)));
         a.kill9();
         a.spawn();
         a.wait_for(20, &format!("ready after kill {k}"), |s| s["ready"] == true);

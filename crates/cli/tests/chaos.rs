@@ -21,7 +21,7 @@ use peregrine_host::netns;
 use peregrine_testbed::testing::{privileged_here, wait_until, NsPair};
 
 mod common;
-use common::{pg_in, text, FaasServe};
+use common::{has_xdp, pg_in, text, ChaosRng, FaasServe};
 
 const A: &str = "pg-chaos-a";
 const B: &str = "pg-chaos-b";
@@ -29,42 +29,6 @@ const SERVER: &str = "198.18.0.1";
 const PORT: u16 = 1232;
 /// Kill points per run of the test.
 const KILLS: u32 = 50;
-
-/// xorshift64*: the kill points, reproducible from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> Rng {
-        let seed = std::env::var("PEREGRINE_CHAOS_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-                    | 1
-            });
-        eprintln!("chaos seed {seed} (PEREGRINE_CHAOS_SEED={seed} replays it)");
-        Rng(seed)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
-
-/// Whether `iface` of namespace `ns` runs an XDP program.
-fn has_xdp(ns: &str, iface: &str) -> bool {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-j", "link", "show", iface])
-        .output()
-        .unwrap();
-    text(&out.stdout).contains("\"xdp\"")
-}
 
 /// What the client in B saw: replies that are the reverse of a request it
 /// sent, and anything else (a wrong reply).
@@ -118,7 +82,7 @@ fn client(stop: Arc<AtomicBool>, seen: Arc<Seen>) -> std::thread::JoinHandle<()>
 /// short). After every kill the dead process's XDP program must leave A's
 /// eth0 within 2 s. Some kills must land before the attach and some after.
 fn kill_at_random_points(what: &str, start: impl Fn() -> Child, seen: &Seen) {
-    let mut rng = Rng::seeded();
+    let mut rng = ChaosRng::seeded();
     let started = Instant::now();
     let mut killed_attached = 0;
     for k in 0..KILLS {

@@ -15,7 +15,7 @@ use peregrine_host::netns;
 use peregrine_lab::measure::CpuWait;
 
 mod common;
-use common::{iperf_bytes, ok, pg_in, sh, tmp, Topo};
+use common::{iperf_bytes, ok, pg_in, sh, tmp, ChaosRng, Topo};
 
 /// Two classes of one level sharing a 100 Mbit/s link by weight; every
 /// class gets its flows by port, TCP and UDP.
@@ -580,18 +580,12 @@ fn a_scheduler_killed_at_random_points_is_replaced_and_corrupts_nothing() {
             }
         })
     };
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("seed {seed}");
+    let mut rng = ChaosRng::seeded();
     for k in 0..30u64 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
         let mut child = spawn();
-        std::thread::sleep(Duration::from_millis(seed % [10, 60, 1200][k as usize % 3]));
+        std::thread::sleep(Duration::from_millis(
+            rng.below([10, 60, 1200][k as usize % 3]),
+        ));
         if let Ok(Some(st)) = child.try_wait() {
             let mut e = String::new();
             let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut e);

@@ -18,7 +18,7 @@ use peregrine_testbed::testing::{privileged_here, NsPair};
 use sha2::{Digest, Sha256};
 
 mod common;
-use common::{text, tmp, SEND_RAW};
+use common::{has_xdp, text, tmp, SEND_RAW};
 
 const PY: &str = "/opt/peregrine/interop-venv/bin/python";
 const A: &str = "pg-h3-a";
@@ -377,15 +377,6 @@ fn spawn_in(ns: &str, args: &[&str]) -> Child {
 
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
-}
-
-/// Whether interface `iface` of namespace `ns` has an XDP program.
-fn has_xdp(ns: &str, iface: &str) -> bool {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-j", "link", "show", iface])
-        .output()
-        .unwrap();
-    text(&out.stdout).contains("\"xdp\"")
 }
 
 /// `quic serve --io afxdp` killed with -9 in the middle of a download

@@ -607,3 +607,41 @@ impl Drop for FaasServe {
         let _ = self.0.wait();
     }
 }
+
+/// Whether `iface` of namespace `ns` runs an XDP program (as `ip link`
+/// shows it).
+pub fn has_xdp(ns: &str, iface: &str) -> bool {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-j", "link", "show", iface])
+        .output()
+        .unwrap();
+    text(&out.stdout).contains("\"xdp\"")
+}
+
+/// xorshift64*: the kill points of the chaos tests, reproducible from the
+/// printed seed (`PEREGRINE_CHAOS_SEED` replays a run).
+pub struct ChaosRng(u64);
+
+impl ChaosRng {
+    pub fn seeded() -> ChaosRng {
+        let seed = std::env::var("PEREGRINE_CHAOS_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+                    | 1
+            });
+        eprintln!("chaos seed {seed} (PEREGRINE_CHAOS_SEED={seed} replays it)");
+        ChaosRng(seed)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
