@@ -140,7 +140,20 @@ pub enum Placement {
 
 /// Interface index of `name` in the calling thread's network namespace.
 pub fn ifindex(name: &str) -> Result<u32> {
-    nix::net::if_::if_nametoindex(name).map_err(|_| BpfError::UnknownInterface(name.to_string()))
+    nix::net::if_::if_nametoindex(name).map_err(|e| match e {
+        nix::errno::Errno::ENODEV | nix::errno::Errno::EINVAL => {
+            BpfError::UnknownInterface(name.to_string())
+        }
+        // glibc looks names up through a socket of its own; when it
+        // cannot open one it answers ENOENT, not why.
+        _ if crate::error::out_of_fds() => {
+            BpfError::too_many_open_files(&format!("looking up {name}"))
+        }
+        e => BpfError::Io {
+            what: format!("looking up interface {name}"),
+            source: e.into(),
+        },
+    })
 }
 
 /// A program attached to one interface's hook through a bpf_link.

@@ -47,8 +47,15 @@ impl<S> Loaded<S> {
     {
         INSTALL_PRINT.call_once(|| {
             libbpf_rs::set_print(Some((PrintLevel::Debug, libbpf_print)));
+            // libbpf reads the count of possible CPUs from sysfs on first
+            // use and keeps it: read it now, while a file can be opened,
+            // not at a per-CPU counter read deep into a run.
+            let _ = libbpf_rs::num_possible_cpus();
         });
         let _serial = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        if free_fds().is_some_and(|free| free < FDS_PER_LOAD) {
+            return Err(BpfError::too_many_open_files(&format!("loading {object}")));
+        }
         let storage = NonNull::from(Box::leak(Box::new(MaybeUninit::<OpenObject>::uninit())));
         *CAPTURE.lock().unwrap_or_else(|e| e.into_inner()) = Some(String::new());
         // Safety: `storage` came from Box::leak above and is freed only in Drop
@@ -113,6 +120,9 @@ fn classify_load_error(
 ) -> BpfError {
     let errno = source.kind();
     let reason = format!("{what}: {source}");
+    if let Some(limit) = os_error(&source).and_then(|e| open_files_refusal(object, e)) {
+        return limit;
+    }
     if matches!(errno, libbpf_rs::ErrorKind::PermissionDenied) && log.trim().is_empty() {
         return BpfError::MissingFeature(format!(
             "loading {object} was refused ({reason}); BPF needs root (CAP_BPF, CAP_NET_ADMIN)"
@@ -126,8 +136,46 @@ fn classify_load_error(
     }
 }
 
+/// File descriptors a load may need at once: one per map (and libbpf's
+/// placeholder for it), per program, for BTF and for the sysfs files libbpf
+/// reads. With fewer free, libbpf fails in ways that do not say so (a map
+/// reference to a descriptor that is no map), so the load is refused first.
+const FDS_PER_LOAD: u64 = 32;
+
+/// How many more files this process may open (RLIMIT_NOFILE less those
+/// open), if /proc says.
+fn free_fds() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, Resource};
+    let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    // The directory's own descriptor is counted too.
+    let open = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    Some(soft.saturating_sub(open))
+}
+
+/// The OS error behind a libbpf error. libbpf-rs keeps its `io::Error`
+/// private (its `source()` skips it), so this reads the "(os error N)" that
+/// std's `io::Error` always ends its message with.
+fn os_error(e: &libbpf_rs::Error) -> Option<i32> {
+    let text = e.to_string();
+    let n = text.strip_suffix(')')?.rsplit_once("(os error ")?.1;
+    n.parse().ok()
+}
+
+/// One line for a load that ran out of file descriptors (every map and
+/// program is one) or found the system's table full.
+fn open_files_refusal(object: &str, errno: i32) -> Option<BpfError> {
+    match errno {
+        libc::EMFILE => Some(BpfError::too_many_open_files(&format!("loading {object}"))),
+        libc::ENFILE => Some(BpfError::Limit(format!(
+            "loading {object}: the system's table of open files is full (fs.file-max)"
+        ))),
+        _ => None,
+    }
+}
+
 /// The part of libbpf's output worth showing: the verifier's own log when
-/// present, otherwise libbpf's warnings.
+/// present, otherwise libbpf's lines that say what failed (its debug
+/// chatter about the object's sections and maps is left out).
 fn relevant_log(log: &str) -> String {
     if let (Some(b), Some(e)) = (
         log.find("-- BEGIN PROG LOAD LOG --"),
@@ -138,7 +186,10 @@ fn relevant_log(log: &str) -> String {
         return lines[tail..].join("\n");
     }
     log.lines()
-        .filter(|l| l.contains("libbpf") || l.contains("error"))
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("error") || l.contains("failed")
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }

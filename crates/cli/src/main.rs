@@ -144,6 +144,7 @@ fn init_logs(cli: &Cli) {
 
 fn main() -> ExitCode {
     signals::install();
+    peregrine_host::limits::raise_open_files();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => clap_error(e),
@@ -180,9 +181,19 @@ fn main() -> ExitCode {
     match res.context("peregrine") {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line: the chain of causes, innermost last.
-            let msg: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
-            eprintln!("peregrine: error: {}", msg.join(": "));
+            // One line: the chain of causes, innermost last; a cause
+            // that an outer message already quotes is not repeated.
+            let mut msg = String::new();
+            for cause in e.chain().skip(1).map(|c| c.to_string()) {
+                if msg.contains(&cause) {
+                    continue;
+                }
+                if !msg.is_empty() {
+                    msg.push_str(": ");
+                }
+                msg.push_str(&cause);
+            }
+            eprintln!("peregrine: error: {msg}");
             ExitCode::from(if signals::stop_requested() {
                 130
             } else {

@@ -1,11 +1,12 @@
 //! The kernel objects a host has: network namespaces, netlink (links,
 //! addresses, routes, neighbours, counters), device settings, NAPI
-//! threads, signals and CPU pinning. No knowledge of labs or programs.
+//! threads, signals, CPU pinning and resource limits. No knowledge of labs or programs.
 
 pub mod caps;
 pub mod cpu;
 pub mod error;
 pub mod fs;
+pub mod limits;
 pub mod napi;
 pub mod netdev;
 pub mod netns;

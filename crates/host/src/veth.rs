@@ -49,8 +49,12 @@ impl PeerEnd {
 /// The other end of veth `iface` (in the calling thread's namespace); None
 /// when `iface` is not a veth.
 pub fn peer_end(iface: &str) -> Result<Option<PeerEnd>> {
-    let ifindex = nix::net::if_::if_nametoindex(iface)
-        .map_err(|_| HostError::Other(format!("no interface {iface:?}")))?;
+    let ifindex = peregrine_bpf::link::ifindex(iface).map_err(|e| match e {
+        peregrine_bpf::BpfError::UnknownInterface(_) => {
+            HostError::Other(format!("no interface {iface:?}"))
+        }
+        e => HostError::Other(e.to_string()),
+    })?;
     let nl = Netlink::new()?;
     let link = nl.link_by_index_here(ifindex)?;
     let mut veth = false;

@@ -15,6 +15,13 @@ pub enum XskError {
     UnknownInterface(String),
     #[error("AF_XDP configuration: {0}")]
     Config(String),
+    /// A resource limit refused it (the message names the limit).
+    #[error("AF_XDP on {iface} queue {queue}: {what}")]
+    Limit {
+        iface: String,
+        queue: u32,
+        what: String,
+    },
 }
 
 pub type Result<T, E = XskError> = std::result::Result<T, E>;
@@ -32,17 +39,33 @@ impl From<XskError> for std::io::Error {
 }
 
 /// Maps a failed system call on `iface` queue `queue` to an `XskError`.
+/// Out of file descriptors (EMFILE), it names the process's limit instead
+/// of what the call was for.
 pub(crate) fn sys_err(
     iface: &str,
     queue: u32,
     what: &'static str,
 ) -> impl Fn(std::io::Error) -> XskError {
     let iface = iface.to_string();
-    move |error| XskError::Sys {
-        iface: iface.clone(),
-        queue,
-        what,
-        error,
+    move |error| {
+        if error.raw_os_error() == Some(libc::EMFILE) {
+            let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+                .map(|(soft, _)| soft.to_string())
+                .unwrap_or_else(|_| "?".into());
+            return XskError::Limit {
+                iface: iface.clone(),
+                queue,
+                what: format!(
+                    "{what}: too many open files: this process may hold {soft} (RLIMIT_NOFILE); raise it (ulimit -n 4096)"
+                ),
+            };
+        }
+        XskError::Sys {
+            iface: iface.clone(),
+            queue,
+            what,
+            error,
+        }
     }
 }
 

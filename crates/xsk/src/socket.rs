@@ -91,10 +91,44 @@ fn raise_tx_budget(fd: &Fd, ring: u32) -> u32 {
     }
 }
 
-fn ifindex(iface: &str) -> Result<u32> {
+/// Why the kernel refused to register a UMEM of `bytes`: ENOBUFS is the
+/// locked-memory limit (the kernel charges the UMEM's pages to it unless
+/// the process has CAP_IPC_LOCK), named with its value; anything else as
+/// the system call said.
+fn umem_refused(iface: &str, queue: u32, bytes: u64, e: std::io::Error) -> XskError {
+    use nix::sys::resource::{getrlimit, Resource};
+    if e.raw_os_error() != Some(libc::ENOBUFS) {
+        return sys_err(iface, queue, "registering the UMEM")(e);
+    }
+    let limit = match getrlimit(Resource::RLIMIT_MEMLOCK) {
+        Ok((soft, _)) if soft == nix::sys::resource::RLIM_INFINITY => "unlimited".to_string(),
+        Ok((soft, _)) => format!("{} KiB", soft / 1024),
+        Err(_) => "unknown".to_string(),
+    };
+    XskError::Limit {
+        iface: iface.to_string(),
+        queue,
+        what: format!(
+            "registering the UMEM ({} KiB) went over the locked-memory limit ({limit}, RLIMIT_MEMLOCK); raise it (ulimit -l) or run with CAP_IPC_LOCK",
+            bytes / 1024
+        ),
+    }
+}
+
+fn ifindex(iface: &str, queue: u32) -> Result<u32> {
     let name =
         std::ffi::CString::new(iface).map_err(|_| XskError::UnknownInterface(iface.into()))?;
-    syscall::if_nametoindex(&name).map_err(|_| XskError::UnknownInterface(iface.into()))
+    syscall::if_nametoindex(&name).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENODEV) | Some(libc::EINVAL) => XskError::UnknownInterface(iface.into()),
+        // glibc looks names up through a socket of its own; when it
+        // cannot open one it answers ENOENT, not why.
+        _ if std::fs::File::open("/").is_err_and(|f| f.raw_os_error() == Some(libc::EMFILE)) => {
+            sys_err(iface, queue, "looking the interface up")(std::io::Error::from_raw_os_error(
+                libc::EMFILE,
+            ))
+        }
+        _ => sys_err(iface, queue, "looking the interface up")(e),
+    })
 }
 
 impl Xsk {
@@ -103,7 +137,7 @@ impl Xsk {
     pub fn open(iface: &str, queue: u32, cfg: XskConfig) -> Result<Xsk> {
         cfg.validate()?;
         let sys = |what| sys_err(iface, queue, what);
-        let ifindex = ifindex(iface)?;
+        let ifindex = ifindex(iface, queue)?;
         let umem = umem::Builder {
             frame_size: cfg.frame_size,
             frame_count: cfg.frames,
@@ -112,7 +146,10 @@ impl Xsk {
         .build()
         .map_err(sys("allocating the UMEM"))?;
         let fd = Fd::open().map_err(sys("opening the socket (needs CAP_NET_RAW)"))?;
-        fd.attach_umem(&umem).map_err(sys("registering the UMEM"))?;
+        fd.attach_umem(&umem).map_err(|e| {
+            let bytes = u64::from(cfg.frame_size) * u64::from(cfg.frames);
+            umem_refused(iface, queue, bytes, e)
+        })?;
         let offsets = syscall::offsets(&fd).map_err(sys("reading ring offsets"))?;
         let fill =
             Fill::new(fd.clone(), &offsets, cfg.ring * 2).map_err(sys("creating the fill ring"))?;
@@ -205,7 +242,7 @@ impl Xsk {
             Tx::new(fd.clone(), &offsets, self.cfg.ring).map_err(sys("creating the TX ring"))?;
         let tx_budget = raise_tx_budget(&fd, self.cfg.ring);
         let mut addr = Address {
-            ifindex: ifindex(iface)?,
+            ifindex: ifindex(iface, queue)?,
             queue_id: queue,
             ..Default::default()
         };
