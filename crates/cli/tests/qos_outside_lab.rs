@@ -61,7 +61,12 @@ fn udp_through_the_policer_gets_the_rate_at_both_hooks() {
             text(&o.stdout)
         );
         let p = policed_udp(&t, "40M", hook);
-        assert_policed_udp(&p, hook, 0);
+        // iperf3 sends a 1 ms pacing tick's worth at once: 5 datagrams at
+        // 40 Mbit/s, of which the bucket passes 2.5, so the run can end on
+        // a few dropped that iperf3 does not count as lost, or on a few
+        // ticks' worth when its timer fired late (4 dropped past the
+        // margin seen once in CI, 2026-11-26). 10: four late ticks.
+        assert_policed_udp(&p, hook, 10);
         qos_detach(&t);
         assert_eq!(hooked(&t), (None, 0), "{hook}: nothing left on a1");
     }
