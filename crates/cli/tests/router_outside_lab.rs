@@ -594,6 +594,35 @@ fn frames_linux_does_not_route_are_not_routed_and_counted_once_at_both_hooks() {
                 );
             }
         }
+        // An address R takes while the router runs makes that source a
+        // martian from the next frame on, and giving it back lets it pass
+        // again: the router's cached answer follows the host, as Linux.
+        let f = frame("198.18.1.77", "198.18.2.1");
+        let hex = f.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        for (step, delivered) in [("before", N), ("add", 0), ("del", N)] {
+            if step != "before" {
+                common::ip(&[
+                    "-n",
+                    &t.ns("R"),
+                    "addr",
+                    step,
+                    "198.18.1.77/32",
+                    "dev",
+                    "b0",
+                ]);
+            }
+            let sent = sh_in(
+                &t.ns("A"),
+                &["python3", "-c", SEND_RAW, "a0", &N.to_string(), &hex],
+                Duration::from_secs(10),
+            );
+            ok(&sent, "python3 raw socket");
+            assert_eq!(
+                received(),
+                delivered,
+                "{hook}: source 198.18.1.77, R's address: {step}"
+            );
+        }
         if hook != "linux" {
             t.detach();
         }
