@@ -127,11 +127,21 @@ mod tests {
         )
         .unwrap();
         let el = t.elapsed();
-        assert!(
-            (n as f64 - 100_000.0).abs() <= 1_000.0,
-            "sent {n} in {el:?}"
-        );
+        // Never more than rate x duration. Fewer only by what a preempted
+        // thread could not catch up before the deadline: CI saw 98,916 once
+        // (5 ms lost at the end); 3% is 15 ms of lateness.
+        assert!((97_000..=100_000).contains(&n), "sent {n} in {el:?}");
         assert_eq!(n, sends.iter().map(|s| s.1).sum::<u64>());
+        // Never ahead of the schedule: after each call, what was sent is at
+        // most what was due at the moment the call returned.
+        let mut cum = 0u64;
+        for (at, k) in &sends {
+            cum += k;
+            assert!(
+                cum as f64 <= rate * at.as_secs_f64() + 1.0,
+                "{cum} sent by {at:?}, ahead of {rate} pps"
+            );
+        }
         assert!(
             el >= run && el < run + Duration::from_millis(50),
             "the run took {el:?} for {run:?}"
