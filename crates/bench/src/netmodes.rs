@@ -48,44 +48,35 @@ impl Scenario {
     }
 }
 
+const DEFAULT_PATHS: &str = "udp,mmsg,mmsg-gso,mmap,afxdp";
+const DEFAULT_MODES: &str = "host,bridge,macvlan,overlay,same-host";
+const DEFAULT_SCENARIOS: &str = "I,II,III";
+const DEFAULT_COUNTS: &str = "2M,4M,6M,8M,10M";
+const DEFAULT_RATES: &str = "200Mbit,400Mbit,600Mbit,800Mbit,unpaced";
+const DEFAULT_SIZES: &str = "64,128,256,512,1024,1472";
+
 /// `peregrine bench netmodes`.
 #[derive(clap::Args, Clone, Debug)]
 #[command(mut_arg("name", ResultOutput::named("bench-netmodes")))]
 pub struct NetmodesBenchConfig {
     /// I/O paths compared, comma-separated (udp, mmsg, mmsg-gso, mmap, afxdp).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "udp,mmsg,mmsg-gso,mmap,afxdp"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_PATHS)]
     pub paths: Vec<IoPath>,
     /// Network modes, comma-separated (host, bridge, macvlan, overlay, same-host).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "host,bridge,macvlan,overlay,same-host"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_MODES)]
     pub modes: Vec<NetMode>,
     /// Scenarios, comma-separated: I (count), II (rate), III (size).
-    #[arg(long, value_delimiter = ',', default_value = "I,II,III")]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_SCENARIOS)]
     pub scenarios: Vec<String>,
     /// Scenario I: datagrams per run (the seed: 2M..10M).
-    #[arg(long, value_delimiter = ',', default_value = "2M,4M,6M,8M,10M")]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_COUNTS)]
     pub counts: Vec<RateSetting>,
     /// Scenario II: offered rates (bit/s of frames with FCS), then
     /// "unpaced" for saturation.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "200Mbit,400Mbit,600Mbit,800Mbit,unpaced"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_RATES)]
     pub rates: Vec<String>,
     /// Scenario III: UDP payload sizes in bytes.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "64,128,256,512,1024,1472"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_SIZES)]
     pub sizes: Vec<usize>,
     /// Rate of scenarios I and III (the seed: 500 Mbit/s).
     #[arg(long, default_value = "500Mbit")]

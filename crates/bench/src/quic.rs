@@ -110,6 +110,10 @@ impl Ablation {
     }
 }
 
+const DEFAULT_CONTENDERS: &str = "kernel-nogso,kernel-gso,kernel-gso-segmented,afxdp";
+const DEFAULT_ABLATIONS: &str = "tx-batch,busy-poll,queues,xdp-generic,threads";
+const DEFAULT_TX_BATCHES: &str = "1,4";
+
 /// `peregrine bench quic`.
 #[derive(clap::Args, Clone, Debug)]
 #[command(mut_arg("name", ResultOutput::named("bench-quic")))]
@@ -119,23 +123,15 @@ pub struct QuicBenchConfig {
     pub size: ByteSize,
     /// Contenders, comma-separated: kernel-nogso, kernel-gso,
     /// kernel-gso-segmented (GSO with the server's veth segmenting), afxdp.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "kernel-nogso,kernel-gso,kernel-gso-segmented,afxdp"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_CONTENDERS)]
     pub contenders: Vec<String>,
     /// The stack's ablations, comma-separated: tx-batch, busy-poll, queues,
     /// xdp-generic, threads, or none.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "tx-batch,busy-poll,queues,xdp-generic,threads"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_ABLATIONS)]
     pub ablations: Vec<String>,
     /// TX batches (datagrams per quinn transmit, 1-10) the tx-batch
     /// ablation tries beside the default 10.
-    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_TX_BATCHES)]
     pub tx_batches: Vec<usize>,
     /// The busy-poll ablation's time per poll (20, 20us).
     #[arg(long, default_value = "20us", value_parser = peregrine_units::micros)]
