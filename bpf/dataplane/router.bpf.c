@@ -389,15 +389,19 @@ static __always_inline int forward(void *ctx, const int tc, struct router_port_s
 
 /* What both IP versions decide before routing, in Linux's order: a frame
  * coming back from a chain's container continues to the next hop; a frame
- * for another host's MAC is dropped (ip_rcv: PACKET_OTHERHOST); one to a
+ * for another host's MAC is dropped (ip_rcv: PACKET_OTHERHOST), or on a
+ * bridge's port passed to the bridge, which switches it; one to a
  * group MAC is the kernel's (ip_forward never forwards it). ROUTE_ON else. */
 static __always_inline int next_hop_or_l2(void *ctx, const int tc, struct router_port_stats *st,
 					  struct router_port *port, struct ethhdr *eth, __u64 len)
 {
 	if (port && port->next_ifindex)
 		return send(tc, st, port->next_ifindex, ROUTER_STEER, len);
-	if (hook_otherhost(ctx, tc, eth, port))
+	if (hook_otherhost(ctx, tc, eth, port)) {
+		if (port && (port->flags & ROUTER_PORT_BRIDGED))
+			return done(st, ROUTER_PASS_BRIDGED, len, hook_pass(tc));
 		return done(st, ROUTER_DROP_OTHERHOST, len, hook_drop(tc));
+	}
 	if (eth_is_group(eth->h_dest))
 		return done(st, ROUTER_PASS_L2_GROUP, len, hook_pass(tc));
 	return ROUTE_ON;

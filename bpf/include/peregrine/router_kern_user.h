@@ -29,6 +29,7 @@ enum router_action {
 	ROUTER_PASS_NO_PORT,      /* egress is not a router port */
 	ROUTER_PASS_L2_GROUP,     /* broadcast/multicast MAC: the host's, never forwarded */
 	ROUTER_PASS_LINK_LOCAL,   /* IPv6 link-local source or destination: not routed */
+	ROUTER_PASS_BRIDGED,      /* unicast MAC of another host on a bridge's port: the bridge switches it */
 	ROUTER_DROP_OTHERHOST,    /* unicast MAC of another host, not a router port (PACKET_OTHERHOST) */
 	ROUTER_DROP_BAD_CSUM,     /* IPv4 header checksum wrong */
 	ROUTER_DROP_MARTIAN,      /* martian source: loopback, 0.0.0.0, multicast, broadcast, own address, :: */
@@ -65,6 +66,10 @@ enum router_port_flags {
 	 * is stored. Not for ports whose peer runs an XDP program: the peer's
 	 * XDP hook is skipped (its tc ingress runs). */
 	ROUTER_PORT_PEER = 1 << 2,
+	/* The port is a port of a bridge (it has a master): a unicast frame
+	 * for another MAC is the bridge's to switch, passed on
+	 * (ROUTER_PASS_BRIDGED) where a lone port drops it. */
+	ROUTER_PORT_BRIDGED = 1 << 3,
 };
 
 /* How the router treats frames arriving on a port (index: ifindex). */

@@ -112,10 +112,8 @@ const PINNED_MAPS: &[&str] = &[
 ];
 
 /// The MAC address of `iface` in the calling thread's network namespace.
-fn mac_of(iface: &str) -> Result<MacAddr> {
-    let idx = crate::link::ifindex(iface)?;
-    let addr = crate::rtlink::get(idx)?.address;
-    <[u8; 6]>::try_from(addr.as_slice())
+fn mac_from(iface: &str, addr: &[u8]) -> Result<MacAddr> {
+    <[u8; 6]>::try_from(addr)
         .map(MacAddr)
         .map_err(|_| BpfError::UnknownInterface(format!("{iface} (it has no Ethernet address)")))
 }
@@ -282,11 +280,14 @@ impl RouterMaps {
         classify: bool,
     ) -> Result<Link> {
         check_router_hook(hook)?;
-        let mac = mac_of(iface)?;
+        let idx = crate::link::ifindex(iface)?;
+        let state = crate::rtlink::get(idx)?;
+        let mac = mac_from(iface, &state.address)?;
         let link = Link::attach(prog, iface, hook)?;
         let made = self
             .add_port(link.ifindex)
             .and_then(|()| self.set_port_mac(link.ifindex, mac))
+            .and_then(|()| self.set_bridged(link.ifindex, state.master.is_some()))
             .and_then(|()| self.set_port(link.ifindex, 0, classify));
         if let Err(e) = made {
             let _ = self.remove_port(link.ifindex);
@@ -369,12 +370,24 @@ impl RouterMaps {
     /// hook. The XDP program ignores it. If the peer is in this namespace
     /// after all, the kernel drops the frames.
     pub fn set_peer_delivery(&self, ifindex: u32, peer: bool) -> Result<()> {
-        let f = router_port_flags::ROUTER_PORT_PEER.0;
+        self.set_flag(ifindex, router_port_flags::ROUTER_PORT_PEER, peer)
+    }
+
+    /// `bridged`: port `ifindex` is a bridge's port, so a unicast frame
+    /// for another MAC arriving there is the bridge's to switch: both
+    /// hooks pass it (`pass_bridged`) instead of dropping it as the
+    /// kernel's IP input drops PACKET_OTHERHOST (`attach_port` sets it
+    /// from the interface's master).
+    pub fn set_bridged(&self, ifindex: u32, bridged: bool) -> Result<()> {
+        self.set_flag(ifindex, router_port_flags::ROUTER_PORT_BRIDGED, bridged)
+    }
+
+    fn set_flag(&self, ifindex: u32, f: router_port_flags, on: bool) -> Result<()> {
         self.update_port(ifindex, |p| {
-            if peer {
-                p.flags |= f;
+            if on {
+                p.flags |= f.0;
             } else {
-                p.flags &= !f;
+                p.flags &= !f.0;
             }
         })
     }
@@ -782,6 +795,59 @@ mod fixtures {
                 run_once_skb(r.tc_prog(), f, Some(LO)).is_err(),
                 "{n}: refused"
             );
+        }
+    }
+
+    /// On a bridge's port, a frame for another MAC is the bridge's to
+    /// switch: passed and counted `pass_bridged` at both hooks; the same
+    /// port taken out of its bridge drops it again (`drop_otherhost`).
+    #[test]
+    fn a_bridges_port_passes_frames_for_other_macs_to_the_bridge() {
+        let name = "a_bridges_port_passes_frames_for_other_macs_to_the_bridge";
+        if !privileged(name) {
+            return;
+        }
+        let r = RouterProgram::load(FibMode::Full).unwrap();
+        r.set_port_mac(LO, LO_MAC).unwrap();
+        let frames = [
+            ("ipv4", with_dst_mac("198.19.0.5", MacAddr::local(9))),
+            ("ipv6", with_dst_mac("2001:db8:99::5", MacAddr::local(9))),
+        ];
+        let stats = || r.stats(LO).unwrap();
+        for (bridged, action) in [(true, "pass_bridged"), (false, "drop_otherhost")] {
+            r.set_bridged(LO, bridged).unwrap();
+            let (xdp_v, tc_v) = if bridged {
+                (XdpAction::Pass, TcAction::Ok)
+            } else {
+                (XdpAction::Drop, TcAction::Shot)
+            };
+            let xdp: Vec<Case<Vec<&str>>> = frames
+                .iter()
+                .map(|(n, f)| {
+                    let fx = Fixture::new(
+                        format!("{n} bridged={bridged}"),
+                        f.clone(),
+                        xdp_v,
+                        Expect::Unchanged,
+                    );
+                    Case::new(fx.on(LO), vec![action])
+                })
+                .collect();
+            let tc: Vec<Case<Vec<&str>>> = frames
+                .iter()
+                .map(|(n, f)| {
+                    let fx = Fixture::new(
+                        format!("tc: {n} bridged={bridged}"),
+                        f.clone(),
+                        tc_v,
+                        Expect::Unchanged,
+                    );
+                    Case::new(fx.on(LO), vec![action])
+                })
+                .collect();
+            let mut bad = check_table(r.prog(), &xdp, stats, router_actions_moved);
+            bad.extend(check_table(r.tc_prog(), &tc, stats, router_actions_moved));
+            assert_passed("router on a bridge's port", &bad);
         }
     }
 

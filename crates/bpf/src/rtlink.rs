@@ -24,6 +24,8 @@ pub(crate) struct LinkState {
     pub xdp: XdpQuery,
     /// Its hardware address (Ethernet: 6 bytes).
     pub address: Vec<u8>,
+    /// The ifindex of its master (a bridge or bond it is a port of).
+    pub master: Option<u32>,
 }
 
 /// The state of `ifindex` in the calling thread's namespace.
@@ -60,6 +62,7 @@ pub(crate) fn get(ifindex: u32) -> Result<LinkState> {
     for a in link.attributes {
         match a {
             LinkAttribute::Address(mac) => st.address = mac,
+            LinkAttribute::Controller(m) if m != 0 => st.master = Some(m),
             LinkAttribute::Xdp(xs) => {
                 for x in xs {
                     match x {
