@@ -15,6 +15,8 @@ use crate::check;
 use crate::compose;
 use crate::control::{self, Incoming, Reply, Request};
 use crate::decl::{self, ArgCheck, NodeDecl};
+use crate::podreq;
+use crate::pods::{self, Registry};
 use crate::reconcile::{self, Pass};
 use crate::services::Supervisor;
 use crate::state::{self, Owned};
@@ -42,6 +44,8 @@ struct Agent {
     opts: Options,
     decl: NodeDecl,
     owned: Owned,
+    /// The pods the CNI plugin handed over (`pods`).
+    pods: Registry,
     dir: PathBuf,
     sup: Supervisor,
     shared: Arc<Mutex<Status>>,
@@ -61,6 +65,7 @@ pub fn run(opts: Options) -> Result<(), Vec<String>> {
     let cookie = netns::cookie().map_err(|e| one(e.to_string()))?;
     let mut owned = Owned::load(&dir, cookie);
     owned.pid = std::process::id();
+    let pods = Registry::load(&dir, cookie);
     let (tx, rx) = mpsc::channel::<Event>();
     let (ctl_tx, ctl_rx) = mpsc::channel::<Incoming>();
     control::listen(&state::socket_path(), ctl_tx).map_err(one)?;
@@ -89,6 +94,7 @@ pub fn run(opts: Options) -> Result<(), Vec<String>> {
         opts,
         decl,
         owned,
+        pods,
         dir,
         sup,
         shared,
@@ -245,9 +251,15 @@ impl Agent {
         errs
     }
 
-    fn reconcile(&mut self, why: &str) {
+    /// The declaration with the pods (`pods::effective`): what a pass
+    /// brings the data plane to.
+    fn effective(&self) -> NodeDecl {
+        pods::effective(&self.decl, &self.pods)
+    }
+
+    fn reconcile(&mut self, why: &str) -> Pass {
         let t = Instant::now();
-        let mut pass: Pass = reconcile::dataplane(&self.decl, &mut self.owned);
+        let mut pass: Pass = reconcile::dataplane(&self.effective(), &mut self.owned);
         pass.errors.extend(self.write_qos_files());
         let t1 = Instant::now();
         pass.changed
@@ -267,6 +279,7 @@ impl Agent {
         self.note_changes(&pass.changed);
         let status = self.status_now(&pass, secs);
         *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = status;
+        pass
     }
 
     fn status_now(&self, pass: &Pass, secs: f64) -> Status {
@@ -275,16 +288,26 @@ impl Agent {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let router = self.decl.router.as_ref().map(|r| {
-            let ports = crate::reconcile::router_ports();
+        let mut decl = self.effective();
+        let live_ports = crate::reconcile::router_ports();
+        // A router left on `auto` is shown at the hook it picked.
+        if let (Some(r), Some(kind)) = (decl.router.as_mut(), crate::reconcile::router_hook()) {
+            if r.hook == peregrine_dataplane::HookChoice::Auto {
+                r.hook = peregrine_dataplane::HookChoice::Given(match kind {
+                    "tc" => peregrine_bpf::Hook::TC,
+                    _ => peregrine_bpf::Hook::Xdp(r.mode.unwrap_or_default()),
+                });
+            }
+        }
+        let router = decl.router.as_ref().map(|r| {
+            let ports = live_ports.clone();
             RouterStatus {
                 hook: crate::reconcile::router_hook().unwrap_or("-").to_string(),
                 declared: r.ports.clone(),
                 ports,
             }
         });
-        let qos = self
-            .decl
+        let qos = decl
             .qos
             .iter()
             .map(|q| QosStatus {
@@ -295,10 +318,10 @@ impl Agent {
                 live: crate::reconcile::policer_live(&q.iface, self.owned.netns_cookie),
             })
             .collect();
-        let order = compose::ifaces(&self.decl)
+        let order = compose::ifaces(&decl)
             .into_iter()
             .map(|i| Order {
-                stages: compose::stages_on(&self.decl, &i)
+                stages: compose::stages_on(&decl, &i)
                     .into_iter()
                     .map(|s| format!("{} ({})", s.what, s.hook))
                     .collect(),
@@ -320,6 +343,7 @@ impl Agent {
             qos,
             order,
             services,
+            pods: pods::status(&self.pods, &live_ports),
             last_reconcile_seconds: secs,
             last_reconcile_phases: pass.phases.clone(),
         }
@@ -333,7 +357,7 @@ impl Agent {
                 if d != self.decl {
                     tracing::info!("declaration changed: reconciling");
                     self.decl = d;
-                    self.reconcile("declaration changed");
+                    let _ = self.reconcile("declaration changed");
                 }
             }
             Err(errs) => {
@@ -408,6 +432,10 @@ impl Agent {
                     status: None,
                 },
             },
+            req @ (Request::PodAdd { .. }
+            | Request::PodDel { .. }
+            | Request::PodCheck { .. }
+            | Request::PodGc { .. }) => podreq::handle(self, req),
             Request::Apply { name, text } => {
                 let d = match self.with(&name, &text) {
                     Ok(d) => d,
@@ -444,7 +472,7 @@ impl Agent {
                     };
                 }
                 self.decl = d;
-                self.reconcile("apply");
+                let _ = self.reconcile("apply");
                 let s = self
                     .shared
                     .lock()
@@ -460,5 +488,21 @@ impl Agent {
                 }
             }
         }
+    }
+}
+
+/// The pod requests' view of the agent (`podreq::handle`).
+impl podreq::Host for Agent {
+    fn declared(&self) -> &NodeDecl {
+        &self.decl
+    }
+    fn registry(&mut self) -> &mut Registry {
+        &mut self.pods
+    }
+    fn reconcile_now(&mut self, why: &str) -> Pass {
+        self.reconcile(why)
+    }
+    fn netns_cookie(&self) -> u64 {
+        self.owned.netns_cookie
     }
 }

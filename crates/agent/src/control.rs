@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "lowercase")]
+#[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     /// Check `text` whole; if good, make it the declaration (written over
     /// the agent's file, or as `name` in its directory) and reconcile.
@@ -21,6 +21,16 @@ pub enum Request {
     Diff { name: String, text: String },
     /// The node as the agent sees it.
     Status,
+    /// The CNI plugin's ADD: the pod's host interface joins the router,
+    /// its bandwidth policed; recorded until `pod_del`.
+    PodAdd { pod: Box<crate::pods::PodPort> },
+    /// The CNI plugin's DEL: whatever the agent holds for the pod goes; a
+    /// pod it does not know is not an error.
+    PodDel { key: crate::pods::PodKey },
+    /// The CNI plugin's CHECK: the pod is recorded and its port runs.
+    PodCheck { key: crate::pods::PodKey },
+    /// The CNI plugin's GC: every pod not in `keep` goes.
+    PodGc { keep: Vec<crate::pods::PodKey> },
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -8,6 +8,8 @@
 //! - `check`: the declaration checked whole (sections, then composition).
 //! - `compose`: which stages share an interface, their order, what is refused.
 //! - `reconcile`: the data plane brought to the declaration, drift repaired.
+//! - `pods`: pod interfaces the CNI plugin hands over, recorded.
+//! - `podreq`: the plugin's requests served.
 //! - `peer`: router ports' peer delivery recomputed as XDP comes and goes.
 //! - `services`: supervised children, restarted, adopted.
 //! - `state`: what the agent owns, recorded for the next agent.
@@ -25,6 +27,8 @@ pub mod decl;
 pub mod diff;
 pub mod metrics;
 pub mod peer;
+pub mod podreq;
+pub mod pods;
 pub mod reconcile;
 pub mod services;
 pub mod state;

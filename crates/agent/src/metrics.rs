@@ -69,6 +69,9 @@ pub fn serve(
         bytes.clone(),
     );
     let st = status.clone();
+    // The router series of the last scrape: those of ports gone since (a
+    // pod deleted, a port taken out) are removed, not left frozen.
+    let mut router_series: Vec<Labels> = Vec::new();
     let refresh = move || {
         let s = st.lock().unwrap_or_else(|e| e.into_inner()).clone();
         set(&reconciles, &Vec::new(), s.reconciles);
@@ -78,21 +81,37 @@ pub fn serve(
         }
         ready.set(s.ready as i64);
         errors.set(s.errors.len() as i64);
+        let mut now: Vec<Labels> = Vec::new();
         if let Ok(dir) = Site::here().dir() {
             if let Ok(ports) = router::stats(&dir) {
                 for (port, _, ps) in ports {
+                    // A pod's port: its Kubernetes names too.
+                    let pod = s.pods.iter().find(|p| p.host_iface == port);
                     for (i, (&p, &b)) in ps.packets.iter().zip(ps.bytes.iter()).enumerate() {
-                        let labels = l(&[
+                        let mut labels = l(&[
                             ("component", "router"),
                             ("port", &port),
                             ("action", peregrine_bpf::router::action_name(i)),
                         ]);
+                        if let Some(pod) = pod {
+                            labels.extend(l(&[
+                                ("pod", &pod.label),
+                                ("namespace", pod.pod_namespace.as_deref().unwrap_or("")),
+                            ]));
+                        }
                         set(&packets, &labels, p);
                         set(&bytes, &labels, b);
+                        now.push(labels);
                     }
                 }
             }
         }
+        let kept: std::collections::HashSet<&Labels> = now.iter().collect();
+        for gone in router_series.iter().filter(|l| !kept.contains(l)) {
+            packets.remove(gone);
+            bytes.remove(gone);
+        }
+        router_series = now;
         for q in s.qos.iter().filter(|q| q.live) {
             let Ok(ps) = peregrine_qos::attach::stats(&q.iface) else {
                 continue;

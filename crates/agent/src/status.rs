@@ -30,6 +30,8 @@ pub struct Status {
     pub qos: Vec<QosStatus>,
     pub order: Vec<Order>,
     pub services: Vec<ServiceStatus>,
+    /// The pods the CNI plugin handed over.
+    pub pods: Vec<crate::pods::PodStatus>,
     /// Seconds the last reconcile took.
     pub last_reconcile_seconds: f64,
     /// And each of its phases (router, policers, services, peer delivery).
@@ -116,6 +118,35 @@ pub fn text(s: &serde_json::Value) -> String {
             v["pid"],
             v["restarts"],
             if yes(&v["adopted"]) { ", adopted" } else { "" }
+        );
+    }
+    for p in get("pods").as_array().into_iter().flatten() {
+        let name = match (p["pod_namespace"].as_str(), p["pod_name"].as_str()) {
+            (Some(ns), Some(n)) => format!("{ns}/{n} "),
+            (None, Some(n)) => format!("{n} "),
+            _ => String::new(),
+        };
+        let id: String = str(&p["container_id"]).chars().take(12).collect();
+        let ips: Vec<&str> = (p["ips"].as_array().into_iter().flatten())
+            .filter_map(|x| x.as_str())
+            .collect();
+        let mut bw = String::new();
+        for (k, what) in [("egress_rate", "egress"), ("ingress_rate", "ingress")] {
+            if let Some(r) = p[k].as_u64() {
+                let _ = write!(bw, ", {what} {r} bit/s");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "pod {name}({id}/{}): host iface {}{}, {}{bw}",
+            str(&p["ifname"]),
+            str(&p["host_iface"]),
+            if yes(&p["port_live"]) { "" } else { " (down)" },
+            if ips.is_empty() {
+                "no ips".to_string()
+            } else {
+                ips.join(" ")
+            },
         );
     }
     for k in ["waiting", "errors"] {

@@ -9,6 +9,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use peregrine_agent::control::{self, Reply, Request};
+use peregrine_agent::pods::{Bandwidth, PodKey, PodPort};
 
 /// An agent running in the router namespace of a `Topo`, with its own run
 /// directory (the default one is the host's). Dropping it applies an
@@ -122,6 +124,13 @@ impl Agent {
         );
     }
 
+    /// A pod request on the agent's control socket, as the CNI plugin
+    /// sends it.
+    fn pods(&self, req: &Request) -> Reply {
+        control::request(&self.dir.join("run").join("agent.sock"), req)
+            .unwrap_or_else(|e| panic!("{e}: {}", self.log()))
+    }
+
     fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -149,6 +158,7 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         if self.child.is_some() {
+            let _ = self.pods(&Request::PodGc { keep: Vec::new() });
             let _ = self.apply("empty.toml", "");
         }
         if let Some(mut c) = self.child.take() {
@@ -783,4 +793,545 @@ fn agent_killed_mid_reconcile_ends_with_exactly_the_declared_state() {
     }
     drop(a);
     t.remove();
+}
+
+/// The address every pod's host side has (the CNI ptp plugin's gateway:
+/// one address on each host veth, a /32 route to each pod).
+const POD_GW: &str = "198.18.100.1";
+
+/// A pod made as the CNI ptp plugin makes one: namespace `pod`, its
+/// `eth0` a veth whose host side `host` is in the node namespace `node`;
+/// the pod's `ip`/32 on eth0, a route to the gateway on eth0 and the
+/// default route through it; on the node the gateway on `host` and a
+/// /32 route to the pod.
+fn ptp_pod(node: &str, pod: &str, host: &str, addr: &str) {
+    ip(&[
+        "link", "add", host, "netns", node, "type", "veth", "peer", "name", "eth0", "netns", pod,
+    ]);
+    ip(&[
+        "-n",
+        node,
+        "addr",
+        "add",
+        &format!("{POD_GW}/32"),
+        "dev",
+        host,
+    ]);
+    ip(&["-n", node, "link", "set", host, "up"]);
+    ip(&[
+        "-n",
+        node,
+        "route",
+        "add",
+        &format!("{addr}/32"),
+        "dev",
+        host,
+    ]);
+    ip(&[
+        "-n",
+        pod,
+        "addr",
+        "add",
+        &format!("{addr}/32"),
+        "dev",
+        "eth0",
+    ]);
+    ip(&["-n", pod, "link", "set", "eth0", "up"]);
+    ip(&[
+        "-n",
+        pod,
+        "route",
+        "add",
+        &format!("{POD_GW}/32"),
+        "dev",
+        "eth0",
+    ]);
+    ip(&[
+        "-n", pod, "route", "add", "default", "via", POD_GW, "dev", "eth0",
+    ]);
+}
+
+/// The ADD the CNI plugin would send for `ptp_pod(_, ns, host, ip)`.
+fn pod_port(ns: &str, host: &str, ip: &str, name: &str, bandwidth: Bandwidth) -> PodPort {
+    PodPort {
+        key: pod_key(name),
+        netns: format!("/run/netns/{ns}"),
+        host_iface: host.to_string(),
+        ips: vec![format!("{ip}/32")],
+        pod_namespace: Some("default".into()),
+        pod_name: Some(name.to_string()),
+        pod_uid: Some(format!("uid-{name}")),
+        bandwidth,
+        annotations: Default::default(),
+    }
+}
+
+fn pod_key(name: &str) -> PodKey {
+    PodKey {
+        container_id: format!("{name}-0123456789abcdef"),
+        ifname: "eth0".into(),
+    }
+}
+
+/// `count` UDP datagrams from namespace `from` to `to`:9000, 50 ms apart,
+/// with a receiver in namespace `rx`; how many arrived (at most 10 s).
+fn udp_through(from: &str, rx: &str, to: &str, count: u32) -> u32 {
+    let recv = format!(
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.bind(('{to}', 9000))\ns.settimeout(3)\nn = 0\ntry:\n    while n < {count}:\n        d, _ = s.recvfrom(100)\n        n += d.startswith(b'dgram')\nexcept socket.timeout:\n    pass\nprint(n)\n"
+    );
+    let server = Command::new("ip")
+        .args(["netns", "exec", rx, "timeout", "10", "python3", "-c", &recv])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let send = format!(
+        "import socket, time\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\nfor i in range({count}):\n    s.sendto(b'dgram %d' % i, ('{to}', 9000))\n    time.sleep(0.05)\n"
+    );
+    ok(
+        &sh_in(from, &["python3", "-c", &send], Duration::from_secs(10)),
+        "UDP sender",
+    );
+    let out = server.wait_with_output().unwrap();
+    text(&out.stdout).trim().parse().unwrap_or(0)
+}
+
+/// `qos stats --json` of the policer on `iface` in `ns`: its one rule
+/// (None when no policer runs there).
+fn pod_policer_rule(ns: &str, iface: &str) -> Option<serde_json::Value> {
+    let o = pg_in(ns, &["qos", "stats", "--iface", iface, "--json"]);
+    if !o.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rules = v["policers"][0]["rules"].as_array()?.clone();
+    assert_eq!(rules.len(), 1, "one rule on {iface} in {ns}: {v:#}");
+    Some(rules[0].clone())
+}
+
+/// The pods' host interfaces the agent's status shows, with their port
+/// state.
+fn status_pods(s: &serde_json::Value) -> Vec<(String, bool)> {
+    s["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["host_iface"].as_str().unwrap().to_string(),
+                p["port_live"] == true,
+            )
+        })
+        .collect()
+}
+
+/// The `/metrics` value of the router counter of `port` and `action`
+/// labelled with a pod: (its labels, value).
+fn pod_counter(body: &str, port: &str, action: &str) -> Option<(String, u64)> {
+    body.lines()
+        .filter(|l| l.starts_with("peregrine_node_packets_total{"))
+        .filter(|l| {
+            l.contains(&format!("port=\"{port}\"")) && l.contains(&format!("action=\"{action}\""))
+        })
+        .find(|l| l.contains("pod=\""))
+        .and_then(|l| {
+            let (labels, v) = l.rsplit_once(' ')?;
+            Some((labels.to_string(), v.parse().ok()?))
+        })
+}
+
+/// Issue 26, the agent's side of the CNI plugin: two pods made as the ptp
+/// plugin makes them, handed over with `pod_add`, join a router the node
+/// declares none of (router attach's defaults: auto picks tc for veths at
+/// their default offloads); a UDP datagram goes from one to the other
+/// through it, counted with the pod's names; egress_rate is the exact
+/// policer rule on the host side, ingress_rate one on the pod's eth0 in
+/// its namespace (which counts what the router delivered); CHECK is ok;
+/// a SIGKILLed agent's successor keeps the pods and adopts their ports
+/// (same router programs, no change made); DEL of one leaves the other
+/// running, DEL again is ok, GC removes the rest, pins included.
+#[test]
+fn agent_pods_join_the_router_are_policed_and_survive_a_restart() {
+    if !peregrine_testbed::testing::privileged_here() {
+        return;
+    }
+    let (node, pa, pb) = ("agpod-N", "agpod-A", "agpod-B");
+    let _ns = Namespaces::add(&[node, pa, pb]);
+    ok(
+        &sh_in(
+            node,
+            &["sysctl", "-qw", "net.ipv4.ip_forward=1"],
+            Duration::from_secs(5),
+        ),
+        "sysctl",
+    );
+    ptp_pod(node, pa, "hpa", "198.18.100.2");
+    ptp_pod(node, pb, "hpb", "198.18.100.3");
+    let dir = tmp("agent-pods");
+    let mut a = Agent::start(node, &dir, "");
+    let egress = Bandwidth {
+        egress_rate: Some(10_000_000),
+        ..Default::default()
+    };
+    let ingress = Bandwidth {
+        ingress_rate: Some(20_000_000),
+        ..Default::default()
+    };
+    let add_a = Request::PodAdd {
+        pod: Box::new(pod_port(pa, "hpa", "198.18.100.2", "pod-a", egress)),
+    };
+    let add_b = Request::PodAdd {
+        pod: Box::new(pod_port(pb, "hpb", "198.18.100.3", "pod-b", ingress)),
+    };
+    for req in [&add_a, &add_b] {
+        let r = a.pods(req);
+        println!("{req:?}\n -> {r:?}");
+        assert!(r.ok, "{r:?}\n{}", a.log());
+    }
+    let s = a.status();
+    assert_eq!(
+        status_pods(&s),
+        [("hpa".to_string(), true), ("hpb".to_string(), true)],
+        "{s:#}"
+    );
+    assert_eq!(s["router"]["hook"], "tc", "{s:#}");
+    let text_status = text(&a.pg(&["status"]).stdout);
+    assert!(
+        text_status.contains("pod default/pod-a (pod-a-012345/eth0): host iface hpa, 198.18.100.2/32, egress 10000000 bit/s"),
+        "{text_status}"
+    );
+    // Re-ADD: the same record, nothing changes.
+    let r = a.pods(&add_a);
+    assert!(r.ok, "{r:?}");
+    assert!(
+        r.lines.iter().all(|l| l.contains("re-added")),
+        "a re-ADD changed something: {r:?}"
+    );
+    for k in ["pod-a", "pod-b"] {
+        let r = a.pods(&Request::PodCheck { key: pod_key(k) });
+        assert!(r.ok, "CHECK {k}: {r:?}");
+    }
+    // Pod to pod through the router (the first datagram may wait for ARP).
+    assert!(
+        sh_in(
+            pa,
+            &["ping", "-c", "3", "-i", "0.2", "-W", "2", "198.18.100.3"],
+            Duration::from_secs(10)
+        )
+        .status
+        .success(),
+        "pod A pings pod B"
+    );
+    let got = udp_through(pa, pb, "198.18.100.3", 20);
+    println!("{got} of 20 UDP datagrams pod A -> pod B");
+    assert_eq!(got, 20);
+    let (line, body) = a.http("/metrics");
+    assert!(line.contains("200"), "{line}");
+    let (labels, forwarded) =
+        pod_counter(&body, "hpa", "forward").unwrap_or_else(|| panic!("{body}"));
+    println!("{labels} {forwarded}");
+    assert!(
+        labels.contains("pod=\"pod-a\"") && labels.contains("namespace=\"default\""),
+        "{labels}"
+    );
+    assert!(
+        forwarded >= 20,
+        "the router forwarded pod A's datagrams: {forwarded}"
+    );
+    promtool_check(&body, "the agent's /metrics with pods");
+    // egress_rate: the policer on hpa, exactly the rule asked for.
+    let rule = pod_policer_rule(node, "hpa").expect("a policer on hpa");
+    println!("hpa: {rule}");
+    assert_eq!(rule["rate"], "10000000 bit/s", "{rule}");
+    assert_eq!(rule["burst"], "65536 B", "{rule}");
+    assert_eq!(rule["exceed"], "drop", "{rule}");
+    assert!(rule["conform_packets"].as_u64() >= Some(20), "{rule}");
+    let order: Vec<String> = s["order"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["iface"] == "hpa")
+        .flat_map(|o| o["stages"].as_array().unwrap().iter())
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(order, ["policer (tc)", "router (tc)"], "{s:#}");
+    // ingress_rate: the policer on B's eth0, in B, counted what came.
+    let rule = pod_policer_rule(pb, "eth0").expect("a policer on eth0 in pod B");
+    println!("eth0 in pod B: {rule}");
+    assert_eq!(rule["rate"], "20000000 bit/s", "{rule}");
+    assert!(rule["conform_packets"].as_u64() >= Some(20), "{rule}");
+
+    // kill -9 and a new agent: the pods kept, nothing re-attached.
+    let before = router_programs(node);
+    assert_eq!(before.len(), 2, "{before:?}");
+    a.kill9();
+    a.spawn();
+    let s = a.status();
+    assert_eq!(status_pods(&s).len(), 2, "{s:#}");
+    assert_eq!(
+        router_programs(node),
+        before,
+        "the new agent re-attached the router"
+    );
+    assert!(
+        changes(&s).is_empty(),
+        "the new agent changed something instead of adopting: {:?}",
+        changes(&s)
+    );
+    for k in ["pod-a", "pod-b"] {
+        let r = a.pods(&Request::PodCheck { key: pod_key(k) });
+        assert!(r.ok, "CHECK {k} after the restart: {r:?}");
+    }
+
+    // DEL of pod A: its port and policer go, pod B keeps running.
+    let r = a.pods(&Request::PodDel {
+        key: pod_key("pod-a"),
+    });
+    println!("DEL pod-a -> {r:?}");
+    assert!(r.ok, "{r:?}");
+    let s = a.status();
+    assert_eq!(status_pods(&s), [("hpb".to_string(), true)], "{s:#}");
+    let progs = router_programs(node);
+    assert_eq!(progs.len(), 1, "{progs:?}");
+    assert_eq!(progs[0].0, "hpb");
+    assert!(
+        pod_policer_rule(node, "hpa").is_none(),
+        "the policer on hpa stayed"
+    );
+    assert!(
+        a.pods(&Request::PodCheck {
+            key: pod_key("pod-b")
+        })
+        .ok
+    );
+    let r = a.pods(&Request::PodCheck {
+        key: pod_key("pod-a"),
+    });
+    assert!(!r.ok && r.lines.len() == 1, "{r:?}");
+    let r = a.pods(&Request::PodDel {
+        key: pod_key("pod-a"),
+    });
+    assert!(r.ok, "DEL again: {r:?}");
+    let hpb_before = router_port_received(node, "hpb");
+    let got = udp_through(pb, pa, "198.18.100.2", 10);
+    assert_eq!(got, 10, "pod B still reaches pod A");
+    assert!(
+        router_port_received(node, "hpb") >= hpb_before + 10,
+        "pod B's router port saw its datagrams"
+    );
+
+    // GC with nothing kept: pod B goes, and its in-pod policer.
+    let r = a.pods(&Request::PodGc { keep: Vec::new() });
+    println!("GC [] -> {r:?}");
+    assert!(r.ok, "{r:?}");
+    assert!(
+        r.lines
+            .iter()
+            .any(|l| l.contains("pod default/pod-b") && l.contains("removed")),
+        "{r:?}"
+    );
+    let s = a.status();
+    assert!(status_pods(&s).is_empty(), "{s:#}");
+    assert!(
+        router_programs(node).is_empty(),
+        "{:?}",
+        router_programs(node)
+    );
+    assert!(
+        pod_policer_rule(pb, "eth0").is_none(),
+        "pod B's in-pod policer stayed"
+    );
+    let pins = json(&pg_in(pb, &["qos", "list", "--json"]), "qos list");
+    assert!(
+        pins["policers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["namespace"] != pb),
+        "{pins:#}"
+    );
+    assert_eq!(s["ready"], true, "{s:#}");
+}
+
+/// The packets a router port received, every action summed (`router
+/// stats --json` in `ns`).
+fn router_port_received(ns: &str, port: &str) -> u64 {
+    let v = json(&pg_in(ns, &["router", "stats", "--json"]), "router stats");
+    v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"] == port)
+        .and_then(|p| p["rx"].as_object())
+        .map(|rx| rx.values().filter_map(|a| a["packets"].as_u64()).sum())
+        .unwrap_or(0)
+}
+
+/// Pod ADDs the agent refuses, each in one line and leaving nothing: a
+/// host interface that does not exist, an address that is not one, a
+/// rate the policer cannot meter, a namespace that does not exist; DEL of a pod never added is ok; a pod whose
+/// host interface vanished is DEL'd cleanly.
+#[test]
+fn agent_refuses_bad_pods_and_keeps_nothing_of_them() {
+    if !peregrine_testbed::testing::privileged_here() {
+        return;
+    }
+    let (node, pa, pb) = ("agpodr-N", "agpodr-A", "agpodr-B");
+    let _ns = Namespaces::add(&[node, pa, pb]);
+    ptp_pod(node, pa, "hpa", "198.18.101.2");
+    let dir = tmp("agent-pods-bad");
+    let a = Agent::start(node, &dir, "");
+    let good = pod_port(pa, "hpa", "198.18.101.2", "pod-a", Bandwidth::default());
+    let mut missing = good.clone();
+    missing.host_iface = "nosuch0".into();
+    let mut bad_ip = good.clone();
+    bad_ip.ips = vec!["198.18.101.300/32".into()];
+    let mut slow = good.clone();
+    slow.bandwidth.egress_rate = Some(100);
+    let mut no_netns = good.clone();
+    no_netns.netns = "/run/netns/agpodr-nosuch".into();
+    for (pod, why) in [
+        (missing, "host interface nosuch0 does not exist"),
+        (bad_ip, "198.18.101.300/32"),
+        (slow, "between 1 kbit/s and 1 Tbit/s"),
+        (no_netns, "agpodr-nosuch"),
+    ] {
+        let r = a.pods(&Request::PodAdd { pod: Box::new(pod) });
+        println!("{r:?}");
+        assert!(!r.ok, "{r:?}");
+        assert_eq!(r.lines.len(), 1, "{r:?}");
+        assert!(r.lines[0].contains(why), "should say {why:?}: {r:?}");
+        let s = a.status();
+        assert!(status_pods(&s).is_empty(), "{s:#}");
+        assert!(
+            router_programs(node).is_empty(),
+            "{:?}",
+            router_programs(node)
+        );
+    }
+    assert!(
+        a.log().contains("nosuch0 does not exist"),
+        "logged: {}",
+        a.log()
+    );
+    let r = a.pods(&Request::PodDel {
+        key: pod_key("never"),
+    });
+    assert!(r.ok, "DEL of an unknown pod: {r:?}");
+    // The host side gone before DEL (the runtime removed the namespace).
+    let r = a.pods(&Request::PodAdd {
+        pod: Box::new(good),
+    });
+    assert!(r.ok, "{r:?}");
+    assert_eq!(router_programs(node).len(), 1);
+    ip(&["-n", node, "link", "del", "hpa"]);
+    let r = a.pods(&Request::PodDel {
+        key: pod_key("pod-a"),
+    });
+    assert!(r.ok, "DEL after the host iface went: {r:?}");
+    let s = a.status();
+    assert!(status_pods(&s).is_empty(), "{s:#}");
+    assert!(s["router"].is_null(), "{s:#}");
+    assert!(
+        router_programs(node).is_empty(),
+        "{:?}",
+        router_programs(node)
+    );
+    // A router declared at XDP: its redirects would skip a pod's egress
+    // policer at tc, so the ADD fails after the pass applied it, and is
+    // undone whole (record, policer); the declared port stays.
+    ptp_pod(node, pb, "hpb", "198.18.101.3");
+    ok(
+        &a.apply("xdp.toml", "[router]\nports = [\"hpb\"]\nhook = \"xdp\"\n"),
+        "apply a router at XDP",
+    );
+    let progs = router_programs(node);
+    assert_eq!(progs.len(), 1, "{progs:?}");
+    let policed = pod_port(
+        pb,
+        "hpb",
+        "198.18.101.3",
+        "pod-b",
+        Bandwidth {
+            egress_rate: Some(10_000_000),
+            ..Default::default()
+        },
+    );
+    let r = a.pods(&Request::PodAdd {
+        pod: Box::new(policed),
+    });
+    println!("{r:?}");
+    assert!(!r.ok && r.lines.len() == 1, "{r:?}");
+    assert!(r.lines[0].contains("XDP"), "{r:?}");
+    let s = a.status();
+    assert!(status_pods(&s).is_empty(), "{s:#}");
+    assert_eq!(router_programs(node), progs, "the declared port changed");
+    assert!(
+        pod_policer_rule(node, "hpb").is_none(),
+        "the refused pod's policer stayed"
+    );
+    assert!(
+        !a.pods(&Request::PodCheck {
+            key: pod_key("pod-b")
+        })
+        .ok
+    );
+    // Without a rate the same pod joins the router at XDP.
+    let r = a.pods(&Request::PodAdd {
+        pod: Box::new(pod_port(
+            pb,
+            "hpb",
+            "198.18.101.3",
+            "pod-b",
+            Bandwidth::default(),
+        )),
+    });
+    assert!(r.ok, "{r:?}");
+    assert_eq!(
+        router_programs(node),
+        progs,
+        "the declared port re-attached"
+    );
+    // DEL after the pod's namespace went (its veth, the host side
+    // included, with it): ok, and the pins of its in-pod policer go too.
+    ptp_pod(node, pa, "hpa", "198.18.101.2");
+    let limited = pod_port(
+        pa,
+        "hpa",
+        "198.18.101.2",
+        "pod-a",
+        Bandwidth {
+            ingress_rate: Some(5_000_000),
+            ingress_burst: Some(8 * 100_000),
+            ..Default::default()
+        },
+    );
+    let r = a.pods(&Request::PodAdd {
+        pod: Box::new(limited),
+    });
+    assert!(r.ok, "{r:?}");
+    let rule = pod_policer_rule(pa, "eth0").expect("a policer on eth0 in pod A");
+    assert_eq!(rule["rate"], "5000000 bit/s", "{rule}");
+    assert_eq!(rule["burst"], "100000 B", "{rule}");
+    let cookie = peregrine_host::netns::run_in(pa, peregrine_host::netns::cookie)
+        .unwrap()
+        .unwrap();
+    let pinned = || {
+        peregrine_qos::attach::list()
+            .into_iter()
+            .filter(|p| p.cookie == cookie)
+            .count()
+    };
+    assert_eq!(pinned(), 1);
+    ok(
+        &sh(&["ip", "netns", "del", pa], Duration::from_secs(5)),
+        "ip netns del",
+    );
+    let r = a.pods(&Request::PodDel {
+        key: pod_key("pod-a"),
+    });
+    println!("DEL after the namespace went: {r:?}");
+    assert!(r.ok, "{r:?}");
+    assert_eq!(pinned(), 0, "the in-pod policer's pins stayed");
+    assert!(status_pods(&a.status()).iter().all(|p| p.0 != "hpa"));
 }

@@ -240,6 +240,45 @@ impl Drop for Topo {
     }
 }
 
+/// Namespaces made with `ip netns add` (loopback up), removed on drop,
+/// passed or panicked (also what an earlier killed run of the same names
+/// left): the router and policers pinned for each go first, then the
+/// namespace with its interfaces.
+pub struct Namespaces(pub Vec<String>);
+
+impl Namespaces {
+    pub fn add(names: &[&str]) -> Namespaces {
+        let g = Namespaces(names.iter().map(|n| n.to_string()).collect());
+        g.remove();
+        for n in &g.0 {
+            ip(&["netns", "add", n]);
+            ip(&["-n", n, "link", "set", "lo", "up"]);
+        }
+        g
+    }
+
+    pub fn remove(&self) {
+        for n in &self.0 {
+            if !netns::exists(n) {
+                continue;
+            }
+            let _ = pg_in(n, &["router", "detach"]);
+            let _ = netns::run_in(n, || {
+                for i in peregrine_qos::attach::ifaces_here().unwrap_or_default() {
+                    let _ = peregrine_qos::attach::detach(&i);
+                }
+            });
+            let _ = netns::delete(n);
+        }
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
 /// (bytes, bit/s) the receiver got, from an iperf3 client's `--json`
 /// (`end.sum_received` for TCP, `end.sum` for UDP, whose loss the server
 /// reported back).

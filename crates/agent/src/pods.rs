@@ -1,0 +1,527 @@
+//! Pods handed to the agent by the CNI plugin (`peregrine-cni`): each pod
+//! interface's host side joins the node's router, with the pod's bandwidth
+//! (the `kubernetes.io/ingress-bandwidth` / `egress-bandwidth`
+//! annotations, as runtimeConfig `bandwidth`) policed. The agent records
+//! them beside its state so that a restarted agent keeps them.
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use peregrine_bpf::router::FibMode;
+use peregrine_bpf::Hook;
+use peregrine_dataplane::HookChoice;
+use peregrine_host::netns;
+use peregrine_qos::config::PolicerConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::compose;
+use crate::decl::{NodeDecl, QosDecl, RouterDecl};
+
+/// A pod interface: the CNI attachment's key (container id, interface).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PodKey {
+    pub container_id: String,
+    /// The interface's name inside the pod (CNI_IFNAME).
+    pub ifname: String,
+}
+
+/// runtimeConfig `bandwidth`, as the CNI `bandwidth` plugin reads it:
+/// rates in bit/s, bursts in bits; absent is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bandwidth {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress_rate: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress_burst: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_rate: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_burst: Option<u64>,
+}
+
+impl Bandwidth {
+    pub fn is_empty(&self) -> bool {
+        self.ingress_rate.is_none() && self.egress_rate.is_none()
+    }
+}
+
+/// One pod interface handed over by the plugin's ADD.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodPort {
+    #[serde(flatten)]
+    pub key: PodKey,
+    /// The pod's network namespace (CNI_NETNS).
+    pub netns: String,
+    /// The host side of the pod's interface, in the agent's namespace.
+    pub host_iface: String,
+    /// The pod's addresses (CIDR notation).
+    #[serde(default)]
+    pub ips: Vec<String>,
+    /// Kubernetes names, from CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME,
+    /// K8S_POD_UID); absent outside Kubernetes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Bandwidth::is_empty")]
+    pub bandwidth: Bandwidth,
+    /// The pod's `peregrine.io/...` annotations.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl std::fmt::Display for PodKey {
+    /// `CONTAINER_ID/IFNAME`, the id cut to 12 characters as runtimes show it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let id: String = self.container_id.chars().take(12).collect();
+        write!(f, "{id}/{}", self.ifname)
+    }
+}
+
+impl PodPort {
+    /// "pod NAMESPACE/NAME (ID/IFNAME)", or "pod ID/IFNAME" outside
+    /// Kubernetes: how every line about it names it.
+    pub fn who(&self) -> String {
+        match (&self.pod_namespace, &self.pod_name) {
+            (Some(ns), Some(n)) => format!("pod {ns}/{n} ({})", self.key),
+            (None, Some(n)) => format!("pod {n} ({})", self.key),
+            _ => format!("pod {}", self.key),
+        }
+    }
+
+    /// The `pod` label of its metrics: the Kubernetes name, or the
+    /// container id.
+    pub fn label(&self) -> String {
+        self.pod_name
+            .clone()
+            .unwrap_or_else(|| self.key.container_id.clone())
+    }
+}
+
+/// A burst at least this many bytes: a whole GSO packet (64 KiB), which
+/// the policer at tc meters at once; a smaller one would drop every
+/// super-packet of a TCP sender.
+pub const MIN_BURST_BYTES: u64 = 64 * 1024;
+
+/// Bursts from this many bits up are the runtimes' "no burst given"
+/// (kubelet's math.MaxInt32, containerd's math.MaxUint32, CRI-O's
+/// math.MaxUint32 * 8): taken as absent, not as a 256 MiB-512 MiB bucket
+/// that would let the first half gigabyte through unpoliced.
+pub const NO_BURST_BITS: u64 = i32::MAX as u64;
+
+/// The policer's burst (bytes) for `rate_bps` and the burst the pod asked
+/// for (bits): that, but at least 10 ms at the rate and `MIN_BURST_BYTES`
+/// (the qos rules file's own default when it names none); absent, or one
+/// of the runtimes' "no limit" values, is that floor.
+pub fn burst_bytes(rate_bps: u64, burst_bits: Option<u64>) -> u64 {
+    let floor = (rate_bps / 8 / 100).max(MIN_BURST_BYTES);
+    match burst_bits {
+        Some(b) if b > 0 && b < NO_BURST_BITS => b.div_ceil(8).max(floor),
+        _ => floor,
+    }
+}
+
+/// One rate of a pod as a rules file: one rule, every packet, at `rate`
+/// bit/s with its burst, at tc.
+fn rules_file(rate_bps: u64, burst_bits: Option<u64>) -> String {
+    format!(
+        "hook = \"tc\"\n\n[[rule]]\nrate = \"{rate_bps}bit\"\nburst = \"{}\"\n",
+        burst_bytes(rate_bps, burst_bits)
+    )
+}
+
+fn policer_config(
+    what: &str,
+    rate_bps: u64,
+    burst_bits: Option<u64>,
+) -> Result<(String, PolicerConfig), String> {
+    let file = rules_file(rate_bps, burst_bits);
+    let cfg = PolicerConfig::parse(&file).map_err(|e| format!("{what} {rate_bps} bit/s: {e}"))?;
+    Ok((file, cfg))
+}
+
+/// The pod's `egress_rate` (what it sends) as the node's policer on its
+/// host interface's ingress: a `[[qos]]` of the effective declaration.
+pub fn egress_qos(p: &PodPort) -> Option<Result<QosDecl, String>> {
+    let rate = p.bandwidth.egress_rate?;
+    Some(
+        policer_config("egress_rate", rate, p.bandwidth.egress_burst).map(|(file, cfg)| QosDecl {
+            iface: p.host_iface.clone(),
+            file,
+            cfg,
+        }),
+    )
+}
+
+/// What the agent holds for one pod interface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRecord {
+    pub pod: PodPort,
+    /// The `ingress_rate` policer put on the pod's own interface inside
+    /// its namespace: that namespace's cookie (None: none put there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_pod: Option<u64>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct RegistryFile {
+    netns_cookie: u64,
+    pods: Vec<PodRecord>,
+}
+
+/// The pods the agent holds, persisted in its run directory
+/// (`pods.json`, written atomically after every change) so that a
+/// restarted agent keeps them and adopts their ports and policers.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    dir: PathBuf,
+    cookie: u64,
+    pub pods: BTreeMap<PodKey, PodRecord>,
+}
+
+impl Registry {
+    fn path(dir: &Path) -> PathBuf {
+        dir.join("pods.json")
+    }
+
+    /// What an earlier agent of namespace `cookie` recorded in `dir`
+    /// (empty when none, or another namespace's).
+    pub fn load(dir: &Path, cookie: u64) -> Registry {
+        let f: RegistryFile = std::fs::read(Self::path(dir))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let pods = if f.netns_cookie == cookie {
+            f.pods.into_iter().map(|r| (r.pod.key.clone(), r)).collect()
+        } else {
+            BTreeMap::new()
+        };
+        Registry {
+            dir: dir.to_path_buf(),
+            cookie,
+            pods,
+        }
+    }
+
+    /// Writes it (a temporary file renamed over the old one).
+    pub fn save(&self) -> Result<(), String> {
+        let f = RegistryFile {
+            netns_cookie: self.cookie,
+            pods: self.pods.values().cloned().collect(),
+        };
+        let tmp = self.dir.join("pods.json.tmp");
+        let path = Self::path(&self.dir);
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&f).unwrap_or_default())
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| format!("saving {}: {e}", path.display()))
+    }
+
+    /// The pod whose host interface is `iface`.
+    pub fn by_host_iface(&self, iface: &str) -> Option<&PodRecord> {
+        self.pods.values().find(|r| r.pod.host_iface == iface)
+    }
+}
+
+/// The node as reconciled: the declaration, with every pod's host
+/// interface a router port (a router with `router attach`'s defaults
+/// when none is declared: hook auto, full FIB) and every pod's
+/// `egress_rate` a policer on it.
+pub fn effective(decl: &NodeDecl, reg: &Registry) -> NodeDecl {
+    if reg.pods.is_empty() {
+        return decl.clone();
+    }
+    let mut d = decl.clone();
+    let r = d.router.get_or_insert_with(|| RouterDecl {
+        ports: Vec::new(),
+        hook: HookChoice::Auto,
+        mode: None,
+        fib: FibMode::Full,
+    });
+    for rec in reg.pods.values() {
+        if !r.ports.contains(&rec.pod.host_iface) {
+            r.ports.push(rec.pod.host_iface.clone());
+        }
+    }
+    for rec in reg.pods.values() {
+        if d.qos.iter().any(|q| q.iface == rec.pod.host_iface) {
+            continue;
+        }
+        if let Some(Ok(q)) = egress_qos(&rec.pod) {
+            d.qos.push(q);
+        }
+    }
+    d
+}
+
+fn valid_iface(n: &str) -> bool {
+    !n.is_empty() && n.len() < 16 && n != "." && n != ".." && !n.contains(['/', ' ', ':'])
+}
+
+fn check_cidr(s: &str) -> Result<(), String> {
+    let (a, len) = s.split_once('/').unwrap_or((s, ""));
+    let addr: IpAddr = a
+        .parse()
+        .map_err(|_| format!("ip {s:?}: not an address in CIDR notation (198.18.0.2/24)"))?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    match len.parse::<u8>() {
+        Ok(l) if l <= max => Ok(()),
+        _ => Err(format!("ip {s:?}: the prefix length after / is 0 to {max}")),
+    }
+}
+
+/// Everything wrong with an ADD before anything changes, as one line.
+pub(crate) fn validate(p: &PodPort, decl: &NodeDecl, reg: &Registry) -> Result<(), String> {
+    if p.key.container_id.trim().is_empty() {
+        return Err("container_id is empty".into());
+    }
+    if !valid_iface(&p.key.ifname) {
+        return Err(format!(
+            "ifname {:?} is not an interface name",
+            p.key.ifname
+        ));
+    }
+    if p.netns.trim().is_empty() {
+        return Err("netns is empty (the pod's network namespace, CNI_NETNS)".into());
+    }
+    if !valid_iface(&p.host_iface) {
+        return Err(format!(
+            "host_iface {:?} is not an interface name",
+            p.host_iface
+        ));
+    }
+    for ip in &p.ips {
+        check_cidr(ip)?;
+    }
+    let bw = &p.bandwidth;
+    for (what, rate, burst) in [
+        ("ingress", bw.ingress_rate, bw.ingress_burst),
+        ("egress", bw.egress_rate, bw.egress_burst),
+    ] {
+        match (rate, burst) {
+            (Some(0), _) => return Err(format!("{what}Rate 0: a rate is above 0")),
+            (None, Some(_)) => {
+                return Err(format!(
+                    "{what}Burst without {what}Rate: a burst needs a rate"
+                ))
+            }
+            _ => {}
+        }
+    }
+    if let Some(Err(e)) = egress_qos(p) {
+        return Err(e);
+    }
+    if let Some(rate) = bw.ingress_rate {
+        policer_config("ingress_rate", rate, bw.ingress_burst)?;
+    }
+    if let Some(other) = reg
+        .by_host_iface(&p.host_iface)
+        .filter(|r| r.pod.key != p.key)
+    {
+        return Err(format!(
+            "host interface {} belongs to {} already",
+            p.host_iface,
+            other.pod.who()
+        ));
+    }
+    if bw.egress_rate.is_some() && decl.qos.iter().any(|q| q.iface == p.host_iface) {
+        return Err(format!(
+            "the declaration has a [[qos]] on {}: the pod's egress_rate cannot police it too",
+            p.host_iface
+        ));
+    }
+    if peregrine_bpf::link::ifindex(&p.host_iface).is_err() {
+        return Err(format!(
+            "host interface {} does not exist in the agent's network namespace",
+            p.host_iface
+        ));
+    }
+    if !Path::new(&p.netns).exists() {
+        return Err(format!("netns {}: no such file", p.netns));
+    }
+    // The node with this pod must compose (one XDP program per interface).
+    let mut with = reg.clone();
+    with.pods.insert(
+        p.key.clone(),
+        PodRecord {
+            pod: p.clone(),
+            in_pod: None,
+        },
+    );
+    let before = compose::check(&effective(decl, reg));
+    if let Some(e) = compose::check(&effective(decl, &with))
+        .into_iter()
+        .find(|e| !before.contains(e))
+    {
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Runs `f` on a short-lived thread inside the network namespace at
+/// `path` (a /run/netns or /proc/PID/ns/net file): `f` and the cookie of
+/// that namespace.
+fn in_netns<T: Send>(path: &str, f: impl FnOnce() -> T + Send) -> Result<(u64, T), String> {
+    let file = File::open(path).map_err(|e| format!("netns {path}: {e}"))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            netns::run_in_file(&file, || {
+                let c = netns::cookie().map_err(|e| e.to_string())?;
+                Ok((c, f()))
+            })
+            .map_err(|e| e.to_string())?
+        })
+        .join()
+        .unwrap_or_else(|_| Err(format!("the thread in netns {path} panicked")))
+    })
+}
+
+/// Puts the pod's `ingress_rate` policer on its own interface inside its
+/// namespace (where what it receives enters it, whatever way the router
+/// delivered it): that namespace's cookie.
+pub(crate) fn apply_in_pod(p: &PodPort) -> Result<u64, String> {
+    let rate = p.bandwidth.ingress_rate.unwrap_or_default();
+    let (_, cfg) = policer_config("ingress_rate", rate, p.bandwidth.ingress_burst)?;
+    let ifname = p.key.ifname.clone();
+    let (cookie, r) = in_netns(&p.netns, move || {
+        peregrine_qos::attach::apply(&ifname, Hook::TC, &cfg.rules).map_err(|e| e.to_string())
+    })?;
+    r.map(|_| cookie)
+        .map_err(|e| format!("ingress_rate on {} in {}: {e}", p.key.ifname, p.netns))
+}
+
+/// Removes the pod's in-namespace policer: in its namespace if that is
+/// still the one recorded, and its pins either way (a namespace gone
+/// leaves them stale). A line for people when something went.
+pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
+    let Some(cookie) = rec.in_pod else {
+        return Ok(None);
+    };
+    let p = &rec.pod;
+    let ifname = p.key.ifname.clone();
+    let mut line = None;
+    if let Ok((c, r)) = in_netns(&p.netns, || {
+        netns::cookie().ok() == Some(cookie) && peregrine_qos::attach::detach(&ifname).is_ok()
+    }) {
+        if c == cookie && r {
+            line = Some(format!(
+                "{}: ingress_rate policer on {} removed",
+                p.who(),
+                p.key.ifname
+            ));
+        }
+    }
+    for a in peregrine_qos::attach::list()
+        .into_iter()
+        .filter(|a| a.cookie == cookie && a.iface == p.key.ifname)
+    {
+        peregrine_bpf::bpffs::remove_pin_dir(&a.dir).map_err(|e| {
+            format!(
+                "{}: removing the pins of its ingress_rate policer: {e}",
+                p.who()
+            )
+        })?;
+        line.get_or_insert_with(|| {
+            format!(
+                "{}: ingress_rate policer's pins removed (its namespace is gone)",
+                p.who()
+            )
+        });
+    }
+    Ok(line)
+}
+
+/// The in-pod policer runs (its namespace's cookie and interface).
+pub(crate) fn in_pod_live(cookie: u64, ifname: &str) -> bool {
+    peregrine_qos::attach::list()
+        .into_iter()
+        .any(|a| a.cookie == cookie && a.iface == ifname && a.link.is_some_and(|l| l.live()))
+}
+
+/// A pod as `status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PodStatus {
+    pub container_id: String,
+    pub ifname: String,
+    pub pod_namespace: Option<String>,
+    pub pod_name: Option<String>,
+    pub host_iface: String,
+    pub ips: Vec<String>,
+    /// Its host interface runs as a router port.
+    pub port_live: bool,
+    pub egress_rate: Option<u64>,
+    pub ingress_rate: Option<u64>,
+    /// The `pod` label of its metrics.
+    pub label: String,
+}
+
+/// Every pod as `status` shows it (`ports`: the router's, as
+/// `reconcile::router_ports` finds them).
+pub fn status(reg: &Registry, ports: &[(String, bool)]) -> Vec<PodStatus> {
+    reg.pods
+        .values()
+        .map(|r| {
+            let p = &r.pod;
+            PodStatus {
+                container_id: p.key.container_id.clone(),
+                ifname: p.key.ifname.clone(),
+                pod_namespace: p.pod_namespace.clone(),
+                pod_name: p.pod_name.clone(),
+                host_iface: p.host_iface.clone(),
+                ips: p.ips.clone(),
+                port_live: ports.iter().any(|(i, l)| i == &p.host_iface && *l),
+                egress_rate: p.bandwidth.egress_rate,
+                ingress_rate: p.bandwidth.ingress_rate,
+                label: p.label(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bursts_hold_tcp_and_ignore_the_runtimes_no_limit() {
+        // 10 Mbit/s: 10 ms is 12.5 kB, below a GSO packet.
+        assert_eq!(burst_bytes(10_000_000, None), MIN_BURST_BYTES);
+        // 1 Gbit/s: 10 ms is 1.25 MB.
+        assert_eq!(burst_bytes(1_000_000_000, None), 1_250_000);
+        assert_eq!(burst_bytes(10_000_000, Some(8 * 200_000)), 200_000);
+        assert_eq!(burst_bytes(10_000_000, Some(8 * 1000)), MIN_BURST_BYTES);
+        for no_limit in [i32::MAX as u64, u32::MAX as u64, u32::MAX as u64 * 8] {
+            assert_eq!(burst_bytes(10_000_000, Some(no_limit)), MIN_BURST_BYTES);
+        }
+    }
+
+    #[test]
+    fn egress_rate_is_one_rule_at_tc() {
+        let p: PodPort = serde_json::from_value(serde_json::json!({
+            "container_id": "c1", "ifname": "eth0", "netns": "/run/netns/x",
+            "host_iface": "veth1", "bandwidth": {"egressRate": 10_000_000u64}
+        }))
+        .unwrap();
+        let q = egress_qos(&p).unwrap().unwrap();
+        assert_eq!(q.iface, "veth1");
+        assert_eq!(q.cfg.rules.len(), 1);
+        assert_eq!(q.hook(), Hook::TC);
+        assert_eq!(q.cfg.rules[0].burst, MIN_BURST_BYTES);
+        assert_eq!(
+            q.cfg.rules[0].rate,
+            peregrine_bpf::policer::Rate::Bits(10_000_000)
+        );
+    }
+
+    #[test]
+    fn cidrs() {
+        assert!(check_cidr("198.18.0.2/24").is_ok());
+        assert!(check_cidr("2001:db8::1/64").is_ok());
+        assert!(check_cidr("198.18.0.2/33").is_err());
+        assert!(check_cidr("198.18.0.2").is_err());
+        assert!(check_cidr("pod").is_err());
+    }
+}
