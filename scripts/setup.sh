@@ -12,6 +12,7 @@ PACKAGES=(
   python3 python3-venv                         # the aioquic peer of the QUIC interop tests
   linux-perf                                   # bench quic: where the CPU goes
   systemd man-db                               # systemd-analyze verify of the agent's unit (and its man page)
+  containernetworking-plugins                  # CNI tests: Debian's reference plugins (1.1.1) beside the Go-built v1.10.0
 )
 
 if [ "$(id -u)" -ne 0 ]; then

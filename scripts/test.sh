@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The CNI reference plugins and cnitool, from the Go module proxy (cached).
+bash scripts/k8s/build.sh cni
 cargo fmt --all -- --check
 python3 scripts/modcycles.py
 cargo clippy --release --locked --workspace --all-targets -- -D warnings

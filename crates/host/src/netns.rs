@@ -13,6 +13,8 @@ use crate::error::{HostError, Result};
 
 pub const NETNS_RUN_DIR: &str = "/run/netns";
 
+/// A /run/netns name's path; an absolute path (a CNI runtime's
+/// `/var/run/netns/cni-...`, `/proc/PID/ns/net`) is taken as it is.
 pub fn path(name: &str) -> PathBuf {
     Path::new(NETNS_RUN_DIR).join(name)
 }

@@ -287,6 +287,55 @@ impl Netlink {
         .ok_or_else(|| HostError::Netlink(format!("no interface {name} in namespace {ns}")))
     }
 
+    /// The interface index that interface `name` of `ns` names as its
+    /// link (a veth's: its peer's index, in the peer's namespace); None
+    /// when it names none.
+    pub fn link_of(&mut self, ns: &str, name: &str) -> Result<Option<u32>> {
+        let m = self.link_by_name(ns, name)?;
+        Ok(m.attributes.iter().find_map(|a| match a {
+            LinkAttribute::Link(i) => Some(*i),
+            _ => None,
+        }))
+    }
+
+    /// Interface `name` of `ns` exists.
+    pub fn has_link(&mut self, ns: &str, name: &str) -> Result<bool> {
+        let h = self.handle(ns)?;
+        let r = self.block_on(async {
+            h.link()
+                .get()
+                .match_name(name.to_string())
+                .execute()
+                .try_next()
+                .await
+        });
+        match r {
+            Ok(m) => Ok(m.is_some()),
+            Err(rtnetlink::Error::NetlinkError(m))
+                if m.code.is_some_and(|c| -c.get() == libc::ENODEV) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(nl_err(format!("reading {ns}:{name}"))(e)),
+        }
+    }
+
+    /// A route to `dst/plen` directly on `dev` (scope link: a next hop of
+    /// later routes may be behind it), as `ip route add DST dev DEV` adds.
+    pub fn add_onlink_route(&mut self, ns: &str, dst: IpAddr, plen: u8, dev: &str) -> Result<()> {
+        let what = format!("adding route {dst}/{plen} dev {dev} in {ns}");
+        let oif = self.link_index(ns, dev)?;
+        let h = self.handle(ns)?;
+        let msg = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(dst, plen)
+            .map_err(|e| HostError::Config(format!("{what}: {e}")))?
+            .output_interface(oif)
+            .scope(netlink_packet_route::route::RouteScope::Link)
+            .build();
+        self.block_on(async { h.route().add(msg).execute().await })
+            .map_err(nl_err(what))
+    }
+
     pub fn mac_of(&mut self, ns: &str, name: &str) -> Result<MacAddr> {
         let m = self.link_by_name(ns, name)?;
         for a in m.attributes {

@@ -1,0 +1,726 @@
+//! `peregrine-cni` as runtimes run it: the reference `cnitool` (libcni,
+//! what containerd uses) drives a conflist of the plugin standalone with
+//! the reference `host-local` IPAM, and chained after the reference
+//! `bridge`; pods are namespaces made with `ip netns add`; the node agent
+//! runs in a node namespace. The plugin is also run directly for each
+//! version and each bad input. The reference plugins and cnitool are
+//! built from the Go module proxy by scripts/k8s/build.sh (cached).
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Where scripts/k8s/build.sh leaves the reference plugins and tools.
+fn cache() -> PathBuf {
+    PathBuf::from(std::env::var("PEREGRINE_CACHE").unwrap_or("/var/cache/peregrine".into()))
+}
+
+/// A node: its namespace, the agent in it, a CNI plugin directory (the
+/// reference plugins and peregrine-cni) and a conflist directory.
+struct Node {
+    ns: String,
+    dir: PathBuf,
+    agent: Option<Child>,
+    _namespaces: Namespaces,
+}
+
+impl Node {
+    fn up(name: &str, pods: &[&str]) -> Node {
+        let refs = cache().join("cni/v1.10.0/bin");
+        assert!(
+            refs.join(".done").exists(),
+            "the reference CNI plugins are not built: bash scripts/k8s/build.sh cni"
+        );
+        Node::with_plugins(name, pods, &refs)
+    }
+
+    /// A node whose reference plugins are those in `refs`.
+    fn with_plugins(name: &str, pods: &[&str], refs: &std::path::Path) -> Node {
+        let mut all = vec![name];
+        all.extend_from_slice(pods);
+        let namespaces = Namespaces::add(&all);
+        let dir = tmp(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(dir.join("net.d")).unwrap();
+        for p in ["bridge", "host-local", "ptp", "loopback"] {
+            std::os::unix::fs::symlink(refs.join(p), bin.join(p)).unwrap();
+        }
+        std::os::unix::fs::symlink(
+            env!("CARGO_BIN_EXE_peregrine-cni"),
+            bin.join("peregrine-cni"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("node.toml"), "").unwrap();
+        let mut n = Node {
+            ns: name.to_string(),
+            dir,
+            agent: None,
+            _namespaces: namespaces,
+        };
+        n.start_agent();
+        n
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.dir.join("run")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.run_dir().join("agent.sock")
+    }
+
+    fn start_agent(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("agent.log"))
+            .unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns, env!("CARGO_BIN_EXE_peregrine")])
+            .args(["agent", "--config"])
+            .arg(self.dir.join("node.toml"))
+            .args(["--metrics", "127.0.0.1:9465"])
+            .env("PEREGRINE_AGENT_DIR", self.run_dir())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("peregrine agent starts");
+        self.agent = Some(child);
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if self.status().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the agent did not answer within 10 s: {}", self.log());
+    }
+
+    fn stop_agent(&mut self) {
+        if let Some(mut c) = self.agent.take() {
+            peregrine_host::signals::terminate(&mut c, Duration::from_secs(5));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
+    }
+
+    fn status(&self) -> Option<serde_json::Value> {
+        let r = peregrine_agent::control::request(
+            &self.socket(),
+            &peregrine_agent::control::Request::Status,
+        )
+        .ok()?;
+        r.status
+    }
+
+    /// The pods the agent holds: (container id, host interface).
+    fn pods(&self) -> Vec<(String, String)> {
+        let s = self
+            .status()
+            .unwrap_or_else(|| panic!("no status: {}", self.log()));
+        s["pods"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no pods in {s:#}"))
+            .iter()
+            .map(|p| {
+                (
+                    p["container_id"].as_str().unwrap().to_string(),
+                    p["host_iface"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Live router ports of the node.
+    fn router_ports(&self) -> Vec<String> {
+        let o = pg_in(&self.ns, &["router", "stats", "--json"]);
+        if !o.status.success() {
+            return Vec::new();
+        }
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["ports"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|p| p["port"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Writes conflist `name`.
+    fn conflist(&self, name: &str, version: &str, plugins: serde_json::Value) {
+        let v = serde_json::json!({"cniVersion": version, "name": name, "plugins": plugins});
+        std::fs::write(
+            self.dir.join("net.d").join(format!("{name}.conflist")),
+            serde_json::to_string_pretty(&v).unwrap(),
+        )
+        .unwrap();
+    }
+
+    /// The peregrine-cni plugin section, standalone with host-local.
+    fn standalone(&self, subnet: &str) -> serde_json::Value {
+        serde_json::json!({
+            "type": "peregrine-cni",
+            "agentSocket": self.socket(),
+            "capabilities": {"bandwidth": true},
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": subnet}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+                "dataDir": self.dir.join("ipam"),
+            },
+        })
+    }
+
+    /// `cnitool VERB net /run/netns/pod` in the node's namespace.
+    fn cnitool(&self, verb: &str, net: &str, pod: &str, env: &[(&str, &str)]) -> Output {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns, "timeout", "-s", "KILL", "30"])
+            .arg(cache().join("tools/bin/cnitool"))
+            .args([verb, net, &format!("/run/netns/{pod}")])
+            .env("CNI_PATH", self.dir.join("bin"))
+            .env("NETCONFPATH", self.dir.join("net.d"));
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    }
+
+    /// The plugin run directly, as a runtime runs it.
+    fn plugin(&self, env: &[(&str, &str)], stdin: &str) -> (Output, serde_json::Value) {
+        let mut c = Command::new("ip");
+        c.args([
+            "netns",
+            "exec",
+            &self.ns,
+            env!("CARGO_BIN_EXE_peregrine-cni"),
+        ])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_PATH", self.dir.join("bin"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut ch = c.spawn().unwrap();
+        use std::io::Write;
+        ch.stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let o = ch.wait_with_output().unwrap();
+        let v = serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null);
+        (o, v)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if self.agent.is_some() {
+            let _ = peregrine_agent::control::request(
+                &self.socket(),
+                &peregrine_agent::control::Request::PodGc { keep: Vec::new() },
+            );
+        }
+        self.stop_agent();
+    }
+}
+
+fn cni_ok(o: &Output, what: &str) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "{what}: {}\nstdout: {}\nstderr: {}",
+        o.status,
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+/// The pod's address from a result (its first IPv4 address).
+fn pod_ip(r: &serde_json::Value) -> String {
+    let a = r["ips"][0]["address"].as_str().unwrap();
+    a.split('/').next().unwrap().to_string()
+}
+
+fn pings(from: &str, to: &str) -> bool {
+    sh_in(
+        from,
+        &["ping", "-c", "2", "-i", "0.2", "-W", "1", to],
+        Duration::from_secs(5),
+    )
+    .status
+    .success()
+}
+
+fn link_exists(ns: &str, name: &str) -> bool {
+    sh_in(ns, &["ip", "link", "show", name], Duration::from_secs(5))
+        .status
+        .success()
+}
+
+/// Standalone: cnitool ADDs two pods; each gets a host-local address, a
+/// veth whose host end joins the node's router, and they reach each other
+/// and the node through it. CHECK passes; DEL of one takes its veth, its
+/// router port and its lease and leaves the other working; DEL again is
+/// no error; GC (nothing valid) takes the rest.
+#[test]
+fn standalone_pods_join_the_router_and_leave_nothing_behind() {
+    let node = Node::up("cnisa", &["cnisa-p1", "cnisa-p2"]);
+    node.conflist(
+        "pgnet",
+        "1.1.0",
+        serde_json::json!([node.standalone("198.18.64.0/24")]),
+    );
+    let r1 = cni_ok(
+        &node.cnitool("add", "pgnet", "cnisa-p1", &[]),
+        "cnitool add p1",
+    );
+    let r2 = cni_ok(
+        &node.cnitool("add", "pgnet", "cnisa-p2", &[]),
+        "cnitool add p2",
+    );
+    assert_eq!(r1["cniVersion"], "1.1.0");
+    assert_eq!(r1["interfaces"][1]["name"], "eth0");
+    assert_eq!(r1["interfaces"][1]["sandbox"], "/run/netns/cnisa-p1");
+    assert_eq!(r1["ips"][0]["interface"], 1);
+    assert_eq!(r1["ips"][0]["gateway"], "198.18.64.1");
+    assert!(
+        r1["ips"][0].get("version").is_none(),
+        "1.1.0 has no ip version"
+    );
+    let (ip1, ip2) = (pod_ip(&r1), pod_ip(&r2));
+    let h1 = r1["interfaces"][0]["name"].as_str().unwrap().to_string();
+    let h2 = r2["interfaces"][0]["name"].as_str().unwrap().to_string();
+    assert!(h1.starts_with("pg") && h1.len() <= 15, "{h1}");
+
+    let pods = node.pods();
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    let ports = node.router_ports();
+    assert!(
+        ports.contains(&h1) && ports.contains(&h2),
+        "the pods' host ends are router ports: {ports:?}\n{}",
+        node.log()
+    );
+    assert!(pings("cnisa-p1", &ip2), "p1 -> p2 through the router");
+    assert!(pings("cnisa-p2", &ip1), "p2 -> p1 through the router");
+    let v = json(
+        &pg_in(&node.ns, &["router", "stats", "--json"]),
+        "router stats",
+    );
+    let fwd: u64 = v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["port"] == h1.as_str())
+        .map(|p| p["rx"]["forward"]["packets"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(fwd >= 2, "the router forwarded p1's echo requests: {v:#}");
+
+    cni_ok(
+        &node.cnitool("check", "pgnet", "cnisa-p1", &[]),
+        "cnitool check p1",
+    );
+
+    cni_ok(
+        &node.cnitool("del", "pgnet", "cnisa-p1", &[]),
+        "cnitool del p1",
+    );
+    assert!(!link_exists("cnisa-p1", "eth0"), "p1's eth0 went");
+    assert!(!link_exists(&node.ns, &h1), "p1's host end went");
+    assert_eq!(node.pods().len(), 1);
+    assert!(!node.router_ports().contains(&h1));
+    let lease = node.dir.join("ipam/pgnet").join(&ip1);
+    assert!(!lease.exists(), "p1's lease released");
+    assert!(
+        pings("cnisa-p2", "198.18.64.1"),
+        "p2 still reaches its gateway"
+    );
+    // DEL is idempotent (the runtime retries it).
+    cni_ok(
+        &node.cnitool("del", "pgnet", "cnisa-p1", &[]),
+        "cnitool del p1 again",
+    );
+    // CHECK of the deleted pod fails in one line.
+    let o = node.cnitool("check", "pgnet", "cnisa-p1", &[]);
+    assert!(!o.status.success(), "check after del passes");
+
+    cni_ok(&node.cnitool("gc", "pgnet", "cnisa-p2", &[]), "cnitool gc");
+    assert!(
+        node.pods().is_empty(),
+        "GC with nothing valid takes every pod"
+    );
+    assert!(node.router_ports().is_empty(), "{:?}", node.router_ports());
+    cni_ok(
+        &node.cnitool("del", "pgnet", "cnisa-p2", &[]),
+        "cnitool del p2",
+    );
+    assert!(!link_exists(&node.ns, &h2));
+}
+
+/// Chained after a reference bridge (with host-local): the plugin takes
+/// the pod's host end from prevResult, hands it to the agent, and passes
+/// the bridge's result on unchanged; pods reach each other over the
+/// bridge (the router passes their frames to it: `pass_bridged`).
+fn chained_after_bridge(node: &Node, version: &str, subnet: &str) {
+    let (p1, p2) = (format!("{}-p1", node.ns), format!("{}-p2", node.ns));
+    node.conflist(
+        "brnet",
+        version,
+        serde_json::json!([
+            {
+                "type": "bridge",
+                "bridge": "pgbr0",
+                "isGateway": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": subnet}]],
+                    "dataDir": node.dir.join("ipam"),
+                },
+            },
+            {"type": "peregrine-cni", "agentSocket": node.socket()},
+        ]),
+    );
+    let r1 = cni_ok(&node.cnitool("add", "brnet", &p1, &[]), "add p1");
+    let r2 = cni_ok(&node.cnitool("add", "brnet", &p2, &[]), "add p2");
+    assert_eq!(r1["cniVersion"], version);
+    // bridge's result: [bridge, host veth, eth0].
+    assert_eq!(r1["interfaces"][0]["name"], "pgbr0", "{r1:#}");
+    let h1 = r1["interfaces"][1]["name"].as_str().unwrap().to_string();
+    let pods = node.pods();
+    assert!(
+        pods.iter().any(|p| p.1 == h1),
+        "the agent got the bridge's host veth {h1}: {pods:?}"
+    );
+    assert!(node.router_ports().contains(&h1));
+    assert!(pings(&p1, &pod_ip(&r2)), "p1 -> p2 over the bridge");
+    let v = json(
+        &pg_in(&node.ns, &["router", "stats", "--json"]),
+        "router stats",
+    );
+    let bridged: u64 = v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["port"] == h1.as_str())
+        .map(|p| p["rx"]["pass_bridged"]["packets"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        bridged >= 2,
+        "p1's echo requests passed to the bridge: {v:#}"
+    );
+    cni_ok(&node.cnitool("check", "brnet", &p1, &[]), "check p1");
+    cni_ok(&node.cnitool("del", "brnet", &p1, &[]), "del p1");
+    cni_ok(&node.cnitool("del", "brnet", &p1, &[]), "del p1 again");
+    cni_ok(&node.cnitool("del", "brnet", &p2, &[]), "del p2");
+    assert!(node.pods().is_empty());
+    assert!(!link_exists(&node.ns, &h1));
+    let _ = sh_in(
+        &node.ns,
+        &["ip", "link", "del", "pgbr0"],
+        Duration::from_secs(5),
+    );
+}
+
+#[test]
+fn chained_after_the_go_built_bridge_v1_10() {
+    let node = Node::up("cnich", &["cnich-p1", "cnich-p2"]);
+    chained_after_bridge(&node, "1.1.0", "198.18.65.0/24");
+}
+
+/// Debian's plugins (1.1.1) speak up to cniVersion 1.0.0.
+#[test]
+fn chained_after_debians_bridge_1_1_1() {
+    let refs = std::path::Path::new("/usr/lib/cni");
+    assert!(
+        refs.join("bridge").exists(),
+        "Debian's CNI plugins are not installed: bash scripts/setup.sh"
+    );
+    let node = Node::with_plugins("cnideb", &["cnideb-p1", "cnideb-p2"], refs);
+    chained_after_bridge(&node, "1.0.0", "198.18.68.0/24");
+}
+
+/// DEL after the pod's namespace is gone (the runtime removed it first):
+/// success, the agent forgets the pod, the lease is released, and the
+/// host end went with the namespace.
+#[test]
+fn del_after_the_pods_namespace_vanished() {
+    let node = Node::up("cnigone", &["cnigone-p1"]);
+    node.conflist(
+        "gnet",
+        "1.1.0",
+        serde_json::json!([node.standalone("198.18.69.0/24")]),
+    );
+    let r = cni_ok(&node.cnitool("add", "gnet", "cnigone-p1", &[]), "add");
+    let host = r["interfaces"][0]["name"].as_str().unwrap().to_string();
+    let addr = pod_ip(&r);
+    ip(&["netns", "del", "cnigone-p1"]);
+    // cnitool needs the namespace path to exist; the runtime passes it
+    // even when it is gone: run the plugin as the runtime does.
+    let mut conf = node.standalone("198.18.69.0/24");
+    conf["cniVersion"] = "1.1.0".into();
+    conf["name"] = "gnet".into();
+    let cid = node.pods()[0].0.clone();
+    let (o, _) = node.plugin(
+        &[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", &cid),
+            ("CNI_NETNS", "/run/netns/cnigone-p1"),
+            ("CNI_IFNAME", "eth0"),
+        ],
+        &conf.to_string(),
+    );
+    assert!(
+        o.status.success(),
+        "DEL after the namespace went: {}",
+        text(&o.stderr)
+    );
+    assert!(node.pods().is_empty(), "the agent forgot the pod");
+    assert!(
+        !link_exists(&node.ns, &host),
+        "the host end went with the namespace"
+    );
+    assert!(
+        !node.dir.join("ipam/gnet").join(&addr).exists(),
+        "lease released"
+    );
+}
+
+/// Bad configurations and environments: each gets the spec's error code
+/// and one line naming the problem, and changes nothing.
+#[test]
+fn bad_configurations_get_their_cni_error_codes() {
+    let node = Node::up("cnibad", &["cnibad-p1"]);
+    let pod = "/run/netns/cnibad-p1";
+    let good = || {
+        let mut c = node.standalone("198.18.70.0/24");
+        c["cniVersion"] = "1.1.0".into();
+        c["name"] = "bnet".into();
+        c
+    };
+    let chained = |prev: serde_json::Value| {
+        serde_json::json!({"cniVersion": "1.1.0", "name": "bnet", "type": "peregrine-cni",
+            "agentSocket": node.socket(), "prevResult": prev})
+    };
+    let set = |k: &str, v: serde_json::Value| {
+        let mut c = good();
+        c[k] = v;
+        c.to_string()
+    };
+    let with_ipam = |ipam: serde_json::Value| set("ipam", ipam);
+    // (what, environment, stdin, code, what the message names)
+    type Bad<'a> = (&'a str, Vec<(&'a str, &'a str)>, String, u64, &'a str);
+    let mut cases: Vec<Bad> = vec![
+        ("version 0.3.1", attach_env(pod, "ADD"), set("cniVersion", "0.3.1".into()), 1, "not supported"),
+        ("version 2.0.0", attach_env(pod, "ADD"), set("cniVersion", "2.0.0".into()), 1, "not supported"),
+        ("not JSON", attach_env(pod, "ADD"), "{\"cniVersion\":".into(), 6, "not valid"),
+        ("no name", attach_env(pod, "ADD"), r#"{"cniVersion":"1.1.0","type":"peregrine-cni"}"#.into(), 6, "name"),
+        ("ipam without a type", attach_env(pod, "ADD"), with_ipam(serde_json::json!({"subnet": "198.18.70.0/24"})), 7, "ipam"),
+        ("ipam type a path", attach_env(pod, "ADD"), with_ipam(serde_json::json!({"type": "../host-local"})), 7, "ipam"),
+        ("ipam plugin not on CNI_PATH", attach_env(pod, "ADD"), with_ipam(serde_json::json!({"type": "no-such-ipam"})), 7, "no plugin"),
+        ("mtu 20", attach_env(pod, "ADD"), set("mtu", 20.into()), 7, "MTU"),
+        ("bandwidth rate a string", attach_env(pod, "ADD"), set("runtimeConfig", serde_json::json!({"bandwidth": {"egressRate": "10M"}})), 6, "not valid"),
+        ("chained without prevResult", attach_env(pod, "ADD"), chained(serde_json::Value::Null).to_string(), 7, "no prevResult"),
+        ("prevResult address without prefix", attach_env(pod, "ADD"), chained(serde_json::json!({"cniVersion": "1.1.0", "ips": [{"address": "198.18.70.5"}]})).to_string(), 7, "address/prefix"),
+        ("prevResult interface out of range", attach_env(pod, "ADD"), chained(serde_json::json!({"cniVersion": "1.1.0", "ips": [{"address": "198.18.70.5/24", "interface": 3}]})).to_string(), 7, "names interface 3"),
+        ("prevResult without the pod's interface", attach_env(pod, "ADD"), chained(serde_json::json!({"cniVersion": "1.1.0", "interfaces": [{"name": "veth1"}]})).to_string(), 7, "no interface eth0"),
+        ("prevResult version 0.2.0", attach_env(pod, "ADD"), chained(serde_json::json!({"cniVersion": "0.2.0"})).to_string(), 1, "not supported"),
+        ("GC at 1.0.0", vec![("CNI_COMMAND", "GC")], set("cniVersion", "1.0.0".into()), 1, "needs cniVersion 1.1.0"),
+        ("relative CNI_NETNS", attach_env("netns/p1", "ADD"), good().to_string(), 4, "absolute path"),
+        ("no such namespace", attach_env("/run/netns/cnibad-none", "ADD"), good().to_string(), 3, "no such namespace"),
+        ("unknown command", attach_env(pod, "MOVE"), good().to_string(), 4, "expected ADD"),
+        ("agent socket nobody answers on", attach_env(pod, "ADD"), set("agentSocket", "/run/peregrine-none/agent.sock".into()), 11, "no peregrine agent answers"),
+    ];
+    let mut long = attach_env(pod, "ADD");
+    long.retain(|e| e.0 != "CNI_IFNAME");
+    long.push(("CNI_IFNAME", "a-name-too-long0"));
+    cases.push((
+        "interface name too long",
+        long,
+        good().to_string(),
+        4,
+        "15 bytes",
+    ));
+    assert!(cases.len() >= 10);
+    for (what, env, stdin, code, has) in &cases {
+        let (o, v) = node.plugin(env, stdin);
+        assert!(!o.status.success(), "{what}: accepted");
+        assert_eq!(v["code"], *code, "{what}: {v}");
+        let msg = v["msg"].as_str().unwrap_or_default();
+        assert!(msg.contains(has), "{what}: {msg:?} lacks {has:?}");
+        let e = text(&o.stderr);
+        assert_eq!(e.lines().count(), 1, "{what}: one line on stderr: {e}");
+        assert!(
+            !link_exists("cnibad-p1", "eth0"),
+            "{what}: left an interface"
+        );
+        assert!(node.pods().is_empty(), "{what}: left a pod at the agent");
+    }
+}
+
+fn attach_env<'a>(pod: &'a str, cmd: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("CNI_COMMAND", cmd),
+        ("CNI_CONTAINERID", "c-direct-1"),
+        ("CNI_NETNS", pod),
+        ("CNI_IFNAME", "eth0"),
+        (
+            "CNI_ARGS",
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_UID=u1",
+        ),
+    ]
+}
+
+/// Each supported version gets results in its own format; others, bad
+/// input and a missing agent get the spec's error JSON with its code and
+/// one line, and an ADD that fails leaves no veth and no lease.
+#[test]
+fn versions_errors_and_a_missing_agent_as_the_spec_says() {
+    let mut node = Node::up("cnive", &["cnive-p1"]);
+    let pod = "/run/netns/cnive-p1";
+    let base = node.standalone("198.18.66.0/24");
+    let conf = |v: &str| {
+        let mut c = base.clone();
+        c["cniVersion"] = v.into();
+        c["name"] = "vnet".into();
+        c.to_string()
+    };
+    let (o, v) = node.plugin(&[("CNI_COMMAND", "VERSION")], r#"{"cniVersion":"1.1.0"}"#);
+    assert!(o.status.success());
+    assert_eq!(
+        v["supportedVersions"],
+        serde_json::json!(["0.4.0", "1.0.0", "1.1.0"])
+    );
+
+    for version in ["0.4.0", "1.0.0", "1.1.0"] {
+        let (o, r) = node.plugin(&attach_env(pod, "ADD"), &conf(version));
+        assert!(o.status.success(), "{version}: {}", text(&o.stderr));
+        assert_eq!(r["cniVersion"], version);
+        let has_version = r["ips"][0].get("version").is_some();
+        assert_eq!(has_version, version == "0.4.0", "{version}: {r}");
+        let pods = node.pods();
+        assert_eq!(pods.len(), 1);
+        let s = node.status().unwrap();
+        assert_eq!(s["pods"][0]["pod_name"], "web-0", "{s:#}");
+        let (o, _) = node.plugin(&attach_env(pod, "DEL"), &conf(version));
+        assert!(o.status.success(), "{version} DEL: {}", text(&o.stderr));
+        assert!(node.pods().is_empty());
+        assert!(!link_exists("cnive-p1", "eth0"));
+    }
+
+    let err = |o: &Output, v: &serde_json::Value, code: u64, has: &str| {
+        assert!(!o.status.success(), "{v}");
+        assert_eq!(v["code"], code, "{v}");
+        let msg = v["msg"].as_str().unwrap();
+        assert!(
+            msg.contains(has) && !msg.contains('\n'),
+            "{msg:?} lacks {has:?}"
+        );
+        let e = text(&o.stderr);
+        assert_eq!(e.lines().count(), 1, "one line on stderr: {e}");
+    };
+    let (o, v) = node.plugin(&attach_env(pod, "ADD"), &conf("0.3.1"));
+    err(&o, &v, 1, "0.4.0, 1.0.0, 1.1.0");
+    let (o, v) = node.plugin(&attach_env(pod, "ADD"), "{not json");
+    err(&o, &v, 6, "not valid");
+    let mut no_id = attach_env(pod, "ADD");
+    no_id.retain(|e| e.0 != "CNI_CONTAINERID");
+    let (o, v) = node.plugin(&no_id, &conf("1.1.0"));
+    err(&o, &v, 4, "CNI_CONTAINERID is required");
+    let (o, v) = node.plugin(&attach_env("/run/netns/cnive-nope", "ADD"), &conf("1.1.0"));
+    err(&o, &v, 3, "no such namespace");
+    let chained = serde_json::json!({"cniVersion":"1.1.0","name":"vnet","type":"peregrine-cni","agentSocket": node.socket()});
+    let (o, v) = node.plugin(&attach_env(pod, "ADD"), &chained.to_string());
+    err(&o, &v, 7, "no prevResult");
+    let (o, v) = node.plugin(&[("CNI_COMMAND", "STATUS")], &conf("1.1.0"));
+    assert!(o.status.success(), "STATUS with the agent up: {v}");
+
+    // The agent stops: ADD is "try again later" and leaves nothing; DEL
+    // still succeeds; STATUS says the plugin is not available.
+    node.stop_agent();
+    let (o, v) = node.plugin(&attach_env(pod, "ADD"), &conf("1.1.0"));
+    err(&o, &v, 11, "no peregrine agent answers");
+    assert!(
+        !link_exists("cnive-p1", "eth0"),
+        "a failed ADD leaves no veth"
+    );
+    let leases: Vec<_> = std::fs::read_dir(node.dir.join("ipam/vnet"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("198."))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        leases.is_empty(),
+        "a failed ADD releases its lease: {leases:?}"
+    );
+    let (o, _) = node.plugin(&attach_env(pod, "DEL"), &conf("1.1.0"));
+    assert!(
+        o.status.success(),
+        "DEL without an agent: {}",
+        text(&o.stderr)
+    );
+    let (o, v) = node.plugin(&[("CNI_COMMAND", "STATUS")], &conf("1.1.0"));
+    err(&o, &v, 50, "no peregrine agent answers");
+}
+
+/// runtimeConfig bandwidth (what kubelet passes from the pod's bandwidth
+/// annotations) reaches the agent with the pod's names, and DEL takes the
+/// policer with the pod.
+#[test]
+fn bandwidth_from_runtime_config_is_policed_on_the_pods_port() {
+    let node = Node::up("cnibw", &["cnibw-p1"]);
+    node.conflist(
+        "bwnet",
+        "1.1.0",
+        serde_json::json!([node.standalone("198.18.67.0/24")]),
+    );
+    let r = cni_ok(
+        &node.cnitool(
+            "add",
+            "bwnet",
+            "cnibw-p1",
+            &[
+                (
+                    "CAP_ARGS",
+                    r#"{"bandwidth":{"egressRate":10000000,"egressBurst":400000}}"#,
+                ),
+                (
+                    "CNI_ARGS",
+                    "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=cart-1",
+                ),
+            ],
+        ),
+        "cnitool add with bandwidth",
+    );
+    let host = r["interfaces"][0]["name"].as_str().unwrap().to_string();
+    let s = node.status().unwrap();
+    let pod = &s["pods"][0];
+    assert_eq!(pod["pod_namespace"], "shop", "{s:#}");
+    assert_eq!(pod["egress_rate"], 10_000_000, "{s:#}");
+    let q = json(
+        &pg_in(&node.ns, &["qos", "stats", "--iface", &host, "--json"]),
+        "qos stats",
+    );
+    assert_eq!(q["policers"].as_array().map(|a| a.len()), Some(1), "{q:#}");
+    cni_ok(&node.cnitool("del", "bwnet", "cnibw-p1", &[]), "del");
+    let o = pg_in(&node.ns, &["qos", "stats", "--iface", &host, "--json"]);
+    assert!(
+        !o.status.success() || text(&o.stdout).contains("\"policers\": []"),
+        "the policer went with the pod: {}",
+        text(&o.stdout)
+    );
+}
