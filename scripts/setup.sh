@@ -13,6 +13,7 @@ PACKAGES=(
   linux-perf                                   # bench quic: where the CPU goes
   systemd man-db                               # systemd-analyze verify of the agent's unit (and its man page)
   containernetworking-plugins                  # CNI tests: Debian's reference plugins (1.1.1) beside the Go-built v1.10.0
+  containerd runc                              # CNI tests: containerd's CRI driven by crictl, as kubelet drives it
 )
 
 if [ "$(id -u)" -ne 0 ]; then

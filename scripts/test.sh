@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The CNI reference plugins and cnitool, from the Go module proxy (cached).
 bash scripts/k8s/build.sh cni
+# The pause image containerd's CRI needs (built locally: no registry).
+bash scripts/k8s/images.sh
 cargo fmt --all -- --check
 python3 scripts/modcycles.py
 cargo clippy --release --locked --workspace --all-targets -- -D warnings

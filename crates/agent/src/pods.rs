@@ -27,23 +27,55 @@ pub struct PodKey {
 }
 
 /// runtimeConfig `bandwidth`, as the CNI `bandwidth` plugin reads it:
-/// rates in bit/s, bursts in bits; absent is unlimited.
+/// rates in bit/s, bursts in bits; absent (or a rate of 0) is unlimited.
+/// containerd writes the keys capitalized (`EgressRate`, go-cni's field
+/// names; Go's JSON decoding ignores case), the spec's conventions
+/// camelCase: both are read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Bandwidth {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        alias = "IngressRate",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ingress_rate: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        alias = "IngressBurst",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ingress_burst: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, alias = "EgressRate", skip_serializing_if = "Option::is_none")]
     pub egress_rate: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        alias = "EgressBurst",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub egress_burst: Option<u64>,
 }
 
 impl Bandwidth {
     pub fn is_empty(&self) -> bool {
         self.ingress_rate.is_none() && self.egress_rate.is_none()
+    }
+
+    /// A rate of 0 is no limit (containerd sends 0 for a direction the
+    /// pod's annotations leave out), and so is its burst.
+    pub fn normalized(self) -> Bandwidth {
+        let dir = |rate: Option<u64>, burst: Option<u64>| match rate {
+            Some(0) | None => (None, None),
+            r => (r, burst),
+        };
+        let (ingress_rate, ingress_burst) = dir(self.ingress_rate, self.ingress_burst);
+        let (egress_rate, egress_burst) = dir(self.egress_rate, self.egress_burst);
+        Bandwidth {
+            ingress_rate,
+            ingress_burst,
+            egress_rate,
+            egress_burst,
+        }
     }
 }
 

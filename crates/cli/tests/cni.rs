@@ -466,25 +466,10 @@ fn del_after_the_pods_namespace_vanished() {
     let host = r["interfaces"][0]["name"].as_str().unwrap().to_string();
     let addr = pod_ip(&r);
     ip(&["netns", "del", "cnigone-p1"]);
-    // cnitool needs the namespace path to exist; the runtime passes it
-    // even when it is gone: run the plugin as the runtime does.
-    let mut conf = node.standalone("198.18.69.0/24");
-    conf["cniVersion"] = "1.1.0".into();
-    conf["name"] = "gnet".into();
-    let cid = node.pods()[0].0.clone();
-    let (o, _) = node.plugin(
-        &[
-            ("CNI_COMMAND", "DEL"),
-            ("CNI_CONTAINERID", &cid),
-            ("CNI_NETNS", "/run/netns/cnigone-p1"),
-            ("CNI_IFNAME", "eth0"),
-        ],
-        &conf.to_string(),
-    );
-    assert!(
-        o.status.success(),
-        "DEL after the namespace went: {}",
-        text(&o.stderr)
+    // The runtime still names the namespace's path.
+    cni_ok(
+        &node.cnitool("del", "gnet", "cnigone-p1", &[]),
+        "DEL after the namespace went",
     );
     assert!(node.pods().is_empty(), "the agent forgot the pod");
     assert!(
@@ -722,5 +707,276 @@ fn bandwidth_from_runtime_config_is_policed_on_the_pods_port() {
         !o.status.success() || text(&o.stdout).contains("\"policers\": []"),
         "the policer went with the pod: {}",
         text(&o.stdout)
+    );
+}
+
+/// containerd (Debian's, with its CRI) in a node's namespace, as kubelet
+/// drives it: its own config, root and state, the pause image imported
+/// (built locally by scripts/k8s/images.sh: no registry), CNI from the
+/// node's directories. Run with `nsenter --net` rather than `ip netns
+/// exec`, whose fresh /sys hides the cgroup mounts runc needs. Dropped:
+/// every sandbox stopped and removed, containerd and its shims stopped, its
+/// directories and the cgroups it made (that were not there) removed.
+struct Containerd {
+    child: Option<Child>,
+    dir: PathBuf,
+    state: PathBuf,
+    cgroups_before: Vec<PathBuf>,
+}
+
+impl Containerd {
+    fn start(node: &Node) -> Containerd {
+        let image = cache().join("images/pause.tar");
+        assert!(image.exists(), "no pause image: bash scripts/k8s/images.sh");
+        let dir = node.dir.join("containerd");
+        let state = PathBuf::from(format!("/run/pg-{}", node.ns));
+        let _ = std::fs::remove_dir_all(&state);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = format!(
+            r#"version = 2
+root = "{root}"
+state = "{state}"
+[grpc]
+  address = "{state}/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "peregrine.local/pause:1"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{bin}"
+    conf_dir = "{net}"
+"#,
+            root = dir.join("root").display(),
+            state = state.display(),
+            bin = node.dir.join("bin").display(),
+            net = node.dir.join("net.d").display(),
+        );
+        std::fs::write(dir.join("config.toml"), cfg).unwrap();
+        let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
+        let cgroups_before = Containerd::cgroups();
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", node.ns))
+            .args(["containerd", "--config"])
+            .arg(dir.join("config.toml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("containerd starts (apt-get install containerd runc)");
+        let c = Containerd {
+            child: Some(child),
+            dir,
+            state,
+            cgroups_before,
+        };
+        let end = Instant::now() + Duration::from_secs(15);
+        while !c.socket().exists() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let o = sh(
+            &[
+                "ctr",
+                "-a",
+                c.socket().to_str().unwrap(),
+                "-n",
+                "k8s.io",
+                "images",
+                "import",
+                image.to_str().unwrap(),
+            ],
+            Duration::from_secs(30),
+        );
+        assert!(
+            o.status.success(),
+            "ctr import: {}{}",
+            text(&o.stderr),
+            c.log()
+        );
+        c
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.state.join("containerd.sock")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
+    }
+
+    /// The k8s.io cgroups at the roots of the v1 hierarchies.
+    fn cgroups() -> Vec<PathBuf> {
+        std::fs::read_dir("/sys/fs/cgroup")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path().join("k8s.io"))
+                    .filter(|p| p.exists())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn crictl(&self, args: &[&str]) -> Output {
+        let ep = format!("unix://{}", self.socket().display());
+        let mut a = vec![
+            cache().join("tools/bin/crictl").display().to_string(),
+            "-r".into(),
+            ep.clone(),
+            "-i".into(),
+            ep,
+            "-t".into(),
+            "30s".into(),
+        ];
+        a.extend(args.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        sh(&refs, Duration::from_secs(40))
+    }
+
+    /// `crictl runp` of a pod named `name` with `annotations`: its id.
+    fn runp(&self, name: &str, annotations: serde_json::Value) -> String {
+        let f = self.dir.join(format!("{name}.json"));
+        let pod = serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"), "attempt": 0},
+            "annotations": annotations,
+            "log_directory": self.dir.join("logs"),
+            "linux": {},
+        });
+        std::fs::write(&f, pod.to_string()).unwrap();
+        let o = self.crictl(&["runp", f.to_str().unwrap()]);
+        assert!(
+            o.status.success(),
+            "crictl runp {name}: {}\n{}",
+            text(&o.stderr),
+            self.log()
+        );
+        text(&o.stdout).trim().to_string()
+    }
+
+    /// A sandbox's IP and its network namespace's name under /run/netns.
+    fn sandbox(&self, id: &str) -> (String, String) {
+        let o = self.crictl(&["inspectp", id]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let ip = v["status"]["network"]["ip"].as_str().unwrap().to_string();
+        let ns = v["info"]["runtimeSpec"]["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["type"] == "network")
+            .and_then(|n| n["path"].as_str())
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .to_string();
+        (ip, ns)
+    }
+
+    fn remove_all(&self) {
+        let o = self.crictl(&["pods", "-q"]);
+        for id in text(&o.stdout).split_whitespace() {
+            let _ = self.crictl(&["stopp", id]);
+            let _ = self.crictl(&["rmp", id]);
+        }
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.remove_all();
+        }
+        if let Some(mut c) = self.child.take() {
+            peregrine_host::signals::terminate(&mut c, Duration::from_secs(10));
+        }
+        // Shims of this containerd that outlived it.
+        let _ = sh(
+            &[
+                "pkill",
+                "-f",
+                &format!("-address {}", self.socket().display()),
+            ],
+            Duration::from_secs(5),
+        );
+        let _ = std::fs::remove_dir_all(&self.state);
+        let _ = std::fs::remove_dir_all(self.dir.join("root"));
+        for cg in Containerd::cgroups() {
+            if !self.cgroups_before.contains(&cg) {
+                let _ = std::fs::remove_dir(&cg);
+            }
+        }
+    }
+}
+
+/// containerd's CRI, driven by crictl as kubelet drives it, runs the chain
+/// bridge + peregrine-cni for each sandbox: the pods reach each other, the
+/// agent holds them under their Kubernetes names with the bandwidth of
+/// their annotations, and stopping a sandbox (CNI DEL) takes everything of
+/// it. After: no veth, no pod at the agent, no cgroup left.
+#[test]
+fn containerd_cri_runs_the_chain_as_kubelet_drives_it() {
+    let node = Node::up("cnicri", &[]);
+    node.conflist(
+        "k8s-pod-network",
+        "1.0.0",
+        serde_json::json!([
+            {
+                "type": "bridge",
+                "bridge": "pgbr1",
+                "isGateway": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": "198.18.72.0/24"}]],
+                    "dataDir": node.dir.join("ipam"),
+                },
+            },
+            {"type": "peregrine-cni", "agentSocket": node.socket(), "capabilities": {"bandwidth": true}},
+        ]),
+    );
+    let ctrd = Containerd::start(&node);
+    let a = ctrd.runp(
+        "web-0",
+        serde_json::json!({"kubernetes.io/egress-bandwidth": "10M"}),
+    );
+    let b = ctrd.runp("web-1", serde_json::json!({}));
+    let (ip_a, ns_a) = ctrd.sandbox(&a);
+    let (ip_b, _) = ctrd.sandbox(&b);
+    assert!(
+        pings(&ns_a, &ip_b),
+        "web-0 -> web-1 ({ip_b})\n{}",
+        node.log()
+    );
+    let s = node.status().unwrap();
+    let pods = s["pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 2, "{s:#}");
+    let web0 = pods.iter().find(|p| p["pod_name"] == "web-0").unwrap();
+    assert_eq!(web0["pod_namespace"], "shop");
+    assert_eq!(
+        web0["egress_rate"], 10_000_000,
+        "the annotation's rate: {s:#}"
+    );
+    assert!(web0["ips"][0].as_str().unwrap().starts_with(&ip_a));
+    let host_a = web0["host_iface"].as_str().unwrap().to_string();
+    assert!(node.router_ports().contains(&host_a));
+
+    // Stopping the sandbox is CNI DEL: its port, policer and veth go.
+    let o = ctrd.crictl(&["stopp", &a]);
+    assert!(o.status.success(), "stopp: {}", text(&o.stderr));
+    let o = ctrd.crictl(&["rmp", &a]);
+    assert!(o.status.success(), "rmp: {}", text(&o.stderr));
+    assert_eq!(node.pods().len(), 1);
+    assert!(!node.router_ports().contains(&host_a));
+    assert!(!link_exists(&node.ns, &host_a));
+    ctrd.remove_all();
+    assert!(node.pods().is_empty(), "{}", node.log());
+    drop(ctrd);
+    let o = sh_in(&node.ns, &["ip", "-br", "link"], Duration::from_secs(5));
+    assert!(
+        !text(&o.stdout).contains("veth"),
+        "no veth left: {}",
+        text(&o.stdout)
+    );
+    let _ = sh_in(
+        &node.ns,
+        &["ip", "link", "del", "pgbr1"],
+        Duration::from_secs(5),
     );
 }

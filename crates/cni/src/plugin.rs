@@ -184,7 +184,12 @@ impl Plugin<'_> {
             pod_namespace: arg("K8S_POD_NAMESPACE"),
             pod_name: arg("K8S_POD_NAME"),
             pod_uid: arg("K8S_POD_UID"),
-            bandwidth: self.conf.runtime_config.bandwidth.unwrap_or_default(),
+            bandwidth: self
+                .conf
+                .runtime_config
+                .bandwidth
+                .unwrap_or_default()
+                .normalized(),
             annotations: self
                 .conf
                 .runtime_config

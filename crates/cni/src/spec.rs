@@ -423,5 +423,16 @@ mod tests {
         assert_eq!(b.egress_rate, Some(20_000_000));
         assert_eq!(b.egress_burst, None);
         assert_eq!(c.runtime_config.pod_annotations.len(), 2);
+        // containerd's spelling (go-cni's field names), 0 for a direction
+        // the annotations leave out and MaxUint32 for "no burst given".
+        let c = NetConf::parse(
+            br#"{"cniVersion":"1.0.0","name":"n","type":"peregrine-cni",
+            "runtimeConfig":{"bandwidth":{"IngressRate":0,"IngressBurst":0,"EgressRate":10000000,"EgressBurst":4294967295}}}"#,
+        )
+        .unwrap();
+        let b = c.runtime_config.bandwidth.unwrap().normalized();
+        assert_eq!((b.ingress_rate, b.ingress_burst), (None, None));
+        assert_eq!(b.egress_rate, Some(10_000_000));
+        assert_eq!(b.egress_burst, Some(4_294_967_295));
     }
 }
