@@ -6,6 +6,7 @@
 //! - `[[qos]]`: `iface`, then exactly a `qos apply|serve` file (`hook`,
 //!   `[[qos.rule]]`, `[[qos.filter]]`, `[qos.scheduler]`, `[[qos.class]]`);
 //!   one with a scheduler runs as a supervised `qos serve`.
+//! - `[cluster]`: the other nodes' pod CIDRs and addresses (`cluster`).
 //! - `[[function]]` and `[[quic]]`: the long options of `faas serve` and
 //!   `quic serve` (`iface = "b1"` is `--iface b1`; `true` is a bare flag;
 //!   an array repeats the option), plus `name` and `netns`; each runs as a
@@ -99,6 +100,8 @@ pub struct NodeDecl {
     pub router: Option<RouterDecl>,
     pub qos: Vec<QosDecl>,
     pub services: Vec<ServiceDecl>,
+    /// Routes to the other nodes' pods.
+    pub cluster: Option<crate::cluster::ClusterDecl>,
 }
 
 /// Checks a service's arguments as its command would (the CLI's parser,
@@ -176,6 +179,10 @@ pub fn sections(files: &[(String, String)], check: &ArgCheck) -> Result<NodeDecl
                         Err(ms) => ms.into_iter().for_each(|m| err(format!("[router]: {m}"))),
                     }
                 }
+                "cluster" => match crate::cluster::parse(&value) {
+                    Ok(c) => decl.cluster = Some(c),
+                    Err(ms) => ms.into_iter().for_each(|m| err(format!("[cluster]: {m}"))),
+                },
                 "qos" | "function" | "quic" => {
                     let Some(items) = value.as_array() else {
                         err(format!("{key} is a list of tables: write [[{key}]]"));
@@ -205,7 +212,7 @@ pub fn sections(files: &[(String, String)], check: &ArgCheck) -> Result<NodeDecl
                     }
                 }
                 other => err(format!(
-                    "unknown section {other:?}: a node declares [router], [[qos]], [[function]] and [[quic]]"
+                    "unknown section {other:?}: a node declares [router], [[qos]], [[function]], [[quic]] and [cluster]"
                 )),
             }
         }
@@ -251,12 +258,10 @@ fn router(v: &toml::Value) -> Result<RouterDecl, Vec<String>> {
                     None => errs.push("ports are interface names".into()),
                 }
             }
-            if a.is_empty() {
-                errs.push("ports is empty".into());
-            }
         }
         Some(_) => errs.push("ports is a list of interface names".into()),
-        None => errs.push("ports missing (the interfaces it routes between)".into()),
+        // A router of pods only (the CNI plugin hands it their ports).
+        None => {}
     }
     let mut s = |k: &str| -> Option<String> {
         match t.get(k) {

@@ -61,6 +61,29 @@ pub fn diff(old: &NodeDecl, new: &NodeDecl) -> Vec<String> {
     {
         out.push(format!("- service {}", o.name));
     }
+    let nodes = |d: &NodeDecl| {
+        d.cluster
+            .as_ref()
+            .map(|c| c.nodes.clone())
+            .unwrap_or_default()
+    };
+    let (was, now) = (nodes(old), nodes(new));
+    for n in &now {
+        match was.iter().find(|o| o.name == n.name) {
+            None => out.push(format!(
+                "+ node {} (pods {} via {})",
+                n.name, n.pod_cidr, n.address
+            )),
+            Some(o) if o != n => out.push(format!(
+                "~ node {}: pods {} via {} -> {} via {}",
+                n.name, o.pod_cidr, o.address, n.pod_cidr, n.address
+            )),
+            Some(_) => {}
+        }
+    }
+    for o in was.iter().filter(|o| !now.iter().any(|n| n.name == o.name)) {
+        out.push(format!("- node {}", o.name));
+    }
     if out.is_empty() {
         out.push("no changes".into());
     }

@@ -6,6 +6,7 @@
 //!
 //! - `decl`: node.toml (sections in the existing formats), checked whole.
 //! - `check`: the declaration checked whole (sections, then composition).
+//! - `cluster`: routes to the other nodes' pod CIDRs.
 //! - `compose`: which stages share an interface, their order, what is refused.
 //! - `reconcile`: the data plane brought to the declaration, drift repaired.
 //! - `pods`: pod interfaces the CNI plugin hands over, recorded.
@@ -21,6 +22,7 @@
 
 pub mod agent;
 pub mod check;
+pub mod cluster;
 pub mod compose;
 pub mod control;
 pub mod decl;

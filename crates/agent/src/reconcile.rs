@@ -9,8 +9,10 @@ use peregrine_dataplane::router::{self, AttachConfig, Site};
 use peregrine_dataplane::{pins, HookChoice};
 use serde::Serialize;
 
+use crate::cluster::{Cidr, ClusterDecl, PeerNode, ROUTE_PROTO};
 use crate::decl::{NodeDecl, QosDecl, RouterDecl};
 use crate::state::{text_hash, Owned};
+use peregrine_host::nl::NetlinkHere;
 
 /// What one pass did and found.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -276,16 +278,84 @@ pub fn policers(want: &[QosDecl], owned: &mut Owned, pass: &mut Pass) {
     }
 }
 
+/// Brings the agent's routes (protocol `ROUTE_PROTO`, main table) to the
+/// other nodes' pod CIDRs: missing ones added (also after being removed by
+/// hand: drift), changed next hops replaced, undeclared ones removed.
+pub fn cluster_routes(want: Option<&ClusterDecl>, pass: &mut Pass) {
+    let nodes: &[PeerNode] = want.map_or(&[], |c| &c.nodes);
+    let nl = match NetlinkHere::open() {
+        Ok(n) => n,
+        Err(e) => {
+            pass.errors.push(format!("cluster routes: {e}"));
+            return;
+        }
+    };
+    let have = match nl.routes_of(ROUTE_PROTO) {
+        Ok(h) => h,
+        Err(e) => {
+            pass.errors.push(format!("cluster routes: {e}"));
+            return;
+        }
+    };
+    for (dst, plen, _) in &have {
+        let c = Cidr {
+            addr: *dst,
+            plen: *plen,
+        };
+        if !nodes.iter().any(|n| n.pod_cidr == c) {
+            match nl.del_route(*dst, *plen, ROUTE_PROTO) {
+                Ok(()) => pass.changed.push(format!(
+                    "cluster: route to {c} removed (no longer declared)"
+                )),
+                Err(e) => pass.errors.push(format!("cluster: {e}")),
+            }
+        }
+    }
+    for n in nodes {
+        let c = n.pod_cidr;
+        let now = have
+            .iter()
+            .find(|(d, p, _)| *d == c.addr && *p == c.plen)
+            .map(|h| h.2);
+        if now == Some(Some(n.address)) {
+            continue;
+        }
+        match nl.replace_route(c.addr, c.plen, n.address, ROUTE_PROTO) {
+            Ok(()) => pass.changed.push(match now {
+                None => format!(
+                    "cluster: route to node {}'s pods {c} via {}",
+                    n.name, n.address
+                ),
+                Some(_) => format!(
+                    "cluster: route to {c} now via {} (node {})",
+                    n.address, n.name
+                ),
+            }),
+            // The next hop is not reachable yet (its interface or address
+            // comes later): a later pass adds it.
+            Err(e) => pass.waiting.push(format!(
+                "cluster: node {}'s pods {c} via {}: {e}",
+                n.name, n.address
+            )),
+        }
+    }
+}
+
 /// The data-plane part of a pass (router, then policers: a policer at tc
-/// goes to the head of tcx ingress whichever came first).
+/// goes to the head of tcx ingress whichever came first; then the routes
+/// to the other nodes' pods).
 pub fn dataplane(decl: &NodeDecl, owned: &mut Owned) -> Pass {
     let mut pass = Pass::default();
     let t0 = std::time::Instant::now();
     router(decl.router.as_ref(), owned, &mut pass);
     let t1 = std::time::Instant::now();
     policers(&decl.qos, owned, &mut pass);
+    let t2 = std::time::Instant::now();
+    cluster_routes(decl.cluster.as_ref(), &mut pass);
     pass.phases.push(("router".into(), (t1 - t0).as_secs_f64()));
     pass.phases
-        .push(("policers".into(), t1.elapsed().as_secs_f64()));
+        .push(("policers".into(), (t2 - t1).as_secs_f64()));
+    pass.phases
+        .push(("cluster routes".into(), t2.elapsed().as_secs_f64()));
     pass
 }

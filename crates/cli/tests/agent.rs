@@ -373,7 +373,11 @@ fn agent_refuses_bad_declarations_and_keeps_state() {
     let bad: &[(&str, &str)] = &[
         ("[router\nports = 1", "line 1"),
         ("[router]\nports = [\"a1\", \"a1\"]", "port a1 twice"),
-        ("[router]\nports = []", "ports is empty"),
+        ("[router]\nports = \"a1\"", "ports is a list"),
+        (
+            "[cluster]\n[[cluster.node]]\nname = \"b\"\npod_cidr = \"198.18.81.1/24\"\naddress = \"198.18.90.2\"",
+            "host bits set",
+        ),
         ("[router]\nports = [\"a1\"]\nhook = \"sideways\"", "unknown hook"),
         ("[router]\nports = [\"a1\"]\nhook = \"tc\"\nmode = \"native\"", "hook \"tc\" takes none"),
         ("[router]\nports = [\"a1\"]\nspeed = 3", "unknown key \"speed\""),

@@ -39,6 +39,11 @@ impl Node {
 
     /// A node whose reference plugins are those in `refs`.
     fn with_plugins(name: &str, pods: &[&str], refs: &std::path::Path) -> Node {
+        Node::declared(name, pods, refs, "")
+    }
+
+    /// A node whose agent starts with `node_toml`.
+    fn declared(name: &str, pods: &[&str], refs: &std::path::Path, node_toml: &str) -> Node {
         let mut all = vec![name];
         all.extend_from_slice(pods);
         let namespaces = Namespaces::add(&all);
@@ -55,7 +60,7 @@ impl Node {
             bin.join("peregrine-cni"),
         )
         .unwrap();
-        std::fs::write(dir.join("node.toml"), "").unwrap();
+        std::fs::write(dir.join("node.toml"), node_toml).unwrap();
         let mut n = Node {
             ns: name.to_string(),
             dir,
@@ -979,4 +984,156 @@ fn containerd_cri_runs_the_chain_as_kubelet_drives_it() {
         &["ip", "link", "del", "pgbr1"],
         Duration::from_secs(5),
     );
+}
+
+/// Two nodes (namespaces joined by a veth `up0`), each agent given the
+/// other's pod CIDR in `[cluster]`: it routes there through the other
+/// node (route protocol 176), pod-to-pod traffic crosses both routers
+/// (their counters show it on each hop), a route removed by hand comes
+/// back, and a node taken out of the declaration takes its route along.
+#[test]
+fn two_nodes_route_to_each_others_pods_through_both_routers() {
+    let refs = cache().join("cni/v1.10.0/bin");
+    let decl = |own: &str, peer: &str, cidr: &str, addr: &str| {
+        format!(
+            "[router]\nports = [\"up0\"]\nhook = \"tc\"\n[cluster]\npod_cidr = \"{own}\"\n[[cluster.node]]\nname = \"{peer}\"\npod_cidr = \"{cidr}\"\naddress = \"{addr}\"\n"
+        )
+    };
+    let n1 = Node::declared(
+        "cnim1",
+        &["cnim1-p1"],
+        &refs,
+        &decl("198.18.82.0/24", "cnim2", "198.18.83.0/24", "198.18.91.2"),
+    );
+    let n2 = Node::declared(
+        "cnim2",
+        &["cnim2-p1"],
+        &refs,
+        &decl("198.18.83.0/24", "cnim1", "198.18.82.0/24", "198.18.91.1"),
+    );
+    // The link between the nodes comes after their agents: each attaches
+    // its declared port and adds its route when they appear.
+    ip(&[
+        "link", "add", "up0", "netns", "cnim1", "type", "veth", "peer", "name", "up0", "netns",
+        "cnim2",
+    ]);
+    for (ns, a) in [("cnim1", "198.18.91.1/24"), ("cnim2", "198.18.91.2/24")] {
+        ip(&["-n", ns, "addr", "add", a, "dev", "up0"]);
+        ip(&["-n", ns, "link", "set", "up0", "up"]);
+    }
+    let route = |ns: &str, cidr: &str| {
+        let o = sh_in(
+            ns,
+            &["ip", "route", "show", cidr, "proto", "176"],
+            Duration::from_secs(5),
+        );
+        text(&o.stdout)
+    };
+    let wait = |what: &str, f: &dyn Fn() -> bool| {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(
+                Instant::now() < end,
+                "{what}: not within 10 s\n{}\n{}",
+                n1.log(),
+                n2.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait("up0 a router port of both", &|| {
+        n1.router_ports().contains(&"up0".to_string())
+            && n2.router_ports().contains(&"up0".to_string())
+    });
+    wait("routes to the other node's pods", &|| {
+        route("cnim1", "198.18.83.0/24").contains("via 198.18.91.2")
+            && route("cnim2", "198.18.82.0/24").contains("via 198.18.91.1")
+    });
+    n1.conflist(
+        "m1",
+        "1.1.0",
+        serde_json::json!([n1.standalone("198.18.82.0/24")]),
+    );
+    n2.conflist(
+        "m2",
+        "1.1.0",
+        serde_json::json!([n2.standalone("198.18.83.0/24")]),
+    );
+    let r1 = cni_ok(&n1.cnitool("add", "m1", "cnim1-p1", &[]), "add on node 1");
+    let r2 = cni_ok(&n2.cnitool("add", "m2", "cnim2-p1", &[]), "add on node 2");
+    let (h1, h2) = (
+        r1["interfaces"][0]["name"].as_str().unwrap().to_string(),
+        r2["interfaces"][0]["name"].as_str().unwrap().to_string(),
+    );
+    // (forwarded, passed to the kernel to resolve the next hop's MAC).
+    let forwarded = |node: &Node, port: &str| -> (u64, u64) {
+        let v = json(
+            &pg_in(&node.ns, &["router", "stats", "--json"]),
+            "router stats",
+        );
+        let p = v["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["port"] == port)
+            .cloned()
+            .unwrap_or_default();
+        let n = |a: &str| p["rx"][a]["packets"].as_u64().unwrap_or(0);
+        (n("forward"), n("pass_no_neigh"))
+    };
+    let before = [
+        forwarded(&n1, &h1),
+        forwarded(&n2, "up0"),
+        forwarded(&n2, &h2),
+        forwarded(&n1, "up0"),
+    ];
+    let o = sh_in(
+        "cnim1-p1",
+        &["ping", "-c", "5", "-i", "0.2", "-W", "1", &pod_ip(&r2)],
+        Duration::from_secs(10),
+    );
+    assert!(
+        o.status.success(),
+        "pod on node 1 -> pod on node 2: {}",
+        text(&o.stdout)
+    );
+    let after = [
+        forwarded(&n1, &h1),
+        forwarded(&n2, "up0"),
+        forwarded(&n2, &h2),
+        forwarded(&n1, "up0"),
+    ];
+    for (i, hop) in [
+        "node 1, from its pod",
+        "node 2, from node 1",
+        "node 2, the reply from its pod",
+        "node 1, the reply from node 2",
+    ]
+    .iter()
+    .enumerate()
+    {
+        // The first frame of each hop may find the next hop's MAC not
+        // yet resolved: the kernel takes it and resolves it.
+        let (fwd, neigh) = (after[i].0 - before[i].0, after[i].1 - before[i].1);
+        assert!(
+            fwd >= 4 && fwd + neigh >= 5,
+            "{hop}: the router forwarded {fwd} of 5, {neigh} passed to resolve ({before:?} -> {after:?})"
+        );
+    }
+    // Drift: a route removed by hand comes back.
+    ip(&["-n", "cnim1", "route", "del", "198.18.83.0/24"]);
+    wait("the route removed by hand is back", &|| {
+        route("cnim1", "198.18.83.0/24").contains("via 198.18.91.2")
+    });
+    // Node 2 taken out of node 1's declaration: its route goes.
+    std::fs::write(
+        n1.dir.join("node.toml"),
+        "[router]\nports = [\"up0\"]\nhook = \"tc\"\n",
+    )
+    .unwrap();
+    wait("the undeclared node's route removed", &|| {
+        route("cnim1", "198.18.83.0/24").is_empty()
+    });
+    cni_ok(&n1.cnitool("del", "m1", "cnim1-p1", &[]), "del on node 1");
+    cni_ok(&n2.cnitool("del", "m2", "cnim2-p1", &[]), "del on node 2");
 }

@@ -571,6 +571,75 @@ impl NetlinkHere {
         Ok(NetlinkHere { nl, handle })
     }
 
+    /// The main table's routes that `protocol` installed (its number in
+    /// `ip route`'s `proto`), both families: (destination, prefix length,
+    /// gateway).
+    pub fn routes_of(&self, protocol: u8) -> Result<Vec<(IpAddr, u8, Option<IpAddr>)>> {
+        use netlink_packet_route::route::{RouteAttribute, RouteProtocol};
+        let mut out = Vec::new();
+        for v6 in [false, true] {
+            let msg = if v6 {
+                RouteMessageBuilder::<std::net::Ipv6Addr>::new().build()
+            } else {
+                RouteMessageBuilder::<std::net::Ipv4Addr>::new().build()
+            };
+            let h = self.handle.clone();
+            let msgs = self
+                .nl
+                .block_on(async { h.route().get(msg).execute().try_collect::<Vec<_>>().await })
+                .map_err(nl_err("listing routes"))?;
+            for m in msgs {
+                if m.header.protocol != RouteProtocol::Other(protocol) || m.header.table != 254 {
+                    continue;
+                }
+                let mut dst = None;
+                let mut gw = None;
+                for a in &m.attributes {
+                    match a {
+                        RouteAttribute::Destination(d) => dst = route_ip(d),
+                        RouteAttribute::Gateway(g) => gw = route_ip(g),
+                        _ => {}
+                    }
+                }
+                if let Some(d) = dst {
+                    out.push((d, m.header.destination_prefix_length, gw));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds the route to `dst/plen` via `gw`, marked as `protocol`'s
+    /// (replacing one to the same destination).
+    pub fn replace_route(&self, dst: IpAddr, plen: u8, gw: IpAddr, protocol: u8) -> Result<()> {
+        let what = format!("adding route {dst}/{plen} via {gw}");
+        let msg = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(dst, plen)
+            .map_err(|e| HostError::Config(format!("{what}: {e}")))?
+            .gateway(gw)
+            .map_err(|e| HostError::Config(format!("{what}: {e}")))?
+            .protocol(netlink_packet_route::route::RouteProtocol::Other(protocol))
+            .build();
+        let h = self.handle.clone();
+        self.nl
+            .block_on(async { h.route().add(msg).replace().execute().await })
+            .map_err(nl_err(what))
+    }
+
+    /// Deletes the route to `dst/plen` that `protocol` installed.
+    pub fn del_route(&self, dst: IpAddr, plen: u8, protocol: u8) -> Result<()> {
+        let what = format!("removing route {dst}/{plen}");
+        let msg = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(dst, plen)
+            .map_err(|e| HostError::Config(format!("{what}: {e}")))?
+            .protocol(netlink_packet_route::route::RouteProtocol::Other(protocol))
+            .build();
+        let h = self.handle.clone();
+        self.nl
+            .block_on(async { h.route().del(msg).execute().await })
+            .map_err(nl_err(what))
+    }
+
     /// The route the kernel would take to `dst`.
     pub fn route_to(&self, dst: IpAddr) -> Result<RouteTo> {
         use netlink_packet_route::route::RouteAttribute;
