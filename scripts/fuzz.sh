@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 SECONDS_EACH=${1:-30}
-TARGETS=(wire_frames stack_rx invoker_reply toml_configs wasm_admission)
+TARGETS=(wire_frames stack_rx invoker_reply toml_configs wasm_admission agent_inputs cni_input)
 LOCK=/tmp/peregrine-build.lock
 
 # The product builds on stable; fuzzing needs a nightly (the image carries
