@@ -1137,3 +1137,99 @@ fn two_nodes_route_to_each_others_pods_through_both_routers() {
     cni_ok(&n1.cnitool("del", "m1", "cnim1-p1", &[]), "del on node 1");
     cni_ok(&n2.cnitool("del", "m2", "cnim2-p1", &[]), "del on node 2");
 }
+
+/// Chaos: the plugin's ADD killed (SIGKILL) at random points, as a runtime
+/// that times out or crashes leaves it; the DEL the runtime then sends
+/// must leave nothing: no veth on either side, no pod at the agent, no
+/// lease. The kill points cover both sides of the veth's creation, and an
+/// ADD after them all works.
+#[test]
+fn an_add_killed_at_any_point_is_cleaned_by_the_next_del() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let node = Node::up("cnikill", &["cnikill-p1"]);
+    let pod = "/run/netns/cnikill-p1";
+    let mut conf = node.standalone("198.18.73.0/24");
+    conf["cniVersion"] = "1.1.0".into();
+    conf["name"] = "knet".into();
+    let conf = conf.to_string();
+    let host = peregrine_cni::plugin::host_iface_name(&peregrine_agent::pods::PodKey {
+        container_id: "c-direct-1".into(),
+        ifname: "eth0".into(),
+    });
+    let leases = || -> Vec<String> {
+        std::fs::read_dir(node.dir.join("ipam/knet"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("198."))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut rng = ChaosRng::seeded();
+    let (mut with_veth, mut without, mut finished) = (0, 0, 0);
+    let started = Instant::now();
+    const KILLS: u64 = 30;
+    for k in 0..KILLS {
+        let mut c = Command::new("ip");
+        c.args([
+            "netns",
+            "exec",
+            &node.ns,
+            env!("CARGO_BIN_EXE_peregrine-cni"),
+        ])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_PATH", node.dir.join("bin"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        for (key, v) in attach_env(pod, "ADD") {
+            c.env(key, v);
+        }
+        let mut ch = c.spawn().unwrap();
+        {
+            use std::io::Write;
+            let mut i = ch.stdin.take().unwrap();
+            let _ = i.write_all(conf.as_bytes());
+        }
+        let within = [5, 20, 60][k as usize % 3];
+        std::thread::sleep(Duration::from_millis(rng.below(within)));
+        let veth = link_exists(&node.ns, &host);
+        let _ = kill(Pid::from_raw(ch.id() as i32), Signal::SIGKILL);
+        let status = ch.wait().unwrap();
+        if status.success() {
+            finished += 1;
+        } else if veth {
+            with_veth += 1;
+        } else {
+            without += 1;
+        }
+        let (o, v) = node.plugin(&attach_env(pod, "DEL"), &conf);
+        assert!(o.status.success(), "kill {k}: DEL after it: {v}");
+        assert!(
+            !link_exists(&node.ns, &host),
+            "kill {k}: the host end stayed"
+        );
+        assert!(
+            !link_exists("cnikill-p1", "eth0"),
+            "kill {k}: the pod's end stayed"
+        );
+        // The agent may take a request the killed plugin sent just before.
+        assert!(node.pods().is_empty(), "kill {k}: the agent kept the pod");
+        assert!(leases().is_empty(), "kill {k}: leases {:?}", leases());
+    }
+    eprintln!(
+        "{KILLS} ADDs killed in {:.1} s: {with_veth} after the veth was made, {without} before, {finished} had finished",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        with_veth > 0 && without > 0,
+        "kill points cover both sides of the veth"
+    );
+    let (o, r) = node.plugin(&attach_env(pod, "ADD"), &conf);
+    assert!(o.status.success(), "an ADD after the kills: {r}");
+    let (o, _) = node.plugin(&attach_env(pod, "DEL"), &conf);
+    assert!(o.status.success());
+}
