@@ -9,6 +9,8 @@
 # ones ../shared/docs/K8S-NOTES.md records for this machine.
 set -euo pipefail
 cache=${PEREGRINE_CACHE:-/var/cache/peregrine}
+# The image's Go toolchain, where a login shell would find it.
+command -v go >/dev/null 2>&1 || export PATH=$PATH:/usr/local/go/bin
 export GOPATH=$cache/go GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build
 export GOFLAGS=-modcacherw GOTOOLCHAIN=local
 K8S=v1.34.0 CNI=v1.10.0 CNITOOL=v1.3.1 CRICTL=v1.37.0
