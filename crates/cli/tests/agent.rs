@@ -55,22 +55,13 @@ impl Agent {
 
     /// Starts the agent without waiting for it.
     fn launch(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("agent.log"))
-            .unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, env!("CARGO_BIN_EXE_peregrine")])
-            .args(["agent", "--config"])
-            .arg(&self.config)
-            .args(["--metrics", &self.metrics])
-            .env("PEREGRINE_AGENT_DIR", self.dir.join("run"))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("peregrine agent starts");
-        self.child = Some(child);
+        self.child = Some(spawn_agent(
+            &self.ns,
+            &self.config,
+            &self.dir.join("run"),
+            &self.metrics,
+            &self.dir.join("agent.log"),
+        ));
     }
 
     /// `peregrine ARGS` in the agent's namespace, talking to this agent.
@@ -218,14 +209,7 @@ fn agent_composes_router_and_policer_and_adopts_after_kill() {
     let mut a = Agent::start(&t.ns("R"), &dir, &format!("{ROUTER_TC}{POLICER_A1}"));
     a.wait_for(10, "ready", |s| s["ready"] == true);
     let s = a.status();
-    let order: Vec<String> = s["order"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|o| o["iface"] == "a1")
-        .flat_map(|o| o["stages"].as_array().unwrap().iter())
-        .map(|x| x.as_str().unwrap().to_string())
-        .collect();
+    let order = stages_on(&s, "a1");
     assert_eq!(order, ["policer (tc)", "router (tc)"], "{s:#}");
     assert!(
         t.ping("198.18.2.1"),
@@ -1050,14 +1034,7 @@ fn agent_pods_join_the_router_are_policed_and_survive_a_restart() {
     assert_eq!(rule["burst"], "65536 B", "{rule}");
     assert_eq!(rule["exceed"], "drop", "{rule}");
     assert!(rule["conform_packets"].as_u64() >= Some(20), "{rule}");
-    let order: Vec<String> = s["order"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|o| o["iface"] == "hpa")
-        .flat_map(|o| o["stages"].as_array().unwrap().iter())
-        .map(|x| x.as_str().unwrap().to_string())
-        .collect();
+    let order = stages_on(&s, "hpa");
     assert_eq!(order, ["policer (tc)", "router (tc)"], "{s:#}");
     // ingress_rate: the policer on B's eth0, in B, counted what came.
     let rule = pod_policer_rule(pb, "eth0").expect("a policer on eth0 in pod B");

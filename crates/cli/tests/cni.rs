@@ -80,22 +80,13 @@ impl Node {
     }
 
     fn start_agent(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("agent.log"))
-            .unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, env!("CARGO_BIN_EXE_peregrine")])
-            .args(["agent", "--config"])
-            .arg(self.dir.join("node.toml"))
-            .args(["--metrics", "127.0.0.1:9465"])
-            .env("PEREGRINE_AGENT_DIR", self.run_dir())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("peregrine agent starts");
-        self.agent = Some(child);
+        self.agent = Some(spawn_agent(
+            &self.ns,
+            &self.dir.join("node.toml"),
+            &self.run_dir(),
+            "127.0.0.1:9465",
+            &self.dir.join("agent.log"),
+        ));
         let end = Instant::now() + Duration::from_secs(10);
         while Instant::now() < end {
             if self.status().is_some() {

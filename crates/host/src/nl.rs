@@ -274,17 +274,34 @@ impl Netlink {
         ns: &str,
         name: &str,
     ) -> Result<netlink_packet_route::link::LinkMessage> {
+        self.find_link(ns, name)?
+            .ok_or_else(|| HostError::Netlink(format!("no interface {name} in namespace {ns}")))
+    }
+
+    /// Interface `name` of `ns`, None when there is none.
+    fn find_link(
+        &mut self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<netlink_packet_route::link::LinkMessage>> {
         let h = self.handle(ns)?;
-        self.block_on(async {
+        let r = self.block_on(async {
             h.link()
                 .get()
                 .match_name(name.to_string())
                 .execute()
                 .try_next()
                 .await
-        })
-        .map_err(nl_err(format!("reading {ns}:{name}")))?
-        .ok_or_else(|| HostError::Netlink(format!("no interface {name} in namespace {ns}")))
+        });
+        match r {
+            Ok(m) => Ok(m),
+            Err(rtnetlink::Error::NetlinkError(m))
+                if m.code.is_some_and(|c| -c.get() == libc::ENODEV) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(nl_err(format!("reading {ns}:{name}"))(e)),
+        }
     }
 
     /// The interface index that interface `name` of `ns` names as its
@@ -300,24 +317,7 @@ impl Netlink {
 
     /// Interface `name` of `ns` exists.
     pub fn has_link(&mut self, ns: &str, name: &str) -> Result<bool> {
-        let h = self.handle(ns)?;
-        let r = self.block_on(async {
-            h.link()
-                .get()
-                .match_name(name.to_string())
-                .execute()
-                .try_next()
-                .await
-        });
-        match r {
-            Ok(m) => Ok(m.is_some()),
-            Err(rtnetlink::Error::NetlinkError(m))
-                if m.code.is_some_and(|c| -c.get() == libc::ENODEV) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(nl_err(format!("reading {ns}:{name}"))(e)),
-        }
+        Ok(self.find_link(ns, name)?.is_some())
     }
 
     /// A route to `dst/plen` directly on `dev` (scope link: a next hop of

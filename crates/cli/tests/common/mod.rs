@@ -684,3 +684,43 @@ impl ChaosRng {
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
     }
 }
+
+/// `peregrine agent --config CONFIG --metrics METRICS` started in the
+/// background in namespace `ns` through `ip netns exec`, with its own run
+/// directory (`PEREGRINE_AGENT_DIR`), its output appended to `log`.
+pub fn spawn_agent(
+    ns: &str,
+    config: &Path,
+    run_dir: &Path,
+    metrics: &str,
+    log: &Path,
+) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new("ip")
+        .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_peregrine")])
+        .args(["agent", "--config"])
+        .arg(config)
+        .args(["--metrics", metrics])
+        .env("PEREGRINE_AGENT_DIR", run_dir)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("peregrine agent starts")
+}
+
+/// The stages an agent's status (`status --json`) lists on `iface`, in
+/// their order.
+pub fn stages_on(status: &serde_json::Value, iface: &str) -> Vec<String> {
+    status["order"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["iface"] == iface)
+        .flat_map(|o| o["stages"].as_array().unwrap().iter())
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect()
+}
