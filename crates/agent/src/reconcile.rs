@@ -60,7 +60,25 @@ pub fn router_hook() -> Option<&'static str> {
 /// Brings the router of this namespace to `want`.
 pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
     let site = Site::here();
-    let running = router_ports();
+    let mut running = router_ports();
+    if !running.is_empty() && !owned.router && running.iter().all(|p| !p.1) {
+        // Pins of a router none of whose ports runs any more (its process
+        // and interfaces gone, the agent's record lost): nothing of it
+        // runs, and `router attach` would take them away too.
+        if let Ok(dir) = site.dir() {
+            if pins::remove(&dir).is_ok() {
+                pass.changed.push(format!(
+                    "router: stale pins of a router with no live port removed ({})",
+                    running
+                        .iter()
+                        .map(|p| p.0.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ));
+            }
+        }
+        running = router_ports();
+    }
     if !running.is_empty() && !owned.router {
         if want.is_some() {
             pass.errors.push(format!(

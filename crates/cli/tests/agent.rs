@@ -293,6 +293,41 @@ fn agent_composes_router_and_policer_and_adopts_after_kill() {
 }
 
 /// The user's state is theirs: a router and a policer attached by hand
+/// A router none of whose ports runs any more (attached by hand, its
+/// interfaces deleted since: only its pins are left) does not lock the
+/// agent out: its stale pins go, and the declared router attaches.
+#[test]
+fn agent_takes_away_a_dead_routers_stale_pins() {
+    let ns = "agstale";
+    let _g = Namespaces::add(&[ns]);
+    for (a, b) in [("x0", "x1"), ("y0", "y1")] {
+        ip(&[
+            "-n", ns, "link", "add", a, "type", "veth", "peer", "name", b,
+        ]);
+        ip(&["-n", ns, "link", "set", a, "up"]);
+        ip(&["-n", ns, "link", "set", b, "up"]);
+    }
+    ok(
+        &pg_in(ns, &["router", "attach", "x0", "--hook", "tc"]),
+        "router attach x0",
+    );
+    ip(&["-n", ns, "link", "del", "x0"]);
+    let dir = tmp("agent-stale");
+    let a = Agent::start(ns, &dir, "[router]\nports = [\"y0\"]\nhook = \"tc\"\n");
+    a.wait_for(10, "y0 a live router port", |s| {
+        s["router"]["ports"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|x| x[0] == "y0" && x[1] == true))
+    });
+    let log = a.log();
+    assert!(
+        log.contains("stale pins of a router with no live port removed (x0)"),
+        "{log}"
+    );
+    let s = a.status();
+    assert!(s["errors"].as_array().unwrap().is_empty(), "{s:#}");
+}
+
 /// (one-shot commands, before the agent starts) are left running when
 /// the agent's declaration names the same ports, with an error line that
 /// says why, and still run after the agent applies an empty declaration.
