@@ -14,6 +14,7 @@ PACKAGES=(
   systemd man-db                               # systemd-analyze verify of the agent's unit (and its man page)
   containernetworking-plugins                  # CNI tests: Debian's reference plugins (1.1.1) beside the Go-built v1.10.0
   containerd runc                              # CNI tests: containerd's CRI driven by crictl, as kubelet drives it
+  iptables busybox-static openssl              # Kubernetes test cluster: kubelet's rules, the images' shell, certificates
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -54,6 +55,26 @@ if ! "$INTEROP_VENV/bin/python" -c "import aioquic" 2>/dev/null \
   mkdir -p "$(dirname "$INTEROP_VENV")"
   /usr/bin/python3 -m venv "$INTEROP_VENV"
   "$INTEROP_VENV/bin/pip" install -q --disable-pip-version-check -r tests/interop/requirements.txt
+fi
+
+# Offline validation of deploy/kubernetes (kubernetes-validate from PyPI,
+# pinned) in its own virtual environment, like the interop peer.
+K8S_VENV=/opt/peregrine/k8s-venv
+if ! "$K8S_VENV/bin/pip" freeze 2>/dev/null | grep -qxF -f <(grep -v '^#' tests/k8s/requirements.txt); then
+  echo "installing kubernetes-validate into $K8S_VENV"
+  mkdir -p "$(dirname "$K8S_VENV")"
+  /usr/bin/python3 -m venv "$K8S_VENV"
+  "$K8S_VENV/bin/pip" install -q --disable-pip-version-check -r tests/k8s/requirements.txt
+fi
+
+# etcd for the Kubernetes test cluster: Debian's binary only (no service),
+# extracted into the project's cache.
+ETCD_DIR=${PEREGRINE_CACHE:-/var/cache/peregrine}/etcd
+if [ ! -x "$ETCD_DIR/usr/bin/etcd" ]; then
+  echo "extracting etcd-server into $ETCD_DIR"
+  dl=$(mktemp -d) && chmod 755 "$dl"
+  (cd "$dl" && apt-get download -qq etcd-server && dpkg -x etcd-server_*.deb "$ETCD_DIR")
+  rm -rf "$dl"
 fi
 
 # bpffs is not mounted at boot on the project machines.
