@@ -228,6 +228,13 @@ fn peer(v: &toml::Value) -> Result<PeerNode, String> {
 mod tests {
     use super::*;
 
+    /// A `[[cluster.node]]` table.
+    fn node(name: &str, cidr: &str, address: &str) -> String {
+        format!(
+            "[[cluster.node]]\nname = \"{name}\"\npod_cidr = \"{cidr}\"\naddress = \"{address}\"\n"
+        )
+    }
+
     fn parse_str(s: &str) -> Result<ClusterDecl, Vec<String>> {
         let t: toml::Table = toml::from_str(s).unwrap();
         parse(&t["cluster"])
@@ -235,44 +242,21 @@ mod tests {
 
     #[test]
     fn a_cluster_section_parses_and_each_mistake_is_one_line() {
-        let c = parse_str(
-            r#"[cluster]
-pod_cidr = "198.18.80.0/24"
-[[cluster.node]]
-name = "b"
-pod_cidr = "198.18.81.0/24"
-address = "198.18.90.2"
-[[cluster.node]]
-name = "c"
-pod_cidr = "2001:db8:81::/64"
-address = "2001:db8:90::3"
-"#,
-        )
+        let c = parse_str(&format!(
+            "[cluster]\npod_cidr = \"198.18.80.0/24\"\n{}{}",
+            node("b", "198.18.81.0/24", "198.18.90.2"),
+            node("c", "2001:db8:81::/64", "2001:db8:90::3")
+        ))
         .unwrap();
         assert_eq!(c.nodes.len(), 2);
         assert_eq!(c.nodes[1].pod_cidr.to_string(), "2001:db8:81::/64");
-        let e = parse_str(
-            r#"[cluster]
-pod_cidr = "198.18.80.0/23"
-colour = 1
-[[cluster.node]]
-name = "b"
-pod_cidr = "198.18.81.0/24"
-address = "198.18.90.2"
-[[cluster.node]]
-name = "b"
-pod_cidr = "198.18.82.1/24"
-address = "198.18.90.3"
-[[cluster.node]]
-name = "d"
-pod_cidr = "198.18.84.0/24"
-address = "2001:db8::1"
-[[cluster.node]]
-name = "e"
-pod_cidr = "198.18.85.0/24"
-address = "198.18.85.7"
-"#,
-        )
+        let e = parse_str(&format!(
+            "[cluster]\npod_cidr = \"198.18.80.0/23\"\ncolour = 1\n{}{}{}{}",
+            node("b", "198.18.81.0/24", "198.18.90.2"),
+            node("b", "198.18.82.1/24", "198.18.90.3"),
+            node("d", "198.18.84.0/24", "2001:db8::1"),
+            node("e", "198.18.85.0/24", "198.18.85.7")
+        ))
         .unwrap_err();
         let all = e.join("\n");
         assert!(all.contains("unknown key \"colour\""), "{all}");

@@ -919,6 +919,17 @@ fn udp_through(from: &str, rx: &str, to: &str, count: u32) -> u32 {
     text(&out.stdout).trim().parse().unwrap_or(0)
 }
 
+/// The agent holds no pod and no router runs in `node`.
+fn assert_no_pods(a: &Agent, node: &str) {
+    let s = a.status();
+    assert!(status_pods(&s).is_empty(), "{s:#}");
+    assert!(
+        router_programs(node).is_empty(),
+        "{:?}",
+        router_programs(node)
+    );
+}
+
 /// `qos stats --json` of the policer on `iface` in `ns`: its one rule
 /// (None when no policer runs there).
 fn pod_policer_rule(ns: &str, iface: &str) -> Option<serde_json::Value> {
@@ -1146,13 +1157,7 @@ fn agent_pods_join_the_router_are_policed_and_survive_a_restart() {
             .any(|l| l.contains("pod default/pod-b") && l.contains("removed")),
         "{r:?}"
     );
-    let s = a.status();
-    assert!(status_pods(&s).is_empty(), "{s:#}");
-    assert!(
-        router_programs(node).is_empty(),
-        "{:?}",
-        router_programs(node)
-    );
+    assert_no_pods(&a, node);
     assert!(
         pod_policer_rule(pb, "eth0").is_none(),
         "pod B's in-pod policer stayed"
@@ -1217,13 +1222,7 @@ fn agent_refuses_bad_pods_and_keeps_nothing_of_them() {
         assert!(!r.ok, "{r:?}");
         assert_eq!(r.lines.len(), 1, "{r:?}");
         assert!(r.lines[0].contains(why), "should say {why:?}: {r:?}");
-        let s = a.status();
-        assert!(status_pods(&s).is_empty(), "{s:#}");
-        assert!(
-            router_programs(node).is_empty(),
-            "{:?}",
-            router_programs(node)
-        );
+        assert_no_pods(&a, node);
     }
     assert!(
         a.log().contains("nosuch0 does not exist"),
