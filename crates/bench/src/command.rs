@@ -2,6 +2,7 @@
 use anyhow::Result;
 
 use crate::agent::AgentBenchConfig;
+use crate::cni::CniBenchConfig;
 use crate::faas::FaasBenchConfig;
 use crate::gen::GenBenchConfig;
 use crate::netmodes::NetmodesBenchConfig;
@@ -34,6 +35,10 @@ pub enum BenchCmd {
     /// rules, a new agent adopting it after kill -9, reconcile latency
     /// after a port appears, resident memory.
     Agent(AgentBenchConfig),
+    /// CNI chains on one node (issue 26's goals): the reference bridge,
+    /// bridge + peregrine-cni chained, peregrine-cni standalone and ptp;
+    /// pod-to-pod TCP and 64 B UDP, CNI ADD/DEL latency, leaks.
+    Cni(CniBenchConfig),
 }
 
 impl BenchCmd {
@@ -47,6 +52,7 @@ impl BenchCmd {
             BenchCmd::Netmodes(c) => crate::netmodes::bench_netmodes(c),
             BenchCmd::Quic(c) => crate::quic::bench_quic(c),
             BenchCmd::Agent(c) => crate::agent::bench_agent(c),
+            BenchCmd::Cni(c) => crate::cni::bench_cni(c),
         }
     }
 }
@@ -73,8 +79,11 @@ mod tests {
             BenchCmd::Netmodes(c) => c.output.name,
             BenchCmd::Quic(c) => c.output.name,
             BenchCmd::Agent(c) => c.output.name,
+            BenchCmd::Cni(c) => c.output.name,
         };
-        for b in ["gen", "router", "faas", "qos", "netmodes", "quic", "agent"] {
+        for b in [
+            "gen", "router", "faas", "qos", "netmodes", "quic", "agent", "cni",
+        ] {
             assert_eq!(name(&["bench", b]), format!("bench-{b}"));
             assert_eq!(name(&["bench", b, "--name", "x"]), "x");
         }

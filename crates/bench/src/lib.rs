@@ -28,6 +28,7 @@ macro_rules! bad_setting {
 }
 
 pub mod agent;
+pub mod cni;
 mod command;
 pub mod common;
 pub mod faas;

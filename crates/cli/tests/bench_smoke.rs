@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Output;
 
 use peregrine_bench::agent::AgentValues;
+use peregrine_bench::cni::CniValues;
 use peregrine_bench::netmodes::NetmodeValues;
 use peregrine_bench::qos::SchedValues;
 use peregrine_bench::quic::QuicValues;
@@ -450,5 +451,49 @@ fn bench_agent_quick_run_holds_together() {
             "{}: {v:?}",
             run.label
         );
+    }
+}
+
+/// `bench cni --quick`: every contender ran (the reference bridge chain,
+/// peregrine-cni chained after it and standalone, ptp), measured TCP,
+/// UDP and ADD/DEL latency, and its pods left nothing behind.
+#[test]
+fn bench_cni_quick_run_holds_together() {
+    let plugins = std::path::Path::new("/var/cache/peregrine/cni/v1.10.0/bin/.done");
+    if privileged_here() && !plugins.exists() {
+        panic!("the reference CNI plugins are not built: bash scripts/k8s/build.sh cni");
+    }
+    let Some((r, stdout)) = run_result::<CniValues>("bench cni --quick", "bench-cni") else {
+        return;
+    };
+    assert_eq!(r.kind, "bench-cni");
+    let labels: Vec<&str> = r.runs.iter().map(|run| run.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["bridge", "bridge+peregrine", "peregrine", "ptp"],
+        "{stdout}"
+    );
+    assert!(stdout.contains("against bridge"), "{stdout}");
+    for run in &r.runs {
+        let v = &run.values;
+        for (k, x) in [
+            ("tcp gbit/s", v.tcp_gbit_s),
+            ("tcp cpu per gbit/s", v.tcp_cpu_per_gbit),
+            ("udp kpps", v.udp_kpps),
+            ("add p50 ms", v.add_p50_ms),
+            ("add p99 ms", v.add_p99_ms),
+            ("del p99 ms", v.del_p99_ms),
+        ] {
+            assert!(
+                x.is_some_and(|x| x > 0.0 && x.is_finite()),
+                "{}: {k} {x:?}",
+                run.label
+            );
+        }
+        assert_eq!(v.pods, Some(5.0), "{}", run.label);
+        assert_eq!(v.leaked, Some(0.0), "{}: {v:?}", run.label);
+        // Contenders through peregrine's router say at which hook.
+        let routed = run.label.contains("peregrine");
+        assert_eq!(v.router_xdp.is_some(), routed, "{}", run.label);
     }
 }

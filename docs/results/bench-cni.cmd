@@ -1,0 +1,1 @@
+target/release/peregrine bench cni --rounds 3 --out docs/results
