@@ -202,8 +202,8 @@ fn peer(v: &toml::Value) -> Result<PeerNode, String> {
             .ok_or_else(|| format!("{k} missing (a string)"))
     };
     let name = s("name")?.to_string();
-    if name.is_empty() {
-        return Err("name is empty".into());
+    if !crate::decl::valid_name(&name) {
+        return Err(format!("name {name:?}: letters, digits and -_. only"));
     }
     let pod_cidr = Cidr::parse(s("pod_cidr")?)?;
     let address: IpAddr = s("address")?.parse().map_err(|_| {

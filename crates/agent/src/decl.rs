@@ -309,7 +309,22 @@ fn router(v: &toml::Value) -> Result<RouterDecl, Vec<String>> {
 }
 
 fn valid_iface(n: &str) -> bool {
-    !n.is_empty() && n.len() < 16 && n != "." && n != ".." && !n.contains(['/', ' ', ':'])
+    !n.is_empty()
+        && n.len() < 16
+        && n != "."
+        && n != ".."
+        && !n
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
+}
+
+/// A service's or a node's name: letters, digits and `-_.` (it labels
+/// metrics and names files).
+pub fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 
 fn qos(t: &toml::Table) -> Result<QosDecl, String> {
@@ -356,7 +371,13 @@ fn service(t: &toml::Table, kind: ServiceKind, check: &ArgCheck) -> Result<Servi
             }
         };
         match k.as_str() {
-            "name" => name = Some(as_str(v)?),
+            "name" => {
+                let n = as_str(v)?;
+                if !valid_name(&n) {
+                    return Err(format!("name {n:?}: letters, digits and -_. only"));
+                }
+                name = Some(n)
+            }
             "netns" => netns = Some(as_str(v)?),
             _ => {
                 let flag = format!("--{}", k.replace('_', "-"));
@@ -382,7 +403,12 @@ fn service(t: &toml::Table, kind: ServiceKind, check: &ArgCheck) -> Result<Servi
         }
     }
     if let Some(n) = &netns {
-        if n.is_empty() || n.contains('/') || n == "." || n == ".." {
+        if n.is_empty()
+            || n == "."
+            || n == ".."
+            || n.chars()
+                .any(|c| c == '/' || c.is_whitespace() || c.is_control())
+        {
             return Err(format!("netns {n:?} is not a namespace name"));
         }
     }
