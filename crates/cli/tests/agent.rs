@@ -579,37 +579,6 @@ fn agent_follows_ports_repairs_drift_and_reloads() {
     );
 }
 
-/// `count` UDP requests from namespace `ns` to `dst`:`port`, each answered
-/// by the echo function; how many replies came back intact. Stops after
-/// 20 requests in a row go unanswered.
-fn echo_replies(ns: &str, dst: &str, port: u16, count: u32) -> u32 {
-    let py = format!(
-        r#"
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(0.3)
-ok = miss = 0
-for i in range({count}):
-    m = b'req-%d' % i
-    s.sendto(m, ('{dst}', {port}))
-    try:
-        d, _ = s.recvfrom(2048)
-        ok += d == m
-        miss = 0
-    except socket.timeout:
-        miss += 1
-        if miss == 20:
-            break
-print(ok)
-"#
-    );
-    let o = sh_in(ns, &["python3", "-c", &py], Duration::from_secs(60));
-    text(&o.stdout)
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("the client: {}", text(&o.stderr)))
-}
-
 /// A function service in the server's namespace behind the router at tc:
 /// the agent supervises it, the router delivers through its XDP hook (so
 /// every request reaches it), and a SIGKILLed service is back within 1 s.

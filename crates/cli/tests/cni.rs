@@ -1224,3 +1224,70 @@ fn an_add_killed_at_any_point_is_cleaned_by_the_next_del() {
     let (o, _) = node.plugin(&attach_env(pod, "DEL"), &conf);
     assert!(o.status.success());
 }
+
+/// Together: the AF_XDP function invoker (`faas serve`) in a pod whose
+/// port is in the node's router, in both orders (the invoker after both
+/// pods joined; the invoker before the other pod joins). The router must
+/// deliver into the pod through its XDP hook (no redirect_peer past it):
+/// a kernel UDP client in the other pod gets every echo back.
+#[test]
+fn the_invoker_in_a_pod_answers_through_the_router_in_both_orders() {
+    let node = Node::up("cnifx", &["cnifx-p1", "cnifx-p2"]);
+    node.conflist(
+        "fnet",
+        "1.1.0",
+        serde_json::json!([node.standalone("198.18.74.0/24")]),
+    );
+    let serve = || {
+        let s = FaasServe::start(
+            "cnifx-p2",
+            &[
+                "--iface",
+                "eth0",
+                "--backend",
+                "afxdp",
+                "--functions",
+                "7000=echo",
+                "--cpus",
+                "1",
+                "--duration",
+                "30",
+                "--json",
+            ],
+            &[],
+        );
+        std::thread::sleep(Duration::from_secs(2));
+        s
+    };
+    // Order 1: both pods, then the invoker.
+    cni_ok(&node.cnitool("add", "fnet", "cnifx-p1", &[]), "add p1");
+    let r2 = cni_ok(&node.cnitool("add", "fnet", "cnifx-p2", &[]), "add p2");
+    let dst = pod_ip(&r2);
+    let mut s = serve();
+    let got = echo_replies("cnifx-p1", &dst, 7000, 50);
+    assert_eq!(
+        got,
+        50,
+        "order 1: replies from the invoker in p2\n{}",
+        node.log()
+    );
+    s.stop();
+    // Order 2: the invoker runs, then the other pod joins the router.
+    cni_ok(&node.cnitool("del", "fnet", "cnifx-p1", &[]), "del p1");
+    let mut s = serve();
+    cni_ok(
+        &node.cnitool("add", "fnet", "cnifx-p1", &[]),
+        "add p1 again",
+    );
+    let got = echo_replies("cnifx-p1", &dst, 7000, 50);
+    assert_eq!(
+        got,
+        50,
+        "order 2: replies from the invoker in p2\n{}",
+        node.log()
+    );
+    s.stop();
+    cni_ok(&node.cnitool("del", "fnet", "cnifx-p1", &[]), "del p1");
+    cni_ok(&node.cnitool("del", "fnet", "cnifx-p2", &[]), "del p2");
+    assert!(node.pods().is_empty());
+}
