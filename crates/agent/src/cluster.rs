@@ -202,7 +202,7 @@ fn peer(v: &toml::Value) -> Result<PeerNode, String> {
             .ok_or_else(|| format!("{k} missing (a string)"))
     };
     let name = s("name")?.to_string();
-    if !crate::decl::valid_name(&name) {
+    if !crate::names::valid_name(&name) {
         return Err(format!("name {name:?}: letters, digits and -_. only"));
     }
     let pod_cidr = Cidr::parse(s("pod_cidr")?)?;

@@ -250,7 +250,7 @@ fn router(v: &toml::Value) -> Result<RouterDecl, Vec<String>> {
         Some(toml::Value::Array(a)) => {
             for p in a {
                 match p.as_str() {
-                    Some(p) if !valid_iface(p) => {
+                    Some(p) if !crate::names::valid_iface(p) => {
                         errs.push(format!("{p:?} is not an interface name"))
                     }
                     Some(p) if ports.iter().any(|q| q == p) => errs.push(format!("port {p} twice")),
@@ -308,32 +308,13 @@ fn router(v: &toml::Value) -> Result<RouterDecl, Vec<String>> {
     }
 }
 
-fn valid_iface(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() < 16
-        && n != "."
-        && n != ".."
-        && !n
-            .chars()
-            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
-}
-
-/// A service's or a node's name: letters, digits and `-_.` (it labels
-/// metrics and names files).
-pub fn valid_name(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() <= 64
-        && n.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-}
-
 fn qos(t: &toml::Table) -> Result<QosDecl, String> {
     let iface = t
         .get("iface")
         .and_then(|v| v.as_str())
         .ok_or("iface missing (the interface its rules police)")?
         .to_string();
-    if !valid_iface(&iface) {
+    if !crate::names::valid_iface(&iface) {
         return Err(format!("{iface:?} is not an interface name"));
     }
     let mut rest = t.clone();
@@ -373,7 +354,7 @@ fn service(t: &toml::Table, kind: ServiceKind, check: &ArgCheck) -> Result<Servi
         match k.as_str() {
             "name" => {
                 let n = as_str(v)?;
-                if !valid_name(&n) {
+                if !crate::names::valid_name(&n) {
                     return Err(format!("name {n:?}: letters, digits and -_. only"));
                 }
                 name = Some(n)

@@ -6,6 +6,7 @@
 //!
 //! - `decl`: node.toml (sections in the existing formats), checked whole.
 //! - `check`: the declaration checked whole (sections, then composition).
+//! - `names`: interface and service names, checked one way.
 //! - `cluster`: routes to the other nodes' pod CIDRs.
 //! - `compose`: which stages share an interface, their order, what is refused.
 //! - `reconcile`: the data plane brought to the declaration, drift repaired.
@@ -28,6 +29,7 @@ pub mod control;
 pub mod decl;
 pub mod diff;
 pub mod metrics;
+pub mod names;
 pub mod peer;
 pub mod podreq;
 pub mod pods;

@@ -289,10 +289,6 @@ pub fn effective(decl: &NodeDecl, reg: &Registry) -> NodeDecl {
     d
 }
 
-fn valid_iface(n: &str) -> bool {
-    !n.is_empty() && n.len() < 16 && n != "." && n != ".." && !n.contains(['/', ' ', ':'])
-}
-
 fn check_cidr(s: &str) -> Result<(), String> {
     let (a, len) = s.split_once('/').unwrap_or((s, ""));
     let addr: IpAddr = a
@@ -310,7 +306,7 @@ pub(crate) fn validate(p: &PodPort, decl: &NodeDecl, reg: &Registry) -> Result<(
     if p.key.container_id.trim().is_empty() {
         return Err("container_id is empty".into());
     }
-    if !valid_iface(&p.key.ifname) {
+    if !crate::names::valid_iface(&p.key.ifname) {
         return Err(format!(
             "ifname {:?} is not an interface name",
             p.key.ifname
@@ -319,7 +315,7 @@ pub(crate) fn validate(p: &PodPort, decl: &NodeDecl, reg: &Registry) -> Result<(
     if p.netns.trim().is_empty() {
         return Err("netns is empty (the pod's network namespace, CNI_NETNS)".into());
     }
-    if !valid_iface(&p.host_iface) {
+    if !crate::names::valid_iface(&p.host_iface) {
         return Err(format!(
             "host_iface {:?} is not an interface name",
             p.host_iface
