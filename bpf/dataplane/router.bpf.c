@@ -43,15 +43,19 @@
  * of the ingress device (main unless an l3mdev says otherwise). */
 const volatile __u32 fib_flags = 0;
 
-/* XDP's egress ports, indexed by ifindex: an array devmap is a direct
- * index, the cheapest lookup on the hot path (tc checks ROUTER_PORT_TX in
- * `ports`; user space keeps the two in step). */
-PEREGRINE_MAP(BPF_MAP_TYPE_DEVMAP, ROUTER_MAX_IFINDEX, __u32, __u32) tx_ports SEC(".maps");
+/* The port tables, keyed by ifindex (hashes: an ifindex has no upper
+ * bound, and in a node's root namespace it only grows as pods come and
+ * go). User space adds a port's entries together and deletes them when it
+ * leaves. tx_ports: XDP's egress ports (tc checks ROUTER_PORT_TX in
+ * `ports`; user space keeps the two in step). A port's counters are
+ * created with it: a frame arriving on an ifindex that is not a port is
+ * not counted. */
+PEREGRINE_MAP(BPF_MAP_TYPE_DEVMAP_HASH, ROUTER_MAX_PORTS, __u32, __u32) tx_ports SEC(".maps");
 
-PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, ROUTER_MAX_IFINDEX, __u32, struct router_port_stats)
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_HASH, ROUTER_MAX_PORTS, __u32, struct router_port_stats)
 	port_stats SEC(".maps");
 
-PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, ROUTER_MAX_IFINDEX, __u32, struct router_port) ports SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_HASH, ROUTER_MAX_PORTS, __u32, struct router_port) ports SEC(".maps");
 
 PEREGRINE_MAP_FLAGS(BPF_MAP_TYPE_LPM_TRIE, ROUTER_MAX_STEER, BPF_F_NO_PREALLOC,
 		    struct steer_v4_key, struct steer_target) steer_v4 SEC(".maps");
@@ -69,7 +73,7 @@ PEREGRINE_MAP(BPF_MAP_TYPE_HASH, ROUTER_MAX_STEER, struct steer_mac_key, struct 
  * frame a chain's last container hands back is still addressed to the
  * router port it first came in by, not to the port it comes back on: it is
  * for this router, not for another host. */
-PEREGRINE_MAP(BPF_MAP_TYPE_HASH, ROUTER_MAX_IFINDEX, struct steer_mac_key, __u32) port_macs SEC(".maps");
+PEREGRINE_MAP(BPF_MAP_TYPE_HASH, ROUTER_MAX_PORTS, struct steer_mac_key, __u32) port_macs SEC(".maps");
 
 /* Type anchors: make the skeleton carry these for user space. */
 struct router_port_stats router_port_stats_anchor;
@@ -163,15 +167,9 @@ static __always_inline int hook_trim(void *ctx, const int tc, __u64 len, __u32 n
 	return bpf_xdp_adjust_tail(ctx, (int)new_len - (int)len);
 }
 
-static __always_inline __u32 slot_of(__u32 ifindex)
-{
-	return ifindex < ROUTER_MAX_IFINDEX ? ifindex : 0;
-}
-
 static __always_inline struct router_port *port_of(__u32 ifindex)
 {
-	__u32 slot = slot_of(ifindex);
-	return bpf_map_lookup_elem(&ports, &slot);
+	return bpf_map_lookup_elem(&ports, &ifindex);
 }
 
 /* The length the FIB lookup checks against the egress MTU. tc passes 0:
@@ -199,8 +197,7 @@ static __always_inline int hook_pick(const int tc, __u32 egress)
 static __always_inline int sent(struct router_port_stats *st, __u32 egress, enum router_action a, __u64 len,
 				int verdict)
 {
-	__u32 eslot = slot_of(egress);
-	struct router_port_stats *tx = bpf_map_lookup_elem(&port_stats, &eslot);
+	struct router_port_stats *tx = bpf_map_lookup_elem(&port_stats, &egress);
 	if (tx) {
 		tx->tx_packets++;
 		tx->tx_bytes += len;
@@ -415,9 +412,8 @@ static __always_inline int route(void *ctx, const int tc)
 	struct cursor c = hook_cursor(ctx, tc, ROUTER_HEADERS);
 	__u64 len = hook_len(ctx, tc);
 	__u32 in = hook_ingress(ctx, tc);
-	__u32 slot = slot_of(in);
-	struct router_port_stats *st = bpf_map_lookup_elem(&port_stats, &slot);
-	struct router_port *port = bpf_map_lookup_elem(&ports, &slot);
+	struct router_port_stats *st = bpf_map_lookup_elem(&port_stats, &in);
+	struct router_port *port = port_of(in);
 	struct bpf_fib_lookup fib = {};
 	struct ethhdr *eth;
 	__u32 dgram;

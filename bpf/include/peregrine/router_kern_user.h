@@ -37,12 +37,14 @@ enum router_action {
 };
 
 enum router_limits {
-	/* Counters are indexed by ifindex; larger ifindexes share slot 0. */
-	ROUTER_MAX_IFINDEX = 1024,
+	/* Ports of one router: the port tables (tx_ports, ports, port_stats,
+	 * port_macs) are hashes keyed by ifindex, so any ifindex fits; this
+	 * many ports at once. */
+	ROUTER_MAX_PORTS = 4096,
 	ROUTER_MAX_STEER = 1024,
 };
 
-/* Per-CPU, per-ingress-port counters (index: ifindex). */
+/* Per-CPU, per-port counters (key: ifindex). */
 struct router_port_stats {
 	__u64 packets[ROUTER_ACTIONS];
 	__u64 bytes[ROUTER_ACTIONS];
@@ -72,7 +74,7 @@ enum router_port_flags {
 	ROUTER_PORT_BRIDGED = 1 << 3,
 };
 
-/* How the router treats frames arriving on a port (index: ifindex). */
+/* How the router treats frames arriving on a port (key: ifindex). */
 struct router_port {
 	/* Frames arriving here go to this ifindex (the next hop of a service
 	 * chain); 0: classify (steering rules) and route. */

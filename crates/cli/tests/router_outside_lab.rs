@@ -468,7 +468,7 @@ fn rx_actions(t: &Topo, port: &str) -> BTreeMap<String, u64> {
 /// offloads) and `--hook xdp` must deliver the same to B.
 #[test]
 fn frames_linux_does_not_route_are_not_routed_and_counted_once_at_both_hooks() {
-    use peregrine_bpf::fixture::frames::{spec, udp, vlan};
+    use peregrine_bpf::fixture::frames::vlan;
     use peregrine_wire::ethertype;
     let Some(t) = Topo::privileged_up("pgo9") else {
         return;
@@ -476,20 +476,7 @@ fn frames_linux_does_not_route_are_not_routed_and_counted_once_at_both_hooks() {
     const N: u64 = 20;
     const PORT: u16 = 7777;
     const MARK: &[u8] = b"pgo9 frame";
-    let (a0, a1) = (
-        common::mac_of(&t.ns("A"), "a0"),
-        common::mac_of(&t.ns("R"), "a1"),
-    );
-    let frame = |src: &str, dst: &str| {
-        let s = peregrine_wire::UdpFrameSpec {
-            src_mac: a0,
-            dst_mac: a1,
-            dst_port: PORT,
-            frame_len: 100,
-            ..spec(src, dst)
-        };
-        udp(&s, MARK)
-    };
+    let frame = frame_a0_to_a1(&t, PORT, MARK);
     let v4 = frame("198.18.1.1", "198.18.2.1");
     let v6 = frame("2001:db8:1::1", "2001:db8:2::1");
     // (what, frame, the action it counts under, datagrams B receives)
@@ -647,4 +634,110 @@ fn lab_down_all_keeps_a_router_attached_outside_labs() {
     t.detach();
     t.assert_clean();
     t.remove();
+}
+
+/// A 100-byte UDP frame from A's a0 to R's a1 (their MACs) for `port`,
+/// its payload starting with `mark`, between the addresses given.
+fn frame_a0_to_a1(t: &Topo, port: u16, mark: &'static [u8]) -> impl Fn(&str, &str) -> Vec<u8> {
+    use peregrine_bpf::fixture::frames::{spec, udp};
+    let (a0, a1) = (
+        common::mac_of(&t.ns("A"), "a0"),
+        common::mac_of(&t.ns("R"), "a1"),
+    );
+    move |src, dst| {
+        let s = peregrine_wire::UdpFrameSpec {
+            src_mac: a0,
+            dst_mac: a1,
+            dst_port: port,
+            frame_len: 100,
+            ..spec(src, dst)
+        };
+        udp(&s, mark)
+    }
+}
+
+/// Ports whose ifindexes are above 1024 (a1 5001, b0 5002) are routed and
+/// counted exactly, at tc and at XDP: 50 IPv4 and 50 IPv6 datagrams from A
+/// reach B, a1 counts exactly 100 forwarded, b0 exactly 100 sent. Before
+/// the port tables were hashes, `router attach` refused such a port
+/// ("beyond the router's port table").
+#[test]
+fn ports_with_ifindexes_above_1024_are_routed_and_counted_exactly_at_both_hooks() {
+    if !peregrine_testbed::testing::privileged_here() {
+        return;
+    }
+    const BASE: u32 = 5000;
+    const N: u64 = 50;
+    const PORT: u16 = 7778;
+    const MARK: &[u8] = b"pgo11 frame";
+    let t = Topo::up_at("pgo11", Some(BASE));
+    let frame = frame_a0_to_a1(&t, PORT, MARK);
+    let hex: Vec<String> = [
+        frame("198.18.1.1", "198.18.2.1"),
+        frame("2001:db8:1::1", "2001:db8:2::1"),
+    ]
+    .iter()
+    .map(|f| f.iter().map(|b| format!("{b:02x}")).collect())
+    .collect();
+    let rx = netns::run_in(&t.ns("B"), || {
+        std::net::UdpSocket::bind(("::", PORT)).unwrap()
+    })
+    .unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let received = || -> u64 {
+        let mut n = 0;
+        let mut buf = [0u8; 256];
+        // Bounded: at most what was sent, plus one timeout.
+        for _ in 0..=2 * N {
+            match rx.recv(&mut buf) {
+                Ok(len) if buf[..len].starts_with(MARK) => n += 1,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        n
+    };
+    let counts = |t: &Topo| {
+        let a = router_port_stats(t, "a1");
+        let b = router_port_stats(t, "b0");
+        (
+            a["ifindex"].as_u64().unwrap(),
+            b["ifindex"].as_u64().unwrap(),
+            a["rx"]["forward"]["packets"].as_u64().unwrap(),
+            b["tx_packets"].as_u64().unwrap(),
+        )
+    };
+    for hook in ["tc", "xdp"] {
+        ok(
+            &t.router(&["attach", "--hook", hook, "a1", "b0"]),
+            "router attach",
+        );
+        assert!(t.ping("198.18.2.1"), "{hook}: ping v4 through the router");
+        assert!(
+            t.ping("2001:db8:2::1"),
+            "{hook}: ping v6 through the router"
+        );
+        let (ia, ib, f0, tx0) = counts(&t);
+        assert_eq!(
+            (ia, ib),
+            (u64::from(BASE) + 1, u64::from(BASE) + 2),
+            "the ports' ifindexes"
+        );
+        assert!(f0 > 0 && tx0 > 0, "{hook}: pings forwarded: {f0} {tx0}");
+        let mut args = vec!["python3", "-c", SEND_RAW, "a0"];
+        let n = N.to_string();
+        args.push(&n);
+        args.extend(hex.iter().map(String::as_str));
+        ok(
+            &sh_in(&t.ns("A"), &args, Duration::from_secs(10)),
+            "python3 raw socket",
+        );
+        assert_eq!(received(), 2 * N, "{hook}: datagrams in B");
+        let (_, _, f1, tx1) = counts(&t);
+        assert_eq!(f1 - f0, 2 * N, "{hook}: a1 counted every frame forwarded");
+        assert_eq!(tx1 - tx0, 2 * N, "{hook}: b0 counted every frame sent");
+        t.detach();
+    }
+    t.assert_clean();
 }

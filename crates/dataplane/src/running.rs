@@ -113,6 +113,10 @@ impl RunningRouter {
                 "{i} is already a port of the router here"
             )));
         }
+        // Room first: entries of ports whose interface went (a pod's veth
+        // deleted with its pod) leave the port tables (best effort: a full
+        // router says so when the port is added).
+        let _ = self.forget_gone_ports(ns);
         let prog = peregrine_bpf::maps::program_by_id(self.sample.prog_id)?;
         let mut added: Vec<String> = Vec::new();
         let mut peers = Vec::new();
@@ -186,6 +190,14 @@ impl RunningRouter {
         self.remove_pinned(ns, ifaces)
     }
 
+    /// Deletes the port-table entries of ports whose interface is gone
+    /// from namespace `ns`: a dead link no longer tells its ifindex, so
+    /// `remove_pinned` cannot name them to `remove_port`.
+    fn forget_gone_ports(&self, ns: Option<&str>) -> Result<()> {
+        netns::run_in_opt(ns, || self.maps.forget_gone_ports())??;
+        Ok(())
+    }
+
     fn remove_pinned(&self, ns: Option<&str>, ifaces: &[String]) -> Result<()> {
         for iface in ifaces {
             let path = pins::port_link(&self.dir, iface);
@@ -208,6 +220,8 @@ impl RunningRouter {
                 }
             }
         }
+        // Ports whose interface went took their ifindex with them.
+        let _ = self.forget_gone_ports(ns);
         Ok(())
     }
 }
