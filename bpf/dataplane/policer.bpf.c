@@ -24,6 +24,7 @@
  * kernel untouched and is counted `unscheduled`. */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
+#include <linux/tcp.h>
 #include "peregrine/forward.h"
 #include "peregrine/hook.h"
 #include "peregrine/maps.h"
@@ -69,55 +70,44 @@ struct sched_counters sched_counters_anchor;
 enum sched_limits sched_limits_anchor;
 
 /* Headers read: Ethernet, two tags, IPv4 with the longest options (or
- * IPv6), the L4 ports. */
-#define POLICER_HEADERS (14 + 8 + 60 + 4)
+ * IPv6), TCP's fixed header (the ports; its length, for a GSO packet). */
+#define POLICER_HEADERS (14 + 8 + 60 + 20)
+
+/* The bytes a tc skb puts on the wire. A GSO super-packet (TCP, or UDP
+ * with UDP_SEGMENT) leaves as gso_segs frames that each carry the headers,
+ * which skb->len counts once: it is charged what the kernel charges a
+ * qdisc for it (qdisc_pkt_len_init), skb->len plus the headers of every
+ * segment after the first. `l4` is a cursor at the transport header,
+ * `data` the frame's first byte. */
+static __always_inline __u64 wire_len(struct __sk_buff *skb, struct cursor l4, int proto, void *data)
+{
+	__u32 segs = skb->gso_segs;
+	void *payload;
+
+	if (segs <= 1)
+		return skb->len;
+	if (proto == IPPROTO_TCP) {
+		struct tcphdr *th = cursor_take(&l4, sizeof(*th));
+		if (!th)
+			return skb->len;
+		payload = (void *)th + th->doff * 4;
+	} else if (proto == IPPROTO_UDP) {
+		struct udphdr *uh = cursor_take(&l4, sizeof(*uh));
+		if (!uh)
+			return skb->len;
+		payload = uh + 1;
+	} else {
+		return skb->len;
+	}
+	return skb->len + (__u64)(segs - 1) * (__u64)(payload - data);
+}
 
 static __always_inline int verdict_pass(const int tc)
 {
 	return tc ? POLICER_TC_NEXT : XDP_PASS;
 }
 
-/* The rule of mask slot `i` that `pkt` matches, if it beats `best`. */
-static __always_inline struct policer_rule *try_mask(__u32 i, const struct policer_key *pkt,
-						     struct policer_rule *best)
-{
-	struct policer_mask *m = bpf_map_lookup_elem(&policer_masks, &i);
-	if (!m || !m->used)
-		return best;
-	struct policer_key k;
-	const __u32 *p = (const __u32 *)pkt, *b = (const __u32 *)&m->bits;
-	__u32 *o = (__u32 *)&k;
-#pragma unroll
-	for (int w = 0; w < sizeof(k) / 4; w++)
-		o[w] = p[w] & b[w];
-	k.mask_id = i;
-	struct policer_rule *r = bpf_map_lookup_elem(&policer_rules, &k);
-	if (r && (!best || r->priority < best->priority))
-		return r;
-	return best;
-}
-
-/* The best rule (lowest priority) whose mask and key match `pkt`: one
- * try_mask per slot, spelled out (slot numbers are constants, so the
- * verifier walks straight-line code instead of a loop whose counter it
- * loses track of on the stack). */
-static __always_inline struct policer_rule *lookup(const struct policer_key *pkt)
-{
-	struct policer_rule *best = NULL;
-
-#define POLICER_TRY4(base)                                                     \
-	best = try_mask((base) + 0, pkt, best);                                \
-	best = try_mask((base) + 1, pkt, best);                                \
-	best = try_mask((base) + 2, pkt, best);                                \
-	best = try_mask((base) + 3, pkt, best);
-	POLICER_TRY4(0)
-	POLICER_TRY4(4)
-	POLICER_TRY4(8)
-	POLICER_TRY4(12)
-#undef POLICER_TRY4
-	_Static_assert(POLICER_MAX_MASKS == 16, "lookup() tries 16 mask slots");
-	return best;
-}
+#include "peregrine/policer_lookup.h"
 
 /* Meters `len` bytes against `r`: 1 when they conform (the credit is
  * spent), 0 when they exceed (nothing is spent). */
@@ -266,26 +256,9 @@ static __always_inline int police(void *ctx, const int tc)
 			t->malformed++;
 		return verdict_pass(tc);
 	}
-	key.family = l3.family;
-	key.proto = l4;
-	if (l3.family == 4) {
-		struct iphdr *ip = l3.v4;
-		key.dscp = ip->tos >> 2;
-		__builtin_memcpy(key.src, &ip->saddr, 4);
-		__builtin_memcpy(key.dst, &ip->daddr, 4);
-	} else {
-		struct ipv6hdr *ip6 = l3.v6;
-		key.dscp = (ip6->priority << 2) | (ip6->flow_lbl[0] >> 6);
-		__builtin_memcpy(key.src, &ip6->saddr, 16);
-		__builtin_memcpy(key.dst, &ip6->daddr, 16);
-	}
-	if (!ip_is_fragment(&l3) || !(l3.v4->frag_off & bpf_htons(IP_OFFSET))) {
-		struct l4_ports *ports = parse_ports(&c, l4);
-		if (ports) {
-			key.sport = ports->source;
-			key.dport = ports->dest;
-		}
-	}
+	struct cursor at_l4 = c;
+	if (policer_key_of(&key, &l3, l4, &c) && tc)
+		len = wire_len(ctx, at_l4, l4, (void *)(long)((struct __sk_buff *)ctx)->data);
 
 	struct policer_rule *r = lookup(&key);
 	if (!r) {

@@ -12,6 +12,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("dataplane", "router"),
     ("dataplane", "nf"),
     ("dataplane", "policer"),
+    ("dataplane", "classify"),
     ("xsk", "dispatch"),
     ("stack", "steer"),
     ("host", "uapi"),

@@ -140,6 +140,9 @@ pub struct Fixture {
     /// Interface the frame arrives on (in the calling thread's namespace);
     /// None: BPF_PROG_RUN's default, the loopback device.
     pub ingress: Option<u32>,
+    /// The skb's GSO state (tc only): `gso_segs` and `gso_size`, as a
+    /// sender's super-packet carries them; None: a plain frame.
+    pub gso: Option<(u32, u32)>,
 }
 
 impl Fixture {
@@ -155,7 +158,15 @@ impl Fixture {
             verdict: verdict.into(),
             output,
             ingress: None,
+            gso: None,
         }
+    }
+
+    /// The same fixture as a GSO super-packet of `segs` segments of
+    /// `size` bytes (tc).
+    pub fn gso(mut self, segs: u32, size: u32) -> Self {
+        self.gso = Some((segs, size));
+        self
     }
 
     /// The same fixture arriving on interface `ifindex`.
@@ -186,11 +197,12 @@ pub fn run_once_on(prog: &impl AsFd, input: &[u8], ingress: Option<u32>) -> Resu
 /// verdict and the frame after (from the Ethernet header, as tc sees it).
 /// `ingress`: the device the skb arrives on (its `ifindex` and
 /// `ingress_ifindex`, and the device whose MAC sets `pkt_type`); None:
-/// the loopback device.
+/// the loopback device. `gso`: the skb's `gso_segs` and `gso_size`.
 pub fn run_once_skb(
     prog: &impl AsFd,
     input: &[u8],
     ingress: Option<u32>,
+    gso: Option<(u32, u32)>,
 ) -> Result<(u32, Vec<u8>)> {
     // The kernel refuses a ctx with any byte set outside the few fields it
     // takes, padding included: start from zeroed memory, not a struct
@@ -199,10 +211,46 @@ pub fn run_once_skb(
     // all-zero bytes are a valid value.
     let mut ctx: __sk_buff = unsafe { std::mem::zeroed() };
     ctx.ifindex = ingress.unwrap_or(0);
+    if let Some((segs, size)) = gso {
+        ctx.gso_segs = segs;
+        ctx.gso_size = size;
+    }
     // Safety: __sk_buff was zeroed whole, padding included, so every byte
     // is initialized; read for the call only.
-    let ctx_bytes = ingress.map(|_| unsafe { as_bytes_mut(&mut ctx) });
+    let ctx_bytes = (ingress.is_some() || gso.is_some()).then(|| unsafe { as_bytes_mut(&mut ctx) });
     test_run(prog, input, ctx_bytes, "BPF_PROG_RUN (skb)")
+}
+
+/// One BPF_PROG_RUN of the tc program `prog` on `input` as an skb: the raw
+/// verdict and the skb's `priority` after (BPF_PROG_RUN copies back the
+/// fields a program may set: priority, mark, cb, ...; not queue_mapping).
+pub fn run_once_skb_priority(prog: &impl AsFd, input: &[u8]) -> Result<(u32, u32)> {
+    if input.len() < MIN_TEST_FRAME {
+        return Err(BpfError::Invalid(format!(
+            "fixture frame of {} bytes: BPF_PROG_RUN needs at least {MIN_TEST_FRAME}",
+            input.len()
+        )));
+    }
+    // Safety: __sk_buff is plain integers and nullable pointers in unions;
+    // all-zero bytes are a valid value.
+    let mut out: __sk_buff = unsafe { std::mem::zeroed() };
+    // Safety: zeroed is the valid empty options struct; `sz` is set below.
+    let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of_val(&opts) as _;
+    opts.data_in = input.as_ptr().cast();
+    opts.data_size_in = input.len() as u32;
+    opts.repeat = 1;
+    opts.ctx_out = (&mut out as *mut __sk_buff).cast();
+    opts.ctx_size_out = std::mem::size_of::<__sk_buff>() as u32;
+    // Safety: the input and `out` are valid for the sizes given and outlive the call.
+    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_fd().as_raw_fd(), &mut opts) };
+    if rc < 0 {
+        return Err(BpfError::Io {
+            what: "BPF_PROG_RUN (skb, ctx out)".into(),
+            source: std::io::Error::from_raw_os_error(-rc),
+        });
+    }
+    Ok((opts.retval, out.priority))
 }
 
 /// The bytes of a plain-data context struct, for BPF_PROG_RUN's `ctx_in`.
@@ -291,7 +339,7 @@ pub fn check(prog: &impl AsFd, fx: &Fixture) -> std::result::Result<(), Mismatch
     };
     let run = match fx.verdict {
         Verdict::Xdp(_) => run_once_on(prog, &fx.input, fx.ingress),
-        Verdict::Tc(_) => run_once_skb(prog, &fx.input, fx.ingress),
+        Verdict::Tc(_) => run_once_skb(prog, &fx.input, fx.ingress, fx.gso),
     };
     let (ret, out) = run.map_err(|e| fail(e.to_string()))?;
     let got = fx.verdict.same_hook(ret);

@@ -13,7 +13,8 @@
 //!   `tcx`: the hooks' modes and what is attached there; `rtlink`: one
 //!   interface's XDP programs and address, read by index from the kernel.
 //! - `bpffs`: the bpffs mount and the pins under `/sys/fs/bpf/peregrine`.
-//! - One thin wrapper per program (`sink`, `router`, `nf`, `policer`, `dispatch`,
+//! - One thin wrapper per program (`sink`, `router`, `nf`, `policer`,
+//!   `classify` (the HTB engine's classifier), `dispatch`,
 //!   `stack`): typed config in, loaded program out, typed map accessors.
 //!   The lab's generator and reply checker live in peregrine-testbed, which
 //!   builds on this crate; the sink stays here as the data plane's counting
@@ -23,6 +24,7 @@
 //!   peregrine-testbed's `testing`).
 
 pub mod bpffs;
+pub mod classify;
 pub mod dispatch;
 pub mod error;
 pub mod fixture;
@@ -66,5 +68,5 @@ macro_rules! skeletons {
 pub mod skel {
     #![allow(clippy::all, non_camel_case_types, dead_code, missing_docs)]
     // uapi: kernel uapi types and constants only (bpf/host/uapi.bpf.c), no program.
-    skeletons!(sink, router, nf, policer, dispatch, steer, uapi);
+    skeletons!(sink, router, nf, policer, classify, dispatch, steer, uapi);
 }

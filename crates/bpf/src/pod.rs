@@ -2,6 +2,7 @@
 //! and BPF_PROG_RUN contexts.
 #![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 
+use crate::skel::classify::types::{htb_port, htb_totals};
 use crate::skel::dispatch::types::{dispatch_func, dispatch_stats};
 use crate::skel::nf::types::nf_stats;
 use crate::skel::policer::types::{
@@ -75,8 +76,8 @@ macro_rules! plain_data {
 plain_data! {
     pod: xdp_md, router_port, steer_v4_key, steer_v6_key, steer_l4_key,
         steer_mac_key, steer_target, dispatch_func, policer_key, policer_mask, policer_rule,
-        policer_state, sched_port, sched_meta, sched_class, stack_bind_key;
-    counters: sink_stats, router_port_stats, nf_stats, dispatch_stats, policer_counters, policer_totals, sched_counters, stack_steer_stats, u64,
+        policer_state, sched_port, sched_meta, sched_class, stack_bind_key, htb_port;
+    counters: sink_stats, router_port_stats, nf_stats, dispatch_stats, policer_counters, policer_totals, sched_counters, stack_steer_stats, htb_totals, u64,
 }
 
 /// The sum over CPUs of a per-CPU map's values (as `lookup_percpu` returns

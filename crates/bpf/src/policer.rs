@@ -421,6 +421,12 @@ impl PolicerMaps {
         })
     }
 
+    /// The mask table and the rules' hash, for a program that matches on
+    /// them too (the HTB classifier shares them by fd).
+    pub fn rule_maps(&self) -> (&MapHandle, &MapHandle) {
+        (&self.masks, &self.rules)
+    }
+
     /// The mask table: (slot, mask) of each slot in use.
     fn masks(&self) -> Result<Vec<(u32, policer_key)>> {
         let mut out = Vec::new();
@@ -795,6 +801,7 @@ mod fixtures {
     use super::*;
     use crate::fixture::frames::{
         arp_request, garbage, ip4_fragment, ip_first_byte, udp_ports, vlan, with_dscp,
+        with_protocol,
     };
     use crate::fixture::{
         assert_passed, check_table, skb_runnable, truncations, Case, Expect, Fixture, TcAction,
@@ -932,6 +939,60 @@ mod fixtures {
             }
             run(tc, &[rule], 0, cases);
         }
+    }
+
+    /// At tc a GSO super-packet is charged what its segments put on the
+    /// wire: skb->len plus the headers (Ethernet, IP, TCP with its options
+    /// or UDP) of every segment after the first, as a qdisc is charged.
+    /// A plain frame, and one whose transport header is cut short, is
+    /// charged skb->len.
+    #[test]
+    fn gso_packets_are_charged_their_segments_headers_at_tc() {
+        if !privileged("gso_packets_are_charged_their_segments_headers_at_tc") {
+            return;
+        }
+        let (pass, _) = verdicts(true);
+        let every = Match::default();
+        let rule = slow(every, 1_000_000, Exceed::Drop, 0);
+        // A TCP frame with 12 bytes of options (doff 8): the UDP frame's
+        // protocol changed, the TCP header's length set.
+        let tcp = |src: &str, dst: &str, l3: usize| {
+            let mut f = with_protocol(&udp_ports((src, dst), (1000, 9), 1400, b"segmented"), 6);
+            f[14 + l3 + 12] = 8 << 4;
+            f
+        };
+        let tcp4 = tcp("198.18.0.1", "198.19.0.1", 20);
+        let tcp6 = tcp("2001:db8::1", "2001:db8:2::1", 40);
+        let udp4 = udp_ports(("198.18.0.1", "198.19.0.1"), (1000, 9), 1400, b"x");
+        // The IP datagram ends 10 bytes into the TCP header.
+        let cut = with_protocol(
+            &udp_ports(("198.18.0.1", "198.19.0.1"), (1000, 9), 14 + 20 + 10, b""),
+            6,
+        );
+        let case = |name: &str, f: &Vec<u8>, segs: u32, charged: usize| {
+            Case::new(
+                Fixture::new(name, f.clone(), pass, Expect::Unchanged).gso(segs, 1000),
+                conform(charged),
+            )
+        };
+        let cases = vec![
+            case(
+                "tcp v4, 3 segments",
+                &tcp4,
+                3,
+                tcp4.len() + 2 * (14 + 20 + 32),
+            ),
+            case("tcp v6, 2 segments", &tcp6, 2, tcp6.len() + (14 + 40 + 32)),
+            case(
+                "udp v4, 4 segments",
+                &udp4,
+                4,
+                udp4.len() + 3 * (14 + 20 + 8),
+            ),
+            case("tcp v4, not gso", &tcp4, 1, tcp4.len()),
+            case("tcp v4, its header cut short", &cut, 3, cut.len()),
+        ];
+        run(true, &[rule], 0, cases);
     }
 
     /// A packet rate counts packets whatever their size.

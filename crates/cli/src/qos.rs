@@ -9,6 +9,7 @@ use clap::{Args, Subcommand};
 use peregrine_host::caps::require_bpf;
 use peregrine_qos::attach;
 use peregrine_qos::config::Proto;
+use peregrine_qos::engine;
 use peregrine_qos::serve::{self, ClassChange};
 use peregrine_qos::{ClassFields, Hook, PolicerConfig, RuleFields};
 
@@ -259,13 +260,14 @@ pub fn run(cmd: QosCmd) -> Result<()> {
                 cpu,
                 ..Default::default()
             };
-            let sum = serve::serve(&iface, &cfg, &opts, || {
+            let sum = engine::serve(&iface, &cfg, &opts, || {
                 let sc = cfg.scheduler.as_ref().expect("checked above");
                 println!(
-                    "scheduling {} class(es) from {iface} out of {} at {} bit/s; Ctrl-C stops",
+                    "scheduling {} class(es) from {iface} out of {} at {} bit/s ({} engine); Ctrl-C stops",
                     sc.classes.len(),
                     sc.egress,
-                    sc.link_bps
+                    sc.link_bps,
+                    sc.engine.as_str()
                 );
             })?;
             println!(
@@ -280,7 +282,7 @@ pub fn run(cmd: QosCmd) -> Result<()> {
                 ClassCmd::Change(on) => (on.iface, ClassChange::Change(on.class.config()?)),
                 ClassCmd::Del { iface, name } => (iface, ClassChange::Delete(name)),
             };
-            let id = serve::change_class(&iface, &change)?;
+            let id = engine::change_class(&iface, &change)?;
             let (what, name) = match &change {
                 ClassChange::Add(c) => ("added", &c.name),
                 ClassChange::Change(c) => ("changed", &c.name),

@@ -15,7 +15,7 @@ use peregrine_host::netns;
 use peregrine_lab::measure::CpuWait;
 
 mod common;
-use common::{iperf_bytes, ok, pg_in, sh, tmp, ChaosRng, Topo};
+use common::{iperf_bytes, ok, pg_in, sh, tmp, ChaosRng, QosServe, Topo};
 
 /// Two classes of one level sharing a 100 Mbit/s link by weight; every
 /// class gets its flows by port, TCP and UDP.
@@ -49,34 +49,8 @@ weight = {silver}
     f
 }
 
-/// A `qos serve` process, stopped with SIGTERM (then killed) when a test
-/// ends, failing or not, so no scheduler outlives its test.
-struct Server(Child);
-
-impl Server {
-    fn id(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let end = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < end {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `peregrine qos serve` in R, once it says it is scheduling.
-fn serve(t: &Topo, name: &str, toml: &str) -> Server {
+fn serve(t: &Topo, name: &str, toml: &str) -> QosServe {
     let f = tmp(name).join("qos.toml");
     std::fs::write(&f, toml).unwrap();
     let mut child = Command::new("ip")
@@ -99,7 +73,7 @@ fn serve(t: &Topo, name: &str, toml: &str) -> Server {
         .recv_timeout(Duration::from_secs(10))
         .expect("qos serve says it is scheduling");
     assert!(first.starts_with("scheduling "), "{first}");
-    Server(child)
+    QosServe(child)
 }
 
 /// Seconds each iperf3 flow is measured (after one omitted).
@@ -141,12 +115,12 @@ struct Flows {
 
 /// Two iperf3 flows from A to B at once, for 4 s after 1 s omitted, to
 /// ports 5401 (gold) and 5402 (silver), `args` for both.
-fn two_flows(t: &Topo, server: &Server, args: &[&str]) -> Flows {
+fn two_flows(t: &Topo, server: &QosServe, args: &[&str]) -> Flows {
     two_flows_each(t, server, [args, args])
 }
 
 /// `two_flows` with each flow's own arguments (gold's, silver's).
-fn two_flows_each(t: &Topo, server: &Server, args: [&[&str]; 2]) -> Flows {
+fn two_flows_each(t: &Topo, server: &QosServe, args: [&[&str]; 2]) -> Flows {
     let servers: Vec<Child> = [5401, 5402]
         .iter()
         .map(|p| {

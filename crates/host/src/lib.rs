@@ -1,6 +1,6 @@
 //! The kernel objects a host has: network namespaces, netlink (links,
 //! addresses, routes, neighbours, counters), device settings, NAPI
-//! threads, signals, CPU pinning and resource limits. No knowledge of labs or programs.
+//! threads, signals, qdiscs and classes (tc over netlink),, CPU pinning and resource limits. No knowledge of labs or programs.
 
 pub mod caps;
 pub mod cpu;
@@ -13,6 +13,7 @@ pub mod netns;
 pub mod nl;
 pub mod signals;
 pub mod snmp;
+pub mod tc;
 pub mod uapi;
 pub mod veth;
 

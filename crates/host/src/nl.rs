@@ -571,6 +571,36 @@ impl NetlinkHere {
         Ok(NetlinkHere { nl, handle })
     }
 
+    /// Sends `msg` with `flags` (NLM_F_REQUEST is added) and collects the
+    /// kernel's answers; an error answer is an error naming `what` and the
+    /// errno's meaning. For the messages rtnetlink has no request for (tc).
+    pub(crate) fn request(
+        &self,
+        msg: netlink_packet_route::RouteNetlinkMessage,
+        flags: u16,
+        what: &str,
+    ) -> Result<Vec<netlink_packet_route::RouteNetlinkMessage>> {
+        use futures::StreamExt;
+        use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
+        let mut h = self.handle.clone();
+        let mut req = NetlinkMessage::from(msg);
+        req.header.flags = NLM_F_REQUEST | flags;
+        self.nl.block_on(async move {
+            let mut answers = h.request(req).map_err(nl_err(what))?;
+            let mut out = Vec::new();
+            while let Some(m) = answers.next().await {
+                match m.payload {
+                    NetlinkPayload::Error(e) if e.code.is_some() => {
+                        return Err(nl_err(what)(rtnetlink::Error::NetlinkError(e)))
+                    }
+                    NetlinkPayload::InnerMessage(i) => out.push(i),
+                    _ => {}
+                }
+            }
+            Ok(out)
+        })
+    }
+
     /// The main table's routes that `protocol` installed (its number in
     /// `ip route`'s `proto`), both families: (destination, prefix length,
     /// gateway).

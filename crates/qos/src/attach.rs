@@ -42,7 +42,7 @@ fn hook_of(l: &PinnedLink) -> Hook {
 pub const DEFAULT_HOOK: Hook = Hook::TC;
 
 /// The directory of `iface`'s policer in the calling thread's namespace.
-fn dir_here(iface: &str) -> Result<PathBuf> {
+pub(crate) fn dir_here(iface: &str) -> Result<PathBuf> {
     if iface.is_empty() || iface.contains('/') || iface == "." || iface == ".." {
         return Err(QosError::Config(format!(
             "interface name {iface:?} is not valid"
@@ -64,6 +64,11 @@ pub struct Attachment {
     pub iface: String,
     /// What the pinned link says now (None: it cannot be opened).
     pub link: Option<PinnedLink>,
+    /// The htb engine's classifier is pinned beside the policer (`qos
+    /// serve` with engine = "htb").
+    pub htb_pin: bool,
+    /// Its record, when it can be read.
+    pub htb: Option<crate::htb::Record>,
 }
 
 impl Attachment {
@@ -71,10 +76,11 @@ impl Attachment {
     /// was killed before its link was pinned, or the `qos serve` process
     /// that owned it is gone.
     pub fn stale(&self) -> bool {
-        match self.link.filter(|l| l.live()) {
+        let policer = match self.link.filter(|l| l.live()) {
             None => true,
             Some(l) => orphaned(l.prog_id),
-        }
+        };
+        policer || (self.htb_pin && self.htb.is_none_or(|r| r.stale()))
     }
 
     pub fn hook(&self) -> Option<Hook> {
@@ -138,11 +144,14 @@ fn in_namespace<T>(cookie: u64, f: impl FnOnce() -> T) -> Option<T> {
 }
 
 fn attachment(dir: &Path, cookie: u64, iface: &str) -> Attachment {
+    let htb = crate::htb::record(dir);
     Attachment {
         dir: dir.to_path_buf(),
         cookie,
         iface: iface.to_string(),
         link: pinned_link(&dir.join(LINK_PIN)).ok(),
+        htb_pin: htb.is_some(),
+        htb: htb.and_then(|r| r.ok()),
     }
 }
 
@@ -182,7 +191,18 @@ pub struct Applied {
 pub fn apply(iface: &str, hook: Hook, rules: &[Rule]) -> Result<Applied> {
     bpffs::ensure_mounted()?;
     let dir = dir_here(iface)?;
-    let existing = attachment(&dir, 0, iface);
+    let mut existing = attachment(&dir, 0, iface);
+    if existing.htb_pin {
+        if let Some(pid) = existing.htb.and_then(|r| r.live_owner()) {
+            return Err(QosError::Config(format!(
+                "an htb scheduler (qos serve, pid {pid}) runs on {iface}: change its rules with \
+                 `qos rule` and its classes with `qos class`, or stop it to apply a file"
+            )));
+        }
+        // What a killed htb engine left goes whole: tree, classifier, policer.
+        remove(&dir, netns::cookie()?)?;
+        existing = attachment(&dir, 0, iface);
+    }
     if let Some(l) = existing.link.filter(|l| l.live()) {
         if let Some(pid) = live_owner(l.prog_id) {
             // A new program would leave the scheduler's sockets behind in
@@ -264,10 +284,22 @@ pub fn maps_here(iface: &str) -> Result<PolicerMaps> {
 /// on `iface` here, if there is one.
 pub fn scheduler_owner(iface: &str) -> Result<Option<u32>> {
     let dir = dir_here(iface)?;
-    Ok(attachment(&dir, 0, iface)
-        .link
+    let a = attachment(&dir, 0, iface);
+    if let Some(pid) = a.htb.and_then(|r| r.live_owner()) {
+        return Ok(Some(pid));
+    }
+    Ok(a.link
         .filter(|l| l.live())
         .and_then(|l| live_owner(l.prog_id)))
+}
+
+/// The htb engine's record on `iface` here, if one was pinned (stale or not).
+pub fn htb_here(iface: &str) -> Result<Option<crate::htb::Record>> {
+    let dir = dir_here(iface)?;
+    match crate::htb::record(&dir) {
+        None => Ok(None),
+        Some(r) => r.map(Some),
+    }
 }
 
 /// Whether a program was set up by a `qos serve` that is gone.
@@ -298,9 +330,10 @@ fn alive(pid: u32) -> bool {
 /// scheduler's) to the running policer on `iface`; its id. Fields that do
 /// not make a rule are a `Request` error.
 pub fn add_rule_fields(iface: &str, fields: &crate::config::RuleFields) -> Result<u32> {
-    let classes = match maps_here(iface) {
-        Ok(m) => crate::classes::installed_classes(&m)?,
-        Err(_) => Vec::new(),
+    let classes = match (htb_here(iface)?, maps_here(iface)) {
+        (Some(r), _) => crate::htb::classes(&r.maps()?)?,
+        (None, Ok(m)) => crate::classes::installed_classes(&m)?,
+        (None, Err(_)) => Vec::new(),
     };
     let rule = fields.to_rule(0, &classes).map_err(QosError::Request)?;
     add_rule(iface, &rule)
@@ -337,12 +370,16 @@ pub fn stats(iface: &str) -> Result<PolicerStats> {
         .collect::<Result<Vec<_>>>()?;
     // The maps are open already: the owner from them, not from the link again.
     let owner = Some(maps.sched_port()?.owner_pid).filter(|&p| p != 0 && alive(p));
+    let scheduler = match a.htb {
+        Some(r) => Some(crate::htb::scheduler_stats(&r)?),
+        None => crate::classes::scheduler_stats(&maps, owner)?,
+    };
     Ok(PolicerStats {
         iface: iface.to_string(),
         hook: a.hook().unwrap_or(DEFAULT_HOOK),
         totals: maps.totals()?,
         rules,
-        scheduler: crate::classes::scheduler_stats(&maps, owner)?,
+        scheduler,
     })
 }
 
@@ -377,8 +414,16 @@ pub fn ifaces_here() -> Result<Vec<String>> {
 }
 
 /// Detaches the policer of `dir` and removes its pins (and the namespace's
-/// directory once empty).
-fn remove(dir: &Path) -> Result<()> {
+/// directory once empty); an htb engine's tree and classifier first (in
+/// namespace `cookie`, when it still exists: a namespace that is gone took
+/// its devices' qdiscs with it).
+fn remove(dir: &Path, cookie: u64) -> Result<()> {
+    if dir.join(crate::htb::HTB_PIN).exists() {
+        match in_namespace(cookie, || crate::htb::remove_here(dir)) {
+            Some(r) => r?,
+            None => peregrine_bpf::link::detach_pinned(&dir.join(crate::htb::HTB_PIN))?,
+        }
+    }
     let link = dir.join(LINK_PIN);
     if link.exists() {
         peregrine_bpf::link::detach_pinned(&link)?;
@@ -398,7 +443,7 @@ pub fn detach(iface: &str) -> Result<()> {
     let xdp = attachment(&dir, 0, iface)
         .link
         .is_some_and(|l| l.live() && l.xdp);
-    remove(&dir)?;
+    remove(&dir, netns::cookie()?)?;
     if xdp {
         // Its XDP hook is empty again: a tc router facing it may deliver
         // with bpf_redirect_peer again.
@@ -412,7 +457,7 @@ pub fn detach(iface: &str) -> Result<()> {
 pub fn detach_stale() -> Result<usize> {
     let stale: Vec<_> = list().into_iter().filter(Attachment::stale).collect();
     for a in &stale {
-        remove(&a.dir)?;
+        remove(&a.dir, a.cookie)?;
     }
     Ok(stale.len())
 }
@@ -427,7 +472,7 @@ pub fn detach_gone_namespaces() -> Result<usize> {
         .filter(|a| !live.contains(&a.cookie) && a.stale())
         .collect();
     for a in &gone {
-        remove(&a.dir)?;
+        remove(&a.dir, a.cookie)?;
     }
     Ok(gone.len())
 }
@@ -436,7 +481,7 @@ pub fn detach_gone_namespaces() -> Result<usize> {
 pub fn detach_all() -> Result<usize> {
     let all = list();
     for a in &all {
-        remove(&a.dir)?;
+        remove(&a.dir, a.cookie)?;
     }
     let root = bpffs::pin_root();
     let _ = std::fs::remove_dir(root.join(QOS_DIR));

@@ -2,10 +2,12 @@
 //! `sched_classes` slots (written by `qos serve` and `qos class`, read by
 //! the scheduler when the generation changes) and the counters the
 //! scheduler publishes in `sched_stats`, for `qos stats`.
-use peregrine_bpf::policer::{ClassCounters, ClassSlot, PolicerMaps, CLASS_NAME_LEN, MAX_CLASSES};
+use peregrine_bpf::policer::{
+    ClassCounters, ClassSlot, InstalledRule, PolicerMaps, CLASS_NAME_LEN, MAX_CLASSES,
+};
 
-use crate::error::Result;
-use crate::sched::ClassConfig;
+use crate::error::{QosError, Result};
+use crate::sched::{ClassConfig, Scheduler};
 
 /// The name in a class slot.
 pub fn slot_name(s: &ClassSlot) -> String {
@@ -44,9 +46,15 @@ pub fn class_slot(c: &ClassConfig, parent: u32) -> ClassSlot {
 /// The classes in the maps, by id, parents before children (the order
 /// the scheduler needs); a class whose parent is gone is left out.
 pub fn installed_classes(maps: &PolicerMaps) -> Result<Vec<(u32, ClassConfig)>> {
+    classes_in(|id| Ok(maps.class_slot(id)?))
+}
+
+/// The classes of a class table read slot by slot (the AF_XDP
+/// scheduler's, or the HTB classifier's), as `installed_classes`.
+pub fn classes_in(slot: impl Fn(u32) -> Result<ClassSlot>) -> Result<Vec<(u32, ClassConfig)>> {
     let mut slots = Vec::new();
     for id in 1..MAX_CLASSES {
-        let s = maps.class_slot(id)?;
+        let s = slot(id)?;
         if s.used != 0 {
             slots.push((id, s));
         }
@@ -92,13 +100,16 @@ pub fn installed_classes(maps: &PolicerMaps) -> Result<Vec<(u32, ClassConfig)>> 
 /// The scheduler's side of `qos stats`.
 #[derive(Debug, Clone)]
 pub struct SchedulerStats {
+    /// "afxdp" or "htb".
+    pub engine: &'static str,
     pub egress_ifindex: u32,
     /// The serving process, when alive.
     pub owner: Option<u32>,
     pub link_bps: u64,
     /// (id, class, counters).
     pub classes: Vec<(u32, ClassConfig, ClassCounters)>,
-    /// Steered packets of no class the scheduler knows (or with no room).
+    /// Steered packets of no class the scheduler knows (or with no room);
+    /// the htb engine: packets its classifier left to no class, as sent.
     pub unclassified: ClassCounters,
 }
 
@@ -113,10 +124,122 @@ pub fn scheduler_stats(maps: &PolicerMaps, owner: Option<u32>) -> Result<Option<
         .map(|(id, c)| Ok((id, c, maps.class_counters(id)?)))
         .collect::<Result<Vec<_>>>()?;
     Ok(Some(SchedulerStats {
+        engine: "afxdp",
         egress_ifindex: port.egress_ifindex,
         owner,
         link_bps: port.link_bps,
         classes,
         unclassified: maps.class_counters(0)?,
     }))
+}
+
+/// A change `qos class` asks of a running scheduler.
+#[derive(Debug, Clone)]
+pub enum ClassChange {
+    /// A new class (the next free id).
+    Add(ClassConfig),
+    /// New settings for the class of that name (same name, same id).
+    Change(ClassConfig),
+    Delete(String),
+}
+
+/// The class slot `change` leaves its class with (`ordered`: the classes
+/// after the change).
+pub fn slot_after(change: &ClassChange, ordered: &[(u32, ClassConfig)]) -> ClassSlot {
+    match change {
+        ClassChange::Delete(_) => ClassSlot::default(),
+        ClassChange::Add(c) | ClassChange::Change(c) => {
+            let parent = c
+                .parent
+                .as_ref()
+                .and_then(|p| ordered.iter().find(|(_, o)| &o.name == p))
+                .map_or(0, |(i, _)| *i);
+            class_slot(c, parent)
+        }
+    }
+}
+
+/// Checks `change` against the installed `classes` whole, as the
+/// scheduler would take the result (parents, ceilings, a class one of the
+/// installed `rules` still sends to): the id of the class changed, and the
+/// classes after it, parents before children.
+pub fn plan_change(
+    iface: &str,
+    mut classes: Vec<(u32, ClassConfig)>,
+    change: &ClassChange,
+    rules: &[InstalledRule],
+    link_bps: u64,
+    link_burst: u64,
+) -> Result<(u32, Vec<(u32, ClassConfig)>)> {
+    let find = |classes: &[(u32, ClassConfig)], name: &str| {
+        classes
+            .iter()
+            .position(|(_, c)| c.name == name)
+            .ok_or_else(|| QosError::Config(format!("no class {name:?} on {iface}")))
+    };
+    let id = match change {
+        ClassChange::Add(c) => {
+            if classes.iter().any(|(_, o)| o.name == c.name) {
+                return Err(QosError::Config(format!("class {:?} exists", c.name)));
+            }
+            let id = (1..MAX_CLASSES)
+                .find(|i| !classes.iter().any(|(u, _)| u == i))
+                .ok_or_else(|| QosError::Config("every class id is in use".into()))?;
+            classes.push((id, c.clone()));
+            id
+        }
+        ClassChange::Change(c) => {
+            let k = find(&classes, &c.name)?;
+            classes[k].1 = c.clone();
+            classes[k].0
+        }
+        ClassChange::Delete(name) => {
+            let k = find(&classes, name)?;
+            if classes
+                .iter()
+                .any(|(_, c)| c.parent.as_deref() == Some(name))
+            {
+                return Err(QosError::Config(format!(
+                    "class {name:?} has child classes: delete them first"
+                )));
+            }
+            let id = classes[k].0;
+            if let Some(r) = rules
+                .iter()
+                .find(|r| u32::from(r.class()) == id)
+                .map(|r| r.id)
+            {
+                return Err(QosError::Config(format!(
+                    "rule {r} sends packets to class {name:?}: `qos rule del` it first"
+                )));
+            }
+            classes.remove(k);
+            id
+        }
+    };
+    // Parents before children, as the scheduler wants them.
+    let mut ordered: Vec<(u32, ClassConfig)> = Vec::new();
+    while ordered.len() < classes.len() {
+        let before = ordered.len();
+        for (i, c) in &classes {
+            let parent_in = c
+                .parent
+                .as_ref()
+                .is_none_or(|p| ordered.iter().any(|(_, o)| &o.name == p));
+            if parent_in && !ordered.iter().any(|(o, _)| o == i) {
+                ordered.push((*i, c.clone()));
+            }
+        }
+        if ordered.len() == before {
+            return Err(QosError::Config("a class's parent is not defined".into()));
+        }
+    }
+    Scheduler::<()>::new(
+        link_bps,
+        link_burst,
+        ordered.iter().map(|(_, c)| c.clone()).collect(),
+        0,
+    )
+    .map_err(|e| QosError::Config(e.to_string()))?;
+    Ok((id, ordered))
 }

@@ -15,16 +15,22 @@
 //! - `report`: a policer's counters as one typed, serialisable report
 //!   (rules described as a file writes them, meters, classes);
 //! - `serve`: the scheduler's AF_XDP loop (`qos serve`), fed by the XDP
-//!   policer's class rules, sending out of the egress interface.
+//!   policer's class rules, sending out of the egress interface;
+//! - `htb`: the htb engine's kernel side: the HTB tree built on the egress
+//!   through netlink (fixed handles), its record, its counters;
+//! - `engine`: the engine a file names, run (`serve`, `HtbEngine`: config
+//!   -> running engine -> stats -> stop) and changed (`change_class`).
 pub mod attach;
 pub mod classes;
 pub mod config;
+pub mod engine;
 pub mod error;
+pub mod htb;
 pub mod report;
 pub mod sched;
 pub mod serve;
 
 pub use attach::PolicerStats;
-pub use config::{ClassFields, PolicerConfig, RuleFields, SchedulerConfig};
+pub use config::{ClassFields, Engine, PolicerConfig, RuleFields, SchedulerConfig};
 pub use error::{QosError, Result};
 pub use peregrine_bpf::Hook;

@@ -51,6 +51,8 @@ pub struct RuleReport {
 /// The scheduler a policer feeds (`qos serve`).
 #[derive(Debug, Clone, Serialize)]
 pub struct SchedulerReport {
+    /// "afxdp" or "htb".
+    pub engine: &'static str,
     pub egress_ifindex: u32,
     /// The serving process, when alive.
     pub owner_pid: Option<u32>,
@@ -58,6 +60,9 @@ pub struct SchedulerReport {
     pub link_bps: u64,
     pub classes: Vec<ClassReport>,
     pub unclassified_dropped_packets: u64,
+    /// The htb engine: packets its classifier saw on the egress and left
+    /// to no class (sent unshaped).
+    pub unclassified_packets: u64,
 }
 
 /// One class: its settings (flattened: `name`, `rate_bps`, ...) and
@@ -114,6 +119,7 @@ impl PolicerStats {
 
 fn scheduler_report(s: &SchedulerStats) -> SchedulerReport {
     SchedulerReport {
+        engine: s.engine,
         egress_ifindex: s.egress_ifindex,
         owner_pid: s.owner,
         running: s.owner.is_some(),
@@ -129,6 +135,7 @@ fn scheduler_report(s: &SchedulerStats) -> SchedulerReport {
             })
             .collect(),
         unclassified_dropped_packets: s.unclassified.dropped_packets,
+        unclassified_packets: s.unclassified.sent_packets,
     }
 }
 
@@ -330,8 +337,9 @@ impl fmt::Display for Policers {
             f.write_str(&t.render())?;
             writeln!(
                 f,
-                "{}: scheduler {}, link {} bit/s; {} steered, {} class packets left to the kernel (unscheduled)",
+                "{}: scheduler ({}) {}, link {} bit/s; {} steered, {} class packets left to the kernel (unscheduled)",
                 s.iface,
+                sc.engine,
                 sc.owner_pid
                     .map_or_else(|| "not running".to_string(), |p| format!("pid {p}")),
                 sc.link_bps,

@@ -27,10 +27,11 @@ use peregrine_host::signals;
 use peregrine_xsk::{Xsk, XskConfig, XskError, ZeroCopy};
 
 use crate::attach;
-use crate::classes::{class_slot, installed_classes};
+pub use crate::classes::ClassChange;
+use crate::classes::{class_slot, installed_classes, plan_change, slot_after};
 use crate::config::PolicerConfig;
 use crate::error::{QosError, Result};
-use crate::sched::{ClassConfig, Refused, Scheduler};
+use crate::sched::{Refused, Scheduler};
 
 /// How often counters are published and class changes picked up: a
 /// reader's window over the counters is off by at most this at each edge.
@@ -51,7 +52,7 @@ pub struct ServeOptions {
 }
 
 impl ServeOptions {
-    fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         signals::stop_requested()
             || self
                 .stop
@@ -68,16 +69,6 @@ pub struct ServeSummary {
     pub reconfigured: u64,
 }
 
-/// A change `qos class` asks of a running scheduler.
-#[derive(Debug, Clone)]
-pub enum ClassChange {
-    /// A new class (the next free id).
-    Add(ClassConfig),
-    /// New settings for the class of that name (same name, same id).
-    Change(ClassConfig),
-    Delete(String),
-}
-
 /// Applies `change` to the scheduler running for `iface` here: checked
 /// whole first (a class set the scheduler would refuse changes nothing),
 /// then one slot is written and the generation bumped, which the
@@ -90,85 +81,17 @@ pub fn change_class(iface: &str, change: &ClassChange) -> Result<u32> {
             "no scheduler serves {iface} (`peregrine qos serve` runs one)"
         )));
     }
-    let mut classes = installed_classes(&maps)?;
-    let find = |classes: &[(u32, ClassConfig)], name: &str| {
-        classes
-            .iter()
-            .position(|(_, c)| c.name == name)
-            .ok_or_else(|| QosError::Config(format!("no class {name:?} on {iface}")))
-    };
-    let id = match change {
-        ClassChange::Add(c) => {
-            if classes.iter().any(|(_, o)| o.name == c.name) {
-                return Err(QosError::Config(format!("class {:?} exists", c.name)));
-            }
-            let id = (1..MAX_CLASSES)
-                .find(|i| !classes.iter().any(|(u, _)| u == i))
-                .ok_or_else(|| QosError::Config("every class id is in use".into()))?;
-            classes.push((id, c.clone()));
-            id
-        }
-        ClassChange::Change(c) => {
-            let k = find(&classes, &c.name)?;
-            classes[k].1 = c.clone();
-            classes[k].0
-        }
-        ClassChange::Delete(name) => {
-            let k = find(&classes, name)?;
-            if classes
-                .iter()
-                .any(|(_, c)| c.parent.as_deref() == Some(name))
-            {
-                return Err(QosError::Config(format!(
-                    "class {name:?} has child classes: delete them first"
-                )));
-            }
-            let id = classes[k].0;
-            if let Some(r) = maps.rules()?.iter().find(|r| u32::from(r.class()) == id) {
-                return Err(QosError::Config(format!(
-                    "rule {} sends packets to class {name:?}: `qos rule del` it first",
-                    r.id
-                )));
-            }
-            classes.remove(k);
-            id
-        }
-    };
-    // Parents before children, as the scheduler wants them.
-    let mut ordered: Vec<(u32, ClassConfig)> = Vec::new();
-    while ordered.len() < classes.len() {
-        let before = ordered.len();
-        for (i, c) in &classes {
-            let parent_in = c
-                .parent
-                .as_ref()
-                .is_none_or(|p| ordered.iter().any(|(_, o)| &o.name == p));
-            if parent_in && !ordered.iter().any(|(o, _)| o == i) {
-                ordered.push((*i, c.clone()));
-            }
-        }
-        if ordered.len() == before {
-            return Err(QosError::Config("a class's parent is not defined".into()));
-        }
-    }
-    Scheduler::<()>::new(
+    let classes = installed_classes(&maps)?;
+    let rules = maps.rules()?;
+    let (id, ordered) = plan_change(
+        iface,
+        classes,
+        change,
+        &rules,
         port.link_bps,
         port.link_burst,
-        ordered.iter().map(|(_, c)| c.clone()).collect(),
-        0,
-    )
-    .map_err(|e| QosError::Config(e.to_string()))?;
-    let slot = match change {
-        ClassChange::Delete(_) => ClassSlot::default(),
-        ClassChange::Add(c) | ClassChange::Change(c) => {
-            let parent = c
-                .parent
-                .as_ref()
-                .and_then(|p| ordered.iter().find(|(_, o)| &o.name == p))
-                .map_or(0, |(i, _)| *i);
-            class_slot(c, parent)
-        }
-    };
+    )?;
+    let slot = slot_after(change, &ordered);
     maps.set_class_slot(id, &slot)?;
     if matches!(change, ClassChange::Delete(_)) {
         maps.set_class_counters(id, &ClassCounters::default())?;

@@ -131,6 +131,12 @@ impl Topo {
     }
 
     pub fn up(p: &str) -> Topo {
+        Topo::up_at(p, None)
+    }
+
+    /// `up`, with every veth end at an explicit ifindex when `base` says
+    /// so: a0 `base`, a1 `base + 1`, b0 `base + 2`, b1 `base + 3`.
+    pub fn up_at(p: &str, base: Option<u32>) -> Topo {
         let t = Topo { p: p.to_string() };
         t.remove();
         for n in ["A", "R", "B"] {
@@ -138,12 +144,20 @@ impl Topo {
             ip(&["-n", &t.ns(n), "link", "set", "lo", "up"]);
         }
         let (a, r, b) = (t.ns("A"), t.ns("R"), t.ns("B"));
-        ip(&[
-            "link", "add", "a0", "netns", &a, "type", "veth", "peer", "name", "a1", "netns", &r,
-        ]);
-        ip(&[
-            "link", "add", "b0", "netns", &r, "type", "veth", "peer", "name", "b1", "netns", &b,
-        ]);
+        for (x, xns, y, yns, at) in [("a0", &a, "a1", &r, 0), ("b0", &r, "b1", &b, 2)] {
+            let index = |i: u32| base.map(|b| (b + at + i).to_string());
+            let (i, j) = (index(0), index(1));
+            let mut args = vec!["link", "add", "name", x];
+            if let Some(i) = &i {
+                args.extend(["index", i.as_str()]);
+            }
+            args.extend(["netns", xns, "type", "veth", "peer", "name", y]);
+            if let Some(j) = &j {
+                args.extend(["index", j.as_str()]);
+            }
+            args.extend(["netns", yns]);
+            ip(&args);
+        }
         for (ns, dev, v4, v6) in [
             (&a, "a0", "198.18.1.1/24", "2001:db8:1::1/64"),
             (&r, "a1", "198.18.1.2/24", "2001:db8:1::2/64"),
@@ -754,4 +768,30 @@ print(ok)
         .trim()
         .parse()
         .unwrap_or_else(|_| panic!("the client: {}", text(&o.stderr)))
+}
+
+/// A `qos serve` process, stopped with SIGTERM (then killed after 5 s)
+/// when a test ends, failing or not, so no scheduler outlives its test.
+pub struct QosServe(pub std::process::Child);
+
+impl QosServe {
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for QosServe {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let end = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < end {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -1,0 +1,376 @@
+//! The htb engine (`qos serve` with `[scheduler] engine = "htb"`) outside
+//! labs, as users run it: namespaces made with plain `ip`, veths at kernel
+//! defaults, every command through its own `ip netns exec`, real iperf3
+//! flows. The policer meters on R's a1; HTB shapes b0, classified by the
+//! tc-egress classifier. Shares are read from the classes' kernel counters
+//! (`qos stats --json`).
+//!
+//! Topology (common::Topo): A (a0) <-> (a1) R (b0) <-> (b1) B.
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use peregrine_host::netns;
+
+mod common;
+use common::{ok, pg_in, sh_in, spawn_quiet, text, tmp, QosServe, Topo};
+
+/// Two classes under a 50 Mbit/s link: gold assured 40, silver 10, both
+/// may borrow up to the link; flows by port, TCP and UDP.
+fn file(engine_line: &str) -> String {
+    let mut f = format!(
+        "[scheduler]\n{engine_line}\negress = \"b0\"\nrate = \"50Mbit\"\n\n\
+         [[class]]\nname = \"gold\"\nrate = \"40Mbit\"\nceil = \"50Mbit\"\n\n\
+         [[class]]\nname = \"silver\"\nrate = \"10Mbit\"\nceil = \"50Mbit\"\n"
+    );
+    for (class, port) in [("gold", 5401), ("silver", 5402)] {
+        for proto in ["tcp", "udp"] {
+            f += &format!(
+                "\n[[filter]]\nclass = \"{class}\"\nproto = \"{proto}\"\ndport = {port}\n"
+            );
+        }
+    }
+    f
+}
+
+/// `toml` written to a file of the test's own directory: its path.
+fn write_file(name: &str, toml: &str) -> String {
+    let f = tmp(name).join("qos.toml");
+    std::fs::write(&f, toml).unwrap();
+    f.display().to_string()
+}
+
+/// `qos serve` started in R, once the tree is in place (bounded wait).
+fn serve(t: &Topo, name: &str, toml: &str) -> QosServe {
+    let f = write_file(name, toml);
+    let child = Command::new("ip")
+        .args(["netns", "exec", &t.ns("R")])
+        .arg(env!("CARGO_BIN_EXE_peregrine"))
+        .args(["qos", "serve", &f, "--iface", "a1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let s = QosServe(child);
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        if root_qdisc(t).contains("7067:") && stats(t)["scheduler"]["engine"] == "htb" {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("qos serve did not build its tree in 10 s");
+}
+
+fn stats(t: &Topo) -> serde_json::Value {
+    let o = pg_in(&t.ns("R"), &["qos", "stats", "--iface", "a1", "--json"]);
+    if !o.status.success() {
+        return serde_json::Value::Null;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    v["policers"][0].clone()
+}
+
+/// Bytes each class sent (gold, silver), from the kernel's class counters.
+fn sent(t: &Topo) -> (u64, u64) {
+    let st = stats(t);
+    let by = |name: &str| {
+        st["scheduler"]["classes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no classes in {st}"))
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no class {name} in {st}"))["sent_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    (by("gold"), by("silver"))
+}
+
+/// `tc qdisc show dev b0` in R (the test reads what users would).
+fn root_qdisc(t: &Topo) -> String {
+    let o = sh_in(
+        &t.ns("R"),
+        &["tc", "qdisc", "show", "dev", "b0"],
+        Duration::from_secs(5),
+    );
+    text(&o.stdout)
+}
+
+/// Programs at tcx egress of b0 in R.
+fn egress_programs(t: &Topo) -> usize {
+    netns::run_in(&t.ns("R"), || {
+        let ifindex = peregrine_bpf::link::ifindex("b0").unwrap();
+        peregrine_bpf::tcx::attached_ids(ifindex, peregrine_bpf::TcxDirection::Egress)
+            .map(|v| v.len())
+            .unwrap_or(0)
+    })
+    .unwrap()
+}
+
+/// iperf3 clients from A to one-off servers in B on `ports`, concurrently
+/// for `secs`; `extra` after the client's arguments.
+fn flows(t: &Topo, dst: &str, ports: &[u16], secs: u32, extra: &[&str]) -> Vec<Child> {
+    let b = t.ns("B");
+    let mut kids = Vec::new();
+    for p in ports {
+        kids.push(spawn_quiet(&[
+            "ip",
+            "netns",
+            "exec",
+            &b,
+            "timeout",
+            "30",
+            "iperf3",
+            "-s",
+            "-1",
+            "-p",
+            &p.to_string(),
+        ]));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    let a = t.ns("A");
+    let secs = secs.to_string();
+    for p in ports {
+        let port = p.to_string();
+        let mut args = vec![
+            "ip", "netns", "exec", &a, "timeout", "30", "iperf3", "-c", dst, "-p", &port, "-t",
+            &secs,
+        ];
+        args.extend_from_slice(extra);
+        kids.push(spawn_quiet(&args));
+    }
+    kids
+}
+
+fn reap(kids: Vec<Child>) {
+    for mut k in kids {
+        let end = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = k.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = k.kill();
+        let _ = k.wait();
+    }
+}
+
+/// The share of gold in the class counters over a `window` taken 1.5 s
+/// into flows that run 5 s.
+fn gold_share(t: &Topo, dst: &str, extra: &[&str]) -> (f64, f64) {
+    let kids = flows(t, dst, &[5401, 5402], 5, extra);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (g0, s0) = sent(t);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let (g1, s1) = sent(t);
+    let secs = t0.elapsed().as_secs_f64();
+    reap(kids);
+    let (g, s) = ((g1 - g0) as f64, (s1 - s0) as f64);
+    let total_mbit = (g + s) * 8.0 / secs / 1e6;
+    (100.0 * g / (g + s), total_mbit)
+}
+
+#[test]
+fn htb_shares_80_20_udp_and_tcp_ipv4_and_ipv6() {
+    let Some(t) = Topo::privileged_up("qhtb-share") else {
+        return;
+    };
+    let _s = serve(&t, "qhtb-share", &file("engine = \"htb\""));
+    for (what, dst, extra) in [
+        ("UDP IPv4", "198.18.2.1", vec!["-u", "-b", "60M"]),
+        ("UDP IPv6", "2001:db8:2::1", vec!["-u", "-b", "60M"]),
+        ("TCP IPv4", "198.18.2.1", vec![]),
+        ("TCP IPv6", "2001:db8:2::1", vec![]),
+    ] {
+        let (share, mbit) = gold_share(&t, dst, &extra);
+        eprintln!("{what}: gold {share:.1} %, link {mbit:.1} Mbit/s");
+        assert!(
+            (share - 80.0).abs() <= 2.0,
+            "{what}: gold's share {share:.1} %, want 80 +- 2"
+        );
+        assert!(
+            mbit > 40.0 && mbit < 55.0,
+            "{what}: the link carried {mbit:.1} Mbit/s, want ~50"
+        );
+    }
+}
+
+#[test]
+fn htb_class_change_under_traffic_takes_effect() {
+    let Some(t) = Topo::privileged_up("qhtb-change") else {
+        return;
+    };
+    let _s = serve(&t, "qhtb-change", &file("engine = \"htb\""));
+    let kids = flows(&t, "198.18.2.1", &[5402], 8, &["-u", "-b", "60M"]);
+    let rate = |t: &Topo| {
+        let (_, a) = sent(t);
+        let t0 = Instant::now();
+        std::thread::sleep(Duration::from_millis(1500));
+        let (_, b) = sent(t);
+        (b - a) as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e6
+    };
+    std::thread::sleep(Duration::from_millis(1000));
+    let before = rate(&t);
+    let o = pg_in(
+        &t.ns("R"),
+        &[
+            "qos", "class", "change", "silver", "--iface", "a1", "--rate", "10Mbit", "--ceil",
+            "20Mbit",
+        ],
+    );
+    ok(&o, "qos class change");
+    std::thread::sleep(Duration::from_millis(500));
+    let after = rate(&t);
+    reap(kids);
+    eprintln!("silver alone: {before:.1} Mbit/s borrowing up to 50, {after:.1} with ceil 20");
+    assert!(before > 44.0 && before < 53.0, "{before}");
+    assert!(after > 18.0 && after < 21.5, "{after}");
+}
+
+#[test]
+fn htb_kill_9_then_detach_or_next_start_leaves_nothing() {
+    let Some(t) = Topo::privileged_up("qhtb-kill") else {
+        return;
+    };
+    for then in ["detach", "next start"] {
+        let s = serve(&t, "qhtb-kill", &file("engine = \"htb\""));
+        assert_eq!(egress_programs(&t), 1, "the classifier at b0's tcx egress");
+        let mut s = std::mem::ManuallyDrop::new(s);
+        s.0.kill().unwrap();
+        s.0.wait().unwrap();
+        let list = pg_in(&t.ns("R"), &["qos", "list"]);
+        assert!(
+            text(&list.stdout).contains("stale"),
+            "{}",
+            text(&list.stdout)
+        );
+        if then == "detach" {
+            ok(
+                &pg_in(&t.ns("R"), &["qos", "detach", "a1"]),
+                "qos detach a1",
+            );
+        } else {
+            // The next start takes the killed one's place; its stop removes all.
+            drop(serve(&t, "qhtb-kill", &file("engine = \"htb\"")));
+        }
+        let q = root_qdisc(&t);
+        assert!(!q.contains("htb") && !q.contains("7067"), "{then}: {q}");
+        assert_eq!(egress_programs(&t), 0, "{then}: no classifier left");
+        let list = pg_in(&t.ns("R"), &["qos", "list", "--json"]);
+        assert!(
+            !text(&list.stdout).contains(&t.ns("R")),
+            "{then}: {}",
+            text(&list.stdout)
+        );
+    }
+}
+
+#[test]
+fn htb_bad_files_are_refused_with_nothing_applied() {
+    let Some(t) = Topo::privileged_up("qhtb-bad") else {
+        return;
+    };
+    for (toml, want) in [
+        (file("engine = \"hfsc\""), "engine \"hfsc\""),
+        (
+            file("engine = \"htb\"")
+                .replace("name = \"silver\"", "name = \"silver\"\npriority = 9"),
+            "priority 9",
+        ),
+        (
+            format!("hook = \"xdp\"\n{}", file("engine = \"htb\"")),
+            "tc hook",
+        ),
+        (
+            file("engine = \"htb\"").replace(
+                "rate = \"10Mbit\"\nceil = \"50Mbit\"",
+                "rate = \"10Mbit\"\nceil = \"5Mbit\"",
+            ),
+            "ceil",
+        ),
+    ] {
+        let f = write_file("qhtb-bad", &toml);
+        let o = pg_in(&t.ns("R"), &["qos", "serve", &f, "--iface", "a1"]);
+        assert!(!o.status.success(), "{toml}");
+        let e = text(&o.stderr);
+        assert!(e.contains(want), "{e} (want {want})");
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+        assert!(!root_qdisc(&t).contains("htb"));
+        assert_eq!(egress_programs(&t), 0);
+        let list = pg_in(&t.ns("R"), &["qos", "list", "--json"]);
+        assert!(!text(&list.stdout).contains(&t.ns("R")));
+    }
+}
+
+#[test]
+fn htb_refuses_to_replace_a_users_root_qdisc() {
+    let Some(t) = Topo::privileged_up("qhtb-user") else {
+        return;
+    };
+    let r = t.ns("R");
+    let add = sh_in(
+        &r,
+        &[
+            "tc", "qdisc", "add", "dev", "b0", "root", "handle", "1:", "tbf", "rate", "10mbit",
+            "burst", "32kbit", "latency", "400ms",
+        ],
+        Duration::from_secs(5),
+    );
+    ok(&add, "tc qdisc add tbf");
+    let f = write_file("qhtb-user", &file("engine = \"htb\""));
+    let o = pg_in(&r, &["qos", "serve", &f, "--iface", "a1"]);
+    assert!(!o.status.success());
+    let e = text(&o.stderr);
+    assert!(e.contains("root qdisc peregrine did not make"), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(root_qdisc(&t).contains("tbf 1:"), "{}", root_qdisc(&t));
+    assert_eq!(egress_programs(&t), 0);
+    let list = pg_in(&r, &["qos", "list", "--json"]);
+    assert!(!text(&list.stdout).contains(&r), "nothing left on a1");
+}
+
+/// b0 with two TX queues: one HTB at the root still shapes every flow
+/// (an HTB per queue under mq cannot be told its flows from tcx egress:
+/// the TX queue is picked after it).
+#[test]
+fn htb_two_tx_queues_one_root_htb() {
+    let Some(t) = Topo::privileged_up("qhtb-mq") else {
+        return;
+    };
+    let (r, b) = (t.ns("R"), t.ns("B"));
+    common::ip(&["-n", &r, "link", "del", "b0"]);
+    common::ip(&[
+        "link",
+        "add",
+        "b0",
+        "netns",
+        &r,
+        "numtxqueues",
+        "2",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "b1",
+        "netns",
+        &b,
+    ]);
+    for (ns, dev, v4, v6) in [
+        (&r, "b0", "198.18.2.2/24", "2001:db8:2::2/64"),
+        (&b, "b1", "198.18.2.1/24", "2001:db8:2::1/64"),
+    ] {
+        common::ip(&["-n", ns, "addr", "add", v4, "dev", dev]);
+        common::ip(&["-n", ns, "addr", "add", v6, "dev", dev, "nodad"]);
+        common::ip(&["-n", ns, "link", "set", dev, "up"]);
+    }
+    common::ip(&["-n", &b, "route", "add", "default", "via", "198.18.2.2"]);
+    let _s = serve(&t, "qhtb-mq", &file("engine = \"htb\""));
+    let q = root_qdisc(&t);
+    assert!(q.contains("htb 7067: root"), "{q}");
+    let (share, mbit) = gold_share(&t, "198.18.2.1", &["-u", "-b", "30M", "-P", "4"]);
+    eprintln!("two TX queues, 4 flows per class: gold {share:.1} %, link {mbit:.1} Mbit/s");
+    assert!((share - 80.0).abs() <= 2.0, "gold's share {share:.1} %");
+    assert!(mbit > 40.0 && mbit < 55.0, "{mbit}");
+}

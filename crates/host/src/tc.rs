@@ -1,0 +1,390 @@
+//! Queueing disciplines and classes of the calling thread's namespace,
+//! over rtnetlink (never through `tc`): root qdiscs read and removed, an
+//! MQ root, HTB qdiscs and classes made and changed, FIFO leaves with a
+//! packet limit, and each class's counters (TCA_STATS2, HTB's xstats).
+//!
+//! HTB's options are built here from the kernel's own structs
+//! (`tc_htb_glob`, `tc_htb_opt`, `tc_ratespec`, `tc_fifo_qopt`, generated
+//! by bindgen from <linux/pkt_sched.h> into `crate::uapi`). Rates go in
+//! `tc_ratespec.rate` (bytes/s, capped at u32) and, above that, in
+//! TCA_HTB_RATE64/CEIL64; the rate specs say "Ethernet link layer", so the
+//! kernel needs no rate tables (it asks for TCA_HTB_RTAB/CTAB only from
+//! specs of an unaware link layer, the old `tc`'s).
+#![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
+use netlink_packet_core::{DefaultNla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption, TcStats2, TcXstats};
+use netlink_packet_route::RouteNetlinkMessage;
+
+use peregrine_bpf::pod::Pod;
+
+use crate::error::Result;
+use crate::nl::NetlinkHere;
+use crate::uapi;
+
+/// The parent of a root qdisc (TC_H_ROOT, <linux/pkt_sched.h>).
+const TC_H_ROOT: u32 = 0xffff_ffff;
+
+/// A handle `major:minor` as one u32, as the kernel keeps it.
+pub const fn handle(major: u16, minor: u16) -> u32 {
+    ((major as u32) << 16) | minor as u32
+}
+
+/// A qdisc as the kernel lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Qdisc {
+    pub handle: u32,
+    pub parent: u32,
+    pub kind: String,
+}
+
+impl Qdisc {
+    /// Attached at the device's root.
+    pub fn is_root(&self) -> bool {
+        self.parent == TC_H_ROOT
+    }
+}
+
+/// A class's counters: bytes and packets it sent, packets dropped (its
+/// leaf queue full), its queue now, and how often it borrowed (HTB).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    pub classid: u32,
+    pub parent: u32,
+    pub bytes: u64,
+    pub packets: u64,
+    pub drops: u64,
+    pub overlimits: u64,
+    pub qlen: u64,
+    pub backlog: u64,
+    pub borrows: u64,
+}
+
+/// One HTB class's settings: rates in bit/s, bursts in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HtbClass {
+    pub classid: u32,
+    pub parent: u32,
+    pub rate_bps: u64,
+    pub ceil_bps: u64,
+    pub burst: u64,
+    pub cburst: u64,
+    /// 0 (first) .. 7.
+    pub prio: u32,
+    /// Bytes a class may send per round among its priority's peers.
+    pub quantum: u32,
+}
+
+// Safety: bindgen's <linux/pkt_sched.h> structs below are repr(C), plain
+// integers without padding (sizes checked in the tests), and accept every
+// bit pattern.
+unsafe impl Pod for uapi::tc_htb_glob {}
+// Safety: as above.
+unsafe impl Pod for uapi::tc_htb_opt {}
+// Safety: as above.
+unsafe impl Pod for uapi::tc_fifo_qopt {}
+// Safety: as above.
+unsafe impl Pod for uapi::tc_htb_xstats {}
+
+/// The bytes of a plain kernel struct, for a netlink attribute.
+fn bytes_of<T: Pod>(v: &T) -> Vec<u8> {
+    v.as_bytes().to_vec()
+}
+
+fn opt(kind: u32, value: Vec<u8>) -> TcOption {
+    TcOption::Other(DefaultNla::new(kind as u16, value))
+}
+
+/// A rate spec for `bps` (bit/s) on Ethernet: bytes/s, capped at u32 (the
+/// 64-bit attribute carries more).
+fn ratespec(bps: u64) -> uapi::tc_ratespec {
+    uapi::tc_ratespec {
+        linklayer: uapi::TC_LINKLAYER_ETHERNET as u8,
+        rate: (bps / 8).clamp(1, u64::from(u32::MAX)) as u32,
+        ..Default::default()
+    }
+}
+
+/// Psched ticks (64 ns) `bytes` take at `bps`: HTB's bucket depth.
+fn ticks(bytes: u64, bps: u64) -> u32 {
+    let ns = (bytes as u128 * 8 * 1_000_000_000) / u128::from(bps.max(1));
+    (ns >> 6).min(u128::from(u32::MAX)) as u32
+}
+
+/// rtnetlink for tc in the calling thread's namespace.
+pub struct Tc {
+    nl: NetlinkHere,
+}
+
+impl Tc {
+    pub fn open() -> Result<Tc> {
+        Ok(Tc {
+            nl: NetlinkHere::open()?,
+        })
+    }
+
+    fn message(ifindex: u32, handle: u32, parent: u32, kind: Option<&str>) -> TcMessage {
+        let mut m = TcMessage::with_index(ifindex as i32);
+        m.header.handle = TcHandle::from(handle);
+        m.header.parent = TcHandle::from(parent);
+        if let Some(k) = kind {
+            m.attributes.push(TcAttribute::Kind(k.to_string()));
+        }
+        m
+    }
+
+    /// How many TX queues device `ifindex` uses.
+    pub fn tx_queues(&self, ifindex: u32) -> Result<u32> {
+        use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+        let mut m = LinkMessage::default();
+        m.header.index = ifindex;
+        let msgs = self.nl.request(
+            RouteNetlinkMessage::GetLink(m),
+            0,
+            "reading a link's TX queues",
+        )?;
+        Ok(msgs
+            .iter()
+            .find_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => l.attributes.iter().find_map(|a| match a {
+                    LinkAttribute::NumTxQueues(n) => Some(*n),
+                    _ => None,
+                }),
+                _ => None,
+            })
+            .unwrap_or(1))
+    }
+
+    /// The qdiscs of device `ifindex`.
+    pub fn qdiscs(&self, ifindex: u32) -> Result<Vec<Qdisc>> {
+        let msgs = self.nl.request(
+            RouteNetlinkMessage::GetQueueDiscipline(TcMessage::default()),
+            NLM_F_DUMP,
+            "listing qdiscs",
+        )?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewQueueDiscipline(m) if m.header.index == ifindex as i32 => {
+                    Some(Qdisc {
+                        handle: handle(m.header.handle.major, m.header.handle.minor),
+                        parent: handle(m.header.parent.major, m.header.parent.minor),
+                        kind: m
+                            .attributes
+                            .iter()
+                            .find_map(|a| match a {
+                                TcAttribute::Kind(k) => Some(k.clone()),
+                                _ => None,
+                            })
+                            .unwrap_or_default(),
+                    })
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The qdisc at the device's root (None: the kernel's default, which
+    /// it lists with handle 0).
+    pub fn root_qdisc(&self, ifindex: u32) -> Result<Option<Qdisc>> {
+        Ok(self
+            .qdiscs(ifindex)?
+            .into_iter()
+            .find(|q| q.is_root() && q.handle != 0))
+    }
+
+    fn new_qdisc(&self, m: TcMessage, flags: u16, what: &str) -> Result<()> {
+        self.nl
+            .request(
+                RouteNetlinkMessage::NewQueueDiscipline(m),
+                NLM_F_ACK | flags,
+                what,
+            )
+            .map(|_| ())
+    }
+
+    /// An MQ root qdisc `major:` (one child qdisc per TX queue, at parents
+    /// `major:1`, `major:2`, ...), replacing the kernel's default root.
+    pub fn add_root_mq(&self, ifindex: u32, major: u16) -> Result<()> {
+        let m = Self::message(ifindex, handle(major, 0), TC_H_ROOT, Some("mq"));
+        self.new_qdisc(m, NLM_F_CREATE | NLM_F_EXCL, "adding the mq root qdisc")
+    }
+
+    /// An HTB qdisc `major:` at `parent` (TC_H_ROOT: the device's root);
+    /// traffic of no class (`defcls` 0) goes out unshaped.
+    pub fn add_htb(&self, ifindex: u32, parent: Option<u32>, major: u16) -> Result<()> {
+        let glob = uapi::tc_htb_glob {
+            version: uapi::TC_HTB_PROTOVER,
+            rate2quantum: 10,
+            defcls: 0,
+            ..Default::default()
+        };
+        let mut m = Self::message(
+            ifindex,
+            handle(major, 0),
+            parent.unwrap_or(TC_H_ROOT),
+            Some("htb"),
+        );
+        m.attributes.push(TcAttribute::Options(vec![opt(
+            uapi::TCA_HTB_INIT,
+            bytes_of(&glob),
+        )]));
+        self.new_qdisc(m, NLM_F_CREATE | NLM_F_EXCL, "adding an htb qdisc")
+    }
+
+    /// A pfifo qdisc `major:` of `limit` packets under class `parent`, or
+    /// a new limit for the one there (`change`).
+    pub fn set_pfifo(
+        &self,
+        ifindex: u32,
+        parent: u32,
+        major: u16,
+        limit: u32,
+        change: bool,
+    ) -> Result<()> {
+        let q = uapi::tc_fifo_qopt { limit };
+        let mut m = Self::message(ifindex, handle(major, 0), parent, Some("pfifo"));
+        // pfifo's options are the bare struct, not nested attributes.
+        m.attributes.push(TcAttribute::Other(DefaultNla::new(
+            2, /* TCA_OPTIONS */
+            bytes_of(&q),
+        )));
+        let flags = if change { 0 } else { NLM_F_CREATE | NLM_F_EXCL };
+        self.new_qdisc(m, flags, "setting a class's queue limit (pfifo)")
+    }
+
+    /// Removes the root qdisc `handle` of the device (and everything under
+    /// it); a root that is not `handle` is left alone.
+    pub fn del_root(&self, ifindex: u32, h: u32) -> Result<()> {
+        let m = Self::message(ifindex, h, TC_H_ROOT, None);
+        self.nl
+            .request(
+                RouteNetlinkMessage::DelQueueDiscipline(m),
+                NLM_F_ACK,
+                "removing the root qdisc",
+            )
+            .map(|_| ())
+    }
+
+    /// Makes (`create`) or changes HTB class `c`.
+    pub fn set_htb_class(&self, ifindex: u32, c: &HtbClass, create: bool) -> Result<()> {
+        let parms = uapi::tc_htb_opt {
+            rate: ratespec(c.rate_bps),
+            ceil: ratespec(c.ceil_bps),
+            buffer: ticks(c.burst, c.rate_bps),
+            cbuffer: ticks(c.cburst, c.ceil_bps),
+            quantum: c.quantum,
+            prio: c.prio,
+            ..Default::default()
+        };
+        let mut opts = vec![opt(uapi::TCA_HTB_PARMS, bytes_of(&parms))];
+        if c.rate_bps / 8 > u64::from(u32::MAX) {
+            opts.push(opt(
+                uapi::TCA_HTB_RATE64,
+                (c.rate_bps / 8).to_ne_bytes().to_vec(),
+            ));
+        }
+        if c.ceil_bps / 8 > u64::from(u32::MAX) {
+            opts.push(opt(
+                uapi::TCA_HTB_CEIL64,
+                (c.ceil_bps / 8).to_ne_bytes().to_vec(),
+            ));
+        }
+        let mut m = Self::message(ifindex, c.classid, c.parent, Some("htb"));
+        m.attributes.push(TcAttribute::Options(opts));
+        let flags = if create { NLM_F_CREATE | NLM_F_EXCL } else { 0 };
+        let what = if create {
+            "adding an htb class"
+        } else {
+            "changing an htb class"
+        };
+        self.nl
+            .request(
+                RouteNetlinkMessage::NewTrafficClass(m),
+                NLM_F_ACK | flags,
+                what,
+            )
+            .map(|_| ())
+    }
+
+    /// Removes class `classid` (and its leaf qdisc).
+    pub fn del_class(&self, ifindex: u32, classid: u32) -> Result<()> {
+        let m = Self::message(ifindex, classid, 0, None);
+        self.nl
+            .request(
+                RouteNetlinkMessage::DelTrafficClass(m),
+                NLM_F_ACK,
+                "removing an htb class",
+            )
+            .map(|_| ())
+    }
+
+    /// Every class of qdisc `major:` on the device, with its counters.
+    pub fn classes(&self, ifindex: u32, major: u16) -> Result<Vec<ClassStats>> {
+        let mut req = TcMessage::with_index(ifindex as i32);
+        req.header.parent = TcHandle::from(handle(major, 0));
+        let msgs = self.nl.request(
+            RouteNetlinkMessage::GetTrafficClass(req),
+            NLM_F_DUMP,
+            "listing classes",
+        )?;
+        let mut out = Vec::new();
+        for m in msgs {
+            let RouteNetlinkMessage::NewTrafficClass(m) = m else {
+                continue;
+            };
+            if m.header.index != ifindex as i32 || m.header.handle.major != major {
+                continue;
+            }
+            let mut s = ClassStats {
+                classid: handle(m.header.handle.major, m.header.handle.minor),
+                parent: handle(m.header.parent.major, m.header.parent.minor),
+                ..Default::default()
+            };
+            for a in &m.attributes {
+                match a {
+                    TcAttribute::Stats2(v) => {
+                        for st in v {
+                            match st {
+                                TcStats2::Basic(b) => {
+                                    s.bytes = b.bytes;
+                                    s.packets = u64::from(b.packets);
+                                }
+                                TcStats2::Queue(q) => {
+                                    s.drops = u64::from(q.drops);
+                                    s.overlimits = u64::from(q.overlimits);
+                                    s.qlen = u64::from(q.qlen);
+                                    s.backlog = u64::from(q.backlog);
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    TcAttribute::Xstats(TcXstats::Other(b)) => {
+                        if let Some(x) = uapi::tc_htb_xstats::from_bytes(b) {
+                            s.borrows = u64::from(x.borrows);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            out.push(s);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_have_the_kernels_layout() {
+        assert_eq!(std::mem::size_of::<uapi::tc_ratespec>(), 12);
+        assert_eq!(std::mem::size_of::<uapi::tc_htb_opt>(), 44);
+        assert_eq!(std::mem::size_of::<uapi::tc_htb_glob>(), 20);
+        assert_eq!(handle(0x7067, 0xffff), 0x7067_ffff);
+        // 1500 bytes at 12 Mbit/s: 1 ms, 15625 ticks of 64 ns.
+        assert_eq!(ticks(1500, 12_000_000), 15_625);
+        assert_eq!(ratespec(80_000_000_000).rate, u32::MAX);
+    }
+}

@@ -1,0 +1,340 @@
+//! The htb engine's kernel side: the HTB tree peregrine builds on the
+//! shaped (egress) device through netlink, its record, and its counters.
+//!
+//! Handles (fixed, documented in docs/QOS.md; `7067` is "pg"):
+//! - one TX queue: root `htb 7067:`, the link class `7067:ffff` (rate =
+//!   ceil = the link), class id N at `7067:N`, its pfifo leaf `(7100+N):`;
+//! - n TX queues (n <= 16; built only on request, see `engine::HtbEngine`):
+//!   root `mq 7067:`, queue q's `htb (7068+q):` at
+//!   `7067:(q+1)`, its link class `(7068+q):ffff`, class N at
+//!   `(7068+q):N`, its leaf `(7100+64q+N):`; every rate, ceiling and the
+//!   link are split evenly over the queues (the classifier spreads flows by
+//!   hash).
+//!
+//! The record of what peregrine made is the classifier's `htb_port` map
+//! (device, root handle, owner pid), found from its link pinned at
+//! `<policer dir>/htb`: only a root qdisc with the recorded handle is ever
+//! removed, and a root qdisc someone else made is never replaced.
+use std::path::Path;
+
+use peregrine_bpf::classify::{ClassifierMaps, HtbPort, MAX_TX_QUEUES};
+use peregrine_bpf::link::{pinned_link, PinnedLink};
+use peregrine_bpf::policer::{ClassCounters, MAX_CLASSES};
+use peregrine_host::tc::{handle, HtbClass, Tc};
+
+use crate::classes::{classes_in, SchedulerStats};
+use crate::error::{QosError, Result};
+use crate::sched::ClassConfig;
+
+/// The root qdisc's handle major ("pg").
+pub const ROOT_MAJOR: u16 = 0x7067;
+/// The link class's minor, in every HTB.
+pub const LINK_MINOR: u16 = 0xffff;
+/// Queue q's HTB under an MQ root: `MQ_HTB_MAJOR + q`.
+pub const MQ_HTB_MAJOR: u16 = 0x7068;
+/// Leaf pfifo qdiscs: `LEAF_MAJOR + 64 q + class id`.
+pub const LEAF_MAJOR: u16 = 0x7100;
+/// The classifier's link, beside the policer's in its directory.
+pub const HTB_PIN: &str = "htb";
+
+/// The tree's shape on one device: how many HTBs, which majors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tree {
+    pub ifindex: u32,
+    /// 1: one HTB at the root; n: n HTBs under mq.
+    pub queues: u16,
+}
+
+impl Tree {
+    /// The HTB major of TX queue `q`.
+    pub fn major(&self, q: u16) -> u16 {
+        if self.queues > 1 {
+            MQ_HTB_MAJOR + q
+        } else {
+            ROOT_MAJOR
+        }
+    }
+
+    fn leaf(&self, q: u16, id: u32) -> u16 {
+        LEAF_MAJOR + 64 * q + id as u16
+    }
+
+    /// The record the classifier keeps of this tree.
+    pub fn port(&self, link_bps: u64) -> HtbPort {
+        HtbPort {
+            egress_ifindex: self.ifindex,
+            owner_pid: std::process::id(),
+            root_major: ROOT_MAJOR,
+            major: self.major(0),
+            queues: self.queues,
+            link_bps,
+            ..Default::default()
+        }
+    }
+
+    fn of(port: &HtbPort) -> Tree {
+        Tree {
+            ifindex: port.egress_ifindex,
+            queues: port.queues.max(1),
+        }
+    }
+
+    /// Class `c` (id `id`, parent id `parent`, 0: the link) in queue q's HTB.
+    fn class(&self, q: u16, id: u32, parent: u32, c: &ClassConfig) -> HtbClass {
+        let n = u64::from(self.queues);
+        let major = self.major(q);
+        let parent_minor = if parent == 0 {
+            LINK_MINOR
+        } else {
+            parent as u16
+        };
+        HtbClass {
+            classid: handle(major, id as u16),
+            parent: handle(major, parent_minor),
+            rate_bps: (c.rate_bps / n).max(8),
+            ceil_bps: (c.ceil_bps / n).max(8),
+            burst: c.burst,
+            cburst: c.burst,
+            prio: u32::from(c.priority.min(7)),
+            quantum: c.weight.saturating_mul(1514).max(1514),
+        }
+    }
+}
+
+/// The TX queues a tree on `ifindex` could give an HTB each (an MQ
+/// root). `start` builds one root HTB instead (see `engine`); the record
+/// and every change handle both shapes.
+pub fn queues_of(tc: &Tc, ifindex: u32) -> Result<u16> {
+    Ok(tc.tx_queues(ifindex)?.clamp(1, MAX_TX_QUEUES) as u16)
+}
+
+/// Refuses (one line) when the root qdisc of `egress` is someone else's:
+/// any root with a handle other than the kernel default's (0) and ours.
+pub fn check_root_free(tc: &Tc, ifindex: u32, egress: &str) -> Result<()> {
+    match tc.root_qdisc(ifindex)? {
+        Some(q) if q.handle >> 16 != u32::from(ROOT_MAJOR) => Err(QosError::Request(format!(
+            "{egress} has a root qdisc peregrine did not make ({} {:x}:): not replacing it; \
+             remove it first (`tc qdisc del dev {egress} root`) to shape {egress} with the htb engine",
+            q.kind,
+            q.handle >> 16
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The parent id of each class of `classes` (0: none, the link).
+fn parents(classes: &[(u32, ClassConfig)]) -> Vec<u32> {
+    classes
+        .iter()
+        .map(|(_, c)| {
+            c.parent
+                .as_ref()
+                .and_then(|p| classes.iter().find(|(_, o)| &o.name == p))
+                .map_or(0, |(i, _)| *i)
+        })
+        .collect()
+}
+
+fn is_leaf(classes: &[(u32, ClassConfig)], name: &str) -> bool {
+    !classes
+        .iter()
+        .any(|(_, c)| c.parent.as_deref() == Some(name))
+}
+
+/// Builds the tree on the device: the root (htb, or mq and one htb per
+/// queue), each HTB's link class, then `classes` (parents first) with
+/// pfifo leaves of their queue limits. A root of ours left from a killed
+/// run is replaced; anything else at the root was refused before.
+pub fn build(
+    tc: &Tc,
+    tree: &Tree,
+    link_bps: u64,
+    link_burst: u64,
+    classes: &[(u32, ClassConfig)],
+) -> Result<()> {
+    if let Some(q) = tc.root_qdisc(tree.ifindex)? {
+        if q.handle >> 16 == u32::from(ROOT_MAJOR) {
+            tc.del_root(tree.ifindex, q.handle)?;
+        }
+    }
+    let n = u64::from(tree.queues);
+    if tree.queues > 1 {
+        tc.add_root_mq(tree.ifindex, ROOT_MAJOR)?;
+    }
+    for q in 0..tree.queues {
+        let major = tree.major(q);
+        let parent = (tree.queues > 1).then(|| handle(ROOT_MAJOR, q + 1));
+        tc.add_htb(tree.ifindex, parent, major)?;
+        tc.set_htb_class(
+            tree.ifindex,
+            &HtbClass {
+                classid: handle(major, LINK_MINOR),
+                parent: handle(major, 0),
+                rate_bps: link_bps / n,
+                ceil_bps: link_bps / n,
+                burst: link_burst,
+                cburst: link_burst,
+                prio: 0,
+                quantum: 1514,
+            },
+            true,
+        )?;
+    }
+    let parents = parents(classes);
+    for ((id, c), parent) in classes.iter().zip(parents) {
+        set_class(tc, tree, *id, parent, c, is_leaf(classes, &c.name), false)?;
+    }
+    Ok(())
+}
+
+/// Adds class `id` in every queue's HTB (a leaf gets its pfifo), or
+/// with `replace` gives the existing class new settings (its parent
+/// stays).
+#[allow(clippy::too_many_arguments)]
+pub fn set_class(
+    tc: &Tc,
+    tree: &Tree,
+    id: u32,
+    parent: u32,
+    c: &ClassConfig,
+    leaf: bool,
+    replace: bool,
+) -> Result<()> {
+    for q in 0..tree.queues {
+        let hc = tree.class(q, id, parent, c);
+        tc.set_htb_class(tree.ifindex, &hc, !replace)?;
+        if leaf {
+            tc.set_pfifo(
+                tree.ifindex,
+                hc.classid,
+                tree.leaf(q, id),
+                c.queue_limit as u32,
+                replace,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes class `id` from every queue's HTB.
+pub fn del_class(tc: &Tc, tree: &Tree, id: u32) -> Result<()> {
+    for q in 0..tree.queues {
+        tc.del_class(tree.ifindex, handle(tree.major(q), id as u16))?;
+    }
+    Ok(())
+}
+
+/// The record of the htb engine in a policer's directory: its classifier
+/// link and what the classifier's map says.
+#[derive(Debug, Clone, Copy)]
+pub struct Record {
+    pub link: PinnedLink,
+    pub port: HtbPort,
+}
+
+impl Record {
+    pub fn tree(&self) -> Tree {
+        Tree::of(&self.port)
+    }
+
+    /// The serving process, when alive.
+    pub fn live_owner(&self) -> Option<u32> {
+        let pid = self.port.owner_pid;
+        (pid != 0 && Path::new(&format!("/proc/{pid}")).exists()).then_some(pid)
+    }
+
+    /// Its device is gone, or the process that served it.
+    pub fn stale(&self) -> bool {
+        !self.link.live() || self.live_owner().is_none()
+    }
+
+    pub fn maps(&self) -> Result<ClassifierMaps> {
+        Ok(ClassifierMaps::of_program(self.link.prog_id)?)
+    }
+}
+
+/// The htb engine's record in `dir`, if there is one. A pin whose program
+/// cannot be read counts as a record of nothing (stale).
+pub fn record(dir: &Path) -> Option<Result<Record>> {
+    let pin = dir.join(HTB_PIN);
+    if !pin.exists() {
+        return None;
+    }
+    Some((|| {
+        let link = pinned_link(&pin)?;
+        let port = ClassifierMaps::of_program(link.prog_id)?.port()?;
+        Ok(Record { link, port })
+    })())
+}
+
+/// Removes the tree the record in `dir` names (only a root qdisc with the
+/// recorded handle; in the calling thread's namespace, which must be the
+/// record's) and detaches the classifier.
+pub fn remove_here(dir: &Path) -> Result<()> {
+    if let Some(Ok(r)) = record(dir) {
+        if r.link.live() {
+            let tc = Tc::open()?;
+            let root = handle(r.port.root_major, 0);
+            if tc
+                .root_qdisc(r.port.egress_ifindex)?
+                .is_some_and(|q| q.handle == root)
+            {
+                tc.del_root(r.port.egress_ifindex, root)?;
+            }
+        }
+    }
+    peregrine_bpf::link::detach_pinned(&dir.join(HTB_PIN))?;
+    Ok(())
+}
+
+/// Removes a tree of ours a failed start left before its record was
+/// pinned (the root with our handle; nothing else).
+pub fn remove_unrecorded(tc: &Tc, ifindex: u32) {
+    if let Ok(Some(q)) = tc.root_qdisc(ifindex) {
+        if q.handle == handle(ROOT_MAJOR, 0) {
+            let _ = tc.del_root(ifindex, q.handle);
+        }
+    }
+}
+
+/// The classes the classifier's table holds, parents first.
+pub fn classes(maps: &ClassifierMaps) -> Result<Vec<(u32, ClassConfig)>> {
+    classes_in(|id| Ok(maps.class_slot(id)?))
+}
+
+/// The engine's classes and their counters from the kernel (TCA_STATS2,
+/// HTB's borrow count), summed over the queues' HTBs; in the calling
+/// thread's namespace.
+pub fn scheduler_stats(r: &Record) -> Result<SchedulerStats> {
+    let maps = r.maps()?;
+    let tree = r.tree();
+    let tc = Tc::open()?;
+    let mut by_id = vec![ClassCounters::default(); MAX_CLASSES as usize];
+    for q in 0..tree.queues {
+        for s in tc.classes(tree.ifindex, tree.major(q))? {
+            let id = (s.classid & 0xffff) as usize;
+            let Some(k) = by_id.get_mut(id) else { continue };
+            k.sent_packets += s.packets;
+            k.sent_bytes += s.bytes;
+            k.dropped_packets += s.drops;
+            k.borrowed_packets += s.borrows;
+            k.queue_depth += s.qlen;
+            k.enqueued_packets += s.packets + s.drops + s.qlen;
+        }
+    }
+    let totals = maps.totals()?;
+    Ok(SchedulerStats {
+        engine: "htb",
+        egress_ifindex: r.port.egress_ifindex,
+        owner: r.live_owner(),
+        link_bps: r.port.link_bps,
+        classes: classes(&maps)?
+            .into_iter()
+            .map(|(id, c)| (id, c, by_id[id as usize]))
+            .collect(),
+        unclassified: ClassCounters {
+            sent_packets: totals.unclassified + totals.not_ip + totals.malformed,
+            ..Default::default()
+        },
+    })
+}
