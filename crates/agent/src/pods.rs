@@ -8,11 +8,12 @@ use std::fs::File;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use peregrine_bpf::policer::Rate;
 use peregrine_bpf::router::FibMode;
 use peregrine_bpf::Hook;
 use peregrine_dataplane::HookChoice;
 use peregrine_host::netns;
-use peregrine_qos::config::PolicerConfig;
+use peregrine_qos::config::{default_burst, PolicerConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::compose;
@@ -134,11 +135,6 @@ impl PodPort {
     }
 }
 
-/// A burst at least this many bytes: a whole GSO packet (64 KiB), which
-/// the policer at tc meters at once; a smaller one would drop every
-/// super-packet of a TCP sender.
-pub const MIN_BURST_BYTES: u64 = 64 * 1024;
-
 /// Bursts from this many bits up are the runtimes' "no burst given"
 /// (kubelet's math.MaxInt32, containerd's math.MaxUint32, CRI-O's
 /// math.MaxUint32 * 8): taken as absent, not as a 256 MiB-512 MiB bucket
@@ -146,11 +142,12 @@ pub const MIN_BURST_BYTES: u64 = 64 * 1024;
 pub const NO_BURST_BITS: u64 = i32::MAX as u64;
 
 /// The policer's burst (bytes) for `rate_bps` and the burst the pod asked
-/// for (bits): that, but at least 10 ms at the rate and `MIN_BURST_BYTES`
-/// (the qos rules file's own default when it names none); absent, or one
-/// of the runtimes' "no limit" values, is that floor.
+/// for (bits): that, but at least the qos rules file's own default (what
+/// the rate earns over TCP's minimum retransmission timeout, at least a
+/// GSO packet); absent, or one of the runtimes' "no limit" values, is that
+/// floor.
 pub fn burst_bytes(rate_bps: u64, burst_bits: Option<u64>) -> u64 {
-    let floor = (rate_bps / 8 / 100).max(MIN_BURST_BYTES);
+    let floor = default_burst(Rate::Bits(rate_bps));
     match burst_bits {
         Some(b) if b > 0 && b < NO_BURST_BITS => b.div_ceil(8).max(floor),
         _ => floor,
@@ -515,14 +512,18 @@ mod tests {
 
     #[test]
     fn bursts_hold_tcp_and_ignore_the_runtimes_no_limit() {
-        // 10 Mbit/s: 10 ms is 12.5 kB, below a GSO packet.
-        assert_eq!(burst_bytes(10_000_000, None), MIN_BURST_BYTES);
-        // 1 Gbit/s: 10 ms is 1.25 MB.
-        assert_eq!(burst_bytes(1_000_000_000, None), 1_250_000);
-        assert_eq!(burst_bytes(10_000_000, Some(8 * 200_000)), 200_000);
-        assert_eq!(burst_bytes(10_000_000, Some(8 * 1000)), MIN_BURST_BYTES);
+        // 1 Mbit/s: 200 ms is 25 kB, below a GSO packet.
+        assert_eq!(
+            burst_bytes(1_000_000, None),
+            peregrine_qos::config::MIN_BURST_BYTES
+        );
+        // 10 Mbit/s and 1 Gbit/s: 200 ms of the rate.
+        assert_eq!(burst_bytes(10_000_000, None), 250_000);
+        assert_eq!(burst_bytes(1_000_000_000, None), 25_000_000);
+        assert_eq!(burst_bytes(10_000_000, Some(8 * 400_000)), 400_000);
+        assert_eq!(burst_bytes(10_000_000, Some(8 * 1000)), 250_000);
         for no_limit in [i32::MAX as u64, u32::MAX as u64, u32::MAX as u64 * 8] {
-            assert_eq!(burst_bytes(10_000_000, Some(no_limit)), MIN_BURST_BYTES);
+            assert_eq!(burst_bytes(10_000_000, Some(no_limit)), 250_000);
         }
     }
 
@@ -537,7 +538,7 @@ mod tests {
         assert_eq!(q.iface, "veth1");
         assert_eq!(q.cfg.rules.len(), 1);
         assert_eq!(q.hook(), Hook::TC);
-        assert_eq!(q.cfg.rules[0].burst, MIN_BURST_BYTES);
+        assert_eq!(q.cfg.rules[0].burst, 250_000);
         assert_eq!(
             q.cfg.rules[0].rate,
             peregrine_bpf::policer::Rate::Bits(10_000_000)

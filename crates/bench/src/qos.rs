@@ -52,6 +52,10 @@ pub struct QosBenchConfig {
     /// Length of each iperf3 TCP transfer.
     #[arg(long, default_value = "10s", value_parser = duration)]
     pub tcp_time: Duration,
+    /// iperf3 TCP streams of the goodput runs (each count at every rate),
+    /// comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,8")]
+    pub tcp_streams: Vec<u32>,
     /// Rules in the scale comparison (against one rule).
     #[arg(long, default_value_t = 100_000)]
     pub rules: u32,
@@ -280,10 +284,11 @@ fn attach_with_burst(
     }
 }
 
-/// The burst of the TCP runs: 50 ms of the rate, at least 64 KiB. TCP
-/// through a policer needs a deep bucket (docs/QOS.md); HTB gets the same.
+/// The burst of the TCP runs: the policer's own default (what the rate
+/// earns over TCP's minimum retransmission timeout; docs/QOS.md), what a
+/// rules file without `burst` gets; HTB gets the same.
 fn tcp_burst(rate: u64) -> u64 {
-    (rate / 8 / 20).max(64 * 1024)
+    peregrine_qos::config::default_burst(PolicerRate::Bits(rate))
 }
 
 fn busy(t: &Trial, cpu: Option<usize>) -> f64 {
@@ -383,13 +388,16 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
                 });
             }
         }
-        // TCP goodput through each, at the lowest and highest rate.
-        let mut tcp_rates = vec![rates[0]];
-        if rates.len() > 1 {
-            tcp_rates.push(*rates.last().expect("rates"));
-        }
-        for &rate in &tcp_rates {
-            let scenario = format!("tcp at {} Mbit/s", rate as f64 / 1e6);
+        // TCP goodput through each, at every rate, one stream and several.
+        for (&rate, &streams) in rates
+            .iter()
+            .flat_map(|r| a.tcp_streams.iter().map(move |s| (r, s)))
+        {
+            let scenario = format!(
+                "tcp at {} Mbit/s, {streams} stream{}",
+                rate as f64 / 1e6,
+                if streams == 1 { "" } else { "s" }
+            );
             for c in CONTENDERS {
                 signals::check()?;
                 let burst = tcp_burst(rate);
@@ -399,7 +407,7 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
                     client_ns: lab.ns("gen"),
                     server_ns: lab.ns("sink"),
                     server: dst,
-                    streams: 1,
+                    streams,
                     duration: a.tcp_time,
                 })?;
                 let ratio = fig.gbit_s * 1e9 / rate as f64;
@@ -421,7 +429,7 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
                         ip: "ipv4".into(),
                         frame_size: "tcp".into(),
                         mean_frame_bytes: 0.0,
-                        flows: 1,
+                        flows: streams,
                         threads: 1,
                         sink: format!("iperf3 server {dst} in sink"),
                         sent: true,

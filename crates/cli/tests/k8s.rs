@@ -156,7 +156,35 @@ spec:
   terminationGracePeriodSeconds: 1
   containers:
   - {name: iperf3, image: "peregrine.local/iperf3:1", imagePullPolicy: Never, command: ["/bin/sleep", "100000"]}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: iperf3-limited
+  namespace: default
+  labels: {app: iperf3}
+  annotations: {kubernetes.io/egress-bandwidth: 10M}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: iperf3, image: "peregrine.local/iperf3:1", imagePullPolicy: Never, command: ["/bin/sleep", "100000"]}
 "#;
+
+/// iperf3 TCP from `client` to `server` for `secs` seconds: the goodput
+/// the server received, bit/s.
+fn iperf3_goodput(c: &Cluster, client: &str, server: &str, secs: u32) -> f64 {
+    let t = secs.to_string();
+    let o = exec(
+        c,
+        client,
+        &["iperf3", "-c", server, "-p", "5201", "-t", &t, "-J"],
+    );
+    let iv: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("iperf3: {e}: {}{}", text(&o.stdout), text(&o.stderr)));
+    iv["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("iperf3 {client} -> {server}: {iv:#}"))
+}
 
 /// Running web pods: (name, IP).
 fn web_pods(c: &Cluster) -> Vec<(String, String)> {
@@ -316,9 +344,10 @@ fn full_tier_daemonset_pods_through_the_router_and_a_clean_host() {
         "--for=condition=Ready",
         "pod/iperf3-server",
         "pod/iperf3-client",
+        "pod/iperf3-limited",
         "--timeout=90s",
     ]);
-    step("4 web pods and 2 iperf3 pods Running");
+    step("4 web pods and 3 iperf3 pods Running");
 
     // The agent holds them under their Kubernetes names; their host
     // interfaces are router ports.
@@ -464,17 +493,31 @@ fn full_tier_daemonset_pods_through_the_router_and_a_clean_host() {
     let server = c.get(&["pod", "iperf3-server"]);
     let sip = server["status"]["podIP"].as_str().unwrap().to_string();
     assert!(sip.starts_with(POD_PREFIX), "iperf3-server: {sip}");
-    let o = exec(
-        &c,
-        "iperf3-client",
-        &["iperf3", "-c", &sip, "-p", "5201", "-t", "2", "-J"],
+    let bps = iperf3_goodput(&c, "iperf3-client", &sip, 2);
+    assert!(bps > 10e6, "iperf3 TCP between pods: {bps} bit/s");
+    step(&format!("iperf3 TCP pod to pod: {:.2} Gbit/s", bps / 1e9));
+
+    // 4. A pod with kubernetes.io/egress-bandwidth: 10M: the agent holds
+    // its rate (the runtime's runtimeConfig, through the plugin) and its
+    // TCP goodput is held to it. The issue's goal is within 10% (9 to 11
+    // Mbit/s); the policer on the pod's host end gives one TCP flow
+    // 0.87-0.91 of the rate (docs/QOS.md: TCP through a policer; payload
+    // is at most 0.956 of it), so what is asserted is the limit and that
+    // TCP is not starved: at most the rate plus its burst, at least 0.8.
+    let st = agent_status().unwrap();
+    let limited = st["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pod_name"] == "iperf3-limited")
+        .cloned()
+        .unwrap_or_else(|| panic!("iperf3-limited not at the agent: {st:#}"));
+    assert_eq!(limited["egress_rate"], 10_000_000u64, "{limited:#}");
+    let limited_bps = iperf3_goodput(&c, "iperf3-limited", &sip, 5);
+    assert!(
+        (8e6..=11e6).contains(&limited_bps),
+        "egress-bandwidth 10M: iperf3 TCP goodput {limited_bps} bit/s"
     );
-    let iv: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("iperf3: {e}: {}{}", text(&o.stdout), text(&o.stderr)));
-    let bps = iv["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0);
-    assert!(bps > 10e6, "iperf3 TCP between pods: {bps} bit/s: {iv:#}");
     c.kubectl_ok(&[
         "delete",
         "-f",
@@ -482,7 +525,94 @@ fn full_tier_daemonset_pods_through_the_router_and_a_clean_host() {
         "--wait=true",
         "--timeout=60s",
     ]);
-    step(&format!("iperf3 TCP pod to pod: {:.2} Gbit/s", bps / 1e9));
+    step(&format!(
+        "egress-bandwidth 10M: {:.2} Mbit/s TCP",
+        limited_bps / 1e6
+    ));
+
+    // 6. The agent's pod killed while two pods ping: no ping is lost, and
+    // the DaemonSet's next agent adopts the node as it is (the same pods,
+    // the same router programs).
+    let progs = |a: Vec<serde_json::Value>| -> Vec<(String, u64)> {
+        let mut v: Vec<_> = a
+            .iter()
+            .map(|x| {
+                (
+                    x["iface"].as_str().unwrap_or("").to_string(),
+                    x["prog_id"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = progs(host_router_attachments());
+    let pods_of = |s: serde_json::Value| -> Vec<String> {
+        let mut v: Vec<String> = s["pods"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p["pod_name"].as_str().map(String::from))
+            .collect();
+        v.sort();
+        v
+    };
+    let held = pods_of(agent_status().unwrap());
+    let agent_pod = || -> Option<String> {
+        c.get(&["pods", "-n", "peregrine-system"])["items"]
+            .as_array()?
+            .iter()
+            .find(|p| {
+                p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null()
+            })
+            .and_then(|p| p["metadata"]["name"].as_str().map(String::from))
+    };
+    let old_agent = agent_pod().expect("the agent's pod");
+    let mut ping = c.kubectl_spawn(&[
+        "exec", &p1.0, "--", "ping", "-c", "80", "-i", "0.1", "-W", "1", &p2.1,
+    ]);
+    std::thread::sleep(Duration::from_secs(1));
+    c.kubectl_ok(&[
+        "-n",
+        "peregrine-system",
+        "delete",
+        "pod",
+        &old_agent,
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    c.wait("the DaemonSet's next agent answers", 60, || {
+        agent_pod().is_some_and(|p| p != old_agent) && agent_status().is_some()
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ping.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "ping across the agent's restart hangs"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = ping.wait_with_output().unwrap();
+    let summary = text(&out.stdout);
+    assert!(
+        out.status.success() && summary.contains("80 packets transmitted, 80 packets received"),
+        "ping {} -> {} across the agent's restart: {summary}{}",
+        p1.0,
+        p2.1,
+        text(&out.stderr)
+    );
+    assert_eq!(
+        pods_of(agent_status().unwrap()),
+        held,
+        "the pods the next agent holds"
+    );
+    assert_eq!(
+        progs(host_router_attachments()),
+        before,
+        "the router programs, adopted (not reattached)"
+    );
+    step("the agent's pod killed: 80 of 80 pings, the node adopted");
 
     // 5. A deleted pod leaves no veth, no router port, nothing at the agent.
     let gone = &p0.0;

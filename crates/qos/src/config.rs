@@ -83,12 +83,24 @@ impl Proto {
     }
 }
 
-/// The burst a rule gets when it names none: 10 ms at its rate, and at
-/// least 64 KiB (a whole GSO packet, which the tc hook meters at once) or
-/// 32 packets.
-fn default_burst(rate: Rate) -> u64 {
+/// Linux TCP's minimum retransmission timeout (`TCP_RTO_MIN`, 200 ms).
+pub const TCP_RTO_MIN_MS: u64 = 200;
+
+/// The smallest burst of a bit rate: a whole GSO packet (64 KiB), which
+/// the tc hook meters at once.
+pub const MIN_BURST_BYTES: u64 = 64 * 1024;
+
+/// The burst a rule gets when it names none. A bit rate: what the rate
+/// earns over TCP's minimum retransmission timeout, at least
+/// `MIN_BURST_BYTES`. A TCP flow whose loss the sender only learns of by a
+/// timeout sends nothing for at least that long; a smaller bucket would
+/// throw away the credit of the wait, and the flow would get about
+/// burst / (rate x 200 ms) of the rate (measured: 0.25-0.27 at 50 ms,
+/// 0.99 at 200 ms; docs/QOS.md). A packet rate: 10 ms of it, at least 32
+/// packets.
+pub fn default_burst(rate: Rate) -> u64 {
     match rate {
-        Rate::Bits(b) => (b / 8 / 100).max(64 * 1024),
+        Rate::Bits(b) => (b / 8 * TCP_RTO_MIN_MS / 1000).max(MIN_BURST_BYTES),
         Rate::Packets(p) => (p / 100).max(32),
         Rate::Unmetered => 0,
     }
@@ -209,6 +221,40 @@ pub struct SchedulerFields {
     /// The rate the link is shaped to (bit/s of frames).
     pub rate: String,
     pub burst: Option<String>,
+    /// "afxdp" (default: the AF_XDP scheduler) or "htb" (the kernel's HTB,
+    /// built by peregrine through netlink).
+    pub engine: Option<String>,
+}
+
+/// Which engine schedules a file's classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Engine {
+    /// The AF_XDP scheduler (`serve`), fed by the XDP policer.
+    #[default]
+    Afxdp,
+    /// The kernel's HTB on the egress, classified by the tc-egress
+    /// classifier (`htb`); the rules' meters run at the tc hook.
+    Htb,
+}
+
+impl std::str::FromStr for Engine {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Engine, String> {
+        match s {
+            "afxdp" => Ok(Engine::Afxdp),
+            "htb" => Ok(Engine::Htb),
+            _ => Err(format!("engine {s:?}: expected \"afxdp\" or \"htb\"")),
+        }
+    }
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Afxdp => "afxdp",
+            Engine::Htb => "htb",
+        }
+    }
 }
 
 /// One class: a `[[class]]` table, or `qos class add`'s flags.
@@ -282,6 +328,7 @@ impl ClassFields {
 /// position + 1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerConfig {
+    pub engine: Engine,
     pub egress: String,
     pub link_bps: u64,
     pub link_burst: u64,
@@ -368,7 +415,28 @@ impl PolicerConfig {
                 return Err(cfg_err("[scheduler] needs at least one [[class]]".into()))
             }
             (Some(s), false) => {
-                if hook.is_some_and(|h: Hook| !h.is_xdp()) {
+                let engine = match &s.engine {
+                    Some(e) => e
+                        .parse::<Engine>()
+                        .map_err(|e| cfg_err(format!("[scheduler]: {e}")))?,
+                    None => Engine::Afxdp,
+                };
+                if engine == Engine::Htb && hook.is_some_and(|h: Hook| h.is_xdp()) {
+                    return Err(cfg_err(
+                        "the htb engine meters its rules at the tc hook: hook = \"tc\" (or leave it out)"
+                            .into(),
+                    ));
+                }
+                if engine == Engine::Htb {
+                    if let Some(c) = file.class.iter().find(|c| c.priority.unwrap_or(0) > 7) {
+                        return Err(cfg_err(format!(
+                            "class {:?}: priority {}: the htb engine has priorities 0..7",
+                            c.name,
+                            c.priority.unwrap_or(0)
+                        )));
+                    }
+                }
+                if engine == Engine::Afxdp && hook.is_some_and(|h: Hook| !h.is_xdp()) {
                     return Err(cfg_err(
                         "the scheduler is fed at the XDP hook: hook = \"xdp\" (or leave it out)"
                             .into(),
@@ -397,6 +465,7 @@ impl PolicerConfig {
                 crate::sched::Scheduler::<()>::new(link_bps, link_burst, classes.clone(), 0)
                     .map_err(|e| cfg_err(e.to_string()))?;
                 Some(SchedulerConfig {
+                    engine,
                     egress: s.egress.clone(),
                     link_bps,
                     link_burst,
@@ -497,7 +566,7 @@ priority = 7
         assert_eq!(r[1].matches.src.unwrap().len, 128);
         assert_eq!((r[1].rate, r[1].burst), (Rate::Packets(1000), 32));
         assert_eq!(r[1].exceed, Exceed::Remark(0));
-        assert_eq!(r[2].burst, 1_250_000, "10 ms of 1 Gbit/s");
+        assert_eq!(r[2].burst, 25_000_000, "200 ms of 1 Gbit/s");
     }
 
     /// The example shipped in examples/ stays valid.
@@ -575,6 +644,26 @@ dscp = 46
     }
 
     #[test]
+    fn one_file_serves_both_engines() {
+        let body = "egress = \"b0\"\nrate = \"50Mbit\"\n[[class]]\nname = \"a\"\nrate = \"40Mbit\"\npriority = 7\n[[filter]]\nclass = \"a\"\ndscp = 46\n";
+        for (engine, want) in [
+            ("", Engine::Afxdp),
+            ("engine = \"afxdp\"\n", Engine::Afxdp),
+            ("engine = \"htb\"\n", Engine::Htb),
+        ] {
+            let cfg = PolicerConfig::parse(&format!("[scheduler]\n{engine}{body}")).unwrap();
+            let s = cfg.scheduler.unwrap();
+            assert_eq!(s.engine, want);
+            assert_eq!((s.classes.len(), cfg.rules[0].class), (1, 1));
+        }
+        let tc = PolicerConfig::parse(&format!(
+            "hook = \"tc\"\n[scheduler]\nengine = \"htb\"\n{body}"
+        ))
+        .unwrap();
+        assert_eq!(tc.hook, Some(Hook::TC));
+    }
+
+    #[test]
     fn bad_scheduler_files_are_refused_in_one_line() {
         let head = "[scheduler]\negress = \"b0\"\nrate = \"100Mbit\"\n";
         let class = "[[class]]\nname = \"a\"\nrate = \"10Mbit\"\n";
@@ -589,6 +678,9 @@ dscp = 46
             (format!("hook = \"tc\"\n{head}{class}"), "fed at the XDP hook"),
             (format!("{head}{class}[[rule]]\nclass = \"a\"\nburst = \"1k\"\n"), "burst and exceed need a rate"),
             ("[[rule]]\nrate = \"1M\"\nclass = \"a\"\n".to_string(), "class \"a\" is not defined"),
+            (format!("{head}engine = \"hfsc\"\n{class}"), "engine \"hfsc\""),
+            (format!("{head}engine = \"htb\"\n{class}priority = 8\n"), "priority 8"),
+            (format!("hook = \"xdp\"\n{head}engine = \"htb\"\n{class}"), "at the tc hook"),
         ];
         for (text, want) in cases {
             let e = PolicerConfig::parse(&text).unwrap_err().to_string();
