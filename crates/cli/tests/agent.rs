@@ -1046,7 +1046,10 @@ fn agent_pods_join_the_router_are_policed_and_survive_a_restart() {
     let rule = pod_policer_rule(node, "hpa").expect("a policer on hpa");
     println!("hpa: {rule}");
     assert_eq!(rule["rate"], "10000000 bit/s", "{rule}");
-    assert_eq!(rule["burst"], "65536 B", "{rule}");
+    // No burst asked: the policer's own default for the rate.
+    let burst =
+        peregrine_qos::config::default_burst(peregrine_bpf::policer::Rate::Bits(10_000_000));
+    assert_eq!(rule["burst"], format!("{burst} B"), "{rule}");
     assert_eq!(rule["exceed"], "drop", "{rule}");
     assert!(rule["conform_packets"].as_u64() >= Some(20), "{rule}");
     let order = stages_on(&s, "hpa");
@@ -1286,7 +1289,8 @@ fn agent_refuses_bad_pods_and_keeps_nothing_of_them() {
         "pod-a",
         Bandwidth {
             ingress_rate: Some(5_000_000),
-            ingress_burst: Some(8 * 100_000),
+            // Above the default floor (200 ms of 5 Mbit/s, 125 kB): kept.
+            ingress_burst: Some(8 * 200_000),
             ..Default::default()
         },
     );
@@ -1296,7 +1300,7 @@ fn agent_refuses_bad_pods_and_keeps_nothing_of_them() {
     assert!(r.ok, "{r:?}");
     let rule = pod_policer_rule(pa, "eth0").expect("a policer on eth0 in pod A");
     assert_eq!(rule["rate"], "5000000 bit/s", "{rule}");
-    assert_eq!(rule["burst"], "100000 B", "{rule}");
+    assert_eq!(rule["burst"], "200000 B", "{rule}");
     let cookie = peregrine_host::netns::run_in(pa, peregrine_host::netns::cookie)
         .unwrap()
         .unwrap();

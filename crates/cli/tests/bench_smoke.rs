@@ -291,9 +291,10 @@ fn bench_qos_quick_run_holds_together() {
     ) else {
         return;
     };
-    // Policer: 5 UDP (4 contenders and the no-QoS baseline), 4 TCP, 2
-    // scale. Scheduler: 2 WFQ UDP, 2 WFQ TCP, 2 priority, 6 saturation.
-    assert_eq!(r.runs.len(), 23, "{:#?}", r.runs);
+    // Policer: 5 UDP (4 contenders and the no-QoS baseline), 8 TCP (4
+    // contenders, 1 and 8 streams), 2 scale. Scheduler: 2 WFQ UDP, 2 WFQ
+    // TCP, 2 priority, 6 saturation.
+    assert_eq!(r.runs.len(), 27, "{:#?}", r.runs);
     for run in r.runs.iter().filter(|x| x.label.contains("wfq 80/20")) {
         let share = run.values.gold_share.unwrap();
         let slack = if run.label.starts_with("tc ") {
@@ -324,7 +325,7 @@ fn bench_qos_quick_run_holds_together() {
         assert!(run.values.delivered_mpps.unwrap() > 0.01, "{}", run.label);
     }
     let policer_runs: Vec<_> = r.runs.iter().filter(|x| x.values.is_empty()).collect();
-    assert_eq!(policer_runs.len(), 11);
+    assert_eq!(policer_runs.len(), 15);
     for run in r.runs.iter().filter(|x| x.label.contains("udp at")) {
         let t = &run.trials[0];
         let mbit = t.steady_delivered_pps() * (run.params.mean_frame_bytes - 4.0) * 8.0 / 1e6;

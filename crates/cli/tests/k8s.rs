@@ -501,9 +501,11 @@ fn full_tier_daemonset_pods_through_the_router_and_a_clean_host() {
     // its rate (the runtime's runtimeConfig, through the plugin) and its
     // TCP goodput is held to it. The goal is within 10% (9 to 11
     // Mbit/s); the policer on the pod's host end gives one TCP flow
-    // 0.87-0.91 of the rate (docs/QOS.md: TCP through a policer; payload
-    // is at most 0.956 of it), so what is asserted is the limit and that
-    // TCP is not starved: at most the rate plus its burst, at least 0.8.
+    // 0.87-0.91 of the rate over 5-10 s on a quiet machine, 0.72 on a busy
+    // one (docs/QOS.md: TCP through a policer; payload is at most 0.956 of
+    // it), so what is asserted is the limit and that TCP is not starved as
+    // it was before the policer's burst followed TCP's RTO (0.25): at most
+    // the rate plus its burst, at least 0.6.
     let st = agent_status().unwrap();
     let limited = st["pods"]
         .as_array()
@@ -513,9 +515,9 @@ fn full_tier_daemonset_pods_through_the_router_and_a_clean_host() {
         .cloned()
         .unwrap_or_else(|| panic!("iperf3-limited not at the agent: {st:#}"));
     assert_eq!(limited["egress_rate"], 10_000_000u64, "{limited:#}");
-    let limited_bps = iperf3_goodput(&c, "iperf3-limited", &sip, 5);
+    let limited_bps = iperf3_goodput(&c, "iperf3-limited", &sip, 8);
     assert!(
-        (8e6..=11e6).contains(&limited_bps),
+        (6e6..=11e6).contains(&limited_bps),
         "egress-bandwidth 10M: iperf3 TCP goodput {limited_bps} bit/s"
     );
     c.kubectl_ok(&[
