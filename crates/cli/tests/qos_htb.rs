@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use peregrine_host::netns;
 
 mod common;
-use common::{ok, pg_in, sh_in, spawn_quiet, text, tmp, QosServe, Topo};
+use common::{ok, pg_in, qos_gold_silver_sent, sh_in, spawn_quiet, text, tmp, QosServe, Topo};
 
 /// Two classes under a 50 Mbit/s link: gold assured 40, silver 10, both
 /// may borrow up to the link; flows by port, TCP and UDP.
@@ -68,22 +68,6 @@ fn stats(t: &Topo) -> serde_json::Value {
     }
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     v["policers"][0].clone()
-}
-
-/// Bytes each class sent (gold, silver), from the kernel's class counters.
-fn sent(t: &Topo) -> (u64, u64) {
-    let st = stats(t);
-    let by = |name: &str| {
-        st["scheduler"]["classes"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no classes in {st}"))
-            .iter()
-            .find(|c| c["name"] == name)
-            .unwrap_or_else(|| panic!("no class {name} in {st}"))["sent_bytes"]
-            .as_u64()
-            .unwrap()
-    };
-    (by("gold"), by("silver"))
 }
 
 /// `tc qdisc show dev b0` in R (the test reads what users would).
@@ -161,10 +145,10 @@ fn reap(kids: Vec<Child>) {
 fn gold_share(t: &Topo, dst: &str, extra: &[&str]) -> (f64, f64) {
     let kids = flows(t, dst, &[5401, 5402], 5, extra);
     std::thread::sleep(Duration::from_millis(1500));
-    let (g0, s0) = sent(t);
+    let (g0, s0) = qos_gold_silver_sent(t);
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
-    let (g1, s1) = sent(t);
+    let (g1, s1) = qos_gold_silver_sent(t);
     let secs = t0.elapsed().as_secs_f64();
     reap(kids);
     let (g, s) = ((g1 - g0) as f64, (s1 - s0) as f64);
@@ -205,10 +189,10 @@ fn htb_class_change_under_traffic_takes_effect() {
     let _s = serve(&t, "qhtb-change", &file("engine = \"htb\""));
     let kids = flows(&t, "198.18.2.1", &[5402], 8, &["-u", "-b", "60M"]);
     let rate = |t: &Topo| {
-        let (_, a) = sent(t);
+        let (_, a) = qos_gold_silver_sent(t);
         let t0 = Instant::now();
         std::thread::sleep(Duration::from_millis(1500));
-        let (_, b) = sent(t);
+        let (_, b) = qos_gold_silver_sent(t);
         (b - a) as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e6
     };
     std::thread::sleep(Duration::from_millis(1000));

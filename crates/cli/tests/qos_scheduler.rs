@@ -15,7 +15,9 @@ use peregrine_host::netns;
 use peregrine_lab::measure::CpuWait;
 
 mod common;
-use common::{iperf_bytes, ok, pg_in, sh, tmp, ChaosRng, QosServe, Topo};
+use common::{
+    iperf_bytes, ok, pg_in, qos_gold_silver_sent, qos_stats, sh, tmp, ChaosRng, QosServe, Topo,
+};
 
 /// Two classes of one level sharing a 100 Mbit/s link by weight; every
 /// class gets its flows by port, TCP and UDP.
@@ -84,22 +86,6 @@ const WINDOW_SECS: f64 = 3.0;
 /// are published every 20 ms, so each edge of the window may be off by
 /// that much, and the link's burst (10 ms) may add its bytes once.
 const LINK_MAX_MBIT: f64 = 100.0 * (1.0 + 2.0 * 0.020 / WINDOW_SECS) + 100.0 * 0.010 / WINDOW_SECS;
-
-/// Bytes each class sent, from the scheduler's counters.
-fn sent(t: &Topo) -> (u64, u64) {
-    let st = stats(t);
-    let by = |name: &str| {
-        st["scheduler"]["classes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == name)
-            .unwrap_or_else(|| panic!("no class {name} in {st}"))["sent_bytes"]
-            .as_u64()
-            .unwrap()
-    };
-    (by("gold"), by("silver"))
-}
 
 /// What two concurrent flows got.
 struct Flows {
@@ -173,11 +159,11 @@ fn two_flows_each(t: &Topo, server: &QosServe, args: [&[&str]; 2]) -> Flows {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(1500));
-    let before = sent(t);
+    let before = qos_gold_silver_sent(t);
     let wait0 = CpuWait::of_process(server.0.id());
     std::thread::sleep(Duration::from_secs_f64(WINDOW_SECS));
     let sched_wait_s = CpuWait::of_process(server.0.id()).since(&wait0);
-    let after = sent(t);
+    let after = qos_gold_silver_sent(t);
     let got: Vec<u64> = clients
         .into_iter()
         .map(|c| {
@@ -208,13 +194,6 @@ fn link_min_mbit(f: &Flows) -> f64 {
 
 fn share(gold: u64, silver: u64) -> f64 {
     gold as f64 / (gold + silver) as f64
-}
-
-fn stats(t: &Topo) -> serde_json::Value {
-    let o = pg_in(&t.ns("R"), &["qos", "stats", "--iface", "a1", "--json"]);
-    ok(&o, "qos stats --json");
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    v["policers"][0].clone()
 }
 
 /// WFQ 80/20 under overload, UDP and TCP (default offloads: TCP's partial
@@ -265,7 +244,7 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
         );
     }
 
-    let st = stats(&t);
+    let st = qos_stats(&t);
     let classes = st["scheduler"]["classes"].as_array().unwrap();
     assert_eq!(classes.len(), 2, "{st}");
     assert!(st["scheduler"]["running"].as_bool().unwrap(), "{st}");
@@ -331,7 +310,10 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert_eq!(
-        stats(&t)["scheduler"]["classes"].as_array().unwrap().len(),
+        qos_stats(&t)["scheduler"]["classes"]
+            .as_array()
+            .unwrap()
+            .len(),
         2
     );
 
@@ -476,7 +458,7 @@ dst = "2001:db8:2::/64"
         bps / 1e6
     );
     assert!((40e6..=50e6).contains(&bps), "v6 tcp goodput {bps}");
-    let st = stats(&t);
+    let st = qos_stats(&t);
     let v6 = &st["scheduler"]["classes"][0];
     assert_eq!(v6["name"], "v6", "{st}");
     assert!(v6["sent_packets"].as_u64().unwrap() > 5000, "{st}");
@@ -578,7 +560,7 @@ fn a_scheduler_killed_at_random_points_is_replaced_and_corrupts_nothing() {
             >= before + 200),
         "datagrams through the last scheduler"
     );
-    let (gold, _) = sent(&t);
+    let (gold, _) = qos_gold_silver_sent(&t);
     assert!(gold > 0, "the last scheduler sent the gold class");
     drop(server);
     stop.store(true, Ordering::Relaxed);

@@ -449,6 +449,23 @@ pub fn qos_stats(t: &Topo) -> serde_json::Value {
     v["policers"][0].clone()
 }
 
+/// Bytes the scheduler's gold and silver classes sent, from `qos stats`
+/// (the AF_XDP scheduler's counters, or the kernel's HTB class counters).
+pub fn qos_gold_silver_sent(t: &Topo) -> (u64, u64) {
+    let st = qos_stats(t);
+    let by = |name: &str| {
+        st["scheduler"]["classes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no classes in {st}"))
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no class {name} in {st}"))["sent_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    (by("gold"), by("silver"))
+}
+
 /// Rule `id` of a policer's stats (`qos_stats`).
 pub fn qos_rule(s: &serde_json::Value, id: u64) -> serde_json::Value {
     s["rules"]
