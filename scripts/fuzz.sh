@@ -25,6 +25,13 @@ fi
 # No sanitizer: the product is safe Rust but for its syscall and UMEM
 # code, which these targets do not reach; debug assertions stay on.
 BUILD=(--sanitizer none)
+# The instrumented build (wasmtime in four targets) needs a few GB; a full
+# disk makes the linker die of SIGBUS, so say it plainly first.
+free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [ "$free_kb" -lt $((4 * 1024 * 1024)) ]; then
+    echo "fuzz: only $((free_kb / 1024)) MiB free on $(df -P . | awk 'NR == 2 { print $6 }'); the fuzz build needs 4 GiB" >&2
+    exit 1
+fi
 flock "$LOCK" cargo +nightly fuzz build "${BUILD[@]}"
 BIN=target/$(rustc +nightly -vV | sed -n 's/^host: //p')/release
 work=$(mktemp -d)

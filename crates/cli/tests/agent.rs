@@ -341,7 +341,8 @@ fn agent_leaves_a_hand_made_router_and_policer_alone() {
         &pg_in(&r, &["router", "attach", "a1", "b0"]),
         "router attach by hand",
     );
-    let f = tmp("agent-hand-qos").join("qos.toml");
+    let scratch = tmp("agent-hand-qos");
+    let f = scratch.join("qos.toml");
     std::fs::write(
         &f,
         "[[rule]]\nproto = \"udp\"\nrate = \"20Mbit\"\nburst = \"32KB\"\n",

@@ -40,7 +40,7 @@ fn add_container(t: &Topo) -> Container {
 }
 
 fn declaration(t: &Topo, name: &str) -> std::path::PathBuf {
-    let path = tmp(name).join("chain.toml");
+    let path = tmp(name).keep().join("chain.toml");
     let text = format!(
         r#"router = "{r}"
 ports = ["a1", "b0"]
@@ -208,7 +208,8 @@ fn chain_with_an_unknown_namespace_is_refused() {
         return;
     };
     let _c = add_container(&t);
-    let path = tmp("chain-unknown").join("chain.toml");
+    let scratch = tmp("chain-unknown");
+    let path = scratch.join("chain.toml");
     let text_in = std::fs::read_to_string(declaration(&t, "chain-unknown-base.toml"))
         .unwrap()
         .replace(&format!("host = \"{}\"", t.ns("C")), "host = \"pgc2-nope\"")

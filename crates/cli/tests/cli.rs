@@ -529,7 +529,8 @@ fn usage_errors_exit_2() {
         );
     }
     // A WebAssembly module that does not parse is refused before serving.
-    let bad_wat = tmp("wasm").join("bad.wat");
+    let scratch = tmp("wasm");
+    let bad_wat = scratch.join("bad.wat");
     std::fs::write(&bad_wat, "(module (func").unwrap();
     let bad_wasm = format!("1=wasm:{}", bad_wat.display());
     let files = tmp("exit2");

@@ -22,7 +22,7 @@ fn cache() -> PathBuf {
 /// reference plugins and peregrine-cni) and a conflist directory.
 struct Node {
     ns: String,
-    dir: PathBuf,
+    dir: Scratch,
     agent: Option<Child>,
     _namespaces: Namespaces,
 }
@@ -48,7 +48,6 @@ impl Node {
         all.extend_from_slice(pods);
         let namespaces = Namespaces::add(&all);
         let dir = tmp(name);
-        let _ = std::fs::remove_dir_all(&dir);
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::create_dir_all(dir.join("net.d")).unwrap();

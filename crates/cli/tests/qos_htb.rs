@@ -34,7 +34,7 @@ fn file(engine_line: &str) -> String {
 
 /// `toml` written to a file of the test's own directory: its path.
 fn write_file(name: &str, toml: &str) -> String {
-    let f = tmp(name).join("qos.toml");
+    let f = tmp(name).keep().join("qos.toml");
     std::fs::write(&f, toml).unwrap();
     f.display().to_string()
 }

@@ -447,7 +447,8 @@ fn stale_policers_are_listed_and_removed() {
     assert!(!said.contains("nothing to remove"), "{said}");
     // A policer whose namespace is deleted: gone at the next list.
     ip(&["-n", &t.ns("R"), "link", "set", "b0", "up"]);
-    let f = common::tmp("stale-b0").join("qos.toml");
+    let scratch = common::tmp("stale-b0");
+    let f = scratch.join("qos.toml");
     std::fs::write(&f, "[[rule]]\nrate = \"1Gbit\"\nfamily = 4\n").unwrap();
     ok(
         &pg_in(

@@ -53,7 +53,7 @@ weight = {silver}
 
 /// `peregrine qos serve` in R, once it says it is scheduling.
 fn serve(t: &Topo, name: &str, toml: &str) -> QosServe {
-    let f = tmp(name).join("qos.toml");
+    let f = tmp(name).keep().join("qos.toml");
     std::fs::write(&f, toml).unwrap();
     let mut child = Command::new("ip")
         .args(["netns", "exec", &t.ns("R")])
@@ -282,7 +282,8 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
     assert!((share(g, s) - 0.5).abs() <= 0.02, "share {}", share(g, s));
 
     // A file applied over a running scheduler would starve it: refused.
-    let f = tmp("over").join("qos.toml");
+    let scratch = tmp("over");
+    let f = scratch.join("qos.toml");
     std::fs::write(&f, "[[rule]]\nrate = \"1Gbit\"\n").unwrap();
     let o = pg_in(
         &t.ns("R"),
@@ -480,7 +481,8 @@ fn a_scheduler_killed_at_random_points_is_replaced_and_corrupts_nothing() {
     let Some(t) = Topo::privileged_up("pgs9") else {
         return;
     };
-    let f = tmp("chaos-sched").join("qos.toml");
+    let scratch = tmp("chaos-sched");
+    let f = scratch.join("qos.toml");
     std::fs::write(&f, wfq_file(80, 20)).unwrap();
     let spawn = || {
         Command::new("ip")

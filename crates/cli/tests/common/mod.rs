@@ -25,12 +25,79 @@ pub fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("peregrine runs")
 }
 
-/// An empty scratch directory for test `name` (emptied if a run left it).
-pub fn tmp(name: &str) -> PathBuf {
+/// An empty scratch directory for test `name` (emptied if a run left it),
+/// removed when the test ends; kept when it fails, for the post-mortem,
+/// until a later run finds its process gone and removes it.
+pub fn tmp(name: &str) -> Scratch {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(sweep_scratch_of_dead_runs);
     let d = std::env::temp_dir().join(format!("peregrine-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
+}
+
+/// Removes the scratch directories of test processes that no longer run
+/// (failed or killed runs): `peregrine-test-<pid>-*` with no `/proc/<pid>`.
+fn sweep_scratch_of_dead_runs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("peregrine-test-"))
+        else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().filter(|p| p.parse::<u32>().is_ok()) else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// A test's scratch directory (see [`tmp`]); derefs to its path.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// The directory, left in place past this value (for a file that a
+    /// helper hands on); a later run's sweep removes it.
+    pub fn keep(self) -> PathBuf {
+        let d = self.0.clone();
+        std::mem::forget(self);
+        d
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// Asserts that `out` succeeded, printing what it wrote if not.
@@ -72,7 +139,8 @@ pub fn topology_file(dir: &Path, name: &str, text: &str) -> String {
 /// Brings up the built-in pair topology as lab `name` (from a file, as a
 /// user would), after removing what a failed earlier run may have left.
 pub fn pair_lab_up(name: &str) {
-    let file = topology_file(&tmp(name), name, &pair_topology(name));
+    let dir = tmp(name);
+    let file = topology_file(&dir, name, &pair_topology(name));
     let _ = run(&["lab", "down", name]);
     ok(&run(&["lab", "up", &file]), "lab up");
 }
