@@ -52,28 +52,21 @@ enum htb_limits htb_limits_anchor;
 SEC("tc") int classify(struct __sk_buff *skb)
 {
 	struct htb_totals *t = map_first(&htb_totals);
-	struct policer_key key = {};
+	struct policer_pkt pkt = {};
 	struct cursor c = hook_cursor(skb, 1, CLASSIFY_HEADERS);
 
 	if (t)
 		t->packets++;
-	struct ethhdr *eth;
-	struct ip_hdr l3;
-	int vlans;
-	int proto = parse_eth(&c, &eth, &vlans);
-	if (proto < 0)
-		goto malformed;
-	int l4 = parse_ip(&c, proto, &l3);
-	if (l4 == PARSE_NOT_IP) {
-		if (t)
+	int l4 = policer_parse(&c, &pkt);
+	if (l4 < 0) {
+		if (t && l4 == PARSE_NOT_IP)
 			t->not_ip++;
+		else if (t)
+			t->malformed++;
 		return CLASSIFY_NEXT;
 	}
-	if (l4 < 0)
-		goto malformed;
-	policer_key_of(&key, &l3, l4, &c);
 
-	struct policer_rule *r = lookup(&key);
+	struct policer_rule *r = lookup(&pkt.key);
 	struct htb_port *port = map_first(&htb_port);
 	if (!r || !r->class_id || !port || !port->major || !port->queues)
 		goto unclassified;
@@ -98,10 +91,6 @@ SEC("tc") int classify(struct __sk_buff *skb)
 unclassified:
 	if (t)
 		t->unclassified++;
-	return CLASSIFY_NEXT;
-malformed:
-	if (t)
-		t->malformed++;
 	return CLASSIFY_NEXT;
 }
 

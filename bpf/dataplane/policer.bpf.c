@@ -229,23 +229,13 @@ unscheduled:
 static __always_inline int police(void *ctx, const int tc)
 {
 	struct policer_totals *t = map_first(&policer_totals);
-	struct policer_key key = {};
+	struct policer_pkt pkt = {};
 	struct cursor c = hook_cursor(ctx, tc, POLICER_HEADERS);
 	__u64 len = hook_len(ctx, tc);
 
 	if (t)
 		t->packets++;
-
-	struct ethhdr *eth;
-	struct ip_hdr l3;
-	int vlans;
-	int proto = parse_eth(&c, &eth, &vlans);
-	if (proto < 0) {
-		if (t)
-			t->malformed++;
-		return verdict_pass(tc);
-	}
-	int l4 = parse_ip(&c, proto, &l3);
+	int l4 = policer_parse(&c, &pkt);
 	if (l4 == PARSE_NOT_IP) {
 		if (t)
 			t->not_ip++;
@@ -256,11 +246,10 @@ static __always_inline int police(void *ctx, const int tc)
 			t->malformed++;
 		return verdict_pass(tc);
 	}
-	struct cursor at_l4 = c;
-	if (policer_key_of(&key, &l3, l4, &c) && tc)
-		len = wire_len(ctx, at_l4, l4, (void *)(long)((struct __sk_buff *)ctx)->data);
+	if (pkt.ports && tc)
+		len = wire_len(ctx, pkt.at_l4, l4, (void *)(long)((struct __sk_buff *)ctx)->data);
 
-	struct policer_rule *r = lookup(&key);
+	struct policer_rule *r = lookup(&pkt.key);
 	if (!r) {
 		if (t)
 			t->unmatched++;
@@ -269,10 +258,10 @@ static __always_inline int police(void *ctx, const int tc)
 	if (!meter(r, len)) {
 		if (r->exceed != POLICER_EXCEED_REMARK)
 			return hook_drop(tc);
-		remark(ctx, tc, &l3, r->remark_dscp);
+		remark(ctx, tc, &pkt.l3, r->remark_dscp);
 	}
 	if (!tc && r->class_id)
-		return steer(ctx, &l3, r->class_id, t);
+		return steer(ctx, &pkt.l3, r->class_id, t);
 	return verdict_pass(tc);
 }
 

@@ -373,24 +373,9 @@ up() {
         --service-account-issuer "https://$NODE_IP:6443" --service-account-key-file "$p/sa.pub" \
         --service-account-signing-key-file "$p/sa.key" \
         --authorization-mode Node,RBAC --allow-privileged=true --profiling=false
-    cat > "$DIR/containerd.toml" <<EOF
-version = 2
-root = "$DIR/containerd/root"
-state = "$STATE"
-[grpc]
-  address = "$SOCK"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$DIR/containerd/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "peregrine.local/pause:1"
-  restrict_oom_score_adj = true
-  enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "$DIR/cni/bin"
-    conf_dir = "$DIR/cni/net.d"
-EOF
+    sed -e "s|@ROOT@|$DIR/containerd|g" -e "s|@STATE@|$STATE|g" \
+        -e "s|@BIN@|$DIR/cni/bin|g" -e "s|@NET@|$DIR/cni/net.d|g" \
+        "$root/scripts/k8s/containerd.toml" > "$DIR/containerd.toml"
     # The node's base CNI plugins (what a distribution's package installs);
     # peregrine-cni and the conflist come from the DaemonSet.
     for plug in bridge host-local loopback; do ln -sf "$CNI/$plug" "$DIR/cni/bin/$plug"; done

@@ -86,4 +86,30 @@ static __always_inline int policer_key_of(struct policer_key *key, const struct 
 	return 1;
 }
 
+/* A frame parsed as far as its rule key (policer_parse). */
+struct policer_pkt {
+	struct policer_key key;
+	struct ip_hdr l3;
+	struct cursor at_l4; /* at the transport header */
+	int ports; /* policer_key_of read the ports */
+};
+
+/* Parses the frame at `c` into `p`: Ethernet (VLAN tags skipped), IPv4
+ * or IPv6, then policer_key_of. The L4 protocol (>= 0), PARSE_NOT_IP, or
+ * another negative PARSE_* for a malformed frame. */
+static __always_inline int policer_parse(struct cursor *c, struct policer_pkt *p)
+{
+	struct ethhdr *eth;
+	int vlans;
+	int proto = parse_eth(c, &eth, &vlans);
+	if (proto < 0)
+		return proto;
+	int l4 = parse_ip(c, proto, &p->l3);
+	if (l4 < 0)
+		return l4;
+	p->at_l4 = *c;
+	p->ports = policer_key_of(&p->key, &p->l3, l4, c);
+	return l4;
+}
+
 #endif

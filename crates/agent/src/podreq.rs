@@ -141,21 +141,22 @@ fn add(h: &mut impl Host, pod: PodPort) -> Reply {
     let mut lines = pass.changed.clone();
     let mut failed = host_side_missing(&pod, cookie, &pass);
     let mut rec = rec;
+    let in_pod_wanted = pod.bandwidth.ingress_rate.is_some() || pod.bandwidth.egress_rate.is_some();
     if failed.is_none() {
-        if pod.bandwidth.ingress_rate.is_some() {
-            match apply_in_pod(&pod) {
-                Ok(c) => {
-                    lines.push(format!(
-                        "{who}: ingress_rate {} bit/s policed on {} inside its namespace",
-                        pod.bandwidth.ingress_rate.unwrap_or_default(),
-                        pod.key.ifname
-                    ));
+        if in_pod_wanted {
+            let before = prev
+                .as_ref()
+                .filter(|p| p.pod.netns == pod.netns)
+                .map(|p| &p.pod.bandwidth);
+            match apply_in_pod(&pod, before) {
+                Ok((c, changed)) => {
+                    lines.extend(changed.into_iter().map(|l| format!("{who}: {l}")));
                     rec.in_pod = Some(c);
                 }
                 Err(e) => failed = Some(e),
             }
         } else if let Ok(Some(l)) = remove_in_pod(&rec) {
-            // A re-ADD without the ingress_rate the pod had.
+            // A re-ADD without the bandwidth the pod had.
             lines.push(l);
             rec.in_pod = None;
         }
@@ -183,7 +184,7 @@ fn add(h: &mut impl Host, pod: PodPort) -> Reply {
     }
     let bw = match pod.bandwidth.egress_rate {
         Some(r) => format!(
-            ", egress_rate {r} bit/s (burst {} B)",
+            ", egress_rate {r} bit/s policed here too (burst {} B)",
             burst_bytes(r, pod.bandwidth.egress_burst)
         ),
         None => String::new(),
@@ -301,6 +302,12 @@ fn check(h: &mut impl Host, key: &PodKey) -> Reply {
     {
         missing.push(format!(
             "the ingress_rate policer on {} in {} is not running",
+            p.key.ifname, p.netns
+        ));
+    }
+    if p.bandwidth.egress_rate.is_some() && !rec.in_pod.is_some_and(|c| shaper_live(p, c)) {
+        missing.push(format!(
+            "the egress_rate shaper on {} in {} is not there",
             p.key.ifname, p.netns
         ));
     }

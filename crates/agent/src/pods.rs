@@ -14,6 +14,7 @@ use peregrine_bpf::Hook;
 use peregrine_dataplane::HookChoice;
 use peregrine_host::netns;
 use peregrine_qos::config::{default_burst, PolicerConfig};
+use peregrine_qos::shaper;
 use serde::{Deserialize, Serialize};
 
 use crate::compose;
@@ -35,26 +36,19 @@ pub struct PodKey {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Bandwidth {
-    #[serde(
-        default,
-        alias = "IngressRate",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, alias = "IngressRate", skip_serializing_if = "unset")]
     pub ingress_rate: Option<u64>,
-    #[serde(
-        default,
-        alias = "IngressBurst",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, alias = "IngressBurst", skip_serializing_if = "unset")]
     pub ingress_burst: Option<u64>,
-    #[serde(default, alias = "EgressRate", skip_serializing_if = "Option::is_none")]
+    #[serde(default, alias = "EgressRate", skip_serializing_if = "unset")]
     pub egress_rate: Option<u64>,
-    #[serde(
-        default,
-        alias = "EgressBurst",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, alias = "EgressBurst", skip_serializing_if = "unset")]
     pub egress_burst: Option<u64>,
+}
+
+/// A key left out of the JSON written (`skip_serializing_if`).
+fn unset(v: &Option<u64>) -> bool {
+    v.is_none()
 }
 
 impl Bandwidth {
@@ -190,8 +184,9 @@ pub fn egress_qos(p: &PodPort) -> Option<Result<QosDecl, String>> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRecord {
     pub pod: PodPort,
-    /// The `ingress_rate` policer put on the pod's own interface inside
-    /// its namespace: that namespace's cookie (None: none put there).
+    /// The `ingress_rate` policer or `egress_rate` shaper put on the pod's
+    /// own interface inside its namespace: that namespace's cookie (None:
+    /// nothing put there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_pod: Option<u64>,
 }
@@ -404,23 +399,81 @@ fn in_netns<T: Send>(path: &str, f: impl FnOnce() -> T + Send) -> Result<(u64, T
     })
 }
 
-/// Puts the pod's `ingress_rate` policer on its own interface inside its
-/// namespace (where what it receives enters it, whatever way the router
-/// delivered it): that namespace's cookie.
-pub(crate) fn apply_in_pod(p: &PodPort) -> Result<u64, String> {
-    let rate = p.bandwidth.ingress_rate.unwrap_or_default();
-    let (_, cfg) = policer_config("ingress_rate", rate, p.bandwidth.ingress_burst)?;
-    let ifname = p.key.ifname.clone();
-    let (cookie, r) = in_netns(&p.netns, move || {
-        peregrine_qos::attach::apply(&ifname, Hook::TC, &cfg.rules).map_err(|e| e.to_string())
-    })?;
-    r.map(|_| cookie)
-        .map_err(|e| format!("ingress_rate on {} in {}: {e}", p.key.ifname, p.netns))
+/// The egress shaper's bucket (bytes) for `rate_bps` and the burst the
+/// pod asked for (bits): that, or 10 ms of the rate, at least 16 KiB.
+pub fn shaper_burst(rate_bps: u64, burst_bits: Option<u64>) -> u64 {
+    match burst_bits {
+        Some(b) if b > 0 && b < NO_BURST_BITS => b.div_ceil(8),
+        _ => (rate_bps / 8 / 100).max(16 * 1024),
+    }
 }
 
-/// Removes the pod's in-namespace policer: in its namespace if that is
-/// still the one recorded, and its pins either way (a namespace gone
-/// leaves them stale). A line for people when something went.
+/// Puts the pod's QoS on its own interface inside its namespace: the
+/// `ingress_rate` policer (where what it receives enters it, whichever
+/// way the router delivered it) and the `egress_rate` shaper (where what
+/// it sends leaves it: its TCP is then held back by its own queue instead
+/// of losing segments to the host side's policer). What it no longer asks
+/// for is removed. That namespace's cookie and a line per change (`prev`:
+/// what the pod asked for before in the same namespace, if it did).
+pub(crate) fn apply_in_pod(
+    p: &PodPort,
+    prev: Option<&Bandwidth>,
+) -> Result<(u64, Vec<String>), String> {
+    let same_egress = prev.is_some_and(|b| {
+        (b.egress_rate, b.egress_burst) == (p.bandwidth.egress_rate, p.bandwidth.egress_burst)
+    });
+    let ingress = match p.bandwidth.ingress_rate {
+        Some(rate) => Some(policer_config("ingress_rate", rate, p.bandwidth.ingress_burst)?.1),
+        None => None,
+    };
+    let egress = p
+        .bandwidth
+        .egress_rate
+        .map(|r| (r, shaper_burst(r, p.bandwidth.egress_burst)));
+    let ifname = p.key.ifname.clone();
+    let (cookie, r) = in_netns(&p.netns, move || -> Result<Vec<String>, String> {
+        let mut lines = Vec::new();
+        match ingress {
+            Some(cfg) => {
+                peregrine_qos::attach::apply(&ifname, Hook::TC, &cfg.rules)
+                    .map_err(|e| format!("ingress_rate: {e}"))?;
+                lines.push(format!(
+                    "ingress_rate policed on {ifname} inside its namespace"
+                ));
+            }
+            None => {
+                if peregrine_qos::attach::detach(&ifname).is_ok() {
+                    lines.push(format!("ingress_rate policer on {ifname} removed"));
+                }
+            }
+        }
+        match egress {
+            Some((rate, burst)) => {
+                let done =
+                    shaper::shape(&ifname, rate, burst).map_err(|e| format!("egress_rate: {e}"))?;
+                if done == shaper::Shaped::Added || !same_egress {
+                    lines.push(format!(
+                        "egress_rate {rate} bit/s shaped on {ifname} inside its namespace \
+                         (burst {burst} B)"
+                    ));
+                }
+            }
+            None => {
+                if shaper::unshape(&ifname).map_err(|e| format!("egress_rate: {e}"))? {
+                    lines.push(format!("egress_rate shaper on {ifname} removed"));
+                }
+            }
+        }
+        Ok(lines)
+    })?;
+    r.map(|l| (cookie, l))
+        .map_err(|e| format!("{e} (on {} in {})", p.key.ifname, p.netns))
+}
+
+/// Removes the pod's in-namespace QoS: the policer and the shaper in its
+/// namespace if that is still the one recorded, and the policer's pins
+/// either way (a namespace gone leaves them stale; its shaper went with
+/// its interface). A line for people when something went.
 pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
     let Some(cookie) = rec.in_pod else {
         return Ok(None);
@@ -428,15 +481,22 @@ pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
     let p = &rec.pod;
     let ifname = p.key.ifname.clone();
     let mut line = None;
-    if let Ok((c, r)) = in_netns(&p.netns, || {
-        netns::cookie().ok() == Some(cookie) && peregrine_qos::attach::detach(&ifname).is_ok()
+    if let Ok((c, (policer, shaper))) = in_netns(&p.netns, || {
+        if netns::cookie().ok() != Some(cookie) {
+            return (false, false);
+        }
+        (
+            peregrine_qos::attach::detach(&ifname).is_ok(),
+            shaper::unshape(&ifname).unwrap_or(false),
+        )
     }) {
-        if c == cookie && r {
-            line = Some(format!(
-                "{}: ingress_rate policer on {} removed",
-                p.who(),
-                p.key.ifname
-            ));
+        if c == cookie && (policer || shaper) {
+            let what = match (policer, shaper) {
+                (true, true) => "ingress_rate policer and egress_rate shaper",
+                (true, false) => "ingress_rate policer",
+                _ => "egress_rate shaper",
+            };
+            line = Some(format!("{}: {what} on {} removed", p.who(), p.key.ifname));
         }
     }
     for a in peregrine_qos::attach::list()
@@ -464,6 +524,14 @@ pub(crate) fn in_pod_live(cookie: u64, ifname: &str) -> bool {
     peregrine_qos::attach::list()
         .into_iter()
         .any(|a| a.cookie == cookie && a.iface == ifname && a.link.is_some_and(|l| l.live()))
+}
+
+/// The pod's egress shaper is on its interface in the namespace of
+/// `cookie`.
+pub(crate) fn shaper_live(p: &PodPort, cookie: u64) -> bool {
+    let ifname = p.key.ifname.clone();
+    in_netns(&p.netns, move || shaper::shaped(&ifname))
+        .is_ok_and(|(c, r)| c == cookie && matches!(r, Ok(Some(_))))
 }
 
 /// A pod as `status` shows it.

@@ -50,17 +50,16 @@ const CNITOOL: &str = "/var/cache/peregrine/tools/bin/cnitool";
 /// libcni's result cache (cnitool has no flag for another).
 const RESULTS_CACHE: &str = "/var/lib/cni/results";
 
+/// The contenders `bench cni` runs unless told (`--contenders`).
+const CONTENDERS: &str = "bridge,bridge+peregrine,peregrine,ptp";
+
 /// `peregrine bench cni`.
 #[derive(clap::Args, Clone, Debug)]
 #[command(mut_arg("name", ResultOutput::named("bench-cni")))]
 pub struct CniBenchConfig {
     /// Contenders, side by side: bridge (the baseline), bridge+peregrine,
     /// peregrine, ptp.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "bridge,bridge+peregrine,peregrine,ptp"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = CONTENDERS)]
     pub contenders: Vec<Contender>,
     /// Rounds; each runs every contender once, in turn, on a fresh node.
     #[arg(long, default_value_t = 3)]

@@ -37,6 +37,9 @@ use crate::common::{
 use crate::report::Report;
 
 /// `peregrine bench faas`.
+/// The backends `bench faas` compares unless told (`--configs`).
+const CONFIGS: &str = "socket:1,mmsg:1,afxdp:1,afxdp-wasm:1,mmsg:2,afxdp:2";
+
 #[derive(clap::Args, Clone, Debug)]
 #[command(mut_arg("name", ResultOutput::named("bench-faas")))]
 pub struct FaasBenchConfig {
@@ -48,11 +51,7 @@ pub struct FaasBenchConfig {
     pub sizes: Vec<usize>,
     /// Backends and worker configurations (BACKEND:THREADS, threads =
     /// queues; BACKEND-wasm:THREADS runs reverse as WebAssembly).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "socket:1,mmsg:1,afxdp:1,afxdp-wasm:1,mmsg:2,afxdp:2"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = CONFIGS)]
     pub configs: Vec<String>,
     /// Highest share of requests left unanswered at the throughput found.
     #[arg(long, default_value_t = 0.001)]

@@ -195,6 +195,21 @@ fn router_programs(ns: &str) -> Vec<(String, u64)> {
     out
 }
 
+/// A restarted agent adopted the node as it was: the router's programs of
+/// `ns` are still `before` and its status `s` reports no change.
+fn assert_adopted(s: &serde_json::Value, ns: &str, before: &[(String, u64)]) {
+    assert_eq!(
+        router_programs(ns),
+        before,
+        "the new agent re-attached the router"
+    );
+    assert!(
+        changes(s).is_empty(),
+        "the new agent changed something instead of adopting: {:?}",
+        changes(s)
+    );
+}
+
 /// Router in the tc order with the policer: traffic is policed AND routed
 /// (both components count it), in the order the declaration cannot get
 /// wrong; the node's endpoint carries both; a SIGKILLed agent's successor
@@ -279,16 +294,7 @@ fn agent_composes_router_and_policer_and_adopts_after_kill() {
         "pings through a kill -9 and restart: {ping}"
     );
     let s = a.status();
-    assert_eq!(
-        router_programs(&t.ns("R")),
-        before,
-        "the new agent re-attached the router"
-    );
-    assert!(
-        changes(&s).is_empty(),
-        "the new agent changed something instead of adopting: {:?}",
-        changes(&s)
-    );
+    assert_adopted(&s, &t.ns("R"), &before);
     assert_eq!(s["ready"], true, "{s:#}");
 }
 
@@ -949,11 +955,19 @@ fn pod_counter(body: &str, port: &str, action: &str) -> Option<(String, u64)> {
 /// declares none of (router attach's defaults: auto picks tc for veths at
 /// their default offloads); a UDP datagram goes from one to the other
 /// through it, counted with the pod's names; egress_rate is the exact
-/// policer rule on the host side, ingress_rate one on the pod's eth0 in
-/// its namespace (which counts what the router delivered); CHECK is ok;
+/// policer rule on the host side and a shaper on the pod's eth0,
+/// ingress_rate a policer on the pod's eth0 in its namespace (which counts
+/// what the router delivered); CHECK is ok;
 /// a SIGKILLed agent's successor keeps the pods and adopts their ports
 /// (same router programs, no change made); DEL of one leaves the other
 /// running, DEL again is ok, GC removes the rest, pins included.
+/// The counters of the egress shaper on eth0 in pod namespace `ns`.
+fn pod_shaper(ns: &str) -> Option<peregrine_host::tc::ClassStats> {
+    peregrine_host::netns::run_in(ns, || peregrine_qos::shaper::shaped("eth0"))
+        .unwrap()
+        .unwrap()
+}
+
 #[test]
 fn agent_pods_join_the_router_are_policed_and_survive_a_restart() {
     if !peregrine_testbed::testing::privileged_here() {
@@ -1055,6 +1069,12 @@ fn agent_pods_join_the_router_are_policed_and_survive_a_restart() {
     assert!(rule["conform_packets"].as_u64() >= Some(20), "{rule}");
     let order = stages_on(&s, "hpa");
     assert_eq!(order, ["policer (tc)", "router (tc)"], "{s:#}");
+    // egress_rate is shaped as well, on A's eth0 in A (where A's TCP feels
+    // the queue): the shaper's class sent what A sent.
+    let shaped = pod_shaper(pa).expect("a shaper on eth0 in pod A");
+    println!("eth0 in pod A: {shaped:?}");
+    assert!(shaped.packets >= 20, "{shaped:?}");
+    assert!(pod_shaper(pb).is_none(), "pod B asked for no egress_rate");
     // ingress_rate: the policer on B's eth0, in B, counted what came.
     let rule = pod_policer_rule(pb, "eth0").expect("a policer on eth0 in pod B");
     println!("eth0 in pod B: {rule}");
@@ -1068,16 +1088,7 @@ fn agent_pods_join_the_router_are_policed_and_survive_a_restart() {
     a.spawn();
     let s = a.status();
     assert_eq!(status_pods(&s).len(), 2, "{s:#}");
-    assert_eq!(
-        router_programs(node),
-        before,
-        "the new agent re-attached the router"
-    );
-    assert!(
-        changes(&s).is_empty(),
-        "the new agent changed something instead of adopting: {:?}",
-        changes(&s)
-    );
+    assert_adopted(&s, node, &before);
     for k in ["pod-a", "pod-b"] {
         let r = a.pods(&Request::PodCheck { key: pod_key(k) });
         assert!(r.ok, "CHECK {k} after the restart: {r:?}");
@@ -1098,6 +1109,7 @@ fn agent_pods_join_the_router_are_policed_and_survive_a_restart() {
         pod_policer_rule(node, "hpa").is_none(),
         "the policer on hpa stayed"
     );
+    assert!(pod_shaper(pa).is_none(), "the shaper in pod A stayed");
     assert!(
         a.pods(&Request::PodCheck {
             key: pod_key("pod-b")

@@ -727,26 +727,12 @@ impl Containerd {
         let state = PathBuf::from(format!("/run/pg-{}", node.ns));
         let _ = std::fs::remove_dir_all(&state);
         std::fs::create_dir_all(&dir).unwrap();
-        let cfg = format!(
-            r#"version = 2
-root = "{root}"
-state = "{state}"
-[grpc]
-  address = "{state}/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "peregrine.local/pause:1"
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{bin}"
-    conf_dir = "{net}"
-"#,
-            root = dir.join("root").display(),
-            state = state.display(),
-            bin = node.dir.join("bin").display(),
-            net = node.dir.join("net.d").display(),
-        );
+        // The node's containerd runs as scripts/k8s/cluster.sh runs it.
+        let cfg = include_str!("../../../scripts/k8s/containerd.toml")
+            .replace("@ROOT@", &dir.display().to_string())
+            .replace("@STATE@", &state.display().to_string())
+            .replace("@BIN@", &node.dir.join("bin").display().to_string())
+            .replace("@NET@", &node.dir.join("net.d").display().to_string());
         std::fs::write(dir.join("config.toml"), cfg).unwrap();
         let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
         let cgroups_before = Containerd::cgroups();

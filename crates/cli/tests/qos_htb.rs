@@ -213,6 +213,66 @@ fn htb_class_change_under_traffic_takes_effect() {
     assert!(after > 18.0 && after < 21.5, "{after}");
 }
 
+/// The htb engine and a tc router on the same ports, in both orders: the
+/// router forwards a1 -> b0, and the tree on b0 still shapes what it
+/// forwards (a port that shapes its egress delivers with
+/// bpf_redirect_neigh, through its qdisc, not with bpf_redirect_peer,
+/// which would skip it). After the engine stops, the router delivers with
+/// bpf_redirect_peer again and keeps forwarding.
+#[test]
+fn htb_engine_shapes_what_a_tc_router_forwards_in_either_order() {
+    let Some(t) = Topo::privileged_up("qhtb-rt") else {
+        return;
+    };
+    let router = |args: &[&str]| {
+        let mut a = vec!["router"];
+        a.extend_from_slice(args);
+        ok(&pg_in(&t.ns("R"), &a), &a.join(" "));
+    };
+    let forwarded = || {
+        common::router_port_stats(&t, "a1")["rx"]["forward"]["packets"]
+            .as_u64()
+            .unwrap()
+    };
+    for order in ["router first", "engine first"] {
+        let engine = if order == "router first" {
+            router(&["attach", "--hook", "tc", "a1", "b0"]);
+            serve(&t, "qhtb-rt", &file("engine = \"htb\""))
+        } else {
+            let s = serve(&t, "qhtb-rt", &file("engine = \"htb\""));
+            router(&["attach", "--hook", "tc", "a1", "b0"]);
+            s
+        };
+        let before = forwarded();
+        let (share, mbit) = gold_share(&t, "198.18.2.1", &["-u", "-b", "60M"]);
+        let by_router = forwarded() - before;
+        eprintln!(
+            "{order}: gold {share:.1} %, link {mbit:.1} Mbit/s, router forwarded {by_router}"
+        );
+        assert!(
+            mbit > 40.0 && mbit < 55.0,
+            "{order}: the tree carried {mbit:.1} Mbit/s of what the router forwarded, want ~50"
+        );
+        assert!(
+            (share - 80.0).abs() <= 2.0,
+            "{order}: gold's share {share:.1} %, want 80 +- 2"
+        );
+        assert!(
+            by_router > 10_000,
+            "{order}: the router forwarded {by_router}"
+        );
+        drop(engine);
+        // Unshaped again: the router still forwards, now past the tree.
+        let before = forwarded();
+        assert!(
+            t.ping("198.18.2.1"),
+            "{order}: forwards after the engine stopped"
+        );
+        assert!(forwarded() > before, "{order}: by the router");
+        router(&["detach"]);
+    }
+}
+
 #[test]
 fn htb_kill_9_then_detach_or_next_start_leaves_nothing() {
     let Some(t) = Topo::privileged_up("qhtb-kill") else {

@@ -31,6 +31,9 @@ trait RouterTopo {
     fn listed(&self) -> Vec<serde_json::Value>;
     fn forwarded(&self, port: &str) -> (u64, u64);
     fn assert_clean(&self);
+    /// `router detach --all` from B (not R's namespace), then nothing of
+    /// R's router is left.
+    fn detach_all_clean(&self);
 }
 
 impl RouterTopo for Topo {
@@ -83,6 +86,14 @@ impl RouterTopo for Topo {
     fn forwarded(&self, port: &str) -> (u64, u64) {
         let f = &router_port_stats(self, port)["rx"]["forward"];
         (f["packets"].as_u64().unwrap(), f["bytes"].as_u64().unwrap())
+    }
+
+    fn detach_all_clean(&self) {
+        ok(
+            &pg_in(&self.ns("B"), &["router", "detach", "--all"]),
+            "detach --all",
+        );
+        self.assert_clean();
     }
 
     /// Nothing of a router is left on R's ports, in its pins or the list.
@@ -255,11 +266,7 @@ fn sigkilled_attach_is_found_and_removed_by_detach_all() {
         if listed.len() == 2 && listed.iter().all(|a| a["stale"] == false) {
             assert!(t.ping("198.18.2.1"), "forwards after attach was killed");
         }
-        ok(
-            &pg_in(&t.ns("B"), &["router", "detach", "--all"]),
-            "detach --all",
-        );
-        t.assert_clean();
+        t.detach_all_clean();
     }
     // A namespace removed under its router: the next `router list`
     // removes its pins (nobody can own them any more) and says so.
@@ -338,15 +345,10 @@ fn sigkilled_join_leaves_the_running_router_whole() {
             t.forwarded("b0").0 >= before + 4,
             "the replies are forwarded by b0's port (join killed at {delay_ms} ms)"
         );
-        ok(
-            &pg_in(&t.ns("B"), &["router", "detach", "--all"]),
-            "detach --all",
-        );
-        t.assert_clean();
+        t.detach_all_clean();
     }
 }
 
-/// iperf3's bytes received, from its --json report.
 /// TCP through the router at default offloads: with tc and auto the
 /// transfer completes at a real rate, and the router forwarded those
 /// bytes; explicit XDP warns, naming the peer's setting.

@@ -73,19 +73,63 @@ fn receiver_here(ns: &str, iface: &str) -> Result<Option<PassThrough>> {
 /// the calling thread's namespace) straight into the namespace of its veth
 /// peer with bpf_redirect_peer: the peer is in another namespace (a
 /// container) and runs no XDP program (redirect_peer skips the peer's XDP
-/// hook, where a network function or a counting sink would run). The skb
-/// then skips the veth's transmit and the peer's backlog queue.
+/// hook, where a network function or a counting sink would run), and
+/// nothing shapes or classifies what the port sends (`egress_shaped`:
+/// redirect_peer skips the port's own egress too). The skb then skips the
+/// veth's transmit and the peer's backlog queue.
 pub fn delivers_to_peer(port: &str) -> Result<bool> {
     let Some(end) = peregrine_host::veth::peer_end(port)? else {
         return Ok(false);
     };
-    if end.ns.is_none() {
+    if end.ns.is_none() || egress_shaped(port)? {
         return Ok(false);
     }
     let idx = end.ifindex;
     Ok(end
         .run_in(|| peregrine_bpf::xdp::attached_prog_id(idx))??
         .is_none())
+}
+
+/// `port` (of the calling thread's namespace) shapes or classifies what
+/// it sends: a root qdisc other than the kernel's default (the htb
+/// engine's tree, a user's own) or a program at its tcx egress.
+fn egress_shaped(port: &str) -> Result<bool> {
+    let idx = peregrine_bpf::link::ifindex(port)?;
+    if !peregrine_bpf::tcx::attached_ids(idx, TcxDirection::Egress)?.is_empty() {
+        return Ok(true);
+    }
+    Ok(peregrine_host::tc::Tc::open()?.root_qdisc(idx)?.is_some())
+}
+
+/// Sets how the tc router port on `ifindex` (of the calling thread's
+/// namespace) delivers to what `delivers_to_peer` says now, for a caller
+/// that put shaping onto the port's egress or took it off (the htb
+/// engine's tree). Nothing when no tc router port is there; a failure is
+/// logged, not returned (the shaping is in place either way).
+pub fn refresh_port_logged(ifindex: u32) {
+    let done = (|| -> Result<()> {
+        let Some((router, port)) = router_port_here(ifindex)? else {
+            return Ok(());
+        };
+        let now = delivers_to_peer(&port)?;
+        let maps = RouterMaps::pinned(&router)?;
+        if maps.peer_delivery(ifindex)? != now {
+            maps.set_peer_delivery(ifindex, now)?;
+            if now {
+                tracing::info!(
+                    "router port {port} delivers into its peer's namespace with bpf_redirect_peer again (nothing shapes its egress now)"
+                );
+            } else {
+                tracing::info!(
+                    "router port {port} now delivers through its own egress (bpf_redirect_neigh), where its qdisc shapes what it sends; bpf_redirect_peer would skip it"
+                );
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = done {
+        tracing::warn!("ifindex {ifindex}: updating how a tc router delivers through it: {e}");
+    }
 }
 
 /// What `refresh_peer_of` found: the tc router port whose veth peer the

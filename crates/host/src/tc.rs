@@ -210,12 +210,19 @@ impl Tc {
     }
 
     /// An HTB qdisc `major:` at `parent` (TC_H_ROOT: the device's root);
-    /// traffic of no class (`defcls` 0) goes out unshaped.
-    pub fn add_htb(&self, ifindex: u32, parent: Option<u32>, major: u16) -> Result<()> {
+    /// traffic of no class goes to class `major:default_minor`, or out
+    /// unshaped with 0.
+    pub fn add_htb(
+        &self,
+        ifindex: u32,
+        parent: Option<u32>,
+        major: u16,
+        default_minor: u16,
+    ) -> Result<()> {
         let glob = uapi::tc_htb_glob {
             version: uapi::TC_HTB_PROTOVER,
             rate2quantum: 10,
-            defcls: 0,
+            defcls: u32::from(default_minor),
             ..Default::default()
         };
         let mut m = Self::message(

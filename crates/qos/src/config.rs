@@ -229,7 +229,7 @@ pub struct SchedulerFields {
 /// Which engine schedules a file's classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Engine {
-    /// The AF_XDP scheduler (`serve`), fed by the XDP policer.
+    /// The AF_XDP scheduler (`serve_afxdp`), fed by the XDP policer.
     #[default]
     Afxdp,
     /// The kernel's HTB on the egress, classified by the tc-egress

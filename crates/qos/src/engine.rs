@@ -22,6 +22,7 @@ use std::time::Duration;
 use peregrine_bpf::classify::ClassifierProgram;
 use peregrine_bpf::policer::{ClassSlot, MAX_CLASSES};
 use peregrine_bpf::Hook;
+use peregrine_dataplane::peer::refresh_port_logged;
 use peregrine_host::tc::Tc;
 
 use crate::attach::{self, PolicerStats};
@@ -32,15 +33,21 @@ use crate::htb::{self, Tree};
 use crate::serve::{ServeOptions, ServeSummary};
 
 /// Runs the file's scheduler on `iface` with the engine the file names,
-/// until a stop is requested; `ready` once traffic is scheduled.
+/// until a stop is requested (Ctrl-C, SIGTERM); `ready` once traffic is
+/// scheduled.
 pub fn serve(
     iface: &str,
     cfg: &PolicerConfig,
     opts: &ServeOptions,
     ready: impl FnOnce(),
 ) -> Result<ServeSummary> {
-    match cfg.scheduler.as_ref().map(|s| s.engine) {
-        Some(Engine::Htb) => {
+    let sc = cfg.scheduler.as_ref().ok_or_else(|| {
+        QosError::Config(
+            "the file has no [scheduler] table: `qos apply` installs rules alone".into(),
+        )
+    })?;
+    match sc.engine {
+        Engine::Htb => {
             let engine = HtbEngine::start(iface, cfg)?;
             ready();
             let mut summary = ServeSummary::default();
@@ -59,7 +66,7 @@ pub fn serve(
             engine.stop()?;
             Ok(summary)
         }
-        _ => crate::serve::serve(iface, cfg, opts, ready),
+        Engine::Afxdp => crate::serve::serve_afxdp(iface, cfg, sc, opts, ready),
     }
 }
 
@@ -210,6 +217,9 @@ impl HtbEngine {
         if made.is_err() {
             // No record yet: the tree goes here (the policer with `self`).
             htb::remove_unrecorded(tc, tree.ifindex);
+        } else {
+            // A tc router port there delivers through the tree from now on.
+            refresh_port_logged(tree.ifindex);
         }
         made
     }

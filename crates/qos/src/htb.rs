@@ -164,7 +164,7 @@ pub fn build(
     for q in 0..tree.queues {
         let major = tree.major(q);
         let parent = (tree.queues > 1).then(|| handle(ROOT_MAJOR, q + 1));
-        tc.add_htb(tree.ifindex, parent, major)?;
+        tc.add_htb(tree.ifindex, parent, major, 0)?;
         tc.set_htb_class(
             tree.ifindex,
             &HtbClass {
@@ -281,6 +281,10 @@ pub fn remove_here(dir: &Path) -> Result<()> {
             {
                 tc.del_root(r.port.egress_ifindex, root)?;
             }
+            peregrine_bpf::link::detach_pinned(&dir.join(HTB_PIN))?;
+            // A tc router port there may take bpf_redirect_peer again.
+            peregrine_dataplane::peer::refresh_port_logged(r.port.egress_ifindex);
+            return Ok(());
         }
     }
     peregrine_bpf::link::detach_pinned(&dir.join(HTB_PIN))?;

@@ -18,6 +18,8 @@
 //!   policer's class rules, sending out of the egress interface;
 //! - `htb`: the htb engine's kernel side: the HTB tree built on the egress
 //!   through netlink (fixed handles), its record, its counters;
+//! - `shaper`: one rate shaped on an interface's egress (an HTB root with
+//!   one class), what a pod's `egress_rate` gets inside its namespace;
 //! - `engine`: the engine a file names, run (`serve`, `HtbEngine`: config
 //!   -> running engine -> stats -> stop) and changed (`change_class`).
 pub mod attach;
@@ -29,6 +31,7 @@ pub mod htb;
 pub mod report;
 pub mod sched;
 pub mod serve;
+pub mod shaper;
 
 pub use attach::PolicerStats;
 pub use config::{ClassFields, Engine, PolicerConfig, RuleFields, SchedulerConfig};

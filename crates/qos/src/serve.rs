@@ -29,7 +29,7 @@ use peregrine_xsk::{Xsk, XskConfig, XskError, ZeroCopy};
 use crate::attach;
 pub use crate::classes::ClassChange;
 use crate::classes::{class_slot, installed_classes, plan_change, slot_after};
-use crate::config::PolicerConfig;
+use crate::config::{PolicerConfig, SchedulerConfig};
 use crate::error::{QosError, Result};
 use crate::sched::{Refused, Scheduler};
 
@@ -236,21 +236,18 @@ impl Drop for Attached {
     }
 }
 
-/// Applies `cfg` on `iface` (its rules and filters at the XDP hook) and
-/// schedules its classes out of its egress interface until a stop is
+/// The AF_XDP engine of `engine::serve`: applies `cfg` on `iface` (its
+/// rules and filters at the XDP hook) and schedules the classes of `sc`
+/// (`cfg`'s scheduler) out of its egress interface until a stop is
 /// requested (Ctrl-C, SIGTERM); then detaches. `ready` is called once
 /// traffic is being scheduled.
-pub fn serve(
+pub(crate) fn serve_afxdp(
     iface: &str,
     cfg: &PolicerConfig,
+    sc: &SchedulerConfig,
     opts: &ServeOptions,
     ready: impl FnOnce(),
 ) -> Result<ServeSummary> {
-    let sc = cfg.scheduler.as_ref().ok_or_else(|| {
-        QosError::Config(
-            "the file has no [scheduler] table: `qos apply` installs rules alone".into(),
-        )
-    })?;
     if sc.egress == iface {
         return Err(QosError::Config(format!(
             "the scheduler's egress {iface} is the interface it is fed from: traffic is \
