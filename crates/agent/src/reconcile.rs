@@ -191,6 +191,9 @@ pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
         hook: want.hook,
         mode: want.mode,
         fib: want.fib,
+        // The agent rechecks every port's peer delivery once a second
+        // (`agent::peer`), so a join does not.
+        refresh_running: false,
     };
     match router::attach(&site, &cfg) {
         Ok(a) => {

@@ -372,14 +372,15 @@ impl RouterMaps {
     }
 
     /// Removes the entries of ports whose interface is gone from the
-    /// calling thread's namespace (a pod's veth deleted with its pod: its
-    /// link died with it, so nothing named its ifindex to `remove_port`).
-    /// The kernel empties their tx_ports entries itself; the other tables
-    /// are ours to clean. The ifindexes removed.
-    pub fn forget_gone_ports(&self) -> Result<Vec<u32>> {
+    /// router's namespace, whose `live` interface indexes the caller read
+    /// there in one dump (a pod's veth deleted with its pod: its link died
+    /// with it, so nothing named its ifindex to `remove_port`). The kernel
+    /// empties their tx_ports entries itself; the other tables are ours to
+    /// clean. The ifindexes removed.
+    pub fn forget_gone_ports(&self, live: &[u32]) -> Result<Vec<u32>> {
         let mut gone = Vec::new();
         for i in self.port_ifindexes() {
-            if !crate::rtlink::exists(i)? {
+            if !live.contains(&i) {
                 self.remove_port(i)?;
                 gone.push(i);
             }

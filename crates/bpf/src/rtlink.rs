@@ -28,20 +28,6 @@ pub(crate) struct LinkState {
     pub master: Option<u32>,
 }
 
-/// Whether interface `ifindex` exists in the calling thread's namespace
-/// (false only when the kernel says there is no such device).
-pub(crate) fn exists(ifindex: u32) -> Result<bool> {
-    match get(ifindex) {
-        Ok(_) => Ok(true),
-        Err(BpfError::Io { source, .. })
-            if source.raw_os_error().map(i32::abs) == Some(libc::ENODEV) =>
-        {
-            Ok(false)
-        }
-        Err(e) => Err(e),
-    }
-}
-
 /// The state of `ifindex` in the calling thread's namespace.
 pub(crate) fn get(ifindex: u32) -> Result<LinkState> {
     let io = |what: &str, source: std::io::Error| BpfError::Io {

@@ -132,6 +132,7 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
                 hook,
                 mode,
                 fib,
+                refresh_running: true,
             },
             &scope,
         ),

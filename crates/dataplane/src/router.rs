@@ -65,6 +65,13 @@ pub struct AttachConfig {
     /// The XDP mode asked for, if one was (tc takes none).
     pub mode: Option<XdpMode>,
     pub fib: FibMode,
+    /// When ports join a running tc router, recheck how every running
+    /// port delivers to its peer (an XDP program may have come or gone
+    /// there unannounced): what a one-shot command wants. A caller that
+    /// rechecks them itself (the agent, once a second) says false: the
+    /// recheck costs a peer lookup per running port, so joins of N pods
+    /// one by one would cost O(N^2).
+    pub refresh_running: bool,
 }
 
 /// What `attach` found and changed.
@@ -188,10 +195,12 @@ impl Plan<'_, '_> {
             }
             // The running ports too: what is on their peers may have
             // changed unannounced (a server killed outright).
-            report.refreshed = r.refresh_peer_delivery(ns).unwrap_or_else(|e| {
-                tracing::warn!("rechecking the running ports' delivery to their peers: {e}");
-                Vec::new()
-            });
+            if cfg.refresh_running {
+                report.refreshed = r.refresh_peer_delivery(ns).unwrap_or_else(|e| {
+                    tracing::warn!("rechecking the running ports' delivery to their peers: {e}");
+                    Vec::new()
+                });
+            }
             report.peer_delivered = r.peer_delivered(&cfg.ports);
             return Ok(report);
         }

@@ -10,6 +10,7 @@ use peregrine_bpf::link::PinnedLink;
 use peregrine_bpf::router::RouterMaps;
 use peregrine_bpf::{Hook, Link};
 use peregrine_host::netns;
+use peregrine_host::nl::NetlinkHere;
 
 use crate::error::{DataplaneError, Result};
 use crate::peer::{delivers_to_peer, ensure_peer_receives, peer_label};
@@ -194,7 +195,8 @@ impl RunningRouter {
     /// from namespace `ns`: a dead link no longer tells its ifindex, so
     /// `remove_pinned` cannot name them to `remove_port`.
     fn forget_gone_ports(&self, ns: Option<&str>) -> Result<()> {
-        netns::run_in_opt(ns, || self.maps.forget_gone_ports())??;
+        let live = netns::run_in_opt(ns, || NetlinkHere::open()?.link_indexes())??;
+        self.maps.forget_gone_ports(&live)?;
         Ok(())
     }
 

@@ -701,6 +701,16 @@ impl NetlinkHere {
         Ok(r)
     }
 
+    /// The index of every link of this namespace (one dump).
+    pub fn link_indexes(&self) -> Result<Vec<u32>> {
+        let h = self.handle.clone();
+        let msgs: Vec<_> = self
+            .nl
+            .block_on(async { h.link().get().execute().try_collect::<Vec<_>>().await })
+            .map_err(nl_err("listing the links"))?;
+        Ok(msgs.iter().map(|m| m.header.index).collect())
+    }
+
     /// The neighbour table's entries on interface `ifindex`.
     pub fn neighbours(&self, ifindex: u32) -> Result<Vec<Neighbour>> {
         let h = self.handle.clone();
