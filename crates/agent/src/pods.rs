@@ -433,21 +433,9 @@ pub(crate) fn apply_in_pod(
     let ifname = p.key.ifname.clone();
     let (cookie, r) = in_netns(&p.netns, move || -> Result<Vec<String>, String> {
         let mut lines = Vec::new();
-        match ingress {
-            Some(cfg) => {
-                peregrine_qos::attach::apply(&ifname, Hook::TC, &cfg.rules)
-                    .map_err(|e| format!("ingress_rate: {e}"))?;
-                lines.push(format!(
-                    "ingress_rate policed on {ifname} inside its namespace"
-                ));
-            }
-            None => {
-                if peregrine_qos::attach::detach(&ifname).is_ok() {
-                    lines.push(format!("ingress_rate policer on {ifname} removed"));
-                }
-            }
-        }
-        match egress {
+        // The shaper first: a root qdisc someone else made refuses the
+        // ADD before anything is put there.
+        let shaped = match egress {
             Some((rate, burst)) => {
                 let done =
                     shaper::shape(&ifname, rate, burst).map_err(|e| format!("egress_rate: {e}"))?;
@@ -457,10 +445,31 @@ pub(crate) fn apply_in_pod(
                          (burst {burst} B)"
                     ));
                 }
+                Some(done)
             }
             None => {
                 if shaper::unshape(&ifname).map_err(|e| format!("egress_rate: {e}"))? {
                     lines.push(format!("egress_rate shaper on {ifname} removed"));
+                }
+                None
+            }
+        };
+        match ingress {
+            Some(cfg) => {
+                if let Err(e) = peregrine_qos::attach::apply(&ifname, Hook::TC, &cfg.rules) {
+                    // Nothing half-made stays: a shaper made just now goes.
+                    if shaped == Some(shaper::Shaped::Added) {
+                        let _ = shaper::unshape(&ifname);
+                    }
+                    return Err(format!("ingress_rate: {e}"));
+                }
+                lines.push(format!(
+                    "ingress_rate policed on {ifname} inside its namespace"
+                ));
+            }
+            None => {
+                if peregrine_qos::attach::detach(&ifname).is_ok() {
+                    lines.push(format!("ingress_rate policer on {ifname} removed"));
                 }
             }
         }

@@ -1214,6 +1214,41 @@ fn agent_refuses_bad_pods_and_keeps_nothing_of_them() {
         "logged: {}",
         a.log()
     );
+    // Pod A's eth0 has a root qdisc someone else made: its egress_rate
+    // (shaped there) is refused in one line, that qdisc stays, and nothing
+    // of the pod is left (no ingress_rate policer either).
+    let tc_in_a = |args: &[&str]| {
+        let mut a = vec!["tc", "qdisc"];
+        a.extend_from_slice(args);
+        sh_in(pa, &a, Duration::from_secs(5))
+    };
+    ok(
+        &tc_in_a(&["add", "dev", "eth0", "root", "handle", "1:", "htb"]),
+        "the user's qdisc",
+    );
+    let mut theirs = good.clone();
+    theirs.bandwidth = Bandwidth {
+        egress_rate: Some(10_000_000),
+        ingress_rate: Some(20_000_000),
+        ..Default::default()
+    };
+    let r = a.pods(&Request::PodAdd {
+        pod: Box::new(theirs),
+    });
+    println!("{r:?}");
+    assert!(!r.ok && r.lines.len() == 1, "{r:?}");
+    assert!(
+        r.lines[0].contains("root qdisc peregrine did not make"),
+        "{r:?}"
+    );
+    assert_no_pods(&a, node);
+    assert!(
+        pod_policer_rule(pa, "eth0").is_none(),
+        "an ingress policer stayed"
+    );
+    let q = text(&tc_in_a(&["show", "dev", "eth0"]).stdout);
+    assert!(q.contains("qdisc htb 1: root"), "the user's qdisc: {q}");
+    ok(&tc_in_a(&["del", "dev", "eth0", "root"]), "tc qdisc del");
     let r = a.pods(&Request::PodDel {
         key: pod_key("never"),
     });
