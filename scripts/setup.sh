@@ -72,6 +72,9 @@ fi
 ETCD_DIR=${PEREGRINE_CACHE:-/var/cache/peregrine}/etcd
 if [ ! -x "$ETCD_DIR/usr/bin/etcd" ]; then
   echo "extracting etcd-server into $ETCD_DIR"
+  # dpkg -x makes the last directory only: on a fresh machine the cache
+  # itself does not exist yet.
+  mkdir -p "$ETCD_DIR"
   dl=$(mktemp -d) && chmod 755 "$dl"
   (cd "$dl" && apt-get download -qq etcd-server && dpkg -x etcd-server_*.deb "$ETCD_DIR")
   rm -rf "$dl"
