@@ -38,6 +38,9 @@ pub struct Netlink {
     handles: HashMap<String, Handle>,
 }
 
+/// How long [`NetlinkHere::request`] waits for the kernel's answers.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn nl_err(what: impl std::fmt::Display) -> impl FnOnce(rtnetlink::Error) -> HostError {
     let what = what.to_string();
     move |e| {
@@ -585,7 +588,7 @@ impl NetlinkHere {
         let mut h = self.handle.clone();
         let mut req = NetlinkMessage::from(msg);
         req.header.flags = NLM_F_REQUEST | flags;
-        self.nl.block_on(async move {
+        let answer = async move {
             let mut answers = h.request(req).map_err(nl_err(what))?;
             let mut out = Vec::new();
             while let Some(m) = answers.next().await {
@@ -598,7 +601,17 @@ impl NetlinkHere {
                 }
             }
             Ok(out)
-        })
+        };
+        // A request the kernel answers with nothing (no ACK asked for, and
+        // no message to send) would wait forever: say so instead.
+        self.nl
+            .block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, answer).await })
+            .unwrap_or_else(|_| {
+                Err(HostError::Netlink(format!(
+                    "{what}: no answer from the kernel in {} s",
+                    REQUEST_TIMEOUT.as_secs()
+                )))
+            })
     }
 
     /// The main table's routes that `protocol` installed (its number in

@@ -11,7 +11,9 @@
 //! kernel needs no rate tables (it asks for TCA_HTB_RTAB/CTAB only from
 //! specs of an unaware link layer, the old `tc`'s).
 #![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
-use netlink_packet_core::{DefaultNla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_core::{
+    DefaultNla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_ECHO, NLM_F_EXCL,
+};
 use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption, TcStats2, TcXstats};
 use netlink_packet_route::RouteNetlinkMessage;
 
@@ -161,8 +163,30 @@ impl Tc {
             NLM_F_DUMP,
             "listing qdiscs",
         )?;
-        Ok(msgs
+        Ok(Self::qdiscs_of(msgs, ifindex))
+    }
+
+    /// The qdisc at the device's root (None: the kernel's default, which
+    /// it lists with handle 0). One request for that device alone, not a
+    /// dump of every device's (the agent asks this of every port each
+    /// second). The kernel sends a single qdisc back to the asker only
+    /// with NLM_F_ECHO (otherwise to the tc multicast group alone), and for
+    /// a built-in default (veth's noqueue) nothing at all: the ACK ends the
+    /// answer either way.
+    pub fn root_qdisc(&self, ifindex: u32) -> Result<Option<Qdisc>> {
+        let msgs = self.nl.request(
+            RouteNetlinkMessage::GetQueueDiscipline(Self::message(ifindex, 0, TC_H_ROOT, None)),
+            NLM_F_ACK | NLM_F_ECHO,
+            "reading the root qdisc",
+        )?;
+        Ok(Self::qdiscs_of(msgs, ifindex)
             .into_iter()
+            .find(|q| q.is_root() && q.handle != 0))
+    }
+
+    /// The qdiscs of device `ifindex` among netlink answers.
+    fn qdiscs_of(msgs: Vec<RouteNetlinkMessage>, ifindex: u32) -> Vec<Qdisc> {
+        msgs.into_iter()
             .filter_map(|m| match m {
                 RouteNetlinkMessage::NewQueueDiscipline(m) if m.header.index == ifindex as i32 => {
                     Some(Qdisc {
@@ -180,16 +204,7 @@ impl Tc {
                 }
                 _ => None,
             })
-            .collect())
-    }
-
-    /// The qdisc at the device's root (None: the kernel's default, which
-    /// it lists with handle 0).
-    pub fn root_qdisc(&self, ifindex: u32) -> Result<Option<Qdisc>> {
-        Ok(self
-            .qdiscs(ifindex)?
-            .into_iter()
-            .find(|q| q.is_root() && q.handle != 0))
+            .collect()
     }
 
     fn new_qdisc(&self, m: TcMessage, flags: u16, what: &str) -> Result<()> {
