@@ -40,6 +40,7 @@ pub mod quic;
 pub mod redraw;
 pub mod report;
 pub mod router;
+pub mod saturation;
 pub mod showcase;
 pub mod tcp;
 

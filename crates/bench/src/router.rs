@@ -15,9 +15,10 @@ use peregrine_dataplane::{
 use peregrine_host::netdev::{self, Offload};
 use peregrine_host::nl::Netlink;
 use peregrine_host::{netns, signals};
-use peregrine_lab::compare::median;
+use peregrine_lab::compare;
 use peregrine_lab::pacing::Rate;
-use peregrine_lab::results::{NoValues, Placement, ResultFile, Rfc2544, Run, RunParams, Trial};
+use peregrine_lab::plot;
+use peregrine_lab::results::{NoValues, Placement, ResultFile, Run, RunParams};
 use peregrine_lab::sinks::XdpSink;
 use peregrine_lab::traffic::{Generator, TrafficSpec};
 use peregrine_lab::trial::{rfc2544_search, DropProbes};
@@ -29,6 +30,7 @@ use crate::common::{
     shown_trial, trial_setup, ChainPath, PlacementConfig, RateSetting, ResultOutput,
 };
 use crate::report::Report;
+use crate::saturation;
 use crate::tcp::{self, TcpTransfer};
 
 /// `peregrine bench router`.
@@ -67,6 +69,11 @@ pub struct RouterBenchConfig {
     /// slow drifts of this noisy machine hit them alike. Ratios use medians.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+    /// Unpaced trials per contender and round (the RFC 2544 search's first
+    /// included): a contender's saturated figure is the median of all of
+    /// them, so one trial the VM slowed moves no ratio.
+    #[arg(long, default_value_t = 3)]
+    pub saturated: u32,
     #[command(flatten)]
     pub placement: PlacementConfig,
     #[command(flatten)]
@@ -237,6 +244,9 @@ pub struct PacketTrials {
     pub fixed_rate: Option<RateSetting>,
     /// Highest share lost in a passing trial.
     pub loss: f64,
+    /// Unpaced (saturated) trials per contender run, the search's first
+    /// included; the others follow the search (`saturation`).
+    pub saturated: u32,
     /// Where the DUT's receive work runs (None: on the sender's CPU).
     pub dut_cpu: Option<usize>,
 }
@@ -308,8 +318,7 @@ impl PacketLab {
     }
 
     /// Contender `c` attached on the DUT (detached after), measured with
-    /// `traffic`: its run labelled `scenario` and `round`, and its RFC 2544
-    /// summary.
+    /// `traffic`: its run labelled `scenario` and `round`.
     fn run(
         &self,
         traffic: &Traffic,
@@ -318,7 +327,7 @@ impl PacketLab {
         round: u32,
         t: &PacketTrials,
         xdp_forward: Option<&Path>,
-    ) -> Result<(Run, Rfc2544)> {
+    ) -> Result<Run> {
         let Traffic { spec, peer } = traffic;
         let (lab, path) = (&self.lab, &self.path);
         let mean = spec.sizes.mean_size();
@@ -345,31 +354,21 @@ impl PacketLab {
         if let Some(fixed) = t.fixed_rate {
             trials.push(one("fixed", Rate::Pps(fixed.pps(mean)))?);
         }
+        for _ in 1..t.saturated {
+            trials.push(one("max", Rate::Max)?);
+        }
         drop(show);
         eprintln!("  RFC 2544: {}", summary.describe());
         let run = Run {
             label,
             params: params(spec, &format!("xdp drop sink {}", path.sink)),
             trials,
-            rfc2544: Some(summary.clone()),
+            rfc2544: Some(summary),
             placement: Some(placement),
             ..Default::default()
         };
-        Ok((run, summary))
+        Ok(run)
     }
-}
-
-/// Delivered by a run's first, unpaced trial: the DUT at saturation.
-pub fn saturation(run: &Run) -> Option<f64> {
-    saturated_trial(run).map(|t| t.delivered_pps)
-}
-
-/// A run's saturation trial (unpaced, or offered more than any contender
-/// takes): its search's first.
-pub fn saturated_trial(run: &Run) -> Option<&Trial> {
-    run.trials
-        .iter()
-        .find(|t| t.phase == "max" || t.phase == "saturate")
 }
 
 /// `contenders` in the 64 B IPv4 one-flow scenario of `bench router`, one
@@ -385,7 +384,7 @@ pub fn one_flow_runs(
     let traffic = packets.traffic(&cfg)?;
     contenders
         .iter()
-        .map(|&c| Ok(packets.run(&traffic, &cfg.name, c, 1, t, None)?.0))
+        .map(|&c| packets.run(&traffic, &cfg.name, c, 1, t, None))
         .collect()
 }
 
@@ -394,7 +393,6 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     let trial = a.trial;
     let dut_cpu = a.placement.dut_cpu()?;
     let loss = a.placement.loss_tolerance()?;
-    let mut figures: Vec<Figure> = Vec::new();
 
     let both = vec![Contender::Linux, Contender::Xdp];
     // The hooks and peers side by side where they are compared: 1 flow.
@@ -472,11 +470,12 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
         resolution: a.resolution,
         fixed_rate: Some(a.fixed_rate),
         loss,
+        saturated: a.saturated.max(1),
         dut_cpu,
     };
     let mut runs = Vec::new();
     let mut table_routes = false;
-    for (si, cfg) in scenarios.iter().enumerate() {
+    for cfg in &scenarios {
         if cfg.big_table && !table_routes {
             eprintln!("adding {} /32 routes in the dut", a.routes);
             for k in 0..a.routes {
@@ -490,7 +489,7 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
         let traffic = packets.traffic(cfg)?;
         for round in 1..=a.rounds.max(1) {
             for &c in &cfg.contenders {
-                let (run, summary) = packets.run(
+                let run = packets.run(
                     &traffic,
                     &cfg.name,
                     c,
@@ -498,12 +497,6 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
                     &trials,
                     a.xdp_forward.as_deref(),
                 )?;
-                figures.push(Figure {
-                    scenario: si,
-                    contender: c,
-                    rfc2544: summary,
-                    saturation_pps: saturation(&run),
-                });
                 runs.push(run);
             }
         }
@@ -527,9 +520,6 @@ pub fn bench_router(a: RouterBenchConfig) -> Result<()> {
     drop(nl);
     drop(lab);
     let result = ResultFile::new(BenchRouter::KIND, command_line(), runs);
-    if !a.output.json {
-        print_ratios(&scenarios, &figures);
-    }
     a.output.write::<BenchRouter>(&result)
 }
 
@@ -660,97 +650,13 @@ fn tcp_run(
     })
 }
 
-/// One round's RFC 2544 figure of a contender in a scenario (an index into
-/// the run's scenarios).
-struct Figure {
-    scenario: usize,
-    contender: Contender,
-    rfc2544: Rfc2544,
-    /// Delivered by the search's first, unpaced trial: the DUT at
-    /// saturation, which this VM's scheduling hiccups move far less than
-    /// a loss-bounded search.
-    saturation_pps: Option<f64>,
-}
-
-/// Median delivered rate at saturation over the rounds of one contender in
-/// one scenario.
-fn median_saturation(figures: &[Figure], scenario: usize, contender: Contender) -> Option<f64> {
-    let v: Vec<f64> = figures
-        .iter()
-        .filter(|f| f.scenario == scenario && f.contender == contender)
-        .filter_map(|f| f.saturation_pps)
-        .collect();
-    (!v.is_empty()).then(|| median(&v))
-}
-
-/// Median RFC 2544 throughput over the rounds of one contender in one
-/// scenario, and whether any of those rounds was generator-limited.
-fn median_throughput(
-    figures: &[Figure],
-    scenario: usize,
-    contender: Contender,
-) -> Option<(f64, bool)> {
-    let mine: Vec<&Rfc2544> = figures
-        .iter()
-        .filter(|f| f.scenario == scenario && f.contender == contender)
-        .map(|f| &f.rfc2544)
-        .collect();
-    if mine.is_empty() {
-        return None;
-    }
-    let v: Vec<f64> = mine.iter().map(|s| s.throughput_pps).collect();
-    Some((median(&v), mine.iter().any(|s| s.generator_limited)))
-}
-
-/// XDP / Linux throughput ratios per scenario (medians over rounds of the
-/// same run), and chain / direct. A generator-limited figure is a lower
-/// bound, and so is a ratio over it ("or more").
-fn print_ratios(scenarios: &[Scenario], figures: &[Figure]) {
-    let show = |(v, gl): (f64, bool)| format!("{}{:.3} Mpps", if gl { ">= " } else { "" }, v / 1e6);
-    let pairs = [
-        (Contender::Xdp, Contender::Linux),
-        (Contender::Tc, Contender::Linux),
-        (Contender::Xdp, Contender::XdpForward),
-        (Contender::XdpChain, Contender::Xdp),
-    ];
-    for (si, cfg) in scenarios.iter().enumerate() {
-        for (top, bottom) in pairs {
-            let (Some(t), Some(b)) = (
-                median_throughput(figures, si, top),
-                median_throughput(figures, si, bottom),
-            ) else {
-                continue;
-            };
-            if let (Some(ts), Some(bs)) = (
-                median_saturation(figures, si, top),
-                median_saturation(figures, si, bottom),
-            ) {
-                println!(
-                    "saturation  {}: {} {:.3} Mpps / {} {:.3} Mpps = {:.2}x (medians of the unpaced trials)",
-                    cfg.name,
-                    top.label(),
-                    ts / 1e6,
-                    bottom.label(),
-                    bs / 1e6,
-                    ts / bs.max(1.0)
-                );
-            }
-            println!(
-                "ratio  {}: {} {} / {} {} = {:.2}x{} (medians)",
-                cfg.name,
-                top.label(),
-                show(t),
-                bottom.label(),
-                show(b),
-                t.0 / b.0.max(1.0),
-                if t.1 {
-                    " or more (generator-limited)"
-                } else {
-                    ""
-                }
-            );
-        }
-    }
+/// The ratios quoted beside each scenario's ratios to Linux forwarding:
+/// the XDP router against its peer, and the chain against the direct path.
+fn pairs() -> [(&'static str, &'static str); 2] {
+    [
+        (Contender::Xdp.label(), Contender::XdpForward.label()),
+        (Contender::XdpChain.label(), Contender::Xdp.label()),
+    ]
 }
 
 /// `bench router`'s result files: RFC 2544 and TCP per scenario and
@@ -760,4 +666,38 @@ pub struct BenchRouter;
 impl Report for BenchRouter {
     const KIND: &'static str = "bench-router";
     type Values = NoValues;
+
+    /// Every trial; the saturated figures, whose ratios are the ones
+    /// quoted (`saturation`); then RFC 2544 and TCP per scenario, RFC 2544
+    /// without ratios: a search at <= 0.1% loss on this VM follows the
+    /// DUT's NAPI wake-ups, and its medians do not repeat between runs.
+    fn table(r: &ResultFile) -> String {
+        let sat = saturation::scenarios(r);
+        let mut out = r.table() + &saturation::table(&sat, &pairs(), Self::RATE_UNIT);
+        out += &compare::table(&unrated_rfc2544(r), Self::RATE_UNIT);
+        out
+    }
+
+    fn figures(r: &ResultFile) -> Vec<plot::Figure> {
+        let sat = saturation::scenarios(r);
+        let rfc: Vec<_> = unrated_rfc2544(r)
+            .into_iter()
+            .filter(|s| s.metric == compare::Metric::Rfc2544)
+            .collect();
+        let mut f: Vec<plot::Figure> = saturation::figure(r, &sat, Self::RATE_UNIT)
+            .into_iter()
+            .collect();
+        f.push(plot::rates_of(r, &rfc, Self::RATE_UNIT));
+        f.push(plot::timeline(r));
+        f
+    }
+}
+
+/// The file's scenarios, RFC 2544 ones without ratios.
+fn unrated_rfc2544(r: &ResultFile) -> Vec<compare::ScenarioFigures> {
+    let mut s = compare::by_scenario(r);
+    for x in &mut s {
+        x.rated = x.metric != compare::Metric::Rfc2544;
+    }
+    s
 }

@@ -20,7 +20,8 @@ use peregrine_lab::results::{Limiter, NoValues, ResultFile, Run, RunKey, Trial};
 use crate::common::{command_line, in_first_seen_order, PlacementConfig, ResultOutput};
 use crate::faas::{invoker_run, ClientReceive, FaasContender, InvokerTrials};
 use crate::report::Report;
-use crate::router::{one_flow_runs, saturated_trial, Contender, PacketTrials};
+use crate::router::{one_flow_runs, Contender, PacketTrials};
+use crate::saturation::median_saturated_trial;
 use crate::RateSetting;
 
 /// `peregrine showcase`: its result is `showcase.json` in `out`.
@@ -67,6 +68,8 @@ pub fn showcase(a: ShowcaseConfig) -> Result<()> {
         resolution: RateSetting::Pps(20_000.0),
         fixed_rate: None,
         loss,
+        // Its saturated figure the median of three unpaced trials.
+        saturated: 3,
         dut_cpu: a.placement.dut_cpu()?,
     };
     let mut runs = one_flow_runs(LAB, &FORWARDING, &packets)?;
@@ -208,7 +211,7 @@ fn row(run: &Run) -> Row<'_> {
         contender: RunKey::parse(&run.label)
             .map(|k| k.contender)
             .unwrap_or_else(|| run.label.clone()),
-        saturated: saturated_trial(run),
+        saturated: median_saturated_trial(run),
         rfc2544: run.rfc2544.as_ref().map(|s| s.throughput_pps),
         generator_limited: run.rfc2544.as_ref().is_some_and(|s| s.generator_limited),
         search_limiter: run.rfc2544.as_ref().and_then(|s| s.limited_by),
@@ -311,10 +314,14 @@ fn table(parts: &[Part]) -> String {
                 tput.unwrap_or_else(|| "-".into()),
                 p50,
                 ratio(sat, base.saturated.map(|t| t.delivered_pps)),
-                bound(
-                    r.generator_limited && !is_base,
-                    base.generator_limited && !is_base
-                ) + &ratio(r.rfc2544, base.rfc2544),
+                if p.requests {
+                    bound(
+                        r.generator_limited && !is_base,
+                        base.generator_limited && !is_base,
+                    ) + &ratio(r.rfc2544, base.rfc2544)
+                } else {
+                    "-".into()
+                },
             );
         }
         let _ = writeln!(
@@ -327,6 +334,12 @@ fn table(parts: &[Part]) -> String {
             },
             p.rfc2544_label()
         );
+        if !p.requests {
+            let _ = writeln!(
+                s,
+                "  RFC 2544 not rated: at this loss it follows the DUT's NAPI wake-ups on this VM, and does not repeat between runs"
+            );
+        }
         if let Some(rate) = p.rows.iter().find_map(|r| r.latency_rate) {
             let _ = writeln!(
                 s,
@@ -358,7 +371,10 @@ fn bars(p: &Part) -> Chart {
         (1e-6, "Mpps")
     };
     let base = p.baseline();
-    let group = |label: &str, v: &dyn Fn(&Row) -> Option<f64>| BarGroup {
+    // Each bar's value, and what its ratio to the baseline is of (None:
+    // not rated).
+    type Of<'a> = &'a dyn Fn(&Row) -> Option<f64>;
+    let group = |label: &str, v: Of, rated: Option<Of>| BarGroup {
         label: label.into(),
         bars: p
             .rows
@@ -366,8 +382,9 @@ fn bars(p: &Part) -> Chart {
             .enumerate()
             .filter_map(|(i, r)| {
                 let x = v(r)?;
-                let note = match base.and_then(v) {
-                    Some(b) if i + 1 < p.rows.len() && b > 0.0 => format!("{:.2}x", x / b),
+                let rate = |of: Of| Some((of(r)?, base.and_then(of)?));
+                let note = match rated.and_then(rate) {
+                    Some((x, b)) if i + 1 < p.rows.len() && b > 0.0 => format!("{:.2}x", x / b),
                     _ => String::new(),
                 };
                 Some(Bar {
@@ -390,8 +407,16 @@ fn bars(p: &Part) -> Chart {
         y_desc: unit.into(),
         legend: p.rows.iter().map(|r| r.contender.clone()).collect(),
         groups: vec![
-            group("saturated", &|r| r.saturated.map(|t| t.delivered_pps)),
-            group(&p.rfc2544_label(), &|r| r.rfc2544),
+            group(
+                "saturated",
+                &|r| r.saturated.map(|t| t.delivered_pps),
+                Some(&|r: &Row| r.saturated.map(|t| t.delivered_pps)),
+            ),
+            group(
+                &p.rfc2544_label(),
+                &|r| r.rfc2544,
+                p.requests.then_some(&|r: &Row| r.rfc2544),
+            ),
         ],
     }
 }

@@ -165,13 +165,22 @@ fn bench_router_quick_run_holds_together() {
     ) else {
         return;
     };
-    assert!(stdout.contains("ratio"), "{stdout}");
+    // The ratios come from the saturated figures: each contender's median
+    // of its unpaced trials (3 a run by default; a starved one left out).
+    assert!(stdout.contains("[saturated, delivered]"), "{stdout}");
+    assert!(
+        stdout.contains("xdp router + 2-NF chain / xdp router: "),
+        "{stdout}"
+    );
+    assert!(stdout.contains(" of 12 saturated trials"), "{stdout}");
     // Packets: linux, tc, xdp, chain; TCP: linux, tc, xdp (xdp-forward
     // only with --xdp-forward).
     assert_eq!(r.runs.len(), 7, "{:#?}", r.runs);
     let (tcp, packets): (Vec<_>, Vec<_>) = r.runs.iter().partition(|run| run.tcp.is_some());
     assert_eq!((packets.len(), tcp.len()), (4, 3));
     for run in packets {
+        let unpaced = run.trials.iter().filter(|t| t.phase == "max").count();
+        assert_eq!(unpaced, 3, "{}", run.label);
         let p = run.placement.as_ref().unwrap();
         if std::thread::available_parallelism()
             .map(|n| n.get())
@@ -233,6 +242,7 @@ fn showcase_runs_and_its_search_uses_offered_rates() {
         return;
     };
     assert!(stdout.contains("RFC 2544 throughput"), "{stdout}");
+    assert!(stdout.contains("RFC 2544 not rated"), "{stdout}");
 }
 
 #[test]

@@ -32,6 +32,10 @@ pub enum Metric {
     Rfc2544,
     /// A TCP transfer, Gbit/s.
     Tcp,
+    /// Delivered when offered the generator's maximum, packets per second:
+    /// a benchmark's own figure (bench router's median of its unpaced
+    /// trials), never taken from a run by [`by_scenario`].
+    Saturated,
 }
 
 impl Metric {
@@ -50,7 +54,7 @@ impl Metric {
     pub fn unit(self, rate: RateUnit) -> (f64, &'static str) {
         match self {
             Metric::Tcp => (1.0, "Gbit/s"),
-            Metric::Rfc2544 => (rate.scale, rate.name),
+            Metric::Rfc2544 | Metric::Saturated => (rate.scale, rate.name),
         }
     }
 
@@ -59,6 +63,7 @@ impl Metric {
         match self {
             Metric::Rfc2544 => "RFC 2544 throughput",
             Metric::Tcp => "TCP (iperf3)",
+            Metric::Saturated => "saturated, delivered",
         }
     }
 }
@@ -100,17 +105,20 @@ pub struct ScenarioFigures {
     pub scenario: String,
     pub metric: Metric,
     pub contenders: Vec<ContenderFigures>,
+    /// Whether tables and plots quote ratios to the baseline (a benchmark
+    /// turns this off for a figure that does not repeat between runs).
+    pub rated: bool,
 }
 
 impl ScenarioFigures {
-    /// Median of `c` over the baseline's median.
-    pub fn ratio_to_baseline(&self, c: &ContenderFigures) -> f64 {
-        let base = self.contenders[0].median();
-        if base > 0.0 {
-            c.median() / base
-        } else {
-            0.0
+    /// Median of `c` over the baseline's median; None when the scenario
+    /// quotes no ratios.
+    pub fn ratio_to_baseline(&self, c: &ContenderFigures) -> Option<f64> {
+        if !self.rated {
+            return None;
         }
+        let base = self.contenders[0].median();
+        Some(if base > 0.0 { c.median() / base } else { 0.0 })
     }
 }
 
@@ -176,6 +184,7 @@ pub fn by_scenario<V>(r: &ResultFile<V>) -> Vec<ScenarioFigures> {
                         generator_limited: runs.iter().any(|(_, (_, _, lower))| *lower),
                     })
                     .collect(),
+                rated: true,
             }
         })
         .collect()
@@ -213,8 +222,18 @@ pub fn table(scenarios: &[ScenarioFigures], rate: RateUnit) -> String {
         .max()
         .unwrap_or(9)
         .max(9);
-    let mut out = String::from(
-        "Per scenario, median over rounds (min..max), ratio to the first contender:\n",
+    let over = if scenarios.iter().all(|s| s.metric == Metric::Saturated) {
+        "of the kept trials"
+    } else {
+        "over rounds"
+    };
+    let mut out = format!(
+        "Per scenario, median {over} (min..max){}:\n",
+        if scenarios.iter().any(|s| s.rated) {
+            ", ratio to the first contender"
+        } else {
+            ""
+        }
     );
     for s in scenarios {
         let (scale, unit) = s.metric.unit(rate);
@@ -225,7 +244,7 @@ pub fn table(scenarios: &[ScenarioFigures], rate: RateUnit) -> String {
             "contender",
             format!("median {unit}"),
             format!("min..max {unit}"),
-            "ratio",
+            if s.rated { "ratio" } else { "" },
             if s.metric == Metric::Tcp {
                 "  CPU cores per Gbit/s"
             } else {
@@ -239,12 +258,14 @@ pub fn table(scenarios: &[ScenarioFigures], rate: RateUnit) -> String {
             } else {
                 format!("  {:.3}", median(&c.cpu_per_gbit_s))
             };
+            let ratio = s
+                .ratio_to_baseline(c)
+                .map_or(String::new(), |x| format!("{x:>7.2}x"));
             out.push_str(&format!(
-                "  {:<cw$}  {:>12} {:>21} {:>7.2}x{cpu}{}\n",
+                "  {:<cw$}  {:>12} {:>21} {ratio:>8}{cpu}{}\n",
                 c.contender,
                 format!("{lower}{:.3}", c.median() / scale),
                 format!("{:.3}..{:.3}", c.min() / scale, c.max() / scale),
-                s.ratio_to_baseline(c),
                 if c.generator_limited {
                     " (generator-limited: a lower bound)"
                 } else {

@@ -356,34 +356,51 @@ fn comparison<V>(
                     median: c.median() / scale,
                     min: c.min() / scale,
                     max: c.max() / scale,
-                    note: match (i, c.generator_limited) {
-                        (0, false) => String::new(),
-                        (0, true) => ">=".into(),
-                        (_, gl) => format!(
-                            "{}{:.2}x",
-                            if gl { ">=" } else { "" },
-                            s.ratio_to_baseline(c)
-                        ),
+                    note: match (i, c.generator_limited, s.ratio_to_baseline(c)) {
+                        (0, true, _) => ">=".into(),
+                        (0, false, _) | (_, _, None) => String::new(),
+                        (_, gl, Some(x)) => format!("{}{x:.2}x", if gl { ">=" } else { "" }),
                     },
                 })
                 .collect(),
         })
         .collect();
     let whiskers = if rounds > 1 {
-        format!(", median of {rounds} rounds, whiskers min-max")
+        let of = match metric {
+            compare::Metric::Saturated => "trials",
+            _ => "rounds",
+        };
+        format!(", median of {rounds} {of}, whiskers min-max")
     } else {
         String::new()
     };
     Chart::Bars {
         title: format!(
-            "{}: {}{whiskers}; ratio to {}",
+            "{}: {}{whiskers}{}",
             r.kind,
             metric.name(),
-            names.first().map(String::as_str).unwrap_or("-")
+            match scenarios.iter().any(|s| s.rated) {
+                true => format!("; ratio to {}", names.first().map_or("-", String::as_str)),
+                false => String::new(),
+            }
         ),
         y_desc: format!("{} ({unit})", metric.name()),
         legend: names,
         groups,
+    }
+}
+
+/// `scenarios` (of one metric) per contender as grouped bars, median over
+/// rounds, min-max whiskers, ratios where rated, as figure `name`.
+pub fn comparison_figure<V>(
+    r: &ResultFile<V>,
+    name: &'static str,
+    scenarios: &[compare::ScenarioFigures],
+    rate: RateUnit,
+) -> Figure {
+    Figure {
+        name,
+        chart: comparison(r, scenarios, rate),
     }
 }
 
@@ -409,12 +426,18 @@ pub fn tcp<V>(r: &ResultFile<V>, rate: RateUnit) -> Option<Figure> {
 /// `rate`), or, for files without such comparisons, offered vs delivered
 /// rate for every trial of every run.
 pub fn rates<V>(r: &ResultFile<V>, rate: RateUnit) -> Figure {
-    let scenarios = scenarios_of(r, compare::Metric::Rfc2544);
+    rates_of(r, &scenarios_of(r, compare::Metric::Rfc2544), rate)
+}
+
+/// [`rates`] of the RFC 2544 `scenarios` a benchmark took from `r` (and,
+/// say, chose not to rate).
+pub fn rates_of<V>(
+    r: &ResultFile<V>,
+    scenarios: &[compare::ScenarioFigures],
+    rate: RateUnit,
+) -> Figure {
     if !scenarios.is_empty() {
-        return Figure {
-            name: RATES,
-            chart: comparison(r, &scenarios, rate),
-        };
+        return comparison_figure(r, RATES, scenarios, rate);
     }
     // Runs whose frames were built but not sent have nothing delivered to
     // show: they stay in the table, not on this chart.

@@ -280,6 +280,39 @@ fn is_zero(n: &u32) -> bool {
 pub const STARVED_SHARE: f64 = 0.05;
 
 impl Trial {
+    /// A trial of one second in `phase` that offered and delivered these
+    /// rates, nothing else measured (for fixtures and simulations).
+    pub fn of_rates(
+        phase: &str,
+        requested_pps: Option<f64>,
+        offered: f64,
+        delivered: f64,
+    ) -> Trial {
+        Trial {
+            phase: phase.into(),
+            requested_pps,
+            duration_s: 1.0,
+            offered_packets: offered as u64,
+            delivered_packets: delivered as u64,
+            offered_pps: offered,
+            delivered_pps: delivered,
+            offered_bps: 0.0,
+            delivered_bps: 0.0,
+            loss_ratio: if offered > 0.0 {
+                (offered - delivered) / offered
+            } else {
+                0.0
+            },
+            cpu: vec![],
+            latency: None,
+            windows: vec![],
+            limited_by: None,
+            drops: vec![],
+            wrong: None,
+            repeated: 0,
+        }
+    }
+
     /// Seconds this trial's threads waited for a CPU, over its windows.
     pub fn cpu_wait_s(&self) -> f64 {
         self.windows.iter().map(|w| w.cpu_wait_s).sum()

@@ -362,19 +362,6 @@ mod tests {
         let lost = (offered - delivered) as u64;
         let loss = (offered - delivered) / offered;
         Trial {
-            phase: "x".into(),
-            requested_pps: rate.pps(),
-            duration_s: 1.0,
-            offered_packets: offered as u64,
-            delivered_packets: delivered as u64,
-            offered_pps: offered,
-            delivered_pps: delivered,
-            offered_bps: 0.0,
-            delivered_bps: 0.0,
-            loss_ratio: loss,
-            cpu: vec![],
-            latency: None,
-            windows: vec![],
             limited_by: Some(classify(
                 rate.pps(),
                 offered,
@@ -384,9 +371,7 @@ mod tests {
                 &[],
                 Limiter::Dut,
             )),
-            drops: vec![],
-            wrong: None,
-            repeated: 0,
+            ..Trial::of_rates("x", rate.pps(), offered, delivered)
         }
     }
 

@@ -1,0 +1,1 @@
+./target/release/peregrine bench router --scenario "1 flow" --rounds 3 --trial 1s --xdp-forward <local build of xdp-tools' xdp-forward> --name run2 --out <dir>   # 2026-11-26 18:58-19:06 UTC, run 2 of two back to back (issue 24 item 8); files renamed bench-router-b2b-2.*
