@@ -289,9 +289,10 @@ impl Agent {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let mut decl = self.effective();
-        let live_ports = crate::reconcile::router_ports();
+        let view = crate::reconcile::RouterView::read();
+        let live_ports = view.ports;
         // A router left on `auto` is shown at the hook it picked.
-        if let (Some(r), Some(kind)) = (decl.router.as_mut(), crate::reconcile::router_hook()) {
+        if let (Some(r), Some(kind)) = (decl.router.as_mut(), view.hook) {
             if r.hook == peregrine_dataplane::HookChoice::Auto {
                 r.hook = peregrine_dataplane::HookChoice::Given(match kind {
                     "tc" => peregrine_bpf::Hook::TC,
@@ -302,7 +303,7 @@ impl Agent {
         let router = decl.router.as_ref().map(|r| {
             let ports = live_ports.clone();
             RouterStatus {
-                hook: crate::reconcile::router_hook().unwrap_or("-").to_string(),
+                hook: view.hook.unwrap_or("-").to_string(),
                 declared: r.ports.clone(),
                 ports,
             }

@@ -107,9 +107,17 @@ fn serve_one(s: UnixStream, to: &Sender<Incoming>) {
             status: None,
         },
     };
-    let mut w = &s;
-    let _ = serde_json::to_writer(&mut w, &reply);
-    let _ = w.write_all(b"\n");
+    if let Ok(line) = line_of(&reply) {
+        let _ = (&s).write_all(&line);
+    }
+}
+
+/// `v` as one JSON line, to be written in one call (serde_json writing
+/// straight into the socket sends every token as its own segment).
+fn line_of(v: &impl serde::Serialize) -> serde_json::Result<Vec<u8>> {
+    let mut line = serde_json::to_vec(v)?;
+    line.push(b'\n');
+    Ok(line)
 }
 
 /// Sends `req` to the agent listening on `path`; its reply.
@@ -126,9 +134,8 @@ pub fn request(path: &Path, req: &Request) -> Result<Reply, String> {
     })?;
     s.set_read_timeout(Some(Duration::from_secs(130)))
         .map_err(|e| e.to_string())?;
-    let mut w = &s;
-    serde_json::to_writer(&mut w, req).map_err(|e| e.to_string())?;
-    w.write_all(b"\n").map_err(|e| e.to_string())?;
+    let line = line_of(req).map_err(|e| e.to_string())?;
+    (&s).write_all(&line).map_err(|e| e.to_string())?;
     let mut line = String::new();
     BufReader::new(&s)
         .read_line(&mut line)

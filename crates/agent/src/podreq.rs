@@ -84,10 +84,8 @@ fn host_side_missing(p: &PodPort, cookie: u64, pass: &Pass) -> Option<String> {
         l.split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_' || c == '.' || c == '@'))
             .any(|w| w == iface)
     };
-    let port_live = reconcile::router_ports()
-        .iter()
-        .any(|(i, live)| i == iface && *live);
-    if !port_live {
+    let port_hook = reconcile::router_port(iface);
+    if port_hook.is_none() {
         let why = pass
             .errors
             .iter()
@@ -98,7 +96,7 @@ fn host_side_missing(p: &PodPort, cookie: u64, pass: &Pass) -> Option<String> {
         return Some(why);
     }
     if p.bandwidth.egress_rate.is_some() {
-        if reconcile::router_hook() == Some("xdp") {
+        if port_hook == Some("xdp") {
             return Some(format!(
                 "the router runs at XDP, whose redirects skip the egress_rate policer at tc on {iface}: declare [router] hook = \"tc\" to police pods"
             ));
@@ -213,12 +211,11 @@ fn restore(h: &mut impl Host, key: &PodKey, prev: Option<PodRecord>) {
 fn leftovers(h: &mut impl Host, gone: &[PodRecord]) -> Vec<String> {
     let want = effective(&h.declared().clone(), h.registry());
     let cookie = h.netns_cookie();
-    let ports = reconcile::router_ports();
     let mut out = Vec::new();
     for r in gone {
         let i = &r.pod.host_iface;
         let wanted = want.router.as_ref().is_some_and(|r| r.ports.contains(i));
-        if !wanted && ports.iter().any(|(p, live)| p == i && *live) {
+        if !wanted && reconcile::router_port(i).is_some() {
             out.push(format!(
                 "{}: router port {i} is still attached",
                 r.pod.who()
@@ -285,10 +282,7 @@ fn check(h: &mut impl Host, key: &PodKey) -> Reply {
     };
     let p = &rec.pod;
     let mut missing = Vec::new();
-    if !reconcile::router_ports()
-        .iter()
-        .any(|(i, live)| i == &p.host_iface && *live)
-    {
+    if reconcile::router_port(&p.host_iface).is_none() {
         missing.push(format!("router port {} is not running", p.host_iface));
     }
     if p.bandwidth.egress_rate.is_some() && !reconcile::policer_live(&p.host_iface, cookie) {

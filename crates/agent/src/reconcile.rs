@@ -33,34 +33,54 @@ fn exists(iface: &str) -> bool {
     peregrine_bpf::link::ifindex(iface).is_ok()
 }
 
-/// Router ports of the agent's namespace as pinned: (iface, live).
-pub fn router_ports() -> Vec<(String, bool)> {
-    let Ok(dir) = Site::here().dir() else {
-        return Vec::new();
-    };
-    if !dir.exists() {
-        return Vec::new();
-    }
-    pins::attachment(&dir)
-        .ports
-        .into_iter()
-        .map(|p| (p.iface, p.link.is_some_and(|l| l.live())))
-        .collect()
+/// The router of the agent's namespace as pinned, read once (reading it
+/// opens every port's link pin: a pass reads it again only after changing
+/// it).
+#[derive(Debug, Clone, Default)]
+pub struct RouterView {
+    /// (iface, live) per port.
+    pub ports: Vec<(String, bool)>,
+    /// The hook kind ("xdp"/"tc") it runs at, if one runs.
+    pub hook: Option<&'static str>,
 }
 
-/// The hook kind ("xdp"/"tc") the router here runs at, if one runs.
-pub fn router_hook() -> Option<&'static str> {
+impl RouterView {
+    pub fn read() -> RouterView {
+        let Ok(dir) = Site::here().dir() else {
+            return RouterView::default();
+        };
+        if !dir.exists() {
+            return RouterView::default();
+        }
+        let ports = pins::attachment(&dir).ports;
+        RouterView {
+            hook: ports
+                .iter()
+                .find_map(|p| p.link.filter(|l| l.live()).map(|l| l.hook_kind())),
+            ports: ports
+                .into_iter()
+                .map(|p| (p.iface, p.link.is_some_and(|l| l.live())))
+                .collect(),
+        }
+    }
+}
+
+/// The hook kind ("xdp"/"tc") router port `iface` of the agent's
+/// namespace runs at; None when it does not run. One pin read, whatever
+/// the number of ports.
+pub fn router_port(iface: &str) -> Option<&'static str> {
     let dir = Site::here().dir().ok()?;
-    pins::attachment(&dir)
-        .ports
-        .iter()
-        .find_map(|p| p.link.filter(|l| l.live()).map(|l| l.hook_kind()))
+    peregrine_bpf::link::pinned_link(&pins::port_link(&dir, iface))
+        .ok()
+        .filter(|l| l.live())
+        .map(|l| l.hook_kind())
 }
 
 /// Brings the router of this namespace to `want`.
 pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
     let site = Site::here();
-    let mut running = router_ports();
+    let mut view = RouterView::read();
+    let mut running = view.ports.clone();
     if !running.is_empty() && !owned.router && running.iter().all(|p| !p.1) {
         // Pins of a router none of whose ports runs any more (its process
         // and interfaces gone, the agent's record lost): nothing of it
@@ -77,7 +97,8 @@ pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
                 ));
             }
         }
-        running = router_ports();
+        view = RouterView::read();
+        running = view.ports.clone();
     }
     if !running.is_empty() && !owned.router {
         if want.is_some() {
@@ -102,7 +123,7 @@ pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
         return;
     };
     // A router at the other hook than the one declared goes whole first.
-    if let (Some(kind), HookChoice::Given(h)) = (router_hook(), want.hook) {
+    if let (Some(kind), HookChoice::Given(h)) = (view.hook, want.hook) {
         if kind != h.kind() {
             match router::detach(&site, &[]) {
                 Ok(_) => pass.changed.push(format!(
@@ -115,9 +136,10 @@ pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
                     return;
                 }
             }
+            view = RouterView::read();
         }
     }
-    let running = router_ports();
+    let running = view.ports;
     let all_dead = !running.is_empty() && running.iter().all(|p| !p.1);
     // Ports to take out: not declared any more, or whose link died (the
     // interface went, or its program was detached by hand).
@@ -162,7 +184,13 @@ pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
                 .push(format!("router: port {i} is gone: cleaned up"));
         }
     }
-    let now: Vec<String> = router_ports()
+    // As pinned now: read again only where something was taken out.
+    let now_pinned = if all_dead || !out.is_empty() {
+        RouterView::read().ports
+    } else {
+        running
+    };
+    let now: Vec<String> = now_pinned
         .into_iter()
         .filter(|p| p.1)
         .map(|p| p.0)

@@ -289,11 +289,12 @@ fn running_router(dir: &std::path::Path) -> Result<(Option<RunningRouter>, Optio
     if !dir.exists() {
         return Ok((None, None));
     }
-    if pins::attachment(dir).stale() {
+    let a = pins::attachment(dir);
+    if a.stale() {
         pins::remove(dir)?;
         return Ok((None, Some(dir.to_path_buf())));
     }
-    Ok((Some(RunningRouter::open(dir)?), None))
+    Ok((Some(RunningRouter::of(dir, a)?), None))
 }
 
 /// Pins a fresh deployment; on failure nothing stays attached or pinned
@@ -314,14 +315,11 @@ fn pin_or_undo(mut dp: Dataplane, dir: &std::path::Path) -> Result<()> {
 }
 
 /// Checks that every port in `ifaces` of the router pinned in `dir` runs
-/// its program (the attachment took).
+/// its program (the attachment took); reads those ports' pins alone.
 fn verify_attached(ifaces: &[String], dir: &std::path::Path) -> Result<()> {
-    let a = pins::attachment(dir);
     for i in ifaces {
-        let live = a
-            .ports
-            .iter()
-            .any(|p| &p.iface == i && p.link.is_some_and(|l| l.live()));
+        let live =
+            peregrine_bpf::link::pinned_link(&pins::port_link(dir, i)).is_ok_and(|l| l.live());
         if !live {
             return Err(DataplaneError::Other(format!("the router did not take on {i}: its link is not attached after attaching; nothing of this command left attached")));
         }

@@ -29,7 +29,11 @@ pub struct RunningRouter {
 impl RunningRouter {
     /// The router pinned in `dir`; an error when none of its ports is live.
     pub fn open(dir: &Path) -> Result<RunningRouter> {
-        let a = pins::attachment(dir);
+        Self::of(dir, pins::attachment(dir))
+    }
+
+    /// The router pinned in `dir` whose attachment the caller read.
+    pub(crate) fn of(dir: &Path, a: pins::Attachment) -> Result<RunningRouter> {
         let sample = a
             .ports
             .iter()
@@ -50,17 +54,19 @@ impl RunningRouter {
 
     /// The ports (of `ifaces`) that deliver into their peer's namespace
     /// with bpf_redirect_peer.
+    /// Reads those ports' pins alone (not every port's: a pod joining a
+    /// router of many asks this).
     pub fn peer_delivered(&self, ifaces: &[String]) -> Vec<String> {
-        let a = pins::attachment(&self.dir);
-        a.ports
+        let mut out: Vec<String> = ifaces
             .iter()
-            .filter(|p| ifaces.contains(&p.iface))
-            .filter(|p| {
-                p.link
-                    .is_some_and(|l| self.maps.peer_delivery(l.ifindex).unwrap_or(false))
+            .filter(|i| {
+                peregrine_bpf::link::pinned_link(&pins::port_link(&self.dir, i))
+                    .is_ok_and(|l| self.maps.peer_delivery(l.ifindex).unwrap_or(false))
             })
-            .map(|p| p.iface.clone())
-            .collect()
+            .cloned()
+            .collect();
+        out.sort();
+        out
     }
 
     /// At tc, sets each live port's peer delivery to what
