@@ -1,7 +1,7 @@
 //! tc over netlink on a veth made with plain `ip` (privileged).
 use peregrine_host::netns;
 use peregrine_host::tc::Tc;
-use peregrine_testbed::testing::{privileged_here, NsPair};
+use peregrine_testbed::testing::{privileged_here, run, NsPair};
 
 /// `root_qdisc` reads one device's root alone: nothing for veth's built-in
 /// default (the kernel answers that request with its ACK only, which once
@@ -28,18 +28,7 @@ fn root_qdisc_sees_the_default_and_a_users_qdisc() {
         None,
         "veth's default noqueue is no root qdisc of anyone"
     );
-    let tc = |args: &[&str]| {
-        let out = std::process::Command::new("tc")
-            .args(["-n", &pair.a])
-            .args(args)
-            .output()
-            .expect("tc runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let tc = |args: &[&str]| run("tc", &[&["-n", pair.a.as_str()], args].concat());
     tc(&[
         "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "tbf", "rate", "10mbit", "burst",
         "32k", "latency", "50ms",

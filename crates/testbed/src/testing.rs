@@ -95,13 +95,19 @@ pub fn wait_until(timeout: std::time::Duration, mut done: impl FnMut() -> bool) 
 
 /// Runs `ip args` to the end; panics with what ip said if it fails.
 pub fn ip(args: &[&str]) {
-    let out = std::process::Command::new("ip")
+    run("ip", args);
+}
+
+/// Runs `program args` (ip, tc, ...) to the end; panics with what it said
+/// if it fails.
+pub fn run(program: &str, args: &[&str]) {
+    let out = std::process::Command::new(program)
         .args(args)
         .output()
-        .expect("ip runs");
+        .unwrap_or_else(|e| panic!("{program} runs: {e}"));
     assert!(
         out.status.success(),
-        "ip {}: {}",
+        "{program} {}: {}",
         args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
