@@ -70,18 +70,14 @@ impl RouterView {
 /// the number of ports.
 pub fn router_port(iface: &str) -> Option<&'static str> {
     let dir = Site::here().dir().ok()?;
-    peregrine_bpf::link::pinned_link(&pins::port_link(&dir, iface))
-        .ok()
-        .filter(|l| l.live())
-        .map(|l| l.hook_kind())
+    pins::live_port_link(&dir, iface).map(|l| l.hook_kind())
 }
 
 /// Brings the router of this namespace to `want`.
 pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
     let site = Site::here();
     let mut view = RouterView::read();
-    let mut running = view.ports.clone();
-    if !running.is_empty() && !owned.router && running.iter().all(|p| !p.1) {
+    if !view.ports.is_empty() && !owned.router && view.ports.iter().all(|p| !p.1) {
         // Pins of a router none of whose ports runs any more (its process
         // and interfaces gone, the agent's record lost): nothing of it
         // runs, and `router attach` would take them away too.
@@ -89,7 +85,7 @@ pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
             if pins::remove(&dir).is_ok() {
                 pass.changed.push(format!(
                     "router: stale pins of a router with no live port removed ({})",
-                    running
+                    view.ports
                         .iter()
                         .map(|p| p.0.as_str())
                         .collect::<Vec<_>>()
@@ -98,19 +94,18 @@ pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
             }
         }
         view = RouterView::read();
-        running = view.ports.clone();
     }
-    if !running.is_empty() && !owned.router {
+    if !view.ports.is_empty() && !owned.router {
         if want.is_some() {
             pass.errors.push(format!(
                 "router: a router attached by hand runs in this namespace (ports {}); the agent leaves it: `peregrine router detach` it to let the agent attach the declared one",
-                running.iter().map(|p| p.0.as_str()).collect::<Vec<_>>().join(" ")
+                view.ports.iter().map(|p| p.0.as_str()).collect::<Vec<_>>().join(" ")
             ));
         }
         return;
     }
     let Some(want) = want else {
-        if owned.router && !running.is_empty() {
+        if owned.router && !view.ports.is_empty() {
             match router::detach(&site, &[]) {
                 Ok(_) => pass
                     .changed

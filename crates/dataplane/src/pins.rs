@@ -218,6 +218,15 @@ fn remove_outside_labs(only_stale: bool) -> Result<usize> {
 pub fn port_link(dir: &Path, port: &str) -> PathBuf {
     dir.join(format!("{PORT_LINK}{port}"))
 }
+
+/// The link of router port `port` pinned in `dir` when it runs (attached
+/// to a live interface): that port's pin alone, whatever the number of
+/// ports.
+pub fn live_port_link(dir: &Path, port: &str) -> Option<peregrine_bpf::link::PinnedLink> {
+    peregrine_bpf::link::pinned_link(&port_link(dir, port))
+        .ok()
+        .filter(|l| l.live())
+}
 const PORT_LINK: &str = "link-";
 
 /// The link of network function `host`:`iface`.

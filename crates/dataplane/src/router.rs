@@ -318,9 +318,7 @@ fn pin_or_undo(mut dp: Dataplane, dir: &std::path::Path) -> Result<()> {
 /// its program (the attachment took); reads those ports' pins alone.
 fn verify_attached(ifaces: &[String], dir: &std::path::Path) -> Result<()> {
     for i in ifaces {
-        let live =
-            peregrine_bpf::link::pinned_link(&pins::port_link(dir, i)).is_ok_and(|l| l.live());
-        if !live {
+        if pins::live_port_link(dir, i).is_none() {
             return Err(DataplaneError::Other(format!("the router did not take on {i}: its link is not attached after attaching; nothing of this command left attached")));
         }
     }

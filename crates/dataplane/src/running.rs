@@ -60,8 +60,8 @@ impl RunningRouter {
         let mut out: Vec<String> = ifaces
             .iter()
             .filter(|i| {
-                peregrine_bpf::link::pinned_link(&pins::port_link(&self.dir, i))
-                    .is_ok_and(|l| self.maps.peer_delivery(l.ifindex).unwrap_or(false))
+                pins::live_port_link(&self.dir, i)
+                    .is_some_and(|l| self.maps.peer_delivery(l.ifindex).unwrap_or(false))
             })
             .cloned()
             .collect();
