@@ -1,1 +1,1 @@
-./target/release/peregrine bench qos --part policer --rounds 2 --name bench-qos --out docs/results   # 2026-11-26 12:15-12:26 UTC (defaults: --rates 10Mbit,100Mbit,1Gbit --trial 4s --tcp-time 10s --tcp-streams 1,8 --rules 100000); the scheduler part: bench-qos-scheduler.cmd
+./target/release/peregrine bench qos --part policer --name bench-qos --out docs/results   # 2026-11-26 21:57-22:13 UTC (defaults: --rounds 3 --rates 10Mbit,100Mbit,1Gbit --trial 4s --tcp-time 10s --tcp-streams 1,8 --rules 100000); the scheduler part: bench-qos-scheduler.cmd

@@ -23,6 +23,7 @@ enum policer_limits {
 enum policer_unit {
 	POLICER_BITS = 0,    /* rate in bit/s of Ethernet frames (header included, no FCS) */
 	POLICER_PACKETS = 1, /* rate in packets/s */
+	POLICER_NONE = 2,    /* a rate of 0: nothing conforms (a deny rule) */
 };
 
 enum policer_exceed {

@@ -11,6 +11,7 @@
 //! - `compose`: which stages share an interface, their order, what is refused.
 //! - `reconcile`: the data plane brought to the declaration, drift repaired.
 //! - `pods`: pod interfaces the CNI plugin hands over, recorded.
+//! - `annotations`: a pod's `peregrine.io/` deny lists.
 //! - `podreq`: the plugin's requests served.
 //! - `peer`: router ports' peer delivery recomputed as XDP comes and goes.
 //! - `services`: supervised children, restarted, adopted.
@@ -22,6 +23,7 @@
 //! - `agent`: the loop (start, file changes, SIGHUP, kernel events, requests).
 
 pub mod agent;
+pub mod annotations;
 pub mod check;
 pub mod cluster;
 pub mod compose;

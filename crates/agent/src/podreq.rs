@@ -1,6 +1,7 @@
 //! The CNI plugin's requests on the control socket (`pod_add`, `pod_del`,
 //! `pod_check`, `pod_gc`), served against the pod registry (`pods`) with a
 //! reconcile pass of the node's declaration plus its pods.
+use crate::annotations::Direction;
 use crate::control::{Reply, Request};
 use crate::decl::NodeDecl;
 use crate::pods::*;
@@ -95,10 +96,11 @@ fn host_side_missing(p: &PodPort, cookie: u64, pass: &Pass) -> Option<String> {
             .unwrap_or_else(|| format!("router port {iface} is not running"));
         return Some(why);
     }
-    if p.bandwidth.egress_rate.is_some() {
+    if p.polices(Direction::Egress) {
+        let by = p.policed_by(Direction::Egress);
         if port_hook == Some("xdp") {
             return Some(format!(
-                "the router runs at XDP, whose redirects skip the egress_rate policer at tc on {iface}: declare [router] hook = \"tc\" to police pods"
+                "the router runs at XDP, whose redirects skip the {by} policer at tc on {iface}: declare [router] hook = \"tc\" to police pods"
             ));
         }
         if !reconcile::policer_live(iface, cookie) {
@@ -107,7 +109,7 @@ fn host_side_missing(p: &PodPort, cookie: u64, pass: &Pass) -> Option<String> {
                 .iter()
                 .find(mentions)
                 .cloned()
-                .unwrap_or_else(|| format!("the egress_rate policer on {iface} is not running"));
+                .unwrap_or_else(|| format!("the {by} policer on {iface} is not running"));
             return Some(why);
         }
     }
@@ -139,7 +141,7 @@ fn add(h: &mut impl Host, pod: PodPort) -> Reply {
     let mut lines = pass.changed.clone();
     let mut failed = host_side_missing(&pod, cookie, &pass);
     let mut rec = rec;
-    let in_pod_wanted = pod.bandwidth.ingress_rate.is_some() || pod.bandwidth.egress_rate.is_some();
+    let in_pod_wanted = pod.polices(Direction::Ingress) || pod.bandwidth.egress_rate.is_some();
     if failed.is_none() {
         if in_pod_wanted {
             let before = prev
@@ -154,7 +156,7 @@ fn add(h: &mut impl Host, pod: PodPort) -> Reply {
                 Err(e) => failed = Some(e),
             }
         } else if let Ok(Some(l)) = remove_in_pod(&rec) {
-            // A re-ADD without the bandwidth the pod had.
+            // A re-ADD without the bandwidth or deny list the pod had.
             lines.push(l);
             rec.in_pod = None;
         }
@@ -185,6 +187,9 @@ fn add(h: &mut impl Host, pod: PodPort) -> Reply {
             ", egress_rate {r} bit/s policed here too (burst {} B)",
             burst_bytes(r, pod.bandwidth.egress_burst)
         ),
+        None if pod.polices(Direction::Egress) => {
+            format!(", {} policed here", pod.policed_by(Direction::Egress))
+        }
         None => String::new(),
     };
     lines.push(format!(
@@ -222,7 +227,7 @@ fn leftovers(h: &mut impl Host, gone: &[PodRecord]) -> Vec<String> {
             ));
         }
         let policed = want.qos.iter().any(|q| &q.iface == i);
-        if !policed && r.pod.bandwidth.egress_rate.is_some() && reconcile::policer_live(i, cookie) {
+        if !policed && r.pod.polices(Direction::Egress) && reconcile::policer_live(i, cookie) {
             out.push(format!("{}: the policer on {i} still runs", r.pod.who()));
         }
     }
@@ -285,18 +290,19 @@ fn check(h: &mut impl Host, key: &PodKey) -> Reply {
     if reconcile::router_port(&p.host_iface).is_none() {
         missing.push(format!("router port {} is not running", p.host_iface));
     }
-    if p.bandwidth.egress_rate.is_some() && !reconcile::policer_live(&p.host_iface, cookie) {
+    if p.polices(Direction::Egress) && !reconcile::policer_live(&p.host_iface, cookie) {
         missing.push(format!(
-            "the egress_rate policer on {} is not running",
+            "the {} policer on {} is not running",
+            p.policed_by(Direction::Egress),
             p.host_iface
         ));
     }
-    if p.bandwidth.ingress_rate.is_some()
-        && !rec.in_pod.is_some_and(|c| in_pod_live(c, &p.key.ifname))
-    {
+    if p.polices(Direction::Ingress) && !rec.in_pod.is_some_and(|c| in_pod_live(c, &p.key.ifname)) {
         missing.push(format!(
-            "the ingress_rate policer on {} in {} is not running",
-            p.key.ifname, p.netns
+            "the {} policer on {} in {} is not running",
+            p.policed_by(Direction::Ingress),
+            p.key.ifname,
+            p.netns
         ));
     }
     if p.bandwidth.egress_rate.is_some() && !rec.in_pod.is_some_and(|c| shaper_live(p, c)) {

@@ -1,8 +1,10 @@
 //! Pods handed to the agent by the CNI plugin (`peregrine-cni`): each pod
 //! interface's host side joins the node's router, with the pod's bandwidth
 //! (the `kubernetes.io/ingress-bandwidth` / `egress-bandwidth`
-//! annotations, as runtimeConfig `bandwidth`) policed. The agent records
-//! them beside its state so that a restarted agent keeps them.
+//! annotations, as runtimeConfig `bandwidth`) policed and its
+//! `peregrine.io/` deny lists (`annotations`) in front of those rates. The
+//! agent records them beside its state so that a restarted agent keeps
+//! them.
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::net::IpAddr;
@@ -17,6 +19,7 @@ use peregrine_qos::config::{default_burst, PolicerConfig};
 use peregrine_qos::shaper;
 use serde::{Deserialize, Serialize};
 
+use crate::annotations::{self, Direction};
 use crate::compose;
 use crate::decl::{NodeDecl, QosDecl, RouterDecl};
 
@@ -148,36 +151,75 @@ pub fn burst_bytes(rate_bps: u64, burst_bits: Option<u64>) -> u64 {
     }
 }
 
-/// One rate of a pod as a rules file: one rule, every packet, at `rate`
-/// bit/s with its burst, at tc.
-fn rules_file(rate_bps: u64, burst_bits: Option<u64>) -> String {
-    format!(
-        "hook = \"tc\"\n\n[[rule]]\nrate = \"{rate_bps}bit\"\nburst = \"{}\"\n",
-        burst_bytes(rate_bps, burst_bits)
-    )
+impl PodPort {
+    /// The rate and burst (bits) of `dir`.
+    fn rate(&self, dir: Direction) -> (Option<u64>, Option<u64>) {
+        let b = &self.bandwidth;
+        match dir {
+            Direction::Ingress => (b.ingress_rate, b.ingress_burst),
+            Direction::Egress => (b.egress_rate, b.egress_burst),
+        }
+    }
+
+    /// Whether `dir` is policed: a rate, a deny list, or both.
+    pub fn polices(&self, dir: Direction) -> bool {
+        self.rate(dir).0.is_some() || self.annotations.contains_key(dir.annotation())
+    }
+
+    /// What polices `dir`, for people: "ingress_rate",
+    /// "peregrine.io/ingress-deny and ingress_rate", ...
+    pub fn policed_by(&self, dir: Direction) -> String {
+        let rate = match dir {
+            Direction::Ingress => "ingress_rate",
+            Direction::Egress => "egress_rate",
+        };
+        match (
+            self.annotations.contains_key(dir.annotation()),
+            self.rate(dir).0.is_some(),
+        ) {
+            (true, true) => format!("{} and {rate}", dir.annotation()),
+            (true, false) => dir.annotation().to_string(),
+            _ => rate.to_string(),
+        }
+    }
 }
 
-fn policer_config(
-    what: &str,
-    rate_bps: u64,
-    burst_bits: Option<u64>,
-) -> Result<(String, PolicerConfig), String> {
-    let file = rules_file(rate_bps, burst_bits);
-    let cfg = PolicerConfig::parse(&file).map_err(|e| format!("{what} {rate_bps} bit/s: {e}"))?;
-    Ok((file, cfg))
+/// The pod's policer of `dir` as a rules file, at tc: a rule of rate 0 per
+/// entry of its deny list, then one rule for every packet at its rate
+/// with its burst (either may be absent). None when it has neither.
+fn policer_config(p: &PodPort, dir: Direction) -> Result<Option<(String, PolicerConfig)>, String> {
+    if !p.polices(dir) {
+        return Ok(None);
+    }
+    let mut file = String::from("hook = \"tc\"\n");
+    for d in annotations::denies(&p.annotations, dir)? {
+        file.push('\n');
+        file.push_str(&d.rule(dir));
+    }
+    let (rate, burst) = p.rate(dir);
+    if let Some(rate_bps) = rate {
+        file.push_str(&format!(
+            "\n[[rule]]\nrate = \"{rate_bps}bit\"\nburst = \"{}\"\n",
+            burst_bytes(rate_bps, burst)
+        ));
+    }
+    let cfg = PolicerConfig::parse(&file).map_err(|e| format!("{}: {e}", p.policed_by(dir)))?;
+    Ok(Some((file, cfg)))
 }
 
-/// The pod's `egress_rate` (what it sends) as the node's policer on its
-/// host interface's ingress: a `[[qos]]` of the effective declaration.
+/// The pod's egress policer (what it sends: `egress_rate` and
+/// `peregrine.io/egress-deny`) as the node's policer on its host
+/// interface's ingress: a `[[qos]]` of the effective declaration.
 pub fn egress_qos(p: &PodPort) -> Option<Result<QosDecl, String>> {
-    let rate = p.bandwidth.egress_rate?;
-    Some(
-        policer_config("egress_rate", rate, p.bandwidth.egress_burst).map(|(file, cfg)| QosDecl {
-            iface: p.host_iface.clone(),
-            file,
-            cfg,
-        }),
-    )
+    policer_config(p, Direction::Egress)
+        .map(|c| {
+            c.map(|(file, cfg)| QosDecl {
+                iface: p.host_iface.clone(),
+                file,
+                cfg,
+            })
+        })
+        .transpose()
 }
 
 /// What the agent holds for one pod interface.
@@ -331,12 +373,11 @@ pub(crate) fn validate(p: &PodPort, decl: &NodeDecl, reg: &Registry) -> Result<(
             _ => {}
         }
     }
+    annotations::check(&p.annotations)?;
     if let Some(Err(e)) = egress_qos(p) {
         return Err(e);
     }
-    if let Some(rate) = bw.ingress_rate {
-        policer_config("ingress_rate", rate, bw.ingress_burst)?;
-    }
+    policer_config(p, Direction::Ingress)?;
     if let Some(other) = reg
         .by_host_iface(&p.host_iface)
         .filter(|r| r.pod.key != p.key)
@@ -347,10 +388,11 @@ pub(crate) fn validate(p: &PodPort, decl: &NodeDecl, reg: &Registry) -> Result<(
             other.pod.who()
         ));
     }
-    if bw.egress_rate.is_some() && decl.qos.iter().any(|q| q.iface == p.host_iface) {
+    if p.polices(Direction::Egress) && decl.qos.iter().any(|q| q.iface == p.host_iface) {
         return Err(format!(
-            "the declaration has a [[qos]] on {}: the pod's egress_rate cannot police it too",
-            p.host_iface
+            "the declaration has a [[qos]] on {}: the pod's {} cannot police it too",
+            p.host_iface,
+            p.policed_by(Direction::Egress)
         ));
     }
     if peregrine_bpf::link::ifindex(&p.host_iface).is_err() {
@@ -422,10 +464,8 @@ pub(crate) fn apply_in_pod(
     let same_egress = prev.is_some_and(|b| {
         (b.egress_rate, b.egress_burst) == (p.bandwidth.egress_rate, p.bandwidth.egress_burst)
     });
-    let ingress = match p.bandwidth.ingress_rate {
-        Some(rate) => Some(policer_config("ingress_rate", rate, p.bandwidth.ingress_burst)?.1),
-        None => None,
-    };
+    let ingress = policer_config(p, Direction::Ingress)?.map(|(_, cfg)| cfg);
+    let ingress_by = p.policed_by(Direction::Ingress);
     let egress = p
         .bandwidth
         .egress_rate
@@ -461,15 +501,15 @@ pub(crate) fn apply_in_pod(
                     if shaped == Some(shaper::Shaped::Added) {
                         let _ = shaper::unshape(&ifname);
                     }
-                    return Err(format!("ingress_rate: {e}"));
+                    return Err(format!("{ingress_by}: {e}"));
                 }
                 lines.push(format!(
-                    "ingress_rate policed on {ifname} inside its namespace"
+                    "{ingress_by} policed on {ifname} inside its namespace"
                 ));
             }
             None => {
                 if peregrine_qos::attach::detach(&ifname).is_ok() {
-                    lines.push(format!("ingress_rate policer on {ifname} removed"));
+                    lines.push(format!("ingress policer on {ifname} removed"));
                 }
             }
         }
@@ -501,8 +541,8 @@ pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
     }) {
         if c == cookie && (policer || shaper) {
             let what = match (policer, shaper) {
-                (true, true) => "ingress_rate policer and egress_rate shaper",
-                (true, false) => "ingress_rate policer",
+                (true, true) => "ingress policer and egress_rate shaper",
+                (true, false) => "ingress policer",
                 _ => "egress_rate shaper",
             };
             line = Some(format!("{}: {what} on {} removed", p.who(), p.key.ifname));
@@ -512,15 +552,11 @@ pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
         .into_iter()
         .filter(|a| a.cookie == cookie && a.iface == p.key.ifname)
     {
-        peregrine_bpf::bpffs::remove_pin_dir(&a.dir).map_err(|e| {
-            format!(
-                "{}: removing the pins of its ingress_rate policer: {e}",
-                p.who()
-            )
-        })?;
+        peregrine_bpf::bpffs::remove_pin_dir(&a.dir)
+            .map_err(|e| format!("{}: removing the pins of its ingress policer: {e}", p.who()))?;
         line.get_or_insert_with(|| {
             format!(
-                "{}: ingress_rate policer's pins removed (its namespace is gone)",
+                "{}: ingress policer's pins removed (its namespace is gone)",
                 p.who()
             )
         });
@@ -556,6 +592,9 @@ pub struct PodStatus {
     pub port_live: bool,
     pub egress_rate: Option<u64>,
     pub ingress_rate: Option<u64>,
+    /// Its `peregrine.io/` annotations (the deny lists).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
     /// The `pod` label of its metrics.
     pub label: String,
 }
@@ -577,6 +616,7 @@ pub fn status(reg: &Registry, ports: &[(String, bool)]) -> Vec<PodStatus> {
                 port_live: ports.iter().any(|(i, l)| i == &p.host_iface && *l),
                 egress_rate: p.bandwidth.egress_rate,
                 ingress_rate: p.bandwidth.ingress_rate,
+                annotations: p.annotations.clone(),
                 label: p.label(),
             }
         })
@@ -620,6 +660,54 @@ mod tests {
             q.cfg.rules[0].rate,
             peregrine_bpf::policer::Rate::Bits(10_000_000)
         );
+    }
+
+    /// A deny list's rules (rate 0) come first, in its order, then the
+    /// rate's; a deny list alone makes a policer of its own; a pod with
+    /// neither has none.
+    #[test]
+    fn deny_lists_go_in_front_of_the_rate() {
+        let pod = |bw: serde_json::Value, ann: serde_json::Value| -> PodPort {
+            serde_json::from_value(serde_json::json!({
+                "container_id": "c1", "ifname": "eth0", "netns": "/run/netns/x",
+                "host_iface": "veth1", "bandwidth": bw, "annotations": ann,
+            }))
+            .unwrap()
+        };
+        let p = pod(
+            serde_json::json!({"egressRate": 10_000_000u64}),
+            serde_json::json!({"peregrine.io/egress-deny": "tcp/25, 198.18.9.0/24"}),
+        );
+        let q = egress_qos(&p).unwrap().unwrap();
+        let rules = &q.cfg.rules;
+        assert_eq!(rules.len(), 3);
+        assert_eq!(
+            (rules[0].rate, rules[0].matches.dport),
+            (Rate::Zero, Some(25))
+        );
+        assert_eq!(rules[1].matches.dst.unwrap().to_string(), "198.18.9.0/24");
+        assert!(rules[0].priority < rules[2].priority && rules[1].priority < rules[2].priority);
+        assert_eq!(rules[2].rate, Rate::Bits(10_000_000));
+        assert_eq!(
+            p.policed_by(Direction::Egress),
+            "peregrine.io/egress-deny and egress_rate"
+        );
+        assert!(!p.polices(Direction::Ingress));
+
+        let p = pod(
+            serde_json::json!({}),
+            serde_json::json!({"peregrine.io/ingress-deny": "udp/9"}),
+        );
+        assert!(egress_qos(&p).is_none());
+        let (_, cfg) = policer_config(&p, Direction::Ingress).unwrap().unwrap();
+        assert_eq!(cfg.rules.len(), 1);
+        assert_eq!(cfg.rules[0].matches.proto, Some(17));
+        assert!(policer_config(
+            &pod(serde_json::json!({}), serde_json::json!({})),
+            Direction::Ingress
+        )
+        .unwrap()
+        .is_none());
     }
 
     #[test]

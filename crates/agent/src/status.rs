@@ -136,6 +136,9 @@ pub fn text(s: &serde_json::Value) -> String {
                 let _ = write!(bw, ", {what} {r} bit/s");
             }
         }
+        for (k, v) in p["annotations"].as_object().into_iter().flatten() {
+            let _ = write!(bw, ", {k}: {}", v.as_str().unwrap_or(""));
+        }
         let _ = writeln!(
             out,
             "pod {name}({id}/{}): host iface {}{}, {}{bw}",

@@ -67,6 +67,9 @@ pub enum Rate {
     Bits(u64),
     Packets(u64),
     Unmetered,
+    /// A rate of 0: nothing conforms, every packet the rule matches takes
+    /// its exceed action (a deny rule, or one that re-marks everything).
+    Zero,
 }
 
 /// What a packet that exceeds its rule's rate gets.
@@ -235,11 +238,32 @@ impl Rule {
                 ..Default::default()
             });
         }
+        let (exceed, remark_dscp) = match self.exceed {
+            Exceed::Drop => (policer_exceed::POLICER_EXCEED_DROP, 0),
+            Exceed::Remark(d) if d > 63 => {
+                return Err(invalid(format!("re-mark to DSCP {d}: at most 63")))
+            }
+            Exceed::Remark(d) => (policer_exceed::POLICER_EXCEED_REMARK, d),
+        };
+        if self.rate == Rate::Zero {
+            if self.class != 0 {
+                return Err(invalid(
+                    "rate 0 lets nothing conform: such a rule cannot name a class".into(),
+                ));
+            }
+            return Ok(policer_rule {
+                priority: self.priority,
+                unit: policer_unit::POLICER_NONE.0 as u8,
+                exceed: exceed.0 as u8,
+                remark_dscp,
+                ..Default::default()
+            });
+        }
         let (unit, per_second, ns_per_unit_of_burst) = match self.rate {
             // A bit rate meters bits; its burst is given in bytes.
             Rate::Bits(bps) => (policer_unit::POLICER_BITS, bps, 8u64),
             Rate::Packets(pps) => (policer_unit::POLICER_PACKETS, pps, 1u64),
-            Rate::Unmetered => unreachable!("returned above"),
+            Rate::Unmetered | Rate::Zero => unreachable!("returned above"),
         };
         match self.rate {
             Rate::Bits(b) if !(1_000..=1_000_000_000_000).contains(&b) => {
@@ -265,13 +289,6 @@ impl Rule {
                 >> COST_SHIFT;
         let tolerance_ns = u64::try_from(tolerance)
             .map_err(|_| invalid(format!("burst {}: too large for this rate", self.burst)))?;
-        let (exceed, remark_dscp) = match self.exceed {
-            Exceed::Drop => (policer_exceed::POLICER_EXCEED_DROP, 0),
-            Exceed::Remark(d) if d > 63 => {
-                return Err(invalid(format!("re-mark to DSCP {d}: at most 63")))
-            }
-            Exceed::Remark(d) => (policer_exceed::POLICER_EXCEED_REMARK, d),
-        };
         Ok(policer_rule {
             priority: self.priority,
             class_id: self.class,
@@ -335,6 +352,14 @@ impl InstalledRule {
 
     /// The rate, burst and exceed action, read back.
     pub fn meter(&self) -> (Rate, u64, Exceed) {
+        let exceed = if self.meter.exceed == policer_exceed::POLICER_EXCEED_REMARK.0 as u8 {
+            Exceed::Remark(self.meter.remark_dscp)
+        } else {
+            Exceed::Drop
+        };
+        if self.meter.unit == policer_unit::POLICER_NONE.0 as u8 {
+            return (Rate::Zero, 0, exceed);
+        }
         if self.meter.cost == 0 {
             return (Rate::Unmetered, 0, Exceed::Drop);
         }
@@ -348,11 +373,6 @@ impl InstalledRule {
         let units = (u128::from(self.meter.tolerance_ns) << COST_SHIFT)
             / u128::from(self.meter.cost.max(1))
             / per;
-        let exceed = if self.meter.exceed == policer_exceed::POLICER_EXCEED_REMARK.0 as u8 {
-            Exceed::Remark(self.meter.remark_dscp)
-        } else {
-            Exceed::Drop
-        };
         (rate, units as u64, exceed)
     }
 }
@@ -995,6 +1015,46 @@ mod fixtures {
         run(true, &[rule], 0, cases);
     }
 
+    /// At tc a GSO super-packet conforms while the bucket holds any credit
+    /// and is charged in full, into debt; a plain frame needs its whole
+    /// cost, so nothing passes again until the debt is paid.
+    #[test]
+    fn gso_packets_conform_on_any_credit_and_are_charged_whole() {
+        if !privileged("gso_packets_conform_on_any_credit_and_are_charged_whole") {
+            return;
+        }
+        let (pass, drop) = verdicts(true);
+        let f = udp_ports(("198.18.0.1", "198.19.0.1"), (1000, 9), 1400, b"x");
+        let n = f.len();
+        let charged = n + 2 * (14 + 20 + 8);
+        // Credit for half a frame: less than the 3-segment packet costs.
+        let rule = slow(Match::default(), n as u64 / 2, Exceed::Drop, 0);
+        let gso = |name: &str, verdict, effect| {
+            Case::new(
+                Fixture::new(name, f.clone(), verdict, Expect::Unchanged).gso(3, 1000),
+                effect,
+            )
+        };
+        let cases = vec![
+            gso(
+                "gso, 3 segments, on half a frame of credit",
+                pass,
+                conform(charged),
+            ),
+            Case::new(
+                Fixture::new(
+                    "a frame behind it, in debt",
+                    f.clone(),
+                    drop,
+                    Expect::Unchanged,
+                ),
+                exceed(n),
+            ),
+            gso("gso again, still in debt", drop, exceed(charged)),
+        ];
+        run(true, &[rule], 0, cases);
+    }
+
     /// A packet rate counts packets whatever their size.
     #[test]
     fn packet_rate_counts_packets() {
@@ -1067,6 +1127,92 @@ mod fixtures {
                     ),
                 ];
                 run(tc, &[rule], 0, cases);
+            }
+        }
+    }
+
+    /// A rate of 0 lets nothing conform: every frame it matches exceeds,
+    /// the first one too (an empty bucket, not a small one), and is dropped
+    /// or re-marked; frames it does not match pass, unmatched. A rule of
+    /// rate 0 before a metered one (a deny list in front of a pod's rate)
+    /// drops what it names whatever the other's credit.
+    #[test]
+    fn rate_zero_denies_every_frame_it_matches() {
+        if !privileged("rate_zero_denies_every_frame_it_matches") {
+            return;
+        }
+        let zero = |matches: Match, exceed: Exceed, priority: u32| Rule {
+            matches,
+            rate: Rate::Zero,
+            burst: 0,
+            exceed,
+            priority,
+            class: 0,
+        };
+        for tc in [false, true] {
+            let (pass, drop) = verdicts(tc);
+            for dst in ["198.19.0.1", "2001:db8:2::1"] {
+                let plen = if dst.contains(':') { 128 } else { 32 };
+                let f = udp_to(dst, 9);
+                let other = udp_to(dst, 10);
+                let n = f.len();
+                let mut cases: Vec<_> = (1..=3)
+                    .map(|i| {
+                        Case::new(
+                            Fixture::new(
+                                format!("{dst} frame {i} denied"),
+                                f.clone(),
+                                drop,
+                                Expect::Unchanged,
+                            ),
+                            exceed(n),
+                        )
+                    })
+                    .collect();
+                cases.push(Case::new(
+                    Fixture::new(
+                        format!("{dst} port 10 not named"),
+                        other,
+                        pass,
+                        Expect::Unchanged,
+                    ),
+                    UNMATCHED,
+                ));
+                run(tc, &[zero(udp9((dst, plen)), Exceed::Drop, 0)], 0, cases);
+
+                let f = with_dscp(&f, 10);
+                let cases = vec![Case::new(
+                    Fixture::new(
+                        format!("{dst} re-marked, never conforming"),
+                        f.clone(),
+                        pass,
+                        Expect::Frame(with_dscp(&f, 46)),
+                    ),
+                    exceed(n),
+                )];
+                run(
+                    tc,
+                    &[zero(udp9((dst, plen)), Exceed::Remark(46), 0)],
+                    0,
+                    cases,
+                );
+
+                // Deny first, then a generous rate for everything else.
+                let every = Match::default();
+                let rules = [
+                    zero(udp9((dst, plen)), Exceed::Drop, 1),
+                    slow(every, 1_000_000, Exceed::Drop, 2),
+                ];
+                let cases = vec![Case::new(
+                    Fixture::new(
+                        format!("{dst} denied before the rate rule"),
+                        udp_to(dst, 9),
+                        drop,
+                        Expect::Unchanged,
+                    ),
+                    exceed(n),
+                )];
+                run(tc, &rules, 0, cases);
             }
         }
     }

@@ -165,7 +165,7 @@ impl Node {
         serde_json::json!({
             "type": "peregrine-cni",
             "agentSocket": self.socket(),
-            "capabilities": {"bandwidth": true},
+            "capabilities": {"bandwidth": true, "io.kubernetes.cri.pod-annotations": true},
             "ipam": {
                 "type": "host-local",
                 "ranges": [[{"subnet": subnet}]],
@@ -257,6 +257,52 @@ fn pings(from: &str, to: &str) -> bool {
     )
     .status
     .success()
+}
+
+/// How many of `count` UDP datagrams sent from namespace `from` to `ip`
+/// on each of `ports` arrive at sockets bound in namespace `to` (the
+/// receiver gives up 1 s after the last arrival, 5 s at most).
+fn udp_reach(from: &str, to: &str, ip: &str, ports: &[u16], count: u32) -> Vec<u32> {
+    let list = ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let recv = format!(
+        "import select, socket, sys, time\n\
+         ports = [{list}]\n\
+         socks = {{}}\n\
+         for p in ports:\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('{ip}', p)); socks[s] = p\n\
+         print('ready', flush=True)\n\
+         got = {{p: 0 for p in ports}}\n\
+         end = time.time() + 5\n\
+         last = time.time()\n\
+         while time.time() < end and time.time() - last < 1:\n    r, _, _ = select.select(list(socks), [], [], 0.2)\n    for s in r:\n        s.recv(2048); got[socks[s]] += 1; last = time.time()\n\
+         print(' '.join(str(got[p]) for p in ports), flush=True)\n"
+    );
+    let mut rx = Command::new("ip")
+        .args(["netns", "exec", to, "timeout", "10", "python3", "-c", &recv])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(rx.stdout.take().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead;
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let send = format!(
+        "import socket, time\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         for i in range({count}):\n    for p in [{list}]:\n        s.sendto(b'denied?', ('{ip}', p))\n    time.sleep(0.005)\n"
+    );
+    let o = sh_in(from, &["python3", "-c", &send], Duration::from_secs(10));
+    assert!(o.status.success(), "udp sender: {}", text(&o.stderr));
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let _ = rx.wait();
+    line.split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect()
 }
 
 fn link_exists(ns: &str, name: &str) -> bool {
@@ -668,6 +714,27 @@ fn bandwidth_from_runtime_config_is_policed_on_the_pods_port() {
         "1.1.0",
         serde_json::json!([node.standalone("198.18.67.0/24")]),
     );
+    // A deny list that does not parse refuses the ADD in one line (the
+    // agent's), and nothing of the pod is left.
+    let o = node.cnitool(
+        "add",
+        "bwnet",
+        "cnibw-p1",
+        &[(
+            "CAP_ARGS",
+            r#"{"io.kubernetes.cri.pod-annotations":{"peregrine.io/ingress-deny":"tcp/23, tcp/0"}}"#,
+        )],
+    );
+    let said = format!("{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(!o.status.success(), "{said}");
+    assert!(
+        said.contains(
+            "annotation peregrine.io/ingress-deny, entry 2: \"tcp/0\": the port is 1 to 65535"
+        ),
+        "{said}"
+    );
+    assert!(node.pods().is_empty());
+    assert!(!link_exists("cnibw-p1", "eth0"));
     let r = cni_ok(
         &node.cnitool(
             "add",
@@ -909,21 +976,56 @@ fn containerd_cri_runs_the_chain_as_kubelet_drives_it() {
                     "dataDir": node.dir.join("ipam"),
                 },
             },
-            {"type": "peregrine-cni", "agentSocket": node.socket(), "capabilities": {"bandwidth": true}},
+            {
+                "type": "peregrine-cni",
+                "agentSocket": node.socket(),
+                "capabilities": {"bandwidth": true, "io.kubernetes.cri.pod-annotations": true},
+            },
         ]),
     );
     let ctrd = Containerd::start(&node);
     let a = ctrd.runp(
         "web-0",
-        serde_json::json!({"kubernetes.io/egress-bandwidth": "10M"}),
+        serde_json::json!({
+            "kubernetes.io/egress-bandwidth": "10M",
+            "peregrine.io/egress-deny": "udp/11",
+        }),
     );
-    let b = ctrd.runp("web-1", serde_json::json!({}));
+    let b = ctrd.runp(
+        "web-1",
+        serde_json::json!({"peregrine.io/ingress-deny": "udp/9"}),
+    );
     let (ip_a, ns_a) = ctrd.sandbox(&a);
-    let (ip_b, _) = ctrd.sandbox(&b);
+    let (ip_b, ns_b) = ctrd.sandbox(&b);
     assert!(
         pings(&ns_a, &ip_b),
         "web-0 -> web-1 ({ip_b})\n{}",
         node.log()
+    );
+    // The annotations' deny lists: web-1 takes nothing on UDP port 9,
+    // web-0 sends nothing to port 11; port 10 passes both. Each denied
+    // datagram is counted by the rule of rate 0 that dropped it.
+    const SENT: u32 = 20;
+    assert_eq!(
+        udp_reach(&ns_a, &ns_b, &ip_b, &[9, 10, 11], SENT),
+        vec![0, SENT, 0],
+        "datagrams web-0 -> web-1 ports 9, 10, 11\n{}",
+        node.log()
+    );
+    let denied = |ns: &str, iface: Option<&str>| {
+        let mut args = vec!["qos", "stats", "--json"];
+        if let Some(i) = iface {
+            args.extend(["--iface", i]);
+        }
+        let s = json(&pg_in(ns, &args), "qos stats");
+        let r = &s["policers"][0]["rules"][0];
+        assert_eq!(r["rate"], "0 (nothing conforms)", "{s:#}");
+        json_u64(r, "exceed_packets")
+    };
+    assert_eq!(
+        denied(&ns_b, Some("eth0")),
+        u64::from(SENT),
+        "web-1's ingress-deny"
     );
     let s = node.status().unwrap();
     let pods = s["pods"].as_array().unwrap();
@@ -937,6 +1039,11 @@ fn containerd_cri_runs_the_chain_as_kubelet_drives_it() {
     assert!(web0["ips"][0].as_str().unwrap().starts_with(&ip_a));
     let host_a = web0["host_iface"].as_str().unwrap().to_string();
     assert!(node.router_ports().contains(&host_a));
+    assert_eq!(
+        denied(&node.ns, Some(&host_a)),
+        u64::from(SENT),
+        "web-0's egress-deny, in front of its egress_rate"
+    );
 
     // Stopping the sandbox is CNI DEL: its port, policer and veth go.
     let o = ctrd.crictl(&["stopp", &a]);

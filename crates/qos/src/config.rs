@@ -102,7 +102,7 @@ pub fn default_burst(rate: Rate) -> u64 {
     match rate {
         Rate::Bits(b) => (b / 8 * TCP_RTO_MIN_MS / 1000).max(MIN_BURST_BYTES),
         Rate::Packets(p) => (p / 100).max(32),
-        Rate::Unmetered => 0,
+        Rate::Unmetered | Rate::Zero => 0,
     }
 }
 
@@ -137,6 +137,8 @@ impl RuleFields {
                 return Err("rate missing: give rate = \"10Mbit\" (bit/s) or \"1000pps\"".into())
             }
             (None, _) => Rate::Unmetered,
+            // Nothing conforms: every packet takes the exceed action.
+            (Some("0"), _) => Rate::Zero,
             (Some(text), _) => match text.parse::<RateSetting>()? {
                 RateSetting::Bps(b) => Rate::Bits(b.round() as u64),
                 RateSetting::Pps(p) => Rate::Packets(p.round() as u64),
@@ -147,6 +149,9 @@ impl RuleFields {
                 return Err("burst and exceed need a rate".into())
             }
             (_, Rate::Unmetered) => 0,
+            (Some(_), Rate::Zero) => {
+                return Err("burst with rate \"0\": nothing conforms, there is no bucket".into())
+            }
             (None, r) => default_burst(r),
             (Some(b), Rate::Bits(_)) => b.parse::<ByteSize>().map_err(|e| format!("burst: {e}"))?.0,
             (Some(b), _) => b.parse::<u64>().map_err(|_| {
@@ -631,6 +636,19 @@ dscp = 46
         assert_eq!((cfg.rules[1].class, cfg.rules[1].priority), (2, 2));
     }
 
+    /// `rate = "0"` is a deny rule (or one that re-marks everything): no
+    /// bucket, every packet it matches exceeds.
+    #[test]
+    fn rate_zero_is_a_rule_nothing_conforms_to() {
+        let cfg = PolicerConfig::parse(
+            "[[rule]]\nproto = \"tcp\"\ndport = 23\nrate = \"0\"\n[[rule]]\nrate = \"0\"\nexceed = \"remark:0\"\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.rules[0].rate, Rate::Zero);
+        assert_eq!((cfg.rules[0].burst, cfg.rules[0].exceed), (0, Exceed::Drop));
+        assert_eq!(cfg.rules[1].exceed, Exceed::Remark(0));
+    }
+
     /// The scheduler example shipped in examples/ stays valid.
     #[test]
     fn the_scheduler_example_parses() {
@@ -719,6 +737,14 @@ dscp = 46
                 "unknown field",
             ),
             ("hook = \"ebpf\"\n", "unknown hook"),
+            (
+                "[[rule]]\nrate = \"0\"\nburst = \"1KiB\"\n",
+                "rule 1: burst with rate \"0\"",
+            ),
+            (
+                "[[rule]]\nrate = \"0bit\"\n",
+                "rate \"0bit\": must be above 0",
+            ),
         ];
         for (text, want) in cases {
             let e = PolicerConfig::parse(text).unwrap_err().to_string();

@@ -182,6 +182,7 @@ pub fn describe_meter(r: &InstalledRule) -> (String, String, String) {
         Rate::Bits(b) => (format!("{b} bit/s"), format!("{burst} B")),
         Rate::Packets(p) => (format!("{p} pps"), format!("{burst} packets")),
         Rate::Unmetered => return ("-".into(), "-".into(), "-".into()),
+        Rate::Zero => ("0 (nothing conforms)".into(), "-".into()),
     };
     let exceed = match exceed {
         Exceed::Drop => "drop".to_string(),
