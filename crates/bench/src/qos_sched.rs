@@ -29,6 +29,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use peregrine_host::tc::{ClassStats, Tc};
 use peregrine_host::{netns, signals};
 use peregrine_lab::pacing::Rate;
 use peregrine_lab::plot::{bars_by_key, Chart, Figure};
@@ -318,33 +319,21 @@ fn class_bytes(c: SchedContender, dut: &str, set: &ClassSet) -> Result<BTreeMap<
     let mut out = BTreeMap::new();
     match c {
         SchedContender::Htb => {
-            // iproute2 6.1 prints no JSON for HTB classes: "class htb 1:10
-            // parent ..." then " Sent <bytes> bytes <packets> pkt ...".
-            let o = netns::command(dut, "tc")?
-                .args(["-s", "class", "show", "dev", "out0"])
-                .output()
-                .context("running tc -s class show")?;
-            let text = String::from_utf8_lossy(&o.stdout);
-            let mut handle = None;
-            let mut sent: BTreeMap<String, u64> = BTreeMap::new();
-            for line in text.lines() {
-                let w: Vec<&str> = line.split_whitespace().collect();
-                match w.as_slice() {
-                    ["class", "htb", h, ..] => handle = Some(h.to_string()),
-                    ["Sent", bytes, "bytes", ..] => {
-                        if let (Some(h), Ok(b)) = (handle.take(), bytes.parse()) {
-                            sent.insert(h, b);
-                        }
-                    }
-                    _ => {}
-                }
-            }
+            // The classes' counters through netlink (TCA_STATS2), in the
+            // DUT's namespace: qdisc 1: on out0.
+            let classes = netns::run_in(dut, || -> Result<Vec<ClassStats>> {
+                let idx = peregrine_bpf::link::ifindex("out0")?;
+                Ok(Tc::open()?.classes(idx, 1)?)
+            })??;
             for c in &set.classes {
-                let h = format!("1:{}", c.id);
-                let bytes = sent
-                    .get(&h)
-                    .ok_or_else(|| anyhow!("tc -s class show has no class {h}"))?;
-                out.insert(c.name.to_string(), *bytes);
+                // `tc` reads the "1:ID" given to it as hex.
+                let minor = u32::from_str_radix(&c.id.to_string(), 16)?;
+                let bytes = classes
+                    .iter()
+                    .find(|k| k.classid == (1 << 16) | minor)
+                    .map(|k| k.bytes)
+                    .ok_or_else(|| anyhow!("dut:out0 has no htb class 1:{}", c.id))?;
+                out.insert(c.name.to_string(), bytes);
             }
         }
         SchedContender::Scheduler => {
