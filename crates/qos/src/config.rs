@@ -49,7 +49,7 @@ pub struct RuleFields {
 }
 
 /// An IP protocol by name or number.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
 pub enum Proto {
     Number(u8),
@@ -67,7 +67,9 @@ impl std::str::FromStr for Proto {
 }
 
 impl Proto {
-    fn number(&self) -> std::result::Result<u8, String> {
+    /// The protocol's number; a name other than tcp, udp, icmp or icmpv6
+    /// is refused in one line.
+    pub fn number(&self) -> std::result::Result<u8, String> {
         match self {
             Proto::Number(n) => Ok(*n),
             Proto::Name(s) => match s.to_ascii_lowercase().as_str() {
@@ -106,7 +108,9 @@ pub fn default_burst(rate: Rate) -> u64 {
     }
 }
 
-fn parse_prefix(field: &str, s: &str) -> std::result::Result<Prefix, String> {
+/// A prefix, or a bare address as its host prefix; errors start with
+/// `field`.
+pub fn parse_prefix(field: &str, s: &str) -> std::result::Result<Prefix, String> {
     // A bare address is a host prefix.
     let text = if s.contains('/') {
         s.to_string()
