@@ -163,19 +163,40 @@ pub fn check(decl: &NodeDecl) -> Vec<String> {
         }
     }
     // A router left to pick its hook cannot share a port with an XDP user.
-    if let Some(r) = decl.router.as_ref().filter(|r| !r.hook.is_tc()) {
-        for p in &r.ports {
-            let others: Vec<String> = stages_on(decl, p)
-                .into_iter()
-                .filter(|s| s.hook == "xdp" && s.what != "router")
-                .map(|s| s.what)
-                .collect();
-            if !others.is_empty() && r.hook == peregrine_dataplane::HookChoice::Auto {
-                errs.push(format!(
-                    "[router] hook = \"auto\" may pick XDP, and {} runs at XDP on port {p}: say hook = \"tc\" in [router]",
-                    others.join(" and ")
-                ));
-            }
+    let auto = decl
+        .router
+        .as_ref()
+        .filter(|r| r.hook == peregrine_dataplane::HookChoice::Auto);
+    for p in auto.iter().flat_map(|r| &r.ports) {
+        let others: Vec<String> = stages_on(decl, p)
+            .into_iter()
+            .filter(|s| s.hook == "xdp" && s.what != "router")
+            .map(|s| s.what)
+            .collect();
+        if !others.is_empty() {
+            errs.push(format!(
+                "[router] hook = \"auto\" may pick XDP, and {} runs at XDP on port {p}: say hook = \"tc\" in [router]",
+                others.join(" and ")
+            ));
+        }
+    }
+    // A policer at tc sees nothing of what an XDP stage on its interface
+    // takes first (redirected by the router, handed to AF_XDP). A router
+    // on "auto" is judged when it attaches (the link refuses XDP there).
+    for iface in ifaces(decl) {
+        let stages = stages_on(decl, &iface);
+        if !stages.iter().any(|s| s.hook == "tc" && s.what == "policer") {
+            continue;
+        }
+        for s in stages.iter().filter(|s| {
+            s.hook == "xdp"
+                && !matches!(s.what.as_str(), "policer" | "scheduler")
+                && !(s.what == "router" && auto.is_some())
+        }) {
+            errs.push(format!(
+                "{} at XDP on {iface} takes frames before the policer at tc there sees them: police where the traffic enters before {iface}, or run it without XDP",
+                s.what
+            ));
         }
     }
     errs

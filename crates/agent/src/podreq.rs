@@ -125,12 +125,11 @@ fn add(h: &mut impl Host, pod: PodPort) -> Reply {
     let cookie = h.netns_cookie();
     let prev = h.registry().pods.get(&pod.key).cloned();
     // The in-pod policer stays recorded while its namespace is the same.
+    let same_ns = prev.as_ref().filter(|p| p.pod.netns == pod.netns);
     let rec = PodRecord {
         pod: pod.clone(),
-        in_pod: prev
-            .as_ref()
-            .filter(|p| p.pod.netns == pod.netns)
-            .and_then(|p| p.in_pod),
+        in_pod: same_ns.and_then(|p| p.in_pod),
+        in_pod_policer: same_ns.and_then(|p| p.in_pod_policer),
     };
     h.registry().pods.insert(pod.key.clone(), rec.clone());
     if let Err(e) = h.registry().save() {
@@ -144,14 +143,11 @@ fn add(h: &mut impl Host, pod: PodPort) -> Reply {
     let in_pod_wanted = pod.polices(Direction::Ingress) || pod.bandwidth.egress_rate.is_some();
     if failed.is_none() {
         if in_pod_wanted {
-            let before = prev
-                .as_ref()
-                .filter(|p| p.pod.netns == pod.netns)
-                .map(|p| &p.pod.bandwidth);
-            match apply_in_pod(&pod, before) {
-                Ok((c, changed)) => {
-                    lines.extend(changed.into_iter().map(|l| format!("{who}: {l}")));
-                    rec.in_pod = Some(c);
+            match apply_in_pod(&pod, same_ns) {
+                Ok(put) => {
+                    lines.extend(put.lines.into_iter().map(|l| format!("{who}: {l}")));
+                    rec.in_pod = Some(put.cookie);
+                    rec.in_pod_policer = put.policer;
                 }
                 Err(e) => failed = Some(e),
             }
@@ -159,6 +155,7 @@ fn add(h: &mut impl Host, pod: PodPort) -> Reply {
             // A re-ADD without the bandwidth or deny list the pod had.
             lines.push(l);
             rec.in_pod = None;
+            rec.in_pod_policer = None;
         }
     }
     if let Some(why) = failed {
@@ -297,7 +294,7 @@ fn check(h: &mut impl Host, key: &PodKey) -> Reply {
             p.host_iface
         ));
     }
-    if p.polices(Direction::Ingress) && !rec.in_pod.is_some_and(|c| in_pod_live(c, &p.key.ifname)) {
+    if p.polices(Direction::Ingress) && !in_pod_live(&rec) {
         missing.push(format!(
             "the {} policer on {} in {} is not running",
             p.policed_by(Direction::Ingress),

@@ -231,6 +231,11 @@ pub struct PodRecord {
     /// nothing put there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_pod: Option<u64>,
+    /// The link id of the ingress policer the agent put there (None: it
+    /// put none). A policer with another id on that interface is someone
+    /// else's: never replaced, never removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_pod_policer: Option<u32>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -411,6 +416,7 @@ pub(crate) fn validate(p: &PodPort, decl: &NodeDecl, reg: &Registry) -> Result<(
         PodRecord {
             pod: p.clone(),
             in_pod: None,
+            in_pod_policer: None,
         },
     );
     let before = compose::check(&effective(decl, reg));
@@ -450,20 +456,32 @@ pub fn shaper_burst(rate_bps: u64, burst_bits: Option<u64>) -> u64 {
     }
 }
 
+/// What `apply_in_pod` put on the pod's interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InPod {
+    /// The pod's namespace's cookie.
+    pub cookie: u64,
+    /// The link id of the agent's ingress policer there, if one runs.
+    pub policer: Option<u32>,
+    /// A line per change.
+    pub lines: Vec<String>,
+}
+
 /// Puts the pod's QoS on its own interface inside its namespace: the
 /// `ingress_rate` policer (where what it receives enters it, whichever
 /// way the router delivered it) and the `egress_rate` shaper (where what
 /// it sends leaves it: its TCP is then held back by its own queue instead
 /// of losing segments to the host side's policer). What it no longer asks
-/// for is removed. That namespace's cookie and a line per change (`prev`:
-/// what the pod asked for before in the same namespace, if it did).
-pub(crate) fn apply_in_pod(
-    p: &PodPort,
-    prev: Option<&Bandwidth>,
-) -> Result<(u64, Vec<String>), String> {
-    let same_egress = prev.is_some_and(|b| {
+/// for is removed. `prev`: the pod's record when it was ADDed before in
+/// the same namespace. A policer someone else put on the interface
+/// refuses an ingress policer before anything changes, and is left alone
+/// otherwise.
+pub(crate) fn apply_in_pod(p: &PodPort, prev: Option<&PodRecord>) -> Result<InPod, String> {
+    let same_egress = prev.is_some_and(|r| {
+        let b = &r.pod.bandwidth;
         (b.egress_rate, b.egress_burst) == (p.bandwidth.egress_rate, p.bandwidth.egress_burst)
     });
+    let ours = prev.and_then(|r| r.in_pod_policer);
     let ingress = policer_config(p, Direction::Ingress)?.map(|(_, cfg)| cfg);
     let ingress_by = p.policed_by(Direction::Ingress);
     let egress = p
@@ -471,8 +489,18 @@ pub(crate) fn apply_in_pod(
         .egress_rate
         .map(|r| (r, shaper_burst(r, p.bandwidth.egress_burst)));
     let ifname = p.key.ifname.clone();
-    let (cookie, r) = in_netns(&p.netns, move || -> Result<Vec<String>, String> {
+    let (cookie, r) = in_netns(&p.netns, move || -> Result<_, String> {
         let mut lines = Vec::new();
+        let running = peregrine_qos::attach::link_here(&ifname)
+            .map_err(|e| e.to_string())?
+            .map(|l| l.link_id);
+        let theirs = running.filter(|id| Some(*id) != ours);
+        if let (Some(id), Some(_)) = (theirs, &ingress) {
+            return Err(format!(
+                "{ingress_by}: a policer someone else put on {ifname} runs there (link {id}); \
+                 remove it (`peregrine qos detach {ifname}` in the pod's namespace) first"
+            ));
+        }
         // The shaper first: a root qdisc someone else made refuses the
         // ADD before anything is put there.
         let shaped = match egress {
@@ -494,48 +522,72 @@ pub(crate) fn apply_in_pod(
                 None
             }
         };
-        match ingress {
+        let policer = match ingress {
             Some(cfg) => {
-                if let Err(e) = peregrine_qos::attach::apply(&ifname, Hook::TC, &cfg.rules) {
-                    // Nothing half-made stays: a shaper made just now goes.
-                    if shaped == Some(shaper::Shaped::Added) {
-                        let _ = shaper::unshape(&ifname);
+                let applied = peregrine_qos::attach::apply(&ifname, Hook::TC, &cfg.rules)
+                    .and_then(|_| peregrine_qos::attach::link_here(&ifname));
+                match applied {
+                    Ok(Some(l)) => {
+                        lines.push(format!(
+                            "{ingress_by} policed on {ifname} inside its namespace"
+                        ));
+                        Some(l.link_id)
                     }
-                    return Err(format!("{ingress_by}: {e}"));
+                    failed => {
+                        // Nothing half-made stays: a shaper made just now goes.
+                        if shaped == Some(shaper::Shaped::Added) {
+                            let _ = shaper::unshape(&ifname);
+                        }
+                        let why = match failed {
+                            Err(e) => e.to_string(),
+                            _ => "attached, but no link runs".into(),
+                        };
+                        return Err(format!("{ingress_by}: {why}"));
+                    }
                 }
-                lines.push(format!(
-                    "{ingress_by} policed on {ifname} inside its namespace"
-                ));
             }
             None => {
-                if peregrine_qos::attach::detach(&ifname).is_ok() {
+                if running.is_some_and(|id| Some(id) == ours)
+                    && peregrine_qos::attach::detach(&ifname).is_ok()
+                {
                     lines.push(format!("ingress policer on {ifname} removed"));
                 }
+                None
             }
-        }
-        Ok(lines)
+        };
+        Ok((policer, lines))
     })?;
-    r.map(|l| (cookie, l))
-        .map_err(|e| format!("{e} (on {} in {})", p.key.ifname, p.netns))
+    r.map(|(policer, lines)| InPod {
+        cookie,
+        policer,
+        lines,
+    })
+    .map_err(|e| format!("{e} (on {} in {})", p.key.ifname, p.netns))
 }
 
-/// Removes the pod's in-namespace QoS: the policer and the shaper in its
-/// namespace if that is still the one recorded, and the policer's pins
-/// either way (a namespace gone leaves them stale; its shaper went with
-/// its interface). A line for people when something went.
+/// Removes the pod's in-namespace QoS: the policer (the agent's own, by
+/// its link id) and the shaper in its namespace if that is still the one
+/// recorded, and the policer's pins either way (a namespace gone leaves
+/// them stale; its shaper went with its interface). A line for people
+/// when something went.
 pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
     let Some(cookie) = rec.in_pod else {
         return Ok(None);
     };
     let p = &rec.pod;
+    let ours = rec.in_pod_policer;
     let ifname = p.key.ifname.clone();
     let mut line = None;
     if let Ok((c, (policer, shaper))) = in_netns(&p.netns, || {
         if netns::cookie().ok() != Some(cookie) {
             return (false, false);
         }
+        let running = peregrine_qos::attach::link_here(&ifname)
+            .ok()
+            .flatten()
+            .map(|l| l.link_id);
         (
-            peregrine_qos::attach::detach(&ifname).is_ok(),
+            ours.is_some() && running == ours && peregrine_qos::attach::detach(&ifname).is_ok(),
             shaper::unshape(&ifname).unwrap_or(false),
         )
     }) {
@@ -548,10 +600,12 @@ pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
             line = Some(format!("{}: {what} on {} removed", p.who(), p.key.ifname));
         }
     }
-    for a in peregrine_qos::attach::list()
-        .into_iter()
-        .filter(|a| a.cookie == cookie && a.iface == p.key.ifname)
-    {
+    for a in peregrine_qos::attach::list().into_iter().filter(|a| {
+        a.cookie == cookie
+            && a.iface == p.key.ifname
+            && ours.is_some()
+            && a.link.map(|l| l.link_id) == ours
+    }) {
         peregrine_bpf::bpffs::remove_pin_dir(&a.dir)
             .map_err(|e| format!("{}: removing the pins of its ingress policer: {e}", p.who()))?;
         line.get_or_insert_with(|| {
@@ -564,11 +618,17 @@ pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
     Ok(line)
 }
 
-/// The in-pod policer runs (its namespace's cookie and interface).
-pub(crate) fn in_pod_live(cookie: u64, ifname: &str) -> bool {
-    peregrine_qos::attach::list()
-        .into_iter()
-        .any(|a| a.cookie == cookie && a.iface == ifname && a.link.is_some_and(|l| l.live()))
+/// The agent's in-pod policer runs (its record's namespace cookie,
+/// interface and link).
+pub(crate) fn in_pod_live(rec: &PodRecord) -> bool {
+    let (Some(cookie), Some(link)) = (rec.in_pod, rec.in_pod_policer) else {
+        return false;
+    };
+    peregrine_qos::attach::list().into_iter().any(|a| {
+        a.cookie == cookie
+            && a.iface == rec.pod.key.ifname
+            && a.link.is_some_and(|l| l.live() && l.link_id == link)
+    })
 }
 
 /// The pod's egress shaper is on its interface in the namespace of

@@ -87,6 +87,72 @@ impl Hook {
     }
 }
 
+/// peregrine's XDP programs that take frames away from the stack
+/// (redirect, AF_XDP), by program name, and what they are for people.
+const XDP_TAKERS: [(&str, &str); 4] = [
+    ("router", "the router at XDP"),
+    ("dispatch", "an AF_XDP function service"),
+    ("stack_steer", "an AF_XDP UDP/QUIC service"),
+    ("nf", "a service chain at XDP"),
+];
+
+/// The policer's program at tc (bpf/dataplane/policer.bpf.c).
+const TC_POLICER: &str = "policer_tc";
+
+/// Refuses a link that would make a policer at tc ingress police nothing:
+/// an XDP program of peregrine's that takes frames (`XDP_TAKERS`) runs
+/// before tcx ingress, so what it redirects or hands to AF_XDP never
+/// meets the policer. Both orders are refused, in one line; programs that
+/// are not peregrine's are not judged.
+fn refuse_bypass(prog: BorrowedFd<'_>, ifindex: u32, iface: &str, hook: Hook) -> Result<()> {
+    let name_of = |id: u32| {
+        crate::maps::program_by_id(id)
+            .and_then(|fd| crate::maps::program_name(fd.as_fd()))
+            .unwrap_or_default()
+    };
+    let taker = |name: &str| XDP_TAKERS.iter().find(|(n, _)| *n == name).map(|t| t.1);
+    let clash = match hook {
+        Hook::Xdp(_) => {
+            let Some(what) = taker(&crate::maps::program_name(prog)?) else {
+                return Ok(());
+            };
+            crate::tcx::attached_ids(ifindex, TcxDirection::Ingress)?
+                .into_iter()
+                .find(|&id| name_of(id) == TC_POLICER)
+                .map(|id| {
+                    format!(
+                        "a policer runs at tc ingress there (program {id}), and {what} would \
+                         take frames before it: they would pass unpoliced; police where the \
+                         traffic enters before {iface}, or detach that policer first"
+                    )
+                })
+        }
+        Hook::Tcx(TcxDirection::Ingress) => {
+            if crate::maps::program_name(prog)? != TC_POLICER {
+                return Ok(());
+            }
+            crate::xdp::attached_prog_id(ifindex)?.and_then(|id| {
+                taker(&name_of(id)).map(|what| {
+                    format!(
+                        "{what} runs at XDP there (program {id}) and takes frames before tc \
+                         ingress: a policer there would not see them; police where the traffic \
+                         enters before {iface}, or run that without XDP"
+                    )
+                })
+            })
+        }
+        Hook::Tcx(_) => None,
+    };
+    match clash {
+        None => Ok(()),
+        Some(reason) => Err(BpfError::Attach {
+            iface: iface.to_string(),
+            mode: hook.as_str(),
+            reason,
+        }),
+    }
+}
+
 /// An XDP mode names the XDP hook in that mode, so APIs taking
 /// `impl Into<Hook>` still take a bare `XdpMode`.
 impl From<XdpMode> for Hook {
@@ -183,6 +249,7 @@ impl Link {
         placement: Placement,
     ) -> Result<Link> {
         let ifindex = ifindex(iface)?;
+        refuse_bypass(prog.as_fd(), ifindex, iface, hook)?;
         // Safety: zeroed is the valid empty options struct; `sz` is set
         // below. Its tcx relative fd and id stay 0: BPF_F_BEFORE without a
         // relative program is the head of the chain.

@@ -57,6 +57,36 @@ pub fn read_pinned_per_cpu<T: Counters>(path: &Path, key: &[u8], missing: &str) 
     read_per_cpu(&map, key)
 }
 
+/// The name of a loaded program (as the kernel keeps it: at most 15
+/// characters, e.g. "policer_tc").
+pub fn program_name(prog: std::os::fd::BorrowedFd<'_>) -> Result<String> {
+    use std::os::fd::AsRawFd;
+    // Safety: zeroed is a valid empty info struct.
+    let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // Safety: `info` outlives the call; the kernel writes at most `len`
+    // bytes, and no map or instruction arrays were asked for.
+    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(prog.as_raw_fd(), &mut info, &mut len) };
+    if rc < 0 {
+        return Err(BpfError::Io {
+            what: "reading a program's name".into(),
+            source: std::io::Error::from_raw_os_error(-rc),
+        });
+    }
+    Ok(info_name(&info))
+}
+
+/// The program's name in its info struct.
+pub(crate) fn info_name(info: &libbpf_sys::bpf_prog_info) -> String {
+    let name: Vec<u8> = info
+        .name
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&name).into_owned()
+}
+
 /// A descriptor of the loaded program `prog_id` (e.g. the one a pinned
 /// link runs), to attach it elsewhere or read its info.
 pub fn program_by_id(prog_id: u32) -> Result<std::os::fd::OwnedFd> {

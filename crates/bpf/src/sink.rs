@@ -87,13 +87,7 @@ pub fn attached_sink_stats(ifindex: u32) -> Result<Option<MapHandle>> {
     if rc < 0 {
         return Ok(None);
     }
-    let name: Vec<u8> = info
-        .name
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    if name != b"sink" {
+    if crate::maps::info_name(&info) != "sink" {
         return Ok(None);
     }
     for &mid in map_ids.iter().take(info.nr_map_ids.min(8) as usize) {

@@ -425,6 +425,14 @@ fn agent_refuses_bad_declarations_and_keeps_state() {
             "[router]\nports = [\"a1\"]\nhook = \"xdp\"\n[[qos]]\niface = \"a1\"\nhook = \"xdp\"\n[[qos.rule]]\nrate = \"1M\"",
             "both need the XDP hook of a1",
         ),
+        (
+            "[router]\nports = [\"a1\"]\nhook = \"xdp\"\n[[qos]]\niface = \"a1\"\n[[qos.rule]]\nrate = \"1M\"",
+            "router at XDP on a1 takes frames before the policer at tc there sees them",
+        ),
+        (
+            "[[qos]]\niface = \"b1\"\n[[qos.rule]]\nrate = \"1M\"\n[[function]]\niface = \"b1\"\nfunctions = \"7000=echo\"",
+            "takes frames before the policer at tc there sees them",
+        ),
     ];
     for (i, (text, why)) in bad.iter().enumerate() {
         let o = a.apply(&format!("bad{i}.toml"), text);

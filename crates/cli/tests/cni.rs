@@ -1235,6 +1235,10 @@ fn an_add_killed_at_any_point_is_cleaned_by_the_next_del() {
     let mut conf = node.standalone("198.18.73.0/24");
     conf["cniVersion"] = "1.1.0".into();
     conf["name"] = "knet".into();
+    // With a deny list: the agent puts a policer in the pod's namespace.
+    conf["runtimeConfig"] = serde_json::json!({
+        "io.kubernetes.cri.pod-annotations": {"peregrine.io/ingress-deny": "udp/9"}
+    });
     let conf = conf.to_string();
     let host = peregrine_cni::plugin::host_iface_name(&peregrine_agent::pods::PodKey {
         container_id: "c-direct-1".into(),
@@ -1277,7 +1281,7 @@ fn an_add_killed_at_any_point_is_cleaned_by_the_next_del() {
             let mut i = ch.stdin.take().unwrap();
             let _ = i.write_all(conf.as_bytes());
         }
-        let within = [5, 20, 60][k as usize % 3];
+        let within = [5, 20, 60, 150][k as usize % 4];
         std::thread::sleep(Duration::from_millis(rng.below(within)));
         let veth = link_exists(&node.ns, &host);
         let _ = kill(Pid::from_raw(ch.id() as i32), Signal::SIGKILL);
@@ -1302,11 +1306,26 @@ fn an_add_killed_at_any_point_is_cleaned_by_the_next_del() {
         // The agent may take a request the killed plugin sent just before.
         assert!(node.pods().is_empty(), "kill {k}: the agent kept the pod");
         assert!(leases().is_empty(), "kill {k}: leases {:?}", leases());
+        let o = pg_in("cnikill-p1", &["qos", "list", "--json"]);
+        assert_eq!(
+            json(&o, "qos list")["policers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["namespace"] == "cnikill-p1")
+                .count(),
+            0,
+            "kill {k}: the deny list's policer stayed"
+        );
     }
+    // The agent carries on with a request whose plugin was killed.
+    let policed = node.log().matches("ingress-deny policed on eth0").count();
     eprintln!(
-        "{KILLS} ADDs killed in {:.1} s: {with_veth} after the veth was made, {without} before, {finished} had finished",
+        "{KILLS} ADDs killed in {:.1} s: {with_veth} after the veth was made, {without} before, {finished} had finished; \
+         the agent put the deny list's policer in the pod {policed} times",
         started.elapsed().as_secs_f64()
     );
+    assert!(policed > 0, "no kill came after the agent put the policer");
     assert!(
         with_veth > 0 && without > 0,
         "kill points cover both sides of the veth"
@@ -1381,5 +1400,118 @@ fn the_invoker_in_a_pod_answers_through_the_router_in_both_orders() {
     s.stop();
     cni_ok(&node.cnitool("del", "fnet", "cnifx-p1", &[]), "del p1");
     cni_ok(&node.cnitool("del", "fnet", "cnifx-p2", &[]), "del p2");
+    assert!(node.pods().is_empty());
+}
+
+/// A pod's deny list is a policer the agent puts on the pod's interface
+/// and knows by its link: DEL takes it, pins and all, and the pod ADDed
+/// again without the annotation is not policed. A policer the user put on
+/// the pod's interface by hand (`peregrine qos apply` in the pod's
+/// namespace, beside the agent's egress_rate shaper) is the user's: DEL
+/// leaves its pins for the user's own `qos detach` (the old agent
+/// detached it as if it were its own).
+#[test]
+fn a_pods_deny_list_is_the_agents_own_policer_and_the_users_is_left_alone() {
+    let node = Node::up("cnidn", &["cnidn-p1", "cnidn-p2"]);
+    node.conflist(
+        "dnet",
+        "1.1.0",
+        serde_json::json!([node.standalone("198.18.75.0/24")]),
+    );
+    let deny = serde_json::json!({
+        "io.kubernetes.cri.pod-annotations": {"peregrine.io/ingress-deny": "udp/9"}
+    })
+    .to_string();
+    let policers_in_p1 = || {
+        let o = pg_in("cnidn-p1", &["qos", "list", "--json"]);
+        json(&o, "qos list")["policers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["iface"] == "eth0")
+            .count()
+    };
+    let before = policers_in_p1();
+    cni_ok(&node.cnitool("add", "dnet", "cnidn-p2", &[]), "add p2");
+    let r1 = cni_ok(
+        &node.cnitool("add", "dnet", "cnidn-p1", &[("CAP_ARGS", &deny)]),
+        "add p1 with a deny list",
+    );
+    let ip = pod_ip(&r1);
+    let reach = |ip: &str| udp_reach("cnidn-p2", "cnidn-p1", ip, &[9, 7], 20);
+    assert_eq!(reach(&ip), [0, 20], "udp/9 denied\n{}", node.log());
+    cni_ok(
+        &node.cnitool("check", "dnet", "cnidn-p1", &[("CAP_ARGS", &deny)]),
+        "check",
+    );
+    assert_eq!(policers_in_p1(), before + 1);
+    // Together: the AF_XDP invoker in that pod would take frames at XDP,
+    // before the deny list's policer (tc) sees them: refused in one line.
+    let o = pg_in(
+        "cnidn-p1",
+        &[
+            "faas",
+            "serve",
+            "--iface",
+            "eth0",
+            "--backend",
+            "afxdp",
+            "--functions",
+            "9=echo",
+            "--duration",
+            "5",
+        ],
+    );
+    let e = text(&o.stderr);
+    assert!(!o.status.success(), "faas serve beside the deny list: {e}");
+    assert!(
+        e.contains("eth0") && e.contains("would pass unpoliced"),
+        "{e}"
+    );
+    assert_eq!(reach(&ip), [0, 20], "the deny list still holds");
+    cni_ok(&node.cnitool("del", "dnet", "cnidn-p1", &[]), "del p1");
+    assert_eq!(
+        policers_in_p1(),
+        before,
+        "the agent's policer went, pins too"
+    );
+    // Again without the annotation, with an egress_rate shaper: nothing
+    // denied, no policer of the agent's.
+    let r1 = cni_ok(
+        &node.cnitool(
+            "add",
+            "dnet",
+            "cnidn-p1",
+            &[(
+                "CAP_ARGS",
+                r#"{"bandwidth":{"egressRate":50000000,"egressBurst":400000}}"#,
+            )],
+        ),
+        "add p1 with a shaper",
+    );
+    let ip = pod_ip(&r1);
+    assert_eq!(reach(&ip), [20, 20], "nothing denied\n{}", node.log());
+    assert_eq!(policers_in_p1(), before);
+    // The user's own policer on the pod's interface.
+    let f = node.dir.join("user-deny.toml");
+    std::fs::write(&f, "[[rule]]\nproto = \"udp\"\ndport = 7\nrate = \"0\"\n").unwrap();
+    let o = pg_in(
+        "cnidn-p1",
+        &["qos", "apply", f.to_str().unwrap(), "--iface", "eth0"],
+    );
+    assert!(o.status.success(), "user's qos apply: {}", text(&o.stderr));
+    assert_eq!(reach(&ip), [20, 0], "the user's rule");
+    cni_ok(&node.cnitool("check", "dnet", "cnidn-p1", &[]), "check");
+    cni_ok(&node.cnitool("del", "dnet", "cnidn-p1", &[]), "del p1");
+    assert_eq!(
+        policers_in_p1(),
+        before + 1,
+        "the user's policer (stale with its interface) is the user's to remove\n{}",
+        node.log()
+    );
+    let o = pg_in("cnidn-p1", &["qos", "detach", "eth0"]);
+    assert!(o.status.success(), "user's qos detach: {}", text(&o.stderr));
+    assert_eq!(policers_in_p1(), before);
+    cni_ok(&node.cnitool("del", "dnet", "cnidn-p2", &[]), "del p2");
     assert!(node.pods().is_empty());
 }

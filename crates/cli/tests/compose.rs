@@ -18,7 +18,7 @@ use peregrine_testbed::testing::wait_until;
 mod common;
 use common::{
     assert_policed_udp, json, json_u64, ok, pg_in, policed_udp, qos_apply, qos_stats,
-    router_port_stats, text, FaasServe, Topo, POLICED_UDP_RULE,
+    router_port_stats, text, tmp, FaasServe, Topo, POLICED_UDP_RULE,
 };
 
 /// `peregrine router args` in R.
@@ -153,10 +153,10 @@ fn policer_then_router_at_tc_polices() {
     router_and_policer_at_tc("cmp2", false);
 }
 
-/// `out` failed (non-zero exit) with one error line that names why: the
-/// XDP hook of a1 is taken. Warnings (`router attach --hook xdp` at
-/// default offloads warns about the peers' offloads) may come before it.
-fn refused_for_xdp(out: &Output, what: &str) {
+/// `out` failed (non-zero exit) with one error line that says each of
+/// `says`. Warnings (`router attach --hook xdp` at default offloads warns
+/// about the peers' offloads) and log lines may come before it.
+fn refused_in_one_line(out: &Output, what: &str, says: &[&str]) {
     assert!(
         !out.status.success() && out.status.code().is_some_and(|c| c != 0),
         "{what}: {:?}",
@@ -165,44 +165,43 @@ fn refused_for_xdp(out: &Output, what: &str) {
     let e = text(&out.stderr);
     let lines: Vec<&str> = e
         .lines()
-        .filter(|l| !l.starts_with("peregrine: warning:"))
+        .filter(|l| !l.starts_with("peregrine: warning:") && !l.contains(" INFO "))
         .collect();
     assert_eq!(lines.len(), 1, "{what}: one line: {e}");
-    assert!(
-        lines[0].contains("another XDP program is already attached") && lines[0].contains("a1"),
-        "{what}: {e}"
-    );
+    assert!(says.iter().all(|s| lines[0].contains(s)), "{what}: {e}");
 }
 
-/// Router and policer both at XDP on a1, in both orders: the second is
-/// refused in one line naming why (the hook is taken), exits non-zero,
-/// leaves nothing behind, and the first keeps working.
-#[test]
-fn router_and_policer_at_xdp_refuse_the_second() {
-    let Some(t) = Topo::privileged_up("cmp3") else {
-        return;
-    };
+/// The router at XDP on a1 and a policer there (at `hook`), in both
+/// orders: the second is refused in one line that says `says`, exits
+/// non-zero and leaves nothing behind, and the first keeps working. Ends
+/// with the policer attached and no router.
+fn router_at_xdp_and_policer_refuse_the_second(t: &Topo, hook: &str, says: [&str; 2]) {
+    let qos_args: &[&str] = &["--hook", hook];
     // The router first.
     ok(
-        &router(&t, &["attach", "--hook", "xdp", "a1", "b0"]),
+        &router(t, &["attach", "--hook", "xdp", "a1", "b0"]),
         "router attach --hook xdp",
     );
-    let o = qos_apply(&t, "cmp-xdp", POLICED_UDP_RULE, &["--hook", "xdp"]);
-    refused_for_xdp(&o, "qos apply --hook xdp after the XDP router");
-    assert!(listed_policers(&t).is_empty(), "no policer left");
-    let before = forwarded(&t, "a1");
+    let o = qos_apply(t, "cmp-second", POLICED_UDP_RULE, qos_args);
+    refused_in_one_line(&o, "qos apply after the XDP router", &["a1", says[0]]);
+    assert!(listed_policers(t).is_empty(), "no policer left");
+    let before = forwarded(t, "a1");
     assert!(t.ping("198.18.2.1"), "the router still forwards");
-    assert!(forwarded(&t, "a1") > before, "through the router");
-    ok(&router(&t, &["detach"]), "router detach");
+    assert!(forwarded(t, "a1") > before, "through the router");
+    ok(&router(t, &["detach"]), "router detach");
 
     // The policer first.
     ok(
-        &qos_apply(&t, "cmp-xdp", POLICED_UDP_RULE, &["--hook", "xdp"]),
-        "qos apply --hook xdp",
+        &qos_apply(t, "cmp-second", POLICED_UDP_RULE, qos_args),
+        "qos apply",
     );
-    let o = router(&t, &["attach", "--hook", "xdp", "a1", "b0"]);
-    refused_for_xdp(&o, "router attach --hook xdp after the XDP policer");
-    let l = json(&router(&t, &["list", "--json"]), "router list");
+    let o = router(t, &["attach", "--hook", "xdp", "a1", "b0"]);
+    refused_in_one_line(
+        &o,
+        "router attach --hook xdp after the policer",
+        &["a1", says[1]],
+    );
+    let l = json(&router(t, &["list", "--json"]), "router list");
     assert!(
         !l["attachments"]
             .as_array()
@@ -211,12 +210,23 @@ fn router_and_policer_at_xdp_refuse_the_second() {
             .any(|a| a["namespace"] == t.ns("R").as_str()),
         "no router left: {l}"
     );
-    let seen = json_u64(&qos_stats(&t), "packets");
+    let seen = json_u64(&qos_stats(t), "packets");
     assert!(t.ping("198.18.2.1"), "traffic passes the policer");
     assert!(
-        json_u64(&qos_stats(&t), "packets") > seen,
+        json_u64(&qos_stats(t), "packets") > seen,
         "the policer still runs"
     );
+}
+
+/// Router and policer both at XDP on a1, in both orders: the hook is
+/// taken.
+#[test]
+fn router_and_policer_at_xdp_refuse_the_second() {
+    let Some(t) = Topo::privileged_up("cmp3") else {
+        return;
+    };
+    let taken = "another XDP program is already attached";
+    router_at_xdp_and_policer_refuse_the_second(&t, "xdp", [taken, taken]);
     ok(&pg_in(&t.ns("R"), &["qos", "detach", "a1"]), "qos detach");
     t.remove();
 }
@@ -235,28 +245,31 @@ fn peer_delivery(t: &Topo, port: &str) -> bool {
 
 const FUNCTION_PORT: u16 = 1232;
 
+/// `faas serve`'s arguments for `functions` on b1 with AF_XDP, one CPU,
+/// for at most 30 s.
+fn serve_args_b1(functions: &str) -> Vec<&str> {
+    vec![
+        "--iface",
+        "b1",
+        "--backend",
+        "afxdp",
+        "--functions",
+        functions,
+        "--cpus",
+        "1",
+        "--duration",
+        "30",
+    ]
+}
+
 /// `faas serve` of `reverse` on b1 with AF_XDP in B, logging at info (its
 /// refreshes of the router's delivery), for at most 30 s; returned once
 /// it answers on its control socket (it serves by then).
 fn serve_on_b1(t: &Topo) -> FaasServe {
     let functions = format!("{FUNCTION_PORT}=reverse");
-    let s = FaasServe::start(
-        &t.ns("B"),
-        &[
-            "--iface",
-            "b1",
-            "--backend",
-            "afxdp",
-            "--functions",
-            &functions,
-            "--cpus",
-            "1",
-            "--duration",
-            "30",
-            "--json",
-        ],
-        &[("PEREGRINE_LOG", "info")],
-    );
+    let mut args = serve_args_b1(&functions);
+    args.push("--json");
+    let s = FaasServe::start(&t.ns("B"), &args, &[("PEREGRINE_LOG", "info")]);
     assert!(
         wait_until(Duration::from_secs(10), || pg_in(
             &t.ns("B"),
@@ -466,5 +479,75 @@ fn router_policer_and_function_in_every_order() {
         ok(&router(&t, &["detach"]), "router detach");
         assert!(tc_chain(&t).is_empty(), "{what}: nothing left on a1");
     }
+    t.remove();
+}
+
+/// What the link says attaching an XDP stage that takes frames where a
+/// policer runs at tc, and the policer where such a stage runs.
+const UNPOLICED: &str = "would pass unpoliced";
+const NOT_SEEN: &str = "a policer there would not see them";
+
+/// A policer at tc and an XDP stage that takes frames on one interface
+/// cannot compose: XDP runs first, and what it redirects (the router at
+/// XDP) or hands to AF_XDP (`faas serve`) never meets the policer. In
+/// both orders, for the router on a1 and for the invoker on b1 (where B's
+/// user polices): the second is refused in one line, leaves nothing
+/// behind, and the first keeps working. (Before: accepted, and the
+/// policer saw none of what the router forwarded.)
+#[test]
+fn a_policer_at_tc_and_an_xdp_stage_that_takes_frames_refuse_the_second() {
+    let Some(t) = Topo::privileged_up("cmp6") else {
+        return;
+    };
+    router_at_xdp_and_policer_refuse_the_second(&t, "tc", [NOT_SEEN, UNPOLICED]);
+    let seen = json_u64(&qos_stats(&t), "packets");
+    ok(
+        &router(&t, &["attach", "--hook", "tc", "a1", "b0"]),
+        "router at tc",
+    );
+    assert!(t.ping("198.18.2.1"), "policed, then routed at tc");
+    assert!(
+        json_u64(&qos_stats(&t), "packets") > seen,
+        "the policer runs"
+    );
+
+    // B's user polices b1 at tc, then starts the AF_XDP invoker there.
+    let dir = tmp("cmp-bypass-b1");
+    let f = dir.join("qos.toml");
+    std::fs::write(&f, POLICED_UDP_RULE).unwrap();
+    let police_b1 = || {
+        pg_in(
+            &t.ns("B"),
+            &["qos", "apply", f.to_str().unwrap(), "--iface", "b1"],
+        )
+    };
+    ok(&police_b1(), "qos apply on b1");
+    let functions = format!("{FUNCTION_PORT}=reverse");
+    let mut args = vec!["faas", "serve"];
+    args.extend(serve_args_b1(&functions));
+    let o = pg_in(&t.ns("B"), &args);
+    refused_in_one_line(
+        &o,
+        "faas serve (AF_XDP) after the tc policer on b1",
+        &["b1", UNPOLICED],
+    );
+    ok(
+        &pg_in(&t.ns("B"), &["qos", "detach", "b1"]),
+        "qos detach b1",
+    );
+    // The invoker first: the policer is refused, the invoker answers.
+    let mut s = serve_on_b1(&t);
+    refused_in_one_line(
+        &police_b1(),
+        "qos apply on b1 after the AF_XDP invoker",
+        &["b1", NOT_SEEN],
+    );
+    assert_eq!(replies(&t, 50), 50, "the invoker still answers");
+    s.stop();
+    ok(
+        &pg_in(&t.ns("R"), &["qos", "detach", "a1"]),
+        "qos detach a1",
+    );
+    ok(&router(&t, &["detach"]), "router detach");
     t.remove();
 }

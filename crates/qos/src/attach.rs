@@ -280,6 +280,14 @@ pub fn maps_here(iface: &str) -> Result<PolicerMaps> {
     Ok(running_here(iface)?.1)
 }
 
+/// The link of the policer running on `iface` here (None: none runs).
+/// Its `link_id` tells one policer from another put there later: an
+/// owner that records it removes only its own.
+pub fn link_here(iface: &str) -> Result<Option<PinnedLink>> {
+    let dir = dir_here(iface)?;
+    Ok(attachment(&dir, 0, iface).link.filter(|l| l.live()))
+}
+
 /// The pid of the live `qos serve` process scheduling for the policer
 /// on `iface` here, if there is one.
 pub fn scheduler_owner(iface: &str) -> Result<Option<u32>> {
