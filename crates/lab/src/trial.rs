@@ -34,10 +34,20 @@ pub struct DropPoint {
     pub role: Limiter,
 }
 
-/// The drop counters of a lab path: each point's `rx_dropped` (on veth:
-/// frames that found the receiving ring full, XDP-redirected ones too).
+/// The drop counters of a lab path: each point's `rx_dropped` (IFLA_STATS64).
+/// On veth that is where a frame XDP-redirected into the link (the live
+/// generator's, a router's) is counted when the receiving end refuses it:
+/// `veth_xdp_xmit` (drivers/net/veth.c) puts redirected frames on the
+/// receiving queue's 256-slot `xdp_ring` and adds the ones that did not fit
+/// (ring full, or longer than the receiver's MTU allows) to that queue's
+/// `peer_tq_xdp_xmit_err`, which `veth_get_stats64` reports as the
+/// receiver's `rx_dropped` (and the sender's `tx_dropped`; `ethtool -S`
+/// shows it as the sender's `tx_queue_N_xdp_xmit_errors`). Skbs the
+/// receiver's NAPI could not take count there too (`rx_drops`).
 /// Loss that no counter saw is put down to `remainder` (frames that went
-/// into a device under test and did not come out).
+/// into a device under test and did not come out). What a redirect can lose
+/// without `rx_dropped` moving is listed in docs/LAB.md ("Where frames are
+/// counted").
 pub struct DropProbes {
     points: Vec<DropPoint>,
     remainder: Limiter,
@@ -62,22 +72,30 @@ impl DropProbes {
         })
     }
 
-    fn snapshot(&self) -> Result<Vec<u64>> {
+    /// Every point's counter now; `since` turns two of these into drops.
+    pub fn snapshot(&self) -> Result<DropSnapshot> {
         let Some(nl) = &self.nl else {
-            return Ok(vec![]);
+            return Ok(DropSnapshot(vec![]));
         };
         let mut nl = nl.lock().unwrap_or_else(|e| e.into_inner());
         self.points
             .iter()
             .map(|p| Ok(nl.link_counters(&p.ns, &p.iface)?.rx_dropped))
-            .collect()
+            .collect::<Result<_>>()
+            .map(DropSnapshot)
+    }
+
+    /// Drops counted since `before` (a `snapshot` of these probes),
+    /// non-zero ones only: for counts taken outside `measure_trial`.
+    pub fn since(&self, before: &DropSnapshot) -> Result<Vec<DropCount>> {
+        Ok(self.counted(before, &self.snapshot()?))
     }
 
     /// Drops counted between two snapshots, non-zero ones only.
-    fn counted(&self, before: &[u64], after: &[u64]) -> Vec<DropCount> {
+    fn counted(&self, before: &DropSnapshot, after: &DropSnapshot) -> Vec<DropCount> {
         self.points
             .iter()
-            .zip(before.iter().zip(after))
+            .zip(before.0.iter().zip(&after.0))
             .filter(|(_, (b, a))| a > b)
             .map(|(p, (b, a))| DropCount {
                 at: format!("rx_dropped of {}:{}", p.ns, p.iface),
@@ -87,6 +105,10 @@ impl DropProbes {
             .collect()
     }
 }
+
+/// The counters of a `DropProbes` at one moment.
+#[derive(Debug, Clone)]
+pub struct DropSnapshot(Vec<u64>);
 
 /// What held a trial down. Without loss beyond the tolerance: the generator
 /// when it offered less than asked (or, unpaced: the figure is its own

@@ -8,12 +8,12 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use peregrine_bpf::{XdpAction, XdpMode};
 use peregrine_host::netns;
-use peregrine_host::nl::Netlink;
 use peregrine_lab::lab::{self, ns_name};
 use peregrine_lab::pacing::Rate;
+use peregrine_lab::results::{DropCount, Limiter};
 use peregrine_lab::sinks::{Sink, SocketSink, XdpSink};
 use peregrine_lab::traffic::{Backend, Generator, TrafficSpec};
-use peregrine_lab::trial::run_trial;
+use peregrine_lab::trial::{measure_trial, DropPoint, DropProbes, TrialSetup};
 use peregrine_lab::{Endpoint, Lab, LabError, Lifetime, Topology};
 use peregrine_testbed::gen::FrameSizes;
 use peregrine_testbed::testing::{privileged_here, wait_until};
@@ -289,6 +289,47 @@ fn every_frame_accepted_by_a_socket(
     (sock, latency)
 }
 
+/// The drop counter of the receiving end of the generator's veth (`peer`):
+/// its `rx_dropped`, where veth counts the generator's redirected frames it
+/// refused because that queue's XDP ring was full (see `DropProbes`). Loss
+/// beyond it is counted nowhere.
+fn ring_drops(lab: &Lab, peer: &Endpoint) -> DropProbes {
+    let point = DropPoint {
+        ns: lab.ns(&peer.host),
+        iface: peer.iface.clone(),
+        role: Limiter::Sink,
+    };
+    DropProbes::new(vec![point], Limiter::Unattributed).unwrap()
+}
+
+/// Frames the counters saw dropped, all together.
+fn total(drops: &[DropCount]) -> u64 {
+    drops.iter().map(|d| d.packets).sum()
+}
+
+/// Most of a trial's frames the sink's veth may refuse at its full XDP ring
+/// before the trial no longer measures the generator (see
+/// `generator_holds_the_requested_rate`): the pacing tolerance.
+const MAX_REFUSED: f64 = 0.01;
+
+/// Paced trials into an XDP drop sink deliver the requested rate in every
+/// window, and a count is exact. Every frame offered is delivered or was
+/// refused by the receiving veth at its full XDP ring, counted there
+/// (`rx_dropped` of b:eth0); loss counted nowhere fails the test.
+///
+/// Refusals are the receiver's, not the generator's: the sink's NAPI
+/// normally runs on the generator's CPU right after each batch, but a
+/// frame the peer's own stack sends (ARP, ND, MLD, a ping reply) from the
+/// other CPU schedules that queue's NAPI there, where it stays while the
+/// ring is never empty; if that CPU is busy (softirq pushed to a starved
+/// ksoftirqd), the 256-slot ring fills in 128-256 us and veth refuses
+/// frames. Measured 2026-11-27 (`peregrine gen` at 2 Mpps for 2 s with a
+/// busy loop and 500 pings/s from b on CPU 1): 2 of 8 runs lost 63,233 and
+/// 11,941 frames, each exactly b's `rx_dropped` and a's
+/// `tx_queue_0_xdp_xmit_errors`; at 1 Mpps none in 30 trials, 18 of them
+/// beside such load. So refused frames excuse the windows they fell in, up to
+/// `MAX_REFUSED` of a trial: more means the machine was too busy for the
+/// windows (measured at the sink) to say anything about the pacing.
 #[test]
 fn generator_holds_the_requested_rate() {
     let Some(lab) = privileged_lab(pair("trate")) else {
@@ -297,18 +338,38 @@ fn generator_holds_the_requested_rate() {
     let (spec, peer) = traffic(&lab, Backend::Xdp, false);
     let sink = drop_sink(&lab, &peer);
     let gen = Generator::new(spec, None).unwrap();
+    let drops = ring_drops(&lab, &peer);
+    let setup = TrialSetup {
+        gen: &gen,
+        sink: &sink,
+        duration: Duration::from_secs(3),
+        mean_frame_bytes: 64.0,
+        loss_tolerance: 0.0,
+        drops: &drops,
+    };
     for rate in [1_000_000.0, 100_000.0] {
-        let t = run_trial(
-            &gen,
-            &sink,
-            "fixed",
-            Rate::Pps(rate),
-            Duration::from_secs(3),
-            64.0,
-            &mut |_| {},
-        )
-        .unwrap();
-        assert_eq!(t.loss_ratio, 0.0, "{t:?}");
+        let before = sink.delivered().unwrap().packets;
+        let t = measure_trial(&setup, "fixed", Rate::Pps(rate), &mut |_| {}).unwrap();
+        let refused = total(&t.drops);
+        // What the drain after the trial did not see arrive yet is waited for.
+        let want = t.offered_packets.saturating_sub(refused);
+        let delivered = delivered_after(&sink, before, want);
+        assert_eq!(
+            delivered + refused,
+            t.offered_packets,
+            "{rate} pps: every frame offered delivered or counted refused, none extra: \
+             {delivered} delivered, {refused} refused ({:?}), {} counted nowhere; sink {:?}; {t:?}",
+            t.drops,
+            t.offered_packets as i64 - (delivered + refused) as i64,
+            sink.stats().unwrap()
+        );
+        assert!(
+            refused as f64 <= MAX_REFUSED * t.offered_packets as f64,
+            "{rate} pps: {refused} of {} frames refused at the sink's full XDP ring ({:?}): \
+             its NAPI was starved on a busy CPU; this run measured the machine, not the generator",
+            t.offered_packets,
+            t.drops
+        );
         // A 3 s trial has a window ending near 1 s and 2 s (the one at 3 s
         // races the generator's end): each is checked, none filtered out.
         assert!(t.windows.len() >= 2, "{t:?}");
@@ -326,13 +387,15 @@ fn generator_holds_the_requested_rate() {
             // its threads were kept off a CPU (run queue or hypervisor
             // steal: 40 ms was seen on a 2-vCPU VM), and the absolute
             // schedule repays that in the next one, so each side is excused
-            // by the wait of the window and the one before.
+            // by the wait of the window and the one before; and by the
+            // frames the receiver refused (at worst all in this window).
             let err = (w.delivered_pps - rate) / rate;
-            let excused = (w.cpu_wait_s + prev_wait) / w.seconds;
+            let excused =
+                (w.cpu_wait_s + prev_wait) / w.seconds + refused as f64 / (rate * w.seconds);
             prev_wait = w.cpu_wait_s;
             assert!(
                 err.abs() < 0.01 + excused,
-                "window at {:.2}s: {:.0} pps delivered for {rate} requested ({:.2}%, {:.1} ms waiting for a CPU)",
+                "window at {:.2}s: {:.0} pps delivered for {rate} requested ({:.2}%, {:.1} ms waiting for a CPU, {refused} frames refused in the trial)",
                 w.t_s,
                 w.delivered_pps,
                 err * 100.0,
@@ -341,21 +404,33 @@ fn generator_holds_the_requested_rate() {
         }
         assert!(checked >= 2, "{checked} windows checked: {t:?}");
         // The whole trial likewise, short by at most what all its windows
-        // waited for a CPU.
+        // waited for a CPU and what the receiver refused.
         let err = (t.delivered_pps - rate) / rate;
         let waited: f64 = t.windows.iter().map(|w| w.cpu_wait_s).sum();
+        let excused = waited / t.duration_s + refused as f64 / t.offered_packets.max(1) as f64;
         assert!(
-            err.abs() < 0.01 + waited / t.duration_s,
-            "whole trial {:.0} pps for {rate} ({:.0} ms waiting for a CPU): {:?}",
+            err.abs() < 0.01 + excused,
+            "whole trial {:.0} pps for {rate} ({:.0} ms waiting for a CPU, {refused} frames refused): {:?}",
             t.delivered_pps,
             waited * 1e3,
             t.windows
         );
     }
-    // A count is exact: every frame offered arrives, none extra.
-    let before = sink.delivered().unwrap();
+    // A count is exact: every frame offered arrives or is counted refused
+    // at the sink's ring, none extra. At 2 Mpps a starved receiver refuses
+    // more (the runs measured above): that says nothing about the count,
+    // which is checked whole either way.
+    let (before, drops0) = (sink.delivered().unwrap(), drops.snapshot().unwrap());
     offer_all(&gen, 2_000_000.0, 1_234_567, None, "a count");
-    assert_eq!(delivered_after(&sink, before.packets, 1_234_567), 1_234_567);
+    let counted = drops.since(&drops0).unwrap();
+    let refused = total(&counted);
+    let delivered = delivered_after(&sink, before.packets, 1_234_567u64.saturating_sub(refused));
+    assert_eq!(
+        delivered + refused,
+        1_234_567,
+        "a count: {delivered} delivered, {refused} refused ({counted:?}); sink {:?}",
+        sink.stats().unwrap()
+    );
     assert_eq!(
         gen.made().unwrap().1,
         0,
@@ -438,9 +513,14 @@ fn af_xdp_sink_receives_every_frame_intact() {
 /// is accounted for at the receiving veth, none extra, at a paced rate and
 /// flat out: counted by the XDP sink, or counted by veth as dropped because
 /// it found that queue's XDP ring full (the sender's redirect could not
-/// queue it: the receiving veth's `rx_dropped`). Flat out, two senders
-/// outrun the sink's NAPI and do fill its rings (2.4% of the frames in the
-/// run of 2026-11-25); nothing else on the path loses a frame.
+/// queue it: the receiving veth's `rx_dropped`, see `ring_drops`). Flat
+/// out, a queue's NAPI that a frame of the peer's own stack moved to the
+/// other sender's CPU stays there while its ring is never empty, and that
+/// CPU cannot serve both: the ring fills (1 run in 10 on 2026-11-27: 21,779
+/// frames, b's `rx_dropped` = a's `tx_queue_0_xdp_xmit_errors` = a's
+/// `tx_dropped`). The run of 2026-11-25 that delivered 1,952,671 of
+/// 2,000,001 came before the test read that counter. What could still go
+/// missing uncounted is in docs/LAB.md ("Where frames are counted").
 #[test]
 fn two_generator_threads_deliver_an_exact_count() {
     let Some(lab) = privileged_lab(pair_with_queues("tthr", 2)) else {
@@ -451,14 +531,12 @@ fn two_generator_threads_deliver_an_exact_count() {
     spec.flows = 16;
     let sink = drop_sink(&lab, &peer);
     let gen = Generator::new(spec, None).unwrap();
-    let mut nl = Netlink::new().unwrap();
-    let peer_ns = lab.ns(&peer.host);
-    let mut ring_full = || nl.link_counters(&peer_ns, &peer.iface).unwrap().rx_dropped;
+    let drops = ring_drops(&lab, &peer);
     for (rate, count) in [
         (Rate::Pps(1_000_000.0), 1_000_001u64),
         (Rate::Max, 2_000_001),
     ] {
-        let before = (sink.delivered().unwrap().packets, ring_full());
+        let before = (sink.delivered().unwrap().packets, drops.snapshot().unwrap());
         let progress = Arc::new(AtomicU64::new(0));
         let offered = offer_counting(
             &gen,
@@ -474,15 +552,16 @@ fn two_generator_threads_deliver_an_exact_count() {
             "{rate:?}: progress"
         );
         // Frames still in flight when the senders return are waited for.
-        let mut now = (0, 0);
+        let mut now = (0, vec![]);
         wait_until(Duration::from_secs(5), || {
             now = (
                 sink.delivered().unwrap().packets - before.0,
-                ring_full() - before.1,
+                drops.since(&before.1).unwrap(),
             );
-            now.0 + now.1 >= count
+            now.0 + total(&now.1) >= count
         });
-        let (delivered, dropped) = now;
+        let (delivered, counted) = now;
+        let dropped = total(&counted);
         eprintln!(
             "{rate:?}: {count} sent, {delivered} delivered, {dropped} dropped at a full veth ring"
         );
@@ -490,7 +569,9 @@ fn two_generator_threads_deliver_an_exact_count() {
             delivered + dropped,
             count,
             "{rate:?}: every frame of both threads delivered or counted dropped, none extra \
-             ({delivered} delivered, {dropped} dropped)"
+             ({delivered} delivered, {dropped} dropped: {counted:?}; {} counted nowhere; sink {:?})",
+            count as i64 - (delivered + dropped) as i64,
+            sink.stats().unwrap()
         );
     }
     let (made, errors) = gen.made().unwrap();
