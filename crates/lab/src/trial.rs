@@ -159,31 +159,10 @@ pub struct TrialSetup<'a> {
     pub drops: &'a DropProbes,
 }
 
-/// Offers `rate` for `duration` and counts what `sink` received.
-/// `on_window` sees each ~1 s window as it closes (progress display).
-pub fn run_trial(
-    gen: &Generator,
-    sink: &dyn Sink,
-    phase: &str,
-    rate: Rate,
-    duration: Duration,
-    mean_frame_bytes: f64,
-    on_window: &mut dyn FnMut(&Window),
-) -> Result<Trial> {
-    let drops = DropProbes::none(Limiter::Unattributed);
-    let setup = TrialSetup {
-        gen,
-        sink,
-        duration,
-        mean_frame_bytes,
-        loss_tolerance: 0.0,
-        drops: &drops,
-    };
-    measure_trial(&setup, phase, rate, on_window)
-}
-
-/// `run_trial` with drop counters read before and after, and the trial's
-/// limiter worked out from them.
+/// Offers `rate` for `t.duration` and counts what `t.sink` received, with
+/// the drop counters read before and after and the trial's limiter worked
+/// out from them. `on_window` sees each ~1 s window as it closes
+/// (progress display).
 pub fn measure_trial(
     t: &TrialSetup,
     phase: &str,
