@@ -134,9 +134,9 @@ fn refuse_bypass(prog: BorrowedFd<'_>, ifindex: u32, iface: &str, hook: Hook) ->
             crate::xdp::attached_prog_id(ifindex)?.and_then(|id| {
                 taker(&name_of(id)).map(|what| {
                     format!(
-                        "{what} runs at XDP there (program {id}) and takes frames before tc \
-                         ingress: a policer there would not see them; police where the traffic \
-                         enters before {iface}, or run that without XDP"
+                        "{what} (program {id}) takes frames there before tc ingress: a \
+                         policer there would not see them; police where the traffic enters \
+                         before {iface}, or run it without XDP"
                     )
                 })
             })
