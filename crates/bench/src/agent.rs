@@ -308,7 +308,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn rss_mb(pid: u32) -> Result<f64> {
+/// Resident memory (VmRSS) of process `pid`, MB.
+pub(crate) fn rss_mb(pid: u32) -> Result<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kb: f64 = s
         .lines()

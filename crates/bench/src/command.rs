@@ -9,6 +9,7 @@ use crate::netmodes::NetmodesBenchConfig;
 use crate::qos::QosBenchConfig;
 use crate::quic::QuicBenchConfig;
 use crate::router::RouterBenchConfig;
+use crate::soak::SoakBenchConfig;
 
 #[derive(clap::Subcommand, Clone, Debug)]
 pub enum BenchCmd {
@@ -39,6 +40,12 @@ pub enum BenchCmd {
     /// bridge + peregrine-cni chained, peregrine-cni standalone and ptp;
     /// pod-to-pod TCP and 64 B UDP, CNI ADD/DEL latency, leaks.
     Cni(CniBenchConfig),
+    /// One lab node under mixed paced load for --duration (issue 28):
+    /// tc router, tc policer, the function invoker (built-in and
+    /// WebAssembly), HTTP/3 downloads and kernel-socket UDP clients;
+    /// memory, descriptors, pins and map entries sampled and held flat,
+    /// every request answered or counted dropped at a named place.
+    Soak(SoakBenchConfig),
 }
 
 impl BenchCmd {
@@ -53,6 +60,7 @@ impl BenchCmd {
             BenchCmd::Quic(c) => crate::quic::bench_quic(c),
             BenchCmd::Agent(c) => crate::agent::bench_agent(c),
             BenchCmd::Cni(c) => crate::cni::bench_cni(c),
+            BenchCmd::Soak(c) => crate::soak::bench_soak(c),
         }
     }
 }
@@ -80,9 +88,10 @@ mod tests {
             BenchCmd::Quic(c) => c.output.name,
             BenchCmd::Agent(c) => c.output.name,
             BenchCmd::Cni(c) => c.output.name,
+            BenchCmd::Soak(c) => c.output.name,
         };
         for b in [
-            "gen", "router", "faas", "qos", "netmodes", "quic", "agent", "cni",
+            "gen", "router", "faas", "qos", "netmodes", "quic", "agent", "cni", "soak",
         ] {
             assert_eq!(name(&["bench", b]), format!("bench-{b}"));
             assert_eq!(name(&["bench", b, "--name", "x"]), "x");

@@ -42,6 +42,7 @@ pub mod report;
 pub mod router;
 pub mod saturation;
 pub mod showcase;
+pub mod soak;
 pub mod tcp;
 
 pub use command::BenchCmd;

@@ -29,7 +29,7 @@ fn show<R: Report>(text: &str, dir: &Path, stem: &str) -> Result<(String, Vec<Pa
 type Show = fn(&str, &Path, &str) -> Result<(String, Vec<PathBuf>)>;
 
 /// The report of each kind of result file.
-pub const REPORTS: [(&str, Show); 10] = [
+pub const REPORTS: [(&str, Show); 11] = [
     (crate::gen::Gen::KIND, show::<crate::gen::Gen>),
     (crate::gen::BenchGen::KIND, show::<crate::gen::BenchGen>),
     (
@@ -48,6 +48,7 @@ pub const REPORTS: [(&str, Show); 10] = [
         show::<crate::agent::BenchAgent>,
     ),
     (crate::cni::BenchCni::KIND, show::<crate::cni::BenchCni>),
+    (crate::soak::BenchSoak::KIND, show::<crate::soak::BenchSoak>),
     (
         crate::netmodes::BenchNetmodes::KIND,
         show::<crate::netmodes::BenchNetmodes>,

@@ -12,6 +12,7 @@ use peregrine_bench::cni::CniValues;
 use peregrine_bench::netmodes::NetmodeValues;
 use peregrine_bench::qos::SchedValues;
 use peregrine_bench::quic::QuicValues;
+use peregrine_bench::soak::{SoakValues, BALANCE_PREFIX, SERIES_PREFIX};
 use peregrine_lab::plot::RATES;
 use peregrine_lab::results::{Limiter, NoValues, ResultFile, Values};
 use peregrine_testbed::testing::privileged_here;
@@ -507,4 +508,55 @@ fn bench_cni_quick_run_holds_together() {
         let routed = run.label.contains("peregrine");
         assert_eq!(v.router_xdp.is_some(), routed, "{}", run.label);
     }
+}
+
+#[test]
+fn bench_soak_two_minutes_holds_flat_and_balances() {
+    let Some((r, stdout)) = run_result::<SoakValues>("bench soak --duration 2m", "bench-soak")
+    else {
+        return;
+    };
+    assert!(stdout.contains("unattributed"), "{stdout}");
+    // Every sampled series has samples after warm-up and stayed within
+    // its limit (the run would have failed otherwise).
+    let series: Vec<_> = r
+        .runs
+        .iter()
+        .filter(|run| run.label.starts_with(SERIES_PREFIX))
+        .collect();
+    assert!(series.len() >= 7, "{:?}", r.runs);
+    for run in &series {
+        let v = &run.values;
+        let warmup = v.warmup_s.unwrap();
+        assert!(
+            v.samples.iter().filter(|(t, _)| *t >= warmup).count() >= 10,
+            "{}: {v:?}",
+            run.label
+        );
+        assert!(
+            v.max_dev_pct.unwrap() <= v.limit_pct.unwrap(),
+            "{}",
+            run.label
+        );
+    }
+    let balance = |what: &str| {
+        r.runs
+            .iter()
+            .find(|run| run.label == format!("{BALANCE_PREFIX}{what}"))
+            .unwrap_or_else(|| panic!("no balance of {what}"))
+            .values
+            .clone()
+    };
+    // Every request answered correctly or counted dropped at a place.
+    let inv = balance("invoker (all ports)");
+    assert!(inv.sent.unwrap() > 100_000, "{inv:?}");
+    assert_eq!(inv.wrong, Some(0), "{inv:?}");
+    assert_eq!(inv.unattributed, Some(0), "{inv:?}");
+    assert_eq!(
+        inv.sent.unwrap(),
+        inv.ok.unwrap() + inv.missing.unwrap(),
+        "{inv:?}"
+    );
+    let q = balance("quic downloads");
+    assert!(q.ok.unwrap() > 10 && q.wrong == Some(0), "{q:?}");
 }
