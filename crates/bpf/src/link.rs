@@ -204,6 +204,14 @@ pub enum Placement {
     Last,
 }
 
+/// The name of interface `ifindex` in the calling thread's network
+/// namespace ("ifindex N" when there is none).
+pub fn iface_name(ifindex: u32) -> String {
+    nix::net::if_::if_indextoname(ifindex)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("ifindex {ifindex}"))
+}
+
 /// Interface index of `name` in the calling thread's network namespace.
 pub fn ifindex(name: &str) -> Result<u32> {
     nix::net::if_::if_nametoindex(name).map_err(|e| match e {
@@ -313,9 +321,7 @@ impl Link {
                 }
             }
         };
-        let iface = nix::net::if_::if_indextoname(ifindex)
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| format!("ifindex {ifindex}"));
+        let iface = iface_name(ifindex);
         Ok(Link {
             fd,
             iface,

@@ -236,6 +236,56 @@ fn check_router_hook(hook: Hook) -> Result<()> {
     Ok(())
 }
 
+/// A running router's port table alone, opened from its tc or XDP program
+/// (found on a port's hook): enough to read and flip a port's delivery
+/// where the router's other maps are not at hand (a router no pin names,
+/// which a process holds in memory: a bench's, a program embedding the
+/// data plane). Each program references only the maps it uses, so this is
+/// all a port's program gives.
+pub struct PortTable {
+    ports: MapHandle,
+}
+
+impl PortTable {
+    pub fn of_program(prog_id: u32) -> Result<PortTable> {
+        let ports = maps::maps_of_program(prog_id)?
+            .into_iter()
+            .find(|(n, _)| n == "ports")
+            .map(|(_, m)| m)
+            .ok_or_else(|| {
+                BpfError::Invalid(format!("program {prog_id} has no map ports: not a router"))
+            })?;
+        Ok(PortTable { ports })
+    }
+
+    /// Whether port `ifindex` delivers into its veth peer's namespace
+    /// (`RouterMaps::peer_delivery`).
+    pub fn peer_delivery(&self, ifindex: u32) -> Result<bool> {
+        Ok(port_of(&self.ports, ifindex)?.flags & router_port_flags::ROUTER_PORT_PEER.0 != 0)
+    }
+
+    /// Sets it, for a port the router has (`RouterMaps::set_peer_delivery`).
+    pub fn set_peer_delivery(&self, ifindex: u32, peer: bool) -> Result<()> {
+        let mut p = port_of(&self.ports, ifindex)?;
+        let f = router_port_flags::ROUTER_PORT_PEER.0;
+        p.flags = if peer { p.flags | f } else { p.flags & !f };
+        self.ports
+            .update(&ifindex.to_ne_bytes(), p.as_bytes(), MapFlags::EXIST)
+            .map_err(BpfError::libbpf(format!(
+                "configuring router port {ifindex}"
+            )))
+    }
+}
+
+/// Port `ifindex`'s settings in a router's port table.
+fn port_of(ports: &MapHandle, ifindex: u32) -> Result<router_port> {
+    maps::read(
+        ports,
+        &ifindex.to_ne_bytes(),
+        &format!("reading router port {ifindex}"),
+    )
+}
+
 /// A router's maps: its ports, steering rules and counters, opened from a
 /// program just loaded (`RouterProgram` derefs to them) or from the pins of
 /// a running router (`pinned`), so a later command adds and removes ports
@@ -457,11 +507,7 @@ impl RouterMaps {
 
     /// Port `ifindex`'s settings as the programs see them.
     pub fn port(&self, ifindex: u32) -> Result<router_port> {
-        maps::read(
-            &self.ports,
-            &ifindex.to_ne_bytes(),
-            &format!("reading router port {ifindex}"),
-        )
+        port_of(&self.ports, ifindex)
     }
 
     /// Changes port `ifindex`'s settings; a port new to the tables gets

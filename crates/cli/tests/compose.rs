@@ -551,3 +551,36 @@ fn a_policer_at_tc_and_an_xdp_stage_that_takes_frames_refuse_the_second() {
     ok(&router(&t, &["detach"]), "router detach");
     t.remove();
 }
+
+/// A tc router no pin names (one a process holds in memory: a bench's, a
+/// program embedding peregrine_dataplane) switches its delivery to the
+/// veth too when `faas serve` attaches its XDP dispatcher on the port's
+/// peer: every request is answered, and the port delivers through b1's
+/// XDP hook while the invoker runs. (Before, only pinned routers were
+/// found: this one kept bpf_redirect_peer, skipped the dispatcher, and
+/// every request was lost without a counter; `bench soak` met it.)
+#[test]
+fn an_unpinned_tc_router_delivers_through_the_invokers_xdp_hook() {
+    let Some(t) = Topo::privileged_up("cmp7") else {
+        return;
+    };
+    let ports = ["a1".to_string(), "b0".to_string()];
+    let dp = peregrine_dataplane::Dataplane::router(
+        Some(&t.ns("R")),
+        &ports,
+        peregrine_bpf::Hook::TC,
+        peregrine_bpf::router::FibMode::Full,
+        false,
+    )
+    .unwrap();
+    let mut s = serve_on_b1(&t);
+    let got = replies(&t, 50);
+    let stopped = s.stop();
+    assert_eq!(
+        got, 50,
+        "replies through the in-process router; faas serve said: {}",
+        stopped.stderr
+    );
+    drop(dp);
+    t.remove();
+}

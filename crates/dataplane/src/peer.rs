@@ -10,7 +10,7 @@
 //! its link in a `RouterAwareLink`, which does it on both sides.
 use std::path::PathBuf;
 
-use peregrine_bpf::router::RouterMaps;
+use peregrine_bpf::router::{PortTable, RouterMaps};
 use peregrine_bpf::sink::SinkProgram;
 use peregrine_bpf::{Link, TcxDirection, XdpAction, XdpMode, XdpProgram};
 use peregrine_host::netns;
@@ -112,9 +112,8 @@ pub fn refresh_port_logged(ifindex: u32) {
             return Ok(());
         };
         let now = delivers_to_peer(&port)?;
-        let maps = RouterMaps::pinned(&router)?;
-        if maps.peer_delivery(ifindex)? != now {
-            maps.set_peer_delivery(ifindex, now)?;
+        if router.peer_delivery(ifindex)? != now {
+            router.set_peer_delivery(ifindex, now)?;
             if now {
                 tracing::info!(
                     "router port {port} delivers into its peer's namespace with bpf_redirect_peer again (nothing shapes its egress now)"
@@ -136,8 +135,9 @@ pub fn refresh_port_logged(ifindex: u32) {
 /// interface is, and how the router delivers to it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerDelivery {
-    /// The router's pin directory.
-    pub router: PathBuf,
+    /// The router's pin directory (None: a router a process holds
+    /// unpinned, found by its program).
+    pub router: Option<PathBuf>,
     /// The router's port (named as when attached, in the router's namespace).
     pub port: String,
     /// The interface asked about.
@@ -153,9 +153,9 @@ pub struct PeerDelivery {
 /// Sets how a tc router delivers to `iface` (an interface of the calling
 /// thread's namespace) to what `delivers_to_peer` says now, after an XDP
 /// program came onto `iface` or left it: when `iface` is a veth whose other
-/// end is a port of a tc router pinned on this host (outside labs, in the
-/// port's namespace's `_netns/<cookie>`, or a lab's), that port's
-/// peer-delivery flag. None when `iface` faces no such port. Logs one line
+/// end is a port of a tc router (pinned on this host, outside labs in the
+/// port's namespace's `_netns/<cookie>` or in a lab's; or held unpinned by
+/// a process), that port's peer-delivery flag. None when `iface` faces no such port. Logs one line
 /// when the flag changes.
 pub fn refresh_peer_of(iface: &str) -> Result<Option<PeerDelivery>> {
     let Some(end) = peregrine_host::veth::peer_end(iface)? else {
@@ -165,10 +165,9 @@ pub fn refresh_peer_of(iface: &str) -> Result<Option<PeerDelivery>> {
         return Ok(None);
     };
     let now = end.run_in(|| delivers_to_peer(&port))??;
-    let maps = RouterMaps::pinned(&router)?;
-    let was = maps.peer_delivery(end.ifindex)?;
+    let was = router.peer_delivery(end.ifindex)?;
     if was != now {
-        maps.set_peer_delivery(end.ifindex, now)?;
+        router.set_peer_delivery(end.ifindex, now)?;
         if now {
             tracing::info!(
                 "router port {port} delivers into {iface}'s namespace with bpf_redirect_peer again ({iface} runs no XDP program now)"
@@ -180,7 +179,7 @@ pub fn refresh_peer_of(iface: &str) -> Result<Option<PeerDelivery>> {
         }
     }
     Ok(Some(PeerDelivery {
-        router,
+        router: router.dir(),
         port,
         iface: iface.to_string(),
         peer_delivery: now,
@@ -188,13 +187,54 @@ pub fn refresh_peer_of(iface: &str) -> Result<Option<PeerDelivery>> {
     }))
 }
 
-/// The tc router port on `ifindex` of the calling thread's namespace: its
-/// router's pin directory and the port's name. A port matches when its
-/// pinned link is at tcx on that ifindex and runs one of the programs the
-/// kernel has there (ifindexes repeat across namespaces; program ids do
-/// not), so a lab's router (pinned under the lab, whose namespace its pins
-/// do not name) is found too.
-fn router_port_here(ifindex: u32) -> Result<Option<(PathBuf, String)>> {
+/// Where a tc router port's maps are found.
+enum RouterAt {
+    /// A router pinned in this directory.
+    Pinned(PathBuf),
+    /// A router no pin names (a process holds it), by its tc program.
+    Program(u32),
+}
+
+impl RouterAt {
+    /// Whether port `ifindex` delivers with bpf_redirect_peer.
+    fn peer_delivery(&self, ifindex: u32) -> Result<bool> {
+        Ok(match self {
+            RouterAt::Pinned(dir) => RouterMaps::pinned(dir)?.peer_delivery(ifindex)?,
+            RouterAt::Program(id) => PortTable::of_program(*id)?.peer_delivery(ifindex)?,
+        })
+    }
+
+    fn set_peer_delivery(&self, ifindex: u32, peer: bool) -> Result<()> {
+        match self {
+            RouterAt::Pinned(dir) => RouterMaps::pinned(dir)?.set_peer_delivery(ifindex, peer)?,
+            RouterAt::Program(id) => {
+                PortTable::of_program(*id)?.set_peer_delivery(ifindex, peer)?
+            }
+        }
+        Ok(())
+    }
+
+    fn dir(self) -> Option<PathBuf> {
+        match self {
+            RouterAt::Pinned(dir) => Some(dir),
+            RouterAt::Program(_) => None,
+        }
+    }
+}
+
+/// The router's tc program, as the kernel names it.
+const ROUTER_TC: &str = "router_tc";
+
+/// The tc router port on `ifindex` of the calling thread's namespace:
+/// where its router's maps are, and the port's name. A port matches when
+/// its pinned link is at tcx on that ifindex and runs one of the programs
+/// the kernel has there (ifindexes repeat across namespaces; program ids
+/// do not), so a lab's router (pinned under the lab, whose namespace its
+/// pins do not name) is found too. A router no pin names (one a process
+/// holds: a bench's, an embedding program's) is found by its program at
+/// that tcx ingress, so it too stops skipping an XDP program that comes
+/// onto its port's peer.
+fn router_port_here(ifindex: u32) -> Result<Option<(RouterAt, String)>> {
     let ids = peregrine_bpf::tcx::attached_ids(ifindex, TcxDirection::Ingress)?;
     if ids.is_empty() {
         return Ok(None);
@@ -210,7 +250,15 @@ fn router_port_here(ifindex: u32) -> Result<Option<(PathBuf, String)>> {
             })
         });
         if let Some(p) = port {
-            return Ok(Some((a.dir.clone(), p.iface.clone())));
+            return Ok(Some((RouterAt::Pinned(a.dir.clone()), p.iface.clone())));
+        }
+    }
+    for id in ids {
+        let named = peregrine_bpf::maps::program_by_id(id)
+            .and_then(|fd| peregrine_bpf::maps::program_name(std::os::fd::AsFd::as_fd(&fd)));
+        if named.is_ok_and(|n| n == ROUTER_TC) {
+            let port = peregrine_bpf::link::iface_name(ifindex);
+            return Ok(Some((RouterAt::Program(id), port)));
         }
     }
     Ok(None)
