@@ -17,7 +17,7 @@
 //!   program comes or goes on a peer.
 use peregrine_bpf::Hook;
 
-use crate::decl::{NodeDecl, ServiceDecl, ServiceKind};
+use crate::decl::{NodeDecl, RouterDecl, ServiceDecl, ServiceKind};
 
 /// A stage of the node on one interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +89,25 @@ pub fn stages_on(decl: &NodeDecl, iface: &str) -> Vec<Stage> {
         .collect();
     out.extend(tc.into_iter().map(|what| Stage { what, hook: "tc" }));
     out
+}
+
+/// The router as the agent attaches it: one left on `auto` whose ports
+/// carry a policer at tc runs at tc, where the policer sees the frames
+/// first (at XDP it would take them before the policer, and the kernel
+/// link refuses the two side by side). `auto` stays `auto` elsewhere.
+pub fn router_to_attach(decl: &NodeDecl) -> Option<std::borrow::Cow<'_, RouterDecl>> {
+    let r = decl.router.as_ref()?;
+    let policed = r.ports.iter().any(|p| {
+        decl.qos
+            .iter()
+            .any(|q| &q.iface == p && !q.scheduler() && !q.hook().is_xdp())
+    });
+    if r.hook == peregrine_dataplane::HookChoice::Auto && policed {
+        let mut tc = r.clone();
+        tc.hook = peregrine_dataplane::HookChoice::Given(Hook::TC);
+        return Some(std::borrow::Cow::Owned(tc));
+    }
+    Some(std::borrow::Cow::Borrowed(r))
 }
 
 /// Every interface some stage of the agent's namespace runs on.
@@ -182,7 +201,7 @@ pub fn check(decl: &NodeDecl) -> Vec<String> {
     }
     // A policer at tc sees nothing of what an XDP stage on its interface
     // takes first (redirected by the router, handed to AF_XDP). A router
-    // on "auto" is judged when it attaches (the link refuses XDP there).
+    // on "auto" takes tc there (`router_to_attach`).
     for iface in ifaces(decl) {
         let stages = stages_on(decl, &iface);
         if !stages.iter().any(|s| s.hook == "tc" && s.what == "policer") {
@@ -200,4 +219,42 @@ pub fn check(decl: &NodeDecl) -> Vec<String> {
         }
     }
     errs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peregrine_dataplane::HookChoice;
+
+    fn decl(text: &str) -> NodeDecl {
+        let any: &crate::decl::ArgCheck = &|_, _| Ok(());
+        crate::check::parse_many(&[("node.toml".into(), text.into())], any).unwrap()
+    }
+
+    /// A router on auto takes tc where a policer at tc is on one of its
+    /// ports, and stays on auto elsewhere; a router given a hook keeps it.
+    #[test]
+    fn an_auto_router_beside_a_tc_policer_attaches_at_tc() {
+        let policed = "[router]\nports = [\"a1\", \"b0\"]\n[[qos]]\niface = \"a1\"\n[[qos.rule]]\nrate = \"1M\"\n";
+        let d = decl(policed);
+        assert!(check(&d).is_empty(), "{:?}", check(&d));
+        assert_eq!(
+            router_to_attach(&d).unwrap().hook,
+            HookChoice::Given(Hook::TC)
+        );
+        let elsewhere = policed.replace("iface = \"a1\"", "iface = \"c9\"");
+        assert_eq!(
+            router_to_attach(&decl(&elsewhere)).unwrap().hook,
+            HookChoice::Auto
+        );
+        // Given XDP, the declaration is refused before anything changes.
+        let given = policed.replace("[[qos]]", "hook = \"xdp\"\n[[qos]]");
+        let any: &crate::decl::ArgCheck = &|_, _| Ok(());
+        let errs = crate::check::parse_many(&[("node.toml".into(), given)], any).unwrap_err();
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("router at XDP on a1 takes frames before the policer at tc")),
+            "{errs:?}"
+        );
+    }
 }

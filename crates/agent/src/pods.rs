@@ -266,11 +266,12 @@ impl Registry {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
-        let pods = if f.netns_cookie == cookie {
+        let mut pods: BTreeMap<PodKey, PodRecord> = if f.netns_cookie == cookie {
             f.pods.into_iter().map(|r| (r.pod.key.clone(), r)).collect()
         } else {
             BTreeMap::new()
         };
+        adopt_unrecorded_policers(&mut pods);
         Registry {
             dir: dir.to_path_buf(),
             cookie,
@@ -534,9 +535,13 @@ pub(crate) fn apply_in_pod(p: &PodPort, prev: Option<&PodRecord>) -> Result<InPo
                         Some(l.link_id)
                     }
                     failed => {
-                        // Nothing half-made stays: a shaper made just now goes.
+                        // Nothing half-made stays: a shaper or a policer
+                        // made just now goes.
                         if shaped == Some(shaper::Shaped::Added) {
                             let _ = shaper::unshape(&ifname);
+                        }
+                        if running.is_none() {
+                            let _ = peregrine_qos::attach::detach(&ifname);
                         }
                         let why = match failed {
                             Err(e) => e.to_string(),
@@ -546,14 +551,21 @@ pub(crate) fn apply_in_pod(p: &PodPort, prev: Option<&PodRecord>) -> Result<InPo
                     }
                 }
             }
-            None => {
-                if running.is_some_and(|id| Some(id) == ours)
-                    && peregrine_qos::attach::detach(&ifname).is_ok()
-                {
-                    lines.push(format!("ingress policer on {ifname} removed"));
-                }
-                None
-            }
+            // The agent's own policer, no longer asked for, goes; one it
+            // could not remove stays recorded (a later DEL tries again).
+            None => match running.filter(|id| Some(*id) == ours) {
+                Some(id) => match peregrine_qos::attach::detach(&ifname) {
+                    Ok(()) => {
+                        lines.push(format!("ingress policer on {ifname} removed"));
+                        None
+                    }
+                    Err(e) => {
+                        tracing::warn!("removing the ingress policer on {ifname}: {e}");
+                        Some(id)
+                    }
+                },
+                None => None,
+            },
         };
         Ok((policer, lines))
     })?;
@@ -580,17 +592,20 @@ pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
     let mut line = None;
     if let Ok((c, (policer, shaper))) = in_netns(&p.netns, || {
         if netns::cookie().ok() != Some(cookie) {
-            return (false, false);
+            return (Ok(false), false);
         }
         let running = peregrine_qos::attach::link_here(&ifname)
             .ok()
             .flatten()
             .map(|l| l.link_id);
-        (
-            ours.is_some() && running == ours && peregrine_qos::attach::detach(&ifname).is_ok(),
-            shaper::unshape(&ifname).unwrap_or(false),
-        )
+        let policer = match ours.filter(|_| running == ours) {
+            Some(_) => peregrine_qos::attach::detach(&ifname).map(|()| true),
+            None => Ok(false),
+        };
+        (policer, shaper::unshape(&ifname).unwrap_or(false))
     }) {
+        let policer =
+            policer.map_err(|e| format!("{}: removing its ingress policer: {e}", p.who()))?;
         if c == cookie && (policer || shaper) {
             let what = match (policer, shaper) {
                 (true, true) => "ingress policer and egress_rate shaper",
@@ -616,6 +631,27 @@ pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
         });
     }
     Ok(line)
+}
+
+/// Records written before the agent kept its in-pod policer's link id
+/// (`in_pod_policer`) say only that it put something in the pod: the
+/// policer that runs there for a pod policed on ingress is the one that
+/// agent put (it replaced whatever ran there), so its link is taken as the
+/// agent's own.
+fn adopt_unrecorded_policers(pods: &mut BTreeMap<PodKey, PodRecord>) {
+    let unrecorded = |r: &PodRecord| {
+        r.in_pod.is_some() && r.in_pod_policer.is_none() && r.pod.polices(Direction::Ingress)
+    };
+    if !pods.values().any(unrecorded) {
+        return;
+    }
+    let running = peregrine_qos::attach::list();
+    for r in pods.values_mut().filter(|r| unrecorded(r)) {
+        r.in_pod_policer = running
+            .iter()
+            .filter(|a| Some(a.cookie) == r.in_pod && a.iface == r.pod.key.ifname)
+            .find_map(|a| a.link.filter(|l| l.live()).map(|l| l.link_id));
+    }
 }
 
 /// The agent's in-pod policer runs (its record's namespace cookie,

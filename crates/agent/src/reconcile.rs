@@ -391,7 +391,8 @@ pub fn cluster_routes(want: Option<&ClusterDecl>, pass: &mut Pass) {
 pub fn dataplane(decl: &NodeDecl, owned: &mut Owned) -> Pass {
     let mut pass = Pass::default();
     let t0 = std::time::Instant::now();
-    router(decl.router.as_ref(), owned, &mut pass);
+    let r = crate::compose::router_to_attach(decl);
+    router(r.as_deref(), owned, &mut pass);
     let t1 = std::time::Instant::now();
     policers(&decl.qos, owned, &mut pass);
     let t2 = std::time::Instant::now();

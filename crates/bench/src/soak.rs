@@ -163,11 +163,7 @@ impl Proc {
     /// Asks it to stop (SIGINT, as Ctrl-C) and returns the JSON report it
     /// prints.
     fn stop(self) -> Result<serde_json::Value> {
-        // kill(1): this crate holds no unsafe code outside quic.rs.
-        std::process::Command::new("kill")
-            .args(["-INT", &self.pid().to_string()])
-            .status()
-            .context("running kill")?;
+        signals::interrupt(self.pid()).with_context(|| format!("interrupting {}", self.what))?;
         let what = self.what;
         let out = finish(self.child, Duration::from_secs(15), what)?;
         serde_json::from_str(out.trim()).with_context(|| format!("{what} printed no JSON: {out}"))
@@ -204,28 +200,10 @@ struct Tally {
     socket_drops: u64,
 }
 
-/// Drops of the UDP socket bound to local `port` in namespace `ns`
-/// (the last column of /proc/net/udp).
-fn socket_drops(ns: &str, port: u16) -> Result<u64> {
-    let text = netns::run_in(ns, || std::fs::read_to_string("/proc/thread-self/net/udp"))??;
-    let want = format!(":{port:04X}");
-    Ok(text
-        .lines()
-        .skip(1)
-        .filter(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .is_some_and(|local| local.ends_with(&want))
-        })
-        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
-        .sum())
-}
-
 /// Sends `rate` requests/s to `port` from `sock` until `stop`, checking
 /// each reply against `registry`'s function for the port; then waits up
 /// to 2 s for the last replies.
 fn udp_client(
-    ns: String,
     sock: UdpSocket,
     port: u16,
     rate: u32,
@@ -287,7 +265,7 @@ fn udp_client(
     while !outstanding.is_empty() && Instant::now() < end {
         recv(&mut t, &mut outstanding);
     }
-    t.socket_drops = socket_drops(&ns, sock.local_addr()?.port())?;
+    t.socket_drops = peregrine_io::receive_drops(&sock)?;
     Ok(t)
 }
 
@@ -570,10 +548,10 @@ fn soak(
     for port in [1232u16, 1233, WASM_PORT] {
         let sock = netns::run_in(gen, || UdpSocket::bind("0.0.0.0:0"))??;
         let (r, s) = (registry.clone(), stop.clone());
-        let (rate, ns) = (a.rate, gen.to_string());
+        let rate = a.rate;
         clients.push((
             port,
-            std::thread::spawn(move || udp_client(ns, sock, port, rate, r, s)),
+            std::thread::spawn(move || udp_client(sock, port, rate, r, s)),
         ));
     }
     let quic_thread = {

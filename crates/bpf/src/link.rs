@@ -88,16 +88,15 @@ impl Hook {
 }
 
 /// peregrine's XDP programs that take frames away from the stack
-/// (redirect, AF_XDP), by program name, and what they are for people.
+/// (redirect, AF_XDP), by program name, and what they are for people. The
+/// policer at XDP (its scheduler hands class traffic to AF_XDP) is not
+/// among them: one interface has one policer, at one hook.
 const XDP_TAKERS: [(&str, &str); 4] = [
-    ("router", "the router at XDP"),
+    (crate::router::XDP_PROGRAM, "the router at XDP"),
     ("dispatch", "an AF_XDP function service"),
     ("stack_steer", "an AF_XDP UDP/QUIC service"),
     ("nf", "a service chain at XDP"),
 ];
-
-/// The policer's program at tc (bpf/dataplane/policer.bpf.c).
-const TC_POLICER: &str = "policer_tc";
 
 /// Refuses a link that would make a policer at tc ingress police nothing:
 /// an XDP program of peregrine's that takes frames (`XDP_TAKERS`) runs
@@ -105,20 +104,18 @@ const TC_POLICER: &str = "policer_tc";
 /// meets the policer. Both orders are refused, in one line; programs that
 /// are not peregrine's are not judged.
 fn refuse_bypass(prog: BorrowedFd<'_>, ifindex: u32, iface: &str, hook: Hook) -> Result<()> {
-    let name_of = |id: u32| {
-        crate::maps::program_by_id(id)
-            .and_then(|fd| crate::maps::program_name(fd.as_fd()))
-            .unwrap_or_default()
-    };
+    let name_of = crate::maps::program_name_of;
     let taker = |name: &str| XDP_TAKERS.iter().find(|(n, _)| *n == name).map(|t| t.1);
     let clash = match hook {
         Hook::Xdp(_) => {
             let Some(what) = taker(&crate::maps::program_name(prog)?) else {
                 return Ok(());
             };
-            crate::tcx::attached_ids(ifindex, TcxDirection::Ingress)?
+            // A kernel without tcx (before 6.6) has no policer there.
+            crate::tcx::attached_ids(ifindex, TcxDirection::Ingress)
+                .unwrap_or_default()
                 .into_iter()
-                .find(|&id| name_of(id) == TC_POLICER)
+                .find(|&id| name_of(id) == crate::policer::TC_PROGRAM)
                 .map(|id| {
                     format!(
                         "a policer runs at tc ingress there (program {id}), and {what} would \
@@ -128,7 +125,7 @@ fn refuse_bypass(prog: BorrowedFd<'_>, ifindex: u32, iface: &str, hook: Hook) ->
                 })
         }
         Hook::Tcx(TcxDirection::Ingress) => {
-            if crate::maps::program_name(prog)? != TC_POLICER {
+            if crate::maps::program_name(prog)? != crate::policer::TC_PROGRAM {
                 return Ok(());
             }
             crate::xdp::attached_prog_id(ifindex)?.and_then(|id| {

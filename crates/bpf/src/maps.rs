@@ -76,6 +76,14 @@ pub fn program_name(prog: std::os::fd::BorrowedFd<'_>) -> Result<String> {
     Ok(info_name(&info))
 }
 
+/// The name of loaded program `prog_id` ("" when it cannot be read: gone,
+/// or not this process's to open).
+pub fn program_name_of(prog_id: u32) -> String {
+    program_by_id(prog_id)
+        .and_then(|fd| program_name(std::os::fd::AsFd::as_fd(&fd)))
+        .unwrap_or_default()
+}
+
 /// The program's name in its info struct.
 pub(crate) fn info_name(info: &libbpf_sys::bpf_prog_info) -> String {
     let name: Vec<u8> = info

@@ -222,9 +222,6 @@ impl RouterAt {
     }
 }
 
-/// The router's tc program, as the kernel names it.
-const ROUTER_TC: &str = "router_tc";
-
 /// The tc router port on `ifindex` of the calling thread's namespace:
 /// where its router's maps are, and the port's name. A port matches when
 /// its pinned link is at tcx on that ifindex and runs one of the programs
@@ -254,9 +251,7 @@ fn router_port_here(ifindex: u32) -> Result<Option<(RouterAt, String)>> {
         }
     }
     for id in ids {
-        let named = peregrine_bpf::maps::program_by_id(id)
-            .and_then(|fd| peregrine_bpf::maps::program_name(std::os::fd::AsFd::as_fd(&fd)));
-        if named.is_ok_and(|n| n == ROUTER_TC) {
+        if peregrine_bpf::maps::program_name_of(id) == peregrine_bpf::router::TC_PROGRAM {
             let port = peregrine_bpf::link::iface_name(ifindex);
             return Ok(Some((RouterAt::Program(id), port)));
         }

@@ -79,6 +79,12 @@ pub fn take_reload() -> bool {
     RELOAD.swap(false, Ordering::SeqCst)
 }
 
+/// Asks process `pid` to stop as Ctrl-C would (SIGINT).
+pub fn interrupt(pid: u32) -> std::io::Result<()> {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGINT)
+        .map_err(std::io::Error::from)
+}
+
 /// Stops child process `c` as a service manager would: SIGTERM, up to
 /// `grace` to exit, then SIGKILL; reaped either way.
 pub fn terminate(c: &mut std::process::Child, grace: std::time::Duration) {
