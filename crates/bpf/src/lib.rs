@@ -35,6 +35,7 @@ pub mod maps;
 pub mod nf;
 pub mod pod;
 pub mod policer;
+pub mod prog_names;
 pub mod router;
 mod rtlink;
 pub mod sink;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::error::{BpfError, Result};
+use crate::prog_names;
 use crate::tcx::TcxDirection;
 use crate::xdp::XdpMode;
 
@@ -92,10 +93,10 @@ impl Hook {
 /// policer at XDP (its scheduler hands class traffic to AF_XDP) is not
 /// among them: one interface has one policer, at one hook.
 const XDP_TAKERS: [(&str, &str); 4] = [
-    (crate::router::XDP_PROGRAM, "the router at XDP"),
-    ("dispatch", "an AF_XDP function service"),
-    ("stack_steer", "an AF_XDP UDP/QUIC service"),
-    ("nf", "a service chain at XDP"),
+    (prog_names::ROUTER_XDP, "the router at XDP"),
+    (prog_names::DISPATCH, "an AF_XDP function service"),
+    (prog_names::STACK_STEER, "an AF_XDP UDP/QUIC service"),
+    (prog_names::NF, "a service chain at XDP"),
 ];
 
 /// Refuses a link that would make a policer at tc ingress police nothing:
@@ -115,7 +116,7 @@ fn refuse_bypass(prog: BorrowedFd<'_>, ifindex: u32, iface: &str, hook: Hook) ->
             crate::tcx::attached_ids(ifindex, TcxDirection::Ingress)
                 .unwrap_or_default()
                 .into_iter()
-                .find(|&id| name_of(id) == crate::policer::TC_PROGRAM)
+                .find(|&id| name_of(id) == prog_names::POLICER_TC)
                 .map(|id| {
                     format!(
                         "a policer runs at tc ingress there (program {id}), and {what} would \
@@ -125,7 +126,7 @@ fn refuse_bypass(prog: BorrowedFd<'_>, ifindex: u32, iface: &str, hook: Hook) ->
                 })
         }
         Hook::Tcx(TcxDirection::Ingress) => {
-            if crate::maps::program_name(prog)? != crate::policer::TC_PROGRAM {
+            if crate::maps::program_name(prog)? != prog_names::POLICER_TC {
                 return Ok(());
             }
             crate::xdp::attached_prog_id(ifindex)?.and_then(|id| {

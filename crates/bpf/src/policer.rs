@@ -46,10 +46,6 @@ pub const MAP_NAMES: [&str; 8] = [
     "sched_stats",
 ];
 
-/// The policer's program at tc, as the kernel names it
-/// (bpf/dataplane/policer.bpf.c).
-pub const TC_PROGRAM: &str = "policer_tc";
-
 /// What a rule matches; `None` matches anything. Ports need `proto` TCP or
 /// UDP; prefixes say the family.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -236,10 +236,6 @@ fn check_router_hook(hook: Hook) -> Result<()> {
     Ok(())
 }
 
-/// The router's programs as the kernel names them (bpf/dataplane/router.bpf.c).
-pub const XDP_PROGRAM: &str = "router";
-pub const TC_PROGRAM: &str = "router_tc";
-
 /// A running router's port table alone, opened from its tc or XDP program
 /// (found on a port's hook): enough to read and flip a port's delivery
 /// where the router's other maps are not at hand (a router no pin names,

@@ -251,7 +251,7 @@ fn router_port_here(ifindex: u32) -> Result<Option<(RouterAt, String)>> {
         }
     }
     for id in ids {
-        if peregrine_bpf::maps::program_name_of(id) == peregrine_bpf::router::TC_PROGRAM {
+        if peregrine_bpf::maps::program_name_of(id) == peregrine_bpf::prog_names::ROUTER_TC {
             let port = peregrine_bpf::link::iface_name(ifindex);
             return Ok(Some((RouterAt::Program(id), port)));
         }
