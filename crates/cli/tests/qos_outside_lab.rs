@@ -399,6 +399,91 @@ fn rules_change_at_runtime_and_bad_input_changes_nothing() {
     t.remove();
 }
 
+/// Users (or a user and the agent) change one policer from several
+/// processes at once: 24 `qos rule add` of different rules, 8 at a time,
+/// and 8 `qos rule del` racing 8 more adds. Every add gets its own id (and
+/// so its own meter and counters); none is lost and none removed twice.
+/// Before the changes were serialized, 21 of 24 rules came out with the
+/// same id, sharing one meter.
+#[test]
+fn rule_changes_from_processes_at_once_each_get_their_own_id() {
+    let Some(t) = Topo::privileged_up("pgq7") else {
+        return;
+    };
+    let r = t.ns("R");
+    apply_one_rule(&t, "race");
+    let pg = env!("CARGO_BIN_EXE_peregrine");
+    let spawn = |args: Vec<String>| {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &r, pg, "qos", "rule"])
+            .args(args)
+            .output()
+    };
+    let ids = || -> Vec<u64> {
+        let st = qos_stats(&t);
+        let mut ids: Vec<u64> = st["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    let add = |round: u32, i: u32| {
+        vec![
+            "add".to_string(),
+            "--iface".into(),
+            "a1".into(),
+            "--dst".into(),
+            format!("198.18.{}.{i}/32", 100 + round),
+            "--rate".into(),
+            "1Mbit".into(),
+        ]
+    };
+    for round in 0..3 {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (1..=8)
+                .map(|i| s.spawn(move || spawn(add(round, i))))
+                .collect();
+            for h in hs {
+                let o = h.join().unwrap().unwrap();
+                ok(&o, "qos rule add");
+            }
+        });
+    }
+    assert_eq!(ids(), (0..25).collect::<Vec<u64>>(), "one id per rule");
+    // Deletes racing adds: ids 1..=8 go, 8 new rules take ids.
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (1..=8u32)
+            .flat_map(|i| {
+                [
+                    s.spawn(move || {
+                        spawn(vec![
+                            "del".into(),
+                            "--iface".into(),
+                            "a1".into(),
+                            i.to_string(),
+                        ])
+                    }),
+                    s.spawn(move || spawn(add(3, i))),
+                ]
+            })
+            .collect();
+        for h in hs {
+            let o = h.join().unwrap().unwrap();
+            ok(&o, "qos rule del/add");
+        }
+    });
+    let after = ids();
+    assert_eq!(after.len(), 25, "{after:?}");
+    let mut unique = after.clone();
+    unique.dedup();
+    assert_eq!(unique, after, "every rule its own id: {after:?}");
+    qos_detach(&t);
+    t.remove();
+}
+
 /// A policer whose interface is removed under it is listed as stale, and
 /// `lab down --all` removes its pins (as `qos detach --all` would); one
 /// whose namespace is removed is removed by the next `qos list`, which

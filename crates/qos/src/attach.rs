@@ -42,7 +42,7 @@ fn hook_of(l: &PinnedLink) -> Hook {
 pub const DEFAULT_HOOK: Hook = Hook::TC;
 
 /// The directory of `iface`'s policer in the calling thread's namespace.
-pub(crate) fn dir_here(iface: &str) -> Result<PathBuf> {
+pub fn dir_here(iface: &str) -> Result<PathBuf> {
     if iface.is_empty() || iface.contains('/') || iface == "." || iface == ".." {
         return Err(QosError::Config(format!(
             "interface name {iface:?} is not valid"
@@ -52,6 +52,21 @@ pub(crate) fn dir_here(iface: &str) -> Result<PathBuf> {
         .join(QOS_DIR)
         .join(netns::cookie()?.to_string())
         .join(iface))
+}
+
+/// The lock file of policer changes, one for the host (as iptables'
+/// /run/xtables.lock): a file per policer would outlive it.
+const LOCK: &str = "/run/peregrine/qos.lock";
+
+/// Holds off every other process's change to a policer (apply, rule add
+/// and remove, detach) until dropped: each reads the running rules and
+/// writes on from what it read (a new rule takes the lowest free id and
+/// resets that id's meter), so two at once on one policer would give two
+/// rules one id and one meter. Not taken twice by one thread: a second
+/// `flock` would wait for the first.
+fn lock_changes() -> Result<peregrine_host::fs::FileLock> {
+    peregrine_host::fs::FileLock::exclusive(Path::new(LOCK))
+        .map_err(|e| QosError::Other(format!("locking {LOCK}: {e}")))
 }
 
 /// A policer found in the host's bpffs.
@@ -191,6 +206,7 @@ pub struct Applied {
 pub fn apply(iface: &str, hook: Hook, rules: &[Rule]) -> Result<Applied> {
     bpffs::ensure_mounted()?;
     let dir = dir_here(iface)?;
+    let _lock = lock_changes()?;
     let mut existing = attachment(&dir, 0, iface);
     if existing.htb_pin {
         if let Some(pid) = existing.htb.and_then(|r| r.live_owner()) {
@@ -349,11 +365,13 @@ pub fn add_rule_fields(iface: &str, fields: &crate::config::RuleFields) -> Resul
 
 /// Adds `rule` to the running policer on `iface`; its id.
 pub fn add_rule(iface: &str, rule: &Rule) -> Result<u32> {
+    let _lock = lock_changes()?;
     Ok(running_here(iface)?.1.add(rule)?)
 }
 
 /// Removes rule `id` from the running policer on `iface`.
 pub fn remove_rule(iface: &str, id: u32) -> Result<()> {
+    let _lock = lock_changes()?;
     Ok(running_here(iface)?.1.remove(id)?)
 }
 
@@ -443,6 +461,7 @@ fn remove(dir: &Path, cookie: u64) -> Result<()> {
 /// Detaches the policer on `iface` here.
 pub fn detach(iface: &str) -> Result<()> {
     let dir = dir_here(iface)?;
+    let _lock = lock_changes()?;
     if !dir.exists() {
         return Err(QosError::Request(format!(
             "no policer on {iface} in this network namespace"
