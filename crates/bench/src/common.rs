@@ -195,17 +195,13 @@ pub(crate) fn path_drops(
 ) -> Result<DropProbes> {
     let mut points = Vec::new();
     if let Some(d) = dut_in {
-        points.push(DropPoint {
-            ns: lab.ns(&d.host),
-            iface: d.iface.clone(),
-            role: Limiter::Dut,
-        });
+        points.push(DropPoint::rx(lab.ns(&d.host), &d.iface, Limiter::Dut));
     }
-    points.push(DropPoint {
-        ns: lab.ns(&sink_in.host),
-        iface: sink_in.iface.clone(),
-        role: Limiter::Sink,
-    });
+    points.push(DropPoint::rx(
+        lab.ns(&sink_in.host),
+        &sink_in.iface,
+        Limiter::Sink,
+    ));
     let remainder = if dut_in.is_some() {
         Limiter::Dut
     } else {

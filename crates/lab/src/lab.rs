@@ -2,7 +2,6 @@
 //! `pg-<lab>-<host>`; a state file under /run/peregrine/labs records who owns
 //! the lab, so state left by a killed run is recognised and removed by the
 //! next `lab up` or `lab down --all`.
-use std::fs::File;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -29,11 +28,6 @@ pub struct LabState {
 /// The namespace of `host` in lab `lab`.
 pub fn ns_name(lab: &str, host: &str) -> String {
     format!("{NS_PREFIX}{lab}-{host}")
-}
-
-/// Lab name of a peregrine namespace (`pg-<lab>-<host>`).
-fn lab_of_ns(ns: &str) -> Option<&str> {
-    ns.strip_prefix(NS_PREFIX)?.split_once('-').map(|(l, _)| l)
 }
 
 fn state_path(name: &str) -> PathBuf {
@@ -67,17 +61,13 @@ fn pid_alive(pid: u32) -> bool {
 
 /// Serialises lab creation and removal between processes (flock, released
 /// when the guard drops or the process dies).
-struct LabLock(#[allow(dead_code)] nix::fcntl::Flock<File>);
+struct LabLock(#[allow(dead_code)] peregrine_host::fs::FileLock);
 
 impl LabLock {
     fn take() -> Result<LabLock> {
-        std::fs::create_dir_all(STATE_DIR)
-            .map_err(|e| LabError::Other(format!("creating {STATE_DIR}: {e}")))?;
-        let f = File::create(Path::new(STATE_DIR).join(".lock"))
-            .map_err(|e| LabError::Other(format!("opening lab lock: {e}")))?;
-        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        peregrine_host::fs::FileLock::exclusive(&Path::new(STATE_DIR).join(".lock"))
             .map(LabLock)
-            .map_err(|(_, e)| LabError::Other(format!("locking labs: {e}")))
+            .map_err(|e| LabError::Other(format!("locking labs ({STATE_DIR}/.lock): {e}")))
     }
 }
 
@@ -92,11 +82,7 @@ pub struct LabInfo {
 }
 
 pub fn list() -> Vec<LabInfo> {
-    let all_ns = netns::list();
-    let mut names: Vec<String> = all_ns
-        .iter()
-        .filter_map(|n| lab_of_ns(n).map(str::to_string))
-        .collect();
+    let mut names: Vec<String> = Vec::new();
     if let Ok(rd) = std::fs::read_dir(STATE_DIR) {
         for e in rd.flatten() {
             let f = e.file_name().to_string_lossy().into_owned();
@@ -108,16 +94,14 @@ pub fn list() -> Vec<LabInfo> {
         }
     }
     names.sort();
-    names.dedup();
+    let all_ns = netns::list();
     names
         .into_iter()
         .map(|name| {
             let state = read_state(&name);
-            let prefix = format!("{NS_PREFIX}{name}-");
-            let namespaces = all_ns
-                .iter()
-                .filter(|n| n.starts_with(&prefix))
-                .cloned()
+            let namespaces = owned_namespaces(&name, state.as_ref())
+                .into_iter()
+                .filter(|n| all_ns.contains(n))
                 .collect();
             let (owner_pid, stale) = match &state {
                 None => (None, true),
@@ -133,22 +117,41 @@ pub fn list() -> Vec<LabInfo> {
         .collect()
 }
 
+/// The namespaces lab `name` made: one per host of the topology its state
+/// file records (written before the first namespace is made). A namespace
+/// that merely looks like a lab's (`pg-<lab>-<host>`, made by a user or a
+/// test harness) is not one, and no cleanup touches it. A state file that
+/// cannot be read records nothing.
+fn owned_namespaces(name: &str, state: Option<&LabState>) -> Vec<String> {
+    state
+        .map(|s| {
+            s.topology
+                .hosts
+                .iter()
+                .map(|h| ns_name(name, &h.name))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Removes a lab's namespaces (and with them its links and XDP attachments),
 /// its pins and its state file. Idempotent.
 fn remove(name: &str) -> Result<Vec<String>> {
-    let prefix = format!("{NS_PREFIX}{name}-");
+    let existing = netns::list();
     let mut removed = Vec::new();
-    for ns in netns::list().into_iter().filter(|n| n.starts_with(&prefix)) {
-        netns::delete(&ns)?;
-        removed.push(ns);
+    for ns in owned_namespaces(name, read_state(name).as_ref()) {
+        if existing.contains(&ns) {
+            netns::delete(&ns)?;
+            removed.push(ns);
+        }
     }
     peregrine_bpf::bpffs::remove_pins(name)?;
     let _ = std::fs::remove_file(state_path(name));
     Ok(removed)
 }
 
-/// Removes every lab whose owner died and every peregrine namespace without
-/// a lab; returns the lab names removed.
+/// Removes every lab whose owner died (what its state file records);
+/// returns the lab names removed.
 pub fn cleanup_stale() -> Result<Vec<String>> {
     let _l = LabLock::take()?;
     cleanup_stale_locked()
@@ -174,7 +177,7 @@ fn cleanup_stale_locked() -> Result<Vec<String>> {
 
 pub fn down(name: &str) -> Result<Vec<String>> {
     let _l = LabLock::take()?;
-    if read_state(name).is_none() && !list().iter().any(|i| i.name == name) {
+    if !state_path(name).exists() {
         return Err(LabError::NoSuchLab(name.to_string()));
     }
     remove(name)
@@ -336,9 +339,19 @@ impl Lab {
         let lock = LabLock::take()?;
         cleanup_stale_locked()?;
         let name = topo.name.clone();
-        let prefix = format!("{NS_PREFIX}{name}-");
-        if read_state(&name).is_some() || netns::list().iter().any(|n| n.starts_with(&prefix)) {
+        if read_state(&name).is_some() {
             return Err(LabError::Exists(name));
+        }
+        let existing = netns::list();
+        if let Some(ns) = topo
+            .hosts
+            .iter()
+            .map(|h| ns_name(&name, &h.name))
+            .find(|n| existing.contains(n))
+        {
+            return Err(LabError::Invalid(format!(
+                "lab {name}: namespace {ns} exists and is not a lab's (no lab records it); peregrine leaves it alone: give the lab another name"
+            )));
         }
         // The state file goes first: a run killed mid-build leaves a state
         // whose owner is dead, which marks everything it made as stale.

@@ -31,10 +31,53 @@ pub fn short_of(requested: Option<f64>, offered_pps: f64) -> bool {
 pub struct DropPoint {
     pub ns: String,
     pub iface: String,
+    pub counter: DropCounter,
     pub role: Limiter,
 }
 
-/// The drop counters of a lab path: each point's `rx_dropped` (IFLA_STATS64).
+impl DropPoint {
+    /// `iface`'s `rx_dropped` in `ns`.
+    pub fn rx(ns: impl Into<String>, iface: impl Into<String>, role: Limiter) -> DropPoint {
+        DropPoint {
+            ns: ns.into(),
+            iface: iface.into(),
+            counter: DropCounter::RxDropped,
+            role,
+        }
+    }
+
+    /// `iface`'s `tx_dropped` in `ns`.
+    pub fn tx(ns: impl Into<String>, iface: impl Into<String>, role: Limiter) -> DropPoint {
+        DropPoint {
+            counter: DropCounter::TxDropped,
+            ..DropPoint::rx(ns, iface, role)
+        }
+    }
+}
+
+/// Which of a link's drop counters (IFLA_STATS64) a point reads. On a veth
+/// pair one frame can move both: a frame XDP-redirected into the pair and
+/// refused counts as the receiver's `rx_dropped` and as the sender's
+/// `tx_dropped`, so a path counts each direction at one end. A skb the
+/// sender's `veth_xmit` could not hand over (the receiver's ring full)
+/// counts only as the sender's `tx_dropped`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropCounter {
+    RxDropped,
+    TxDropped,
+}
+
+impl DropCounter {
+    fn name(self) -> &'static str {
+        match self {
+            DropCounter::RxDropped => "rx_dropped",
+            DropCounter::TxDropped => "tx_dropped",
+        }
+    }
+}
+
+/// The drop counters of a lab path: each point's `rx_dropped` or
+/// `tx_dropped` (IFLA_STATS64; see `DropCounter`).
 /// On veth that is where a frame XDP-redirected into the link (the live
 /// generator's, a router's) is counted when the receiving end refuses it:
 /// `veth_xdp_xmit` (drivers/net/veth.c) puts redirected frames on the
@@ -80,7 +123,13 @@ impl DropProbes {
         let mut nl = nl.lock().unwrap_or_else(|e| e.into_inner());
         self.points
             .iter()
-            .map(|p| Ok(nl.link_counters(&p.ns, &p.iface)?.rx_dropped))
+            .map(|p| {
+                let c = nl.link_counters(&p.ns, &p.iface)?;
+                Ok(match p.counter {
+                    DropCounter::RxDropped => c.rx_dropped,
+                    DropCounter::TxDropped => c.tx_dropped,
+                })
+            })
             .collect::<Result<_>>()
             .map(DropSnapshot)
     }
@@ -98,7 +147,7 @@ impl DropProbes {
             .zip(before.0.iter().zip(&after.0))
             .filter(|(_, (b, a))| a > b)
             .map(|(p, (b, a))| DropCount {
-                at: format!("rx_dropped of {}:{}", p.ns, p.iface),
+                at: format!("{} of {}:{}", p.counter.name(), p.ns, p.iface),
                 role: p.role,
                 packets: a - b,
             })

@@ -227,6 +227,64 @@ fn stale_state_is_found_and_removed() {
     assert_no_residue("tstale");
 }
 
+/// A namespace made with plain `ip` whose name looks like a lab's
+/// (`pg-<lab>-<host>`, as a user or another tool may name theirs) is not a
+/// lab's: no state file records it. Stale cleanup and `lab down --all`
+/// leave it and its interfaces alone, `lab list` does not show it, `lab
+/// down <name>` says there is no such lab, and a lab of that name that
+/// would need it is refused in one line instead of taking it over.
+#[test]
+fn a_namespace_that_only_looks_like_a_labs_is_left_alone() {
+    if !privileged_here() {
+        return;
+    }
+    let mine = ["pg-tmine-a", "pg-tmine-b"];
+    let ip = |args: &[&str]| {
+        let st = std::process::Command::new("ip")
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip {args:?}");
+    };
+    for n in mine {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", n])
+            .stderr(std::process::Stdio::null())
+            .status();
+        ip(&["netns", "add", n]);
+    }
+    ip(&[
+        "-n", mine[0], "link", "add", "eth0", "type", "veth", "peer", "eth0", "netns", mine[1],
+    ]);
+    let kept = || {
+        let all = netns::list();
+        mine.iter().all(|n| all.contains(&n.to_string()))
+    };
+    lab::cleanup_stale().unwrap();
+    assert!(kept(), "stale cleanup removed a namespace it did not make");
+    assert!(!lab::list().iter().any(|l| l.name == "tmine"));
+    assert!(matches!(lab::down("tmine"), Err(LabError::NoSuchLab(_))));
+    lab::down_all().unwrap();
+    assert!(kept(), "lab down --all removed a namespace it did not make");
+    let err = Lab::up(pair("tmine"), Lifetime::Ephemeral)
+        .err()
+        .expect("a lab over someone else's namespaces")
+        .to_string();
+    assert!(
+        err.contains("pg-tmine-a exists and is not a lab's") && !err.contains('\n'),
+        "{err}"
+    );
+    assert!(kept(), "a refused lab removed what was there");
+    let o = std::process::Command::new("ip")
+        .args(["-n", mine[0], "link", "show", "eth0"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "the user's veth went");
+    for n in mine {
+        ip(&["netns", "del", n]);
+    }
+}
+
 /// Frames from a:eth0 to b in a pair lab.
 fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) {
     traffic_v(lab, backend, stamp, false)
@@ -294,11 +352,7 @@ fn every_frame_accepted_by_a_socket(
 /// refused because that queue's XDP ring was full (see `DropProbes`). Loss
 /// beyond it is counted nowhere.
 fn ring_drops(lab: &Lab, peer: &Endpoint) -> DropProbes {
-    let point = DropPoint {
-        ns: lab.ns(&peer.host),
-        iface: peer.iface.clone(),
-        role: Limiter::Sink,
-    };
+    let point = DropPoint::rx(lab.ns(&peer.host), &peer.iface, Limiter::Sink);
     DropProbes::new(vec![point], Limiter::Unattributed).unwrap()
 }
 
