@@ -1,19 +1,20 @@
-//! `peregrine bench soak`: one lab node under mixed, paced load for a long
-//! time (issue 28 item 3). The gen-dut-sink lab: the DUT routes with
-//! peregrine's tc router (in0, out0), policed on its ingress in0 (tc); the
-//! sink runs `faas serve` (AF_XDP, built-in reverse and sha256, and
-//! reverse as WebAssembly deployed into it) and `quic serve` (kernel UDP);
-//! the generator host sends UDP requests from kernel sockets to each
-//! function at a fixed rate, every reply checked, and downloads a body
-//! over HTTP/3 (`quic get`) again and again. Every few seconds it samples
-//! each long-running peregrine process's resident memory and open file
-//! descriptors, the policer's and the router's map entries and the pins
-//! under peregrine's bpffs root; after warm-up each series must stay
-//! within the tolerance of its first value. At the end every request must
-//! be answered correctly or counted as dropped at a named place.
-//!
-//! The rates are fixed and moderate (`--rate` per function, a download
-//! every `--quic-every`), not yet 70% of each component's saturation.
+//! `peregrine bench soak`: one lab node under mixed load at a share of
+//! its saturation for a long time (issue 28 item 3). The lab is
+//! gen-dut-sink with two port pairs. On the invoker's path the DUT routes
+//! with peregrine's tc router (in0, out0), policed on its ingress in0
+//! (tc); on the QUIC path it routes with the router at XDP (in1, out1).
+//! The sink runs `faas serve` (AF_XDP on eth0: built-in reverse and
+//! sha256, and reverse as WebAssembly deployed into it) and `quic serve`
+//! (kernel UDP on eth1). The generator sends UDP requests from kernel
+//! sockets to each function, every reply checked, and downloads a body
+//! over HTTP/3 (`quic get`) again and again. First every client runs flat
+//! out for a few seconds (against servers of their own); the soak then
+//! runs each at `--load` percent of what it carried. Every few seconds it
+//! samples each long-running peregrine process's resident memory and open
+//! file descriptors, the policer's and the routers' map entries and the
+//! soak's pins; after warm-up each series must stay within the tolerance
+//! of its first value. At the end every request must be answered
+//! correctly or counted as dropped at a named place of its path.
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -23,20 +24,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use peregrine_bpf::policer::{Exceed, Match, Rate as PolicerRate, Rule};
 use peregrine_bpf::router::FibMode;
+use peregrine_bpf::xdp::XdpMode;
 use peregrine_dataplane::Dataplane;
 use peregrine_faas::Registry;
-use peregrine_host::nl::Netlink;
 use peregrine_host::{netns, signals};
 use peregrine_lab::plot::{Chart, Figure, Series};
-use peregrine_lab::results::{ResultFile, Run, RunParams, Values};
+use peregrine_lab::results::{DropCount, Limiter, ResultFile, Run, RunParams, Values};
+use peregrine_lab::topology::Topology;
+use peregrine_lab::trial::{DropPoint, DropProbes};
 use peregrine_lab::{Lab, Lifetime};
 use peregrine_qos::attach as policer;
+use peregrine_qos::config::RuleFields;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::rss_mb;
-use crate::common::{builtin_topology, command_line, duration, ResultOutput};
+use crate::common::{command_line, duration, ResultOutput};
 use crate::report::Report;
 use crate::tcp::{finish, Reaped};
 
@@ -50,12 +53,23 @@ pub struct SoakBenchConfig {
     /// Time between samples (default: 5 s, 2 s for runs under 10 minutes).
     #[arg(long, value_parser = duration)]
     pub interval: Option<Duration>,
-    /// UDP requests per second sent to each of the three functions.
-    #[arg(long, default_value_t = 500)]
-    pub rate: u32,
-    /// Time between the starts of two HTTP/3 downloads.
-    #[arg(long, default_value = "2s", value_parser = duration)]
-    pub quic_every: Duration,
+    /// UDP requests per second sent to each of the three functions
+    /// (default: --load percent of what each carried flat out).
+    #[arg(long)]
+    pub rate: Option<u32>,
+    /// Time between the starts of two HTTP/3 downloads (default: one
+    /// download's time flat out over --load; 2 s with --rate).
+    #[arg(long, value_parser = duration)]
+    pub quic_every: Option<Duration>,
+    /// The soak's load, percent of each path's saturation (measured for
+    /// 5 s before the soak).
+    #[arg(long, default_value_t = 70.0)]
+    pub load: f64,
+    /// The policer's rate for the invoker's requests during the soak
+    /// (drop on exceed; default: 10Gbit, far above the load). Lower, it
+    /// shows drops being counted.
+    #[arg(long)]
+    pub police: Option<String>,
     /// Most a sampled series may move from its first value after warm-up,
     /// percent.
     #[arg(long, default_value_t = 5.0)]
@@ -113,9 +127,10 @@ impl Values for SoakValues {
     }
 }
 
-const LAB: &str = "soak";
-/// The sink's address (the generator gets a route to it through the DUT).
+/// The sink's address on the invoker's path.
 const SERVER: &str = "198.18.2.2";
+/// The sink's address on the QUIC path.
+const QUIC_SERVER: &str = "198.18.4.2";
 const QUIC_PORT: u16 = 4433;
 /// The body each download fetches.
 const BODY_BYTES: u64 = 1 << 20;
@@ -276,12 +291,14 @@ struct Downloads {
     ok: u64,
     failed: u64,
     last_error: Option<String>,
+    /// Time spent in the downloads that completed.
+    busy: Duration,
 }
 
 /// `quic get` of the body from namespace `ns` every `every` until `stop`.
 fn quic_client(ns: &str, exe: &Path, every: Duration, stop: Arc<AtomicBool>) -> Downloads {
     let mut d = Downloads::default();
-    let url = format!("https://{SERVER}:{QUIC_PORT}/file");
+    let url = format!("https://{QUIC_SERVER}:{QUIC_PORT}/file");
     while !stop.load(Ordering::Relaxed) {
         let t0 = Instant::now();
         d.started += 1;
@@ -311,7 +328,10 @@ fn quic_client(ns: &str, exe: &Path, every: Duration, stop: Arc<AtomicBool>) -> 
             Ok(())
         })();
         match r {
-            Ok(()) => d.ok += 1,
+            Ok(()) => {
+                d.ok += 1;
+                d.busy += t0.elapsed();
+            }
             Err(e) => {
                 d.failed += 1;
                 d.last_error = Some(format!("{e:#}"));
@@ -330,25 +350,128 @@ struct Sampled {
     points: Vec<(f64, f64)>,
 }
 
-/// Drop counters along the requests' and replies' path, by place.
-fn path_drops(lab: &Lab, nl: &mut Netlink) -> Result<BTreeMap<String, u64>> {
-    let mut m = BTreeMap::new();
-    for (host, iface) in [
-        ("gen", "eth0"),
-        ("dut", "in0"),
-        ("dut", "out0"),
-        ("sink", "eth0"),
-    ] {
-        let c = nl.link_counters(&lab.ns(host), iface)?;
-        m.insert(format!("rx_dropped {host}:{iface}"), c.rx_dropped);
-        m.insert(format!("tx_dropped {host}:{iface}"), c.tx_dropped);
-    }
-    let st = netns::run_in(&lab.ns("dut"), || policer::stats("in0"))??;
-    m.insert(
-        "policer exceed (in0)".into(),
-        st.rules.iter().map(|(_, c)| c.exceed_packets).sum(),
-    );
-    Ok(m)
+/// The soak's lab: gen-dut-sink with a second port pair. The invoker's
+/// path (gen eth0, dut in0 -> out0, sink eth0) runs the tc router and the
+/// policer; the QUIC path (gen eth1, dut in1 -> out1, sink eth1) runs the
+/// router at XDP (one interface cannot run both a tc policer and an XDP
+/// router: peregrine refuses that pair). Neighbours are static, so no ARP
+/// crosses either path. The invoker's path keeps veth's default offloads.
+const TOPOLOGY: &str = r#"
+name = "soak"
+
+[[host]]
+name = "gen"
+addr = { eth0 = ["198.18.1.1/24"], eth1 = ["198.18.3.1/24"] }
+mac = { eth0 = "02:50:00:00:01:01", eth1 = "02:50:00:00:03:01" }
+route = [
+  { to = "198.18.2.0/24", via = "198.18.1.2" },
+  { to = "198.18.4.0/24", via = "198.18.3.2" },
+]
+neigh = [
+  { dev = "eth0", ip = "198.18.1.2", mac = "02:50:00:00:01:02" },
+  { dev = "eth1", ip = "198.18.3.2", mac = "02:50:00:00:03:02" },
+]
+
+[[host]]
+name = "dut"
+addr = { in0 = ["198.18.1.2/24"], out0 = ["198.18.2.1/24"], in1 = ["198.18.3.2/24"], out1 = ["198.18.4.1/24"] }
+mac = { in0 = "02:50:00:00:01:02", out0 = "02:50:00:00:02:01", in1 = "02:50:00:00:03:02", out1 = "02:50:00:00:04:01" }
+sysctl = { "net.ipv4.conf.all.forwarding" = "1" }
+neigh = [
+  { dev = "in0", ip = "198.18.1.1", mac = "02:50:00:00:01:01" },
+  { dev = "out0", ip = "198.18.2.2", mac = "02:50:00:00:02:02" },
+  { dev = "in1", ip = "198.18.3.1", mac = "02:50:00:00:03:01" },
+  { dev = "out1", ip = "198.18.4.2", mac = "02:50:00:00:04:02" },
+]
+
+[[host]]
+name = "sink"
+addr = { eth0 = ["198.18.2.2/24"], eth1 = ["198.18.4.2/24"] }
+mac = { eth0 = "02:50:00:00:02:02", eth1 = "02:50:00:00:04:02" }
+route = [
+  { to = "198.18.1.0/24", via = "198.18.2.1" },
+  { to = "198.18.3.0/24", via = "198.18.4.1" },
+]
+neigh = [
+  { dev = "eth0", ip = "198.18.2.1", mac = "02:50:00:00:02:01" },
+  { dev = "eth1", ip = "198.18.4.1", mac = "02:50:00:00:04:01" },
+]
+
+[[link]]
+a = "gen:eth0"
+b = "dut:in0"
+
+[[link]]
+a = "dut:out0"
+b = "sink:eth0"
+
+# The XDP router redirects what kernel sockets send: with TX checksum
+# offload or GSO on the sending end such frames keep a partial checksum or
+# stay one GSO packet, and the receiver drops them (the router warns so at
+# attach and says to turn both off on its ports' peers, as here).
+[[link]]
+a = "gen:eth1"
+b = "dut:in1"
+offloads = { tx = false, gso = false }
+
+[[link]]
+a = "dut:out1"
+b = "sink:eth1"
+offloads = { tx = false, gso = false }
+"#;
+
+/// Where a frame of the invoker's path can be refused by a veth, one
+/// counter per direction of each pair (a refusal that moves both ends'
+/// counters is read at one of them; see `DropCounter`):
+/// - gen eth0 -> dut in0, and dut in0 -> gen eth0, and sink eth0 -> dut
+///   out0: skbs into a receiver without XDP go through its backlog, whose
+///   overflow counts as the receiver's rx_dropped (and the sender's
+///   tx_dropped): the receiver's;
+/// - dut out0 -> sink eth0 (the tc router's redirect into the invoker's
+///   XDP hook): a full XDP ring refuses the skb at the sender
+///   (tx_dropped only), and the receiver's NAPI counts its own drops
+///   (rx_dropped): both.
+fn invoker_path(lab: &Lab) -> Result<DropProbes> {
+    let (gen, dut, sink) = (lab.ns("gen"), lab.ns("dut"), lab.ns("sink"));
+    Ok(DropProbes::new(
+        vec![
+            DropPoint::rx(&dut, "in0", Limiter::Dut),
+            DropPoint::tx(&dut, "out0", Limiter::Dut),
+            DropPoint::rx(&sink, "eth0", Limiter::Sink),
+            DropPoint::rx(&dut, "out0", Limiter::Dut),
+            DropPoint::rx(&gen, "eth0", Limiter::Generator),
+        ],
+        Limiter::Unattributed,
+    )?)
+}
+
+/// The QUIC path's veth drops, one counter per direction: skbs into the
+/// XDP router's ports are refused at the sender (gen eth1, sink eth1:
+/// tx_dropped), frames the router redirects out at the receiver (sink
+/// eth1, gen eth1: rx_dropped; the router's port counts them as its
+/// tx_dropped too).
+fn quic_path(lab: &Lab) -> Result<DropProbes> {
+    let (gen, sink) = (lab.ns("gen"), lab.ns("sink"));
+    Ok(DropProbes::new(
+        vec![
+            DropPoint::tx(&gen, "eth1", Limiter::Generator),
+            DropPoint::rx(&sink, "eth1", Limiter::Sink),
+            DropPoint::tx(&sink, "eth1", Limiter::Sink),
+            DropPoint::rx(&gen, "eth1", Limiter::Generator),
+        ],
+        Limiter::Unattributed,
+    )?)
+}
+
+/// The named drop counts of `drops`, keyed by place.
+fn by_place(drops: Vec<DropCount>) -> BTreeMap<String, u64> {
+    drops.into_iter().map(|d| (d.at, d.packets)).collect()
+}
+
+/// The policer's exceed count on dut in0.
+fn policer_exceed(dut: &str) -> Result<u64> {
+    let st = netns::run_in(dut, || policer::stats("in0"))??;
+    Ok(st.rules.iter().map(|(_, c)| c.exceed_packets).sum())
 }
 
 /// UdpRcvbufErrors of the generator's and the sink's namespaces.
@@ -363,23 +486,37 @@ fn udp_errors(lab: &Lab) -> Result<BTreeMap<String, u64>> {
     Ok(m)
 }
 
-/// Router drops by port and reason (every action but forward and the
-/// passes to the kernel).
-fn router_drops(dp: &Dataplane) -> Result<(BTreeMap<String, u64>, u64)> {
-    let mut m = BTreeMap::new();
-    let mut forwarded = 0;
+/// A router's counters by port and action: (drops by "router PORT:
+/// ACTION", frames forwarded, frames passed to the kernel by "PORT:
+/// ACTION").
+struct RouterCounts {
+    drops: BTreeMap<String, u64>,
+    forwarded: u64,
+    passed: BTreeMap<String, u64>,
+}
+
+fn router_counts(dp: &Dataplane) -> Result<RouterCounts> {
+    let mut c = RouterCounts {
+        drops: BTreeMap::new(),
+        forwarded: 0,
+        passed: BTreeMap::new(),
+    };
     for (port, _, st) in dp.port_stats()? {
         for a in 0..peregrine_bpf::router::ACTIONS {
             let name = peregrine_bpf::router::action_name(a);
             let n = st.packets[a];
             if name == "forward" {
-                forwarded += n;
-            } else if name.starts_with("drop") && n > 0 {
-                *m.entry(format!("router {port}: {name}")).or_default() += n;
+                c.forwarded += n;
+            } else if name.starts_with("drop") {
+                *c.drops.entry(format!("router {port}: {name}")).or_default() += n;
+            } else if name.starts_with("pass") {
+                *c.passed
+                    .entry(format!("router {port}: {name}"))
+                    .or_default() += n;
             }
         }
     }
-    Ok((m, forwarded))
+    Ok(c)
 }
 
 fn since(before: &BTreeMap<String, u64>, after: BTreeMap<String, u64>) -> BTreeMap<String, u64> {
@@ -415,8 +552,14 @@ pub fn bench_soak(a: SoakBenchConfig) -> Result<()> {
     if secs < 10.0 {
         bad_setting!("--duration {secs} s: at least 10 s");
     }
-    if a.rate == 0 || a.rate > 100_000 {
-        bad_setting!("--rate {}: expected 1..=100000 requests/s", a.rate);
+    if a.rate.is_some_and(|r| r == 0 || r > 100_000) {
+        bad_setting!(
+            "--rate {}: expected 1..=100000 requests/s",
+            a.rate.unwrap_or(0)
+        );
+    }
+    if !(1.0..=100.0).contains(&a.load) {
+        bad_setting!("--load {}: expected 1..=100 percent", a.load);
     }
     let interval = a.interval.unwrap_or(if secs < 600.0 {
         Duration::from_secs(2)
@@ -427,21 +570,11 @@ pub fn bench_soak(a: SoakBenchConfig) -> Result<()> {
         bad_setting!("--interval: expected more than 0 and at most half of --duration");
     }
     let warmup = (secs * 0.2).max(interval.as_secs_f64());
-    let lab = Lab::up(builtin_topology("gen-dut-sink", LAB)?, Lifetime::Ephemeral)?;
-    let (gen, dut, sink) = (lab.ns("gen"), lab.ns("dut"), lab.ns("sink"));
-    // gen-dut-sink routes the generator's 198.19.0.0/16 only: the sink's
-    // own subnet through the DUT too, for the servers on its eth0.
-    Netlink::new()?.add_route(
-        &gen,
-        "198.18.2.0".parse()?,
-        24,
-        Some("198.18.1.2".parse()?),
-        None,
-    )?;
+    let lab = Lab::up(Topology::from_toml(TOPOLOGY)?, Lifetime::Ephemeral)?;
     let tmp = std::env::temp_dir().join(format!("peregrine-bench-soak-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
-    let result = soak(&a, &exe, &lab, (&gen, &dut, &sink), &tmp, interval, warmup);
+    let result = soak(&a, &exe, &lab, &tmp, interval, warmup);
     if result.is_err() {
         eprintln!(
             "peregrine: bench soak: the servers' logs are in {}",
@@ -462,114 +595,288 @@ pub fn bench_soak(a: SoakBenchConfig) -> Result<()> {
 
 type Failures = Vec<String>;
 
+/// `faas serve` (the three functions, the WebAssembly one deployed) and
+/// `quic serve` on the sink.
+struct Servers {
+    faas: Proc,
+    quic: Proc,
+}
+
+impl Servers {
+    fn start(sink: &str, exe: &Path, tmp: &Path, round: &str) -> Result<Servers> {
+        let faas = Proc::start(
+            sink,
+            exe,
+            &[
+                "faas",
+                "serve",
+                "--iface",
+                "eth0",
+                "--functions",
+                FUNCTIONS,
+                "--backend",
+                "afxdp",
+                "--json",
+            ],
+            &tmp.join(format!("faas-serve-{round}.log")),
+            "faas serve",
+        )?;
+        deploy_wasm(sink, exe, tmp)?;
+        let body = format!("file={BODY_BYTES}");
+        let listen = format!("{QUIC_SERVER}:{QUIC_PORT}");
+        let quic = Proc::start(
+            sink,
+            exe,
+            &[
+                "quic", "serve", "--listen", &listen, "--io", "kernel", "--memory", &body, "--json",
+            ],
+            &tmp.join(format!("quic-serve-{round}.log")),
+            "quic serve",
+        )?;
+        Ok(Servers { faas, quic })
+    }
+
+    fn stop(self) -> Result<(serde_json::Value, serde_json::Value)> {
+        let faas = self.faas.stop();
+        let quic = self.quic.stop();
+        Ok((faas?, quic?))
+    }
+}
+
+/// The load: a UDP client per function port and the download loop, from
+/// the generator, until `stop`.
+struct Load {
+    stop: Arc<AtomicBool>,
+    clients: Vec<(u16, std::thread::JoinHandle<Result<Tally>>)>,
+    quic: std::thread::JoinHandle<Downloads>,
+}
+
+impl Load {
+    fn start(gen: &str, exe: &Path, rates: &[(u16, u32)], quic_every: Duration) -> Result<Load> {
+        let registry = Arc::new(Registry::parse(EXPECTED).map_err(anyhow::Error::msg)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut clients = Vec::new();
+        for &(port, rate) in rates {
+            let sock = netns::run_in(gen, || UdpSocket::bind("0.0.0.0:0"))??;
+            let (r, s) = (registry.clone(), stop.clone());
+            clients.push((
+                port,
+                std::thread::spawn(move || udp_client(sock, port, rate, r, s)),
+            ));
+        }
+        let quic = {
+            let (ns, exe, s) = (gen.to_string(), exe.to_path_buf(), stop.clone());
+            std::thread::spawn(move || quic_client(&ns, &exe, quic_every, s))
+        };
+        Ok(Load {
+            stop,
+            clients,
+            quic,
+        })
+    }
+
+    /// Stops the load and waits for every client (each waits up to 2 s
+    /// for its last replies): the tallies by port and the downloads. Every
+    /// thread is joined before an error of one is returned.
+    fn finish(self) -> Result<(Vec<(u16, Tally)>, Downloads)> {
+        self.stop.store(true, Ordering::Relaxed);
+        let tallies: Vec<(u16, Result<Tally>)> = self
+            .clients
+            .into_iter()
+            .map(|(port, h)| {
+                let t = h
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the UDP client panicked")));
+                (port, t)
+            })
+            .collect();
+        let downloads = self
+            .quic
+            .join()
+            .map_err(|_| anyhow::anyhow!("the quic client panicked"));
+        let tallies = tallies
+            .into_iter()
+            .map(|(port, t)| Ok((port, t.with_context(|| format!("client of port {port}"))?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((tallies, downloads?))
+    }
+}
+
+/// What the paths carried flat out, measured before the soak: correct
+/// replies per second per function port, and the mean time of one
+/// download, with the UDP clients and the downloads running together
+/// unpaced for `CALIBRATION`.
+#[derive(Debug)]
+struct Saturation {
+    replies_per_s: Vec<(u16, f64)>,
+    download_s: f64,
+}
+
+/// How long the paths run flat out to find their saturation.
+const CALIBRATION: Duration = Duration::from_secs(5);
+
+fn calibrate(gen: &str, exe: &Path) -> Result<Saturation> {
+    let ports = [1232u16, 1233, WASM_PORT];
+    let unpaced: Vec<(u16, u32)> = ports.iter().map(|&p| (p, u32::MAX)).collect();
+    let load = Load::start(gen, exe, &unpaced, Duration::ZERO)?;
+    let t0 = Instant::now();
+    while t0.elapsed() < CALIBRATION {
+        signals::check()?;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let (tallies, downloads) = load.finish()?;
+    if downloads.ok == 0 {
+        bail!(
+            "calibration: no download completed in {secs:.0} s{}",
+            downloads
+                .last_error
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        );
+    }
+    let replies_per_s = tallies
+        .iter()
+        .map(|(p, t)| (*p, t.ok as f64 / secs))
+        .collect::<Vec<_>>();
+    if let Some((p, _)) = replies_per_s.iter().find(|(_, r)| *r < 1.0) {
+        bail!("calibration: port {p} answered nothing flat out");
+    }
+    Ok(Saturation {
+        replies_per_s,
+        download_s: downloads.busy.as_secs_f64() / downloads.ok as f64,
+    })
+}
+
 fn soak(
     a: &SoakBenchConfig,
     exe: &Path,
     lab: &Lab,
-    (gen, dut, sink): (&str, &str, &str),
     tmp: &Path,
     interval: Duration,
     warmup: f64,
 ) -> Result<(Vec<Run<SoakValues>>, Failures)> {
+    let (gen, dut, sink) = (lab.ns("gen"), lab.ns("dut"), lab.ns("sink"));
     // The policer first (tcx runs it before the router attached after):
-    // a rule for the sink's address far above the soak's rates.
-    let rule = Rule {
-        matches: Match {
-            dst: Some(format!("{SERVER}/32").parse().map_err(anyhow::Error::msg)?),
+    // one rule for the sink's address on the invoker's path, far above
+    // the load until the soak starts, then at --police if given.
+    let police = |rate: &str| -> Result<()> {
+        let rule = RuleFields {
+            dst: Some(format!("{SERVER}/32")),
+            rate: Some(rate.to_string()),
             ..Default::default()
-        },
-        rate: PolicerRate::Bits(10_000_000_000),
-        burst: peregrine_qos::config::default_burst(PolicerRate::Bits(10_000_000_000)),
-        exceed: Exceed::Drop,
-        priority: 0,
-        class: 0,
+        }
+        .to_rule(0, &[])
+        .map_err(|e| anyhow::anyhow!("--police {rate}: {e}"))?;
+        netns::run_in(&dut, || {
+            policer::apply("in0", peregrine_bpf::Hook::TC, &[rule])
+        })??;
+        Ok(())
     };
-    netns::run_in(dut, || {
-        policer::apply("in0", peregrine_bpf::Hook::TC, &[rule])
-    })??;
-    let _policer = Detach(dut.to_string());
-    // The router next, before the services, as users bring a node up
-    // (network first): at tc it delivers into the sink's namespace with
-    // bpf_redirect_peer until the invoker's AF_XDP program comes onto the
-    // sink's eth0, which switches the port to the veth (this router is
-    // held here, unpinned: found by its program).
-    let ports = ["in0".to_string(), "out0".to_string()];
-    let router = Dataplane::router(
-        Some(dut),
-        &ports,
+    police("10Gbit")?;
+    let _policer = Detach(dut.clone());
+    // The routers next, before the services, as users bring a node up
+    // (network first). At tc the router delivers into the sink's
+    // namespace with bpf_redirect_peer until the invoker's AF_XDP program
+    // comes onto the sink's eth0, which switches the port to the veth
+    // (this router is held here, unpinned: found by its program). At XDP
+    // the router's ports' peers get a pass-through program, without which
+    // veth refuses redirected frames.
+    let router_tc = Dataplane::router(
+        Some(&dut),
+        &["in0".to_string(), "out0".to_string()],
         peregrine_bpf::Hook::TC,
         FibMode::Full,
         false,
     )?;
-    let faas = Proc::start(
-        sink,
-        exe,
-        &[
-            "faas",
-            "serve",
-            "--functions",
-            FUNCTIONS,
-            "--backend",
-            "afxdp",
-            "--json",
-        ],
-        &tmp.join("faas-serve.log"),
-        "faas serve",
+    let mut router_xdp = Dataplane::router(
+        Some(&dut),
+        &["in1".to_string(), "out1".to_string()],
+        peregrine_bpf::Hook::Xdp(XdpMode::Native),
+        FibMode::Full,
+        false,
     )?;
-    let wat = tmp.join("reverse.wat");
-    std::fs::write(&wat, REVERSE_WAT)?;
-    deploy_wasm(sink, exe, &wat)?;
-    let body = format!("file={BODY_BYTES}");
-    let listen = format!("{SERVER}:{QUIC_PORT}");
-    let quic = Proc::start(
-        sink,
-        exe,
-        &[
-            "quic", "serve", "--listen", &listen, "--io", "kernel", "--memory", &body, "--json",
-        ],
-        &tmp.join("quic-serve.log"),
-        "quic serve",
-    )?;
-    eprintln!("soak: tc router on dut in0, out0; tc policer on dut in0");
+    router_xdp.prepare_peers(lab.topology(), "dut")?;
+    let out0 = router_tc
+        .ports
+        .iter()
+        .find(|(n, _)| n == "out0")
+        .map(|(_, l)| l.ifindex)
+        .context("the tc router has no port out0")?;
+
+    // Saturation, with servers of their own (so the soak's servers count
+    // the soak's requests only).
+    let (rates, quic_every, saturation) = match a.rate {
+        Some(r) => (
+            vec![(1232u16, r), (1233, r), (WASM_PORT, r)],
+            a.quic_every.unwrap_or(Duration::from_secs(2)),
+            None,
+        ),
+        None => {
+            let servers = Servers::start(&sink, exe, tmp, "calibration")?;
+            let sat = calibrate(&gen, exe);
+            servers.stop()?;
+            let sat = sat?;
+            let share = a.load / 100.0;
+            let rates = sat
+                .replies_per_s
+                .iter()
+                .map(|&(p, r)| (p, ((r * share) as u32).max(1)))
+                .collect::<Vec<_>>();
+            let every = a
+                .quic_every
+                .unwrap_or(Duration::from_secs_f64(sat.download_s / share));
+            eprintln!(
+                "soak: flat out for {:.0} s: {} correct replies/s, a download in {:.2} s; the soak runs at {}%",
+                CALIBRATION.as_secs_f64(),
+                sat.replies_per_s
+                    .iter()
+                    .map(|(p, r)| format!("port {p} {r:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                sat.download_s,
+                a.load
+            );
+            (rates, every, Some(sat))
+        }
+    };
+    if let Some(rate) = &a.police {
+        police(rate)?;
+    }
+    let servers = Servers::start(&sink, exe, tmp, "soak")?;
+    eprintln!("soak: invoker path: tc router on dut in0, out0 and tc policer on dut in0; QUIC path: router at XDP on dut in1, out1");
     eprintln!(
-        "soak: faas serve (afxdp: reverse, sha256, reverse as WebAssembly) and quic serve on sink; {} requests/s per function, a {} KiB download every {:.1} s, for {:.0} s",
-        a.rate,
+        "soak: faas serve (afxdp: reverse, sha256, reverse as WebAssembly) and quic serve on sink; {} requests/s, a {} KiB download every {:.2} s, for {:.0} s",
+        rates
+            .iter()
+            .map(|(p, r)| format!("port {p} {r}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         BODY_BYTES / 1024,
-        a.quic_every.as_secs_f64(),
+        quic_every.as_secs_f64(),
         a.duration.as_secs_f64()
     );
-    let mut nl = Netlink::new()?;
-    let drops0 = path_drops(lab, &mut nl)?;
+    let invoker_probes = invoker_path(lab)?;
+    let quic_probes = quic_path(lab)?;
+    let invoker0 = invoker_probes.snapshot()?;
+    let quic0 = quic_probes.snapshot()?;
+    let exceed0 = policer_exceed(&dut)?;
     let udp0 = udp_errors(lab)?;
-    let (router0, _) = router_drops(&router)?;
-    let registry = Arc::new(Registry::parse(EXPECTED).map_err(anyhow::Error::msg)?);
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::new();
-    for port in [1232u16, 1233, WASM_PORT] {
-        let sock = netns::run_in(gen, || UdpSocket::bind("0.0.0.0:0"))??;
-        let (r, s) = (registry.clone(), stop.clone());
-        let rate = a.rate;
-        clients.push((
-            port,
-            std::thread::spawn(move || udp_client(sock, port, rate, r, s)),
-        ));
-    }
-    let quic_thread = {
-        let (ns, exe, s, every) = (
-            gen.to_string(),
-            exe.to_path_buf(),
-            stop.clone(),
-            a.quic_every,
-        );
-        std::thread::spawn(move || quic_client(&ns, &exe, every, s))
-    };
+    let tc0 = router_counts(&router_tc)?;
+    let xdp0 = router_counts(&router_xdp)?;
+    let load = Load::start(&gen, exe, &rates, quic_every)?;
     // Sampling, until the duration is up (or Ctrl-C).
-    let procs = [("faas serve", faas.pid()), ("quic serve", quic.pid())];
+    let procs = [
+        ("faas serve", servers.faas.pid()),
+        ("quic serve", servers.quic.pid()),
+    ];
+    let policer_pins = netns::run_in(&dut, || policer::dir_here("in0"))??;
+    let lab_pins = lab.pin_dir()?;
     let mut series: Vec<Sampled> = Vec::new();
+    let mut peer_delivered = 0u32;
     let t0 = Instant::now();
     let mut next = Duration::ZERO;
     let sampled = (|| -> Result<()> {
-        let pin_root = peregrine_bpf::bpffs::pin_root();
         while t0.elapsed() < a.duration {
             if signals::stop_requested() {
                 bail!("interrupted");
@@ -585,15 +892,24 @@ fn soak(
                 row.push((format!("rss MB: {what}"), rss_mb(pid)?));
                 row.push((format!("fds: {what}"), fds(pid)?));
             }
-            row.push(("pins: bpffs root".into(), count_pins(&pin_root, 6) as f64));
-            let rules = netns::run_in(dut, || -> Result<usize> {
+            row.push((
+                "pins: policer (dut in0)".into(),
+                count_pins(&policer_pins, 4) as f64,
+            ));
+            row.push(("pins: lab".into(), count_pins(&lab_pins, 4) as f64));
+            let rules = netns::run_in(&dut, || -> Result<usize> {
                 Ok(policer::maps_here("in0")?.rules()?.len())
             })??;
             row.push(("map entries: policer rules".into(), rules as f64));
-            row.push((
-                "map entries: router ports".into(),
-                router.port_stats()?.len() as f64,
-            ));
+            for (what, r) in [("tc", &router_tc), ("xdp", &router_xdp)] {
+                row.push((
+                    format!("map entries: router ports ({what})"),
+                    r.port_stats()?.len() as f64,
+                ));
+            }
+            // While the invoker serves, the tc router must hand out0's
+            // frames to the veth (the invoker's XDP hook), not past it.
+            peer_delivered += u32::from(router_tc.router.peer_delivery(out0)?);
             for (name, v) in row {
                 match series.iter_mut().find(|s| s.name == name) {
                     Some(s) => s.points.push((t, v)),
@@ -606,28 +922,34 @@ fn soak(
         }
         Ok(())
     })();
-    stop.store(true, Ordering::Relaxed);
-    let mut tallies = Vec::new();
-    for (port, h) in clients {
-        let t = h
-            .join()
-            .map_err(|_| anyhow::anyhow!("a UDP client panicked"))??;
-        tallies.push((port, t));
-    }
-    let downloads = quic_thread
-        .join()
-        .map_err(|_| anyhow::anyhow!("the quic client panicked"))?;
+    let finished = load.finish();
     sampled?;
-    let faas_report = faas.stop()?;
-    let quic_report = quic.stop()?;
-    let mut drops = since(&drops0, path_drops(lab, &mut nl)?);
+    let (tallies, downloads) = finished?;
+    let (faas_report, quic_report) = servers.stop()?;
+    let invoker_veth = by_place(invoker_probes.since(&invoker0)?);
+    let quic_veth = by_place(quic_probes.since(&quic0)?);
+    let exceed = policer_exceed(&dut)? - exceed0;
     let udp = since(&udp0, udp_errors(lab)?);
-    let (router1, forwarded) = router_drops(&router)?;
-    drops.extend(since(&router0, router1));
-    drop(router);
+    let (tc1, xdp1) = (router_counts(&router_tc)?, router_counts(&router_xdp)?);
+    drop(router_tc);
+    drop(router_xdp);
 
     let mut runs = Vec::new();
     let mut failures = Vec::new();
+    if let Some(sat) = &saturation {
+        runs.push(run(
+            format!("{BALANCE_PREFIX}saturation (replies/s flat out; download s)"),
+            SoakValues {
+                drops: sat
+                    .replies_per_s
+                    .iter()
+                    .map(|(p, r)| (format!("port {p}: replies/s"), *r as u64))
+                    .chain([("download: ms".to_string(), (sat.download_s * 1e3) as u64)])
+                    .collect(),
+                ..Default::default()
+            },
+        ));
+    }
     for s in series {
         let after: Vec<f64> = s
             .points
@@ -671,7 +993,13 @@ fn soak(
             },
         ));
     }
-    // The invoker: every request answered correctly or counted dropped.
+    if peer_delivered > 0 {
+        failures.push(format!(
+            "the tc router delivered past the invoker's XDP program on out0 in {peer_delivered} samples"
+        ));
+    }
+    // The invoker: every request answered correctly or counted dropped
+    // at one place of its path.
     let invoker_drops: BTreeMap<String, u64> = faas_report
         .as_object()
         .map(|o| {
@@ -689,8 +1017,12 @@ fn soak(
                 .collect()
         })
         .unwrap_or_default();
-    let mut all_drops = drops.clone();
+    let mut all_drops = invoker_veth.clone();
     all_drops.extend(invoker_drops);
+    all_drops.extend(since(&tc0.drops, tc1.drops.clone()));
+    if exceed > 0 {
+        all_drops.insert("policer exceed (in0)".into(), exceed);
+    }
     for (port, t) in &tallies {
         if t.socket_drops > 0 {
             all_drops.insert(format!("client socket (port {port})"), t.socket_drops);
@@ -762,6 +1094,9 @@ fn soak(
     // QUIC: every download complete; the server failed none.
     let served = quic_report["served"].as_u64().unwrap_or(0);
     let qfailed = quic_report["failed"].as_u64().unwrap_or(0);
+    let mut quic_drops = quic_veth;
+    quic_drops.insert("quic serve: served".to_string(), served);
+    quic_drops.extend(since(&xdp0.drops, xdp1.drops.clone()));
     runs.push(run(
         format!("{BALANCE_PREFIX}quic downloads"),
         SoakValues {
@@ -774,9 +1109,7 @@ fn soak(
                     .saturating_sub(downloads.ok + downloads.failed),
             ),
             counted: Some(qfailed),
-            drops: [("quic serve: served".to_string(), served)]
-                .into_iter()
-                .collect(),
+            drops: quic_drops,
             ..Default::default()
         },
     ));
@@ -802,21 +1135,25 @@ fn soak(
             ..Default::default()
         },
     ));
-    // The router and the policer: what they forwarded and dropped.
-    let stage_drops: BTreeMap<String, u64> = drops
-        .iter()
-        .filter(|(k, _)| k.starts_with("router") || k.starts_with("policer"))
-        .map(|(k, v)| (k.clone(), *v))
-        .collect();
-    runs.push(run(
-        format!("{BALANCE_PREFIX}router and policer"),
-        SoakValues {
-            ok: Some(forwarded),
-            counted: Some(stage_drops.values().sum()),
-            drops: stage_drops,
-            ..Default::default()
-        },
-    ));
+    // The routers and the policer: what they forwarded, passed to the
+    // kernel and dropped.
+    for (what, before, after) in [("tc", &tc0, &tc1), ("xdp", &xdp0, &xdp1)] {
+        let mut d = since(&before.drops, after.drops.clone());
+        let passed = since(&before.passed, after.passed.clone());
+        d.extend(passed);
+        if what == "tc" && exceed > 0 {
+            d.insert("policer exceed (in0)".into(), exceed);
+        }
+        runs.push(run(
+            format!("{BALANCE_PREFIX}router at {what} (forwarded; drops and passes)"),
+            SoakValues {
+                ok: Some(after.forwarded - before.forwarded),
+                counted: Some(d.values().sum()),
+                drops: d,
+                ..Default::default()
+            },
+        ));
+    }
     Ok((runs, failures))
 }
 
@@ -830,25 +1167,31 @@ impl Drop for Detach {
 }
 
 /// Deploys reverse as WebAssembly on WASM_PORT of the `faas serve` in
-/// `ns`, retried while the server starts (at most 30 s).
-fn deploy_wasm(ns: &str, exe: &Path, wat: &Path) -> Result<()> {
+/// `ns`, retried while the server starts (at most 30 s, each try at most
+/// 10 s).
+fn deploy_wasm(ns: &str, exe: &Path, tmp: &Path) -> Result<()> {
+    let wat = tmp.join("reverse.wat");
+    std::fs::write(&wat, REVERSE_WAT)?;
+    let log = tmp.join("faas-deploy.log");
     let t0 = Instant::now();
     let port = WASM_PORT.to_string();
     loop {
         signals::check()?;
-        let out = netns::command(ns, &exe.to_string_lossy())?
+        let child = netns::command(ns, &exe.to_string_lossy())?
             .args(["faas", "deploy", "--port", &port, "--wasm"])
-            .arg(wat)
-            .output()
+            .arg(&wat)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
             .context("running faas deploy")?;
-        if out.status.success() {
-            return Ok(());
-        }
+        let err = match finish(Reaped(child), Duration::from_secs(10), "faas deploy") {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
         if t0.elapsed() > Duration::from_secs(30) {
-            bail!(
-                "faas deploy --port {port}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            bail!("faas deploy --port {port}: {err:#} {}", said.trim());
         }
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -510,6 +510,30 @@ fn bench_cni_quick_run_holds_together() {
     }
 }
 
+/// With the policer set far below the load, most requests are dropped,
+/// and every one of them is counted once: at the policer.
+#[test]
+fn bench_soak_counts_policed_requests_exactly_once() {
+    let Some((r, _)) = run_result::<SoakValues>(
+        "bench soak --duration 15s --police 5Mbit --name bench-soak-policed",
+        "bench-soak-policed",
+    ) else {
+        return;
+    };
+    let inv = r
+        .runs
+        .iter()
+        .find(|run| run.label == format!("{BALANCE_PREFIX}invoker (all ports)"))
+        .expect("the invoker's balance")
+        .values
+        .clone();
+    let exceed = inv.drops.get("policer exceed (in0)").copied().unwrap_or(0);
+    assert!(exceed > inv.sent.unwrap() / 4, "{inv:?}");
+    assert_eq!(inv.wrong, Some(0), "{inv:?}");
+    assert_eq!(inv.unattributed, Some(0), "{inv:?}");
+    assert_eq!(inv.missing, inv.counted, "each drop counted once: {inv:?}");
+}
+
 #[test]
 fn bench_soak_two_minutes_holds_flat_and_balances() {
     let Some((r, stdout)) = run_result::<SoakValues>("bench soak --duration 2m", "bench-soak")
@@ -559,4 +583,15 @@ fn bench_soak_two_minutes_holds_flat_and_balances() {
     );
     let q = balance("quic downloads");
     assert!(q.ok.unwrap() > 10 && q.wrong == Some(0), "{q:?}");
+    // The load was a share of a measured saturation, and both routers
+    // carried their path.
+    let sat = balance("saturation (replies/s flat out; download s)");
+    assert!(
+        sat.drops.keys().any(|k| k.ends_with("replies/s")),
+        "{sat:?}"
+    );
+    for hook in ["tc", "xdp"] {
+        let r = balance(&format!("router at {hook} (forwarded; drops and passes)"));
+        assert!(r.ok.unwrap() > 1000, "{hook}: {r:?}");
+    }
 }
