@@ -99,6 +99,16 @@ fn invalid(msg: String) -> BpfError {
     BpfError::Invalid(msg)
 }
 
+/// A rule refused because the rule map is full (`MAX_RULES`), whether
+/// counted before or found by the kernel (E2BIG: another process added
+/// the last one in between).
+fn rules_full() -> BpfError {
+    BpfError::Limit(format!(
+        "the policer is full: its rule map (policer_rules) holds at most {MAX_RULES} rules; \
+         remove one first (qos rule del)"
+    ))
+}
+
 fn family_of(a: &IpAddr) -> u8 {
     if a.is_ipv4() {
         4
@@ -531,9 +541,7 @@ impl PolicerMaps {
         rule.matches.check()?;
         let installed = self.rules()?;
         if installed.len() >= MAX_RULES as usize {
-            return Err(invalid(format!(
-                "the policer already holds {MAX_RULES} rules"
-            )));
+            return Err(rules_full());
         }
         let (mask, mut key) = rule.matches.mask_and_key();
         let masks = self.masks()?;
@@ -543,9 +551,10 @@ impl PolicerMaps {
                 let free = (0..MAX_MASKS)
                     .find(|s| !masks.iter().any(|(u, _)| u == s))
                     .ok_or_else(|| {
-                        invalid(format!(
-                            "the policer already uses {MAX_MASKS} distinct match shapes; this \
-                             rule needs another"
+                        BpfError::Limit(format!(
+                            "the policer's mask map (policer_masks) is full: its rules may use \
+                             at most {MAX_MASKS} distinct match shapes (which fields and prefix \
+                             lengths a rule compares) and this rule needs another"
                         ))
                     })?;
                 self.set_mask(free, Some(&mask))?;
@@ -575,6 +584,8 @@ impl PolicerMaps {
             self.release_mask(slot)?;
             return Err(if e.kind() == libbpf_rs::ErrorKind::AlreadyExists {
                 invalid("a rule with exactly this match is already installed".into())
+            } else if e.kind() == libbpf_rs::ErrorKind::TooBig {
+                rules_full()
             } else {
                 BpfError::libbpf("adding a policer rule")(e)
             });

@@ -182,16 +182,23 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the chain of causes, innermost last; a cause
-            // that an outer message already quotes is not repeated.
+            // that an outer message already quotes is not repeated, and
+            // one that begins with the message just before it ("binding
+            // X" then "binding X: why") takes its place.
             let mut msg = String::new();
+            let mut last_len = 0;
             for cause in e.chain().skip(1).map(|c| c.to_string()) {
                 if msg.contains(&cause) {
                     continue;
                 }
-                if !msg.is_empty() {
+                let last = &msg[msg.len() - last_len..];
+                if !last.is_empty() && cause.starts_with(last) {
+                    msg.truncate(msg.len() - last_len);
+                } else if !msg.is_empty() {
                     msg.push_str(": ");
                 }
                 msg.push_str(&cause);
+                last_len = cause.len();
             }
             eprintln!("peregrine: error: {msg}");
             ExitCode::from(if signals::stop_requested() {

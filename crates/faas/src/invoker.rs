@@ -28,6 +28,9 @@ pub enum InvokerError {
     Xsk(#[from] peregrine_xsk::XskError),
     #[error("invoker: {0}")]
     Config(String),
+    /// A resource limit refused it (the message names the limit).
+    #[error("{0}")]
+    Limit(String),
 }
 
 #[derive(Debug, Clone)]
@@ -397,11 +400,11 @@ struct Housekeeping {
 pub const ADDRESS_REFRESH: Duration = Duration::from_secs(1);
 
 impl Housekeeping {
-    fn start(view: KernelView) -> Housekeeping {
+    fn start(view: KernelView) -> Result<Housekeeping, InvokerError> {
         let view = Arc::new(view);
         let stop = Arc::new(AtomicBool::new(false));
         let (v, st) = (view.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
+        let thread = std::thread::Builder::new().spawn(move || {
             // This thread stays in the server's namespace for its life.
             let _in_ns = match &v.ns {
                 Some(n) => match netns::NetnsGuard::enter(n) {
@@ -422,11 +425,18 @@ impl Housekeeping {
                 }
             }
         });
-        Housekeeping {
+        let thread = thread.map_err(|e| {
+            InvokerError::Limit(format!(
+                "AF_XDP on {}: {}",
+                view.iface,
+                peregrine_host::limits::thread_refused("starting its housekeeping thread", &e)
+            ))
+        })?;
+        Ok(Housekeeping {
             view,
             stop,
             thread: Some(thread),
-        }
+        })
     }
 }
 
@@ -532,7 +542,7 @@ impl AfXdpInvoker {
                     scratch: Vec::with_capacity(2048),
                     answered: 0,
                 };
-                workers.spawn(xsk, cpu, BATCH, handler);
+                workers.try_spawn(xsk, cpu, BATCH, handler)?;
             }
         }
         // Workers are up: route the ports to them.
@@ -547,7 +557,7 @@ impl AfXdpInvoker {
             dispatch: prog.stats_map()?,
             live: live.clone(),
             sockets: stats,
-        });
+        })?;
         Ok(AfXdpInvoker {
             housekeeping,
             live,

@@ -178,13 +178,21 @@ pub fn with_sysfs_here<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T> {
 
 fn with_sysfs_of<T: Send>(target: File, ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
     std::thread::scope(|s| {
-        s.spawn(|| -> Result<T> {
-            enter_with_sysfs(&target)
-                .map_err(|e| HostError::Netns(format!("entering {ns} with its own /sys: {e}")))?;
-            Ok(f())
-        })
-        .join()
-        .unwrap_or_else(|_| Err(HostError::Netns(format!("sysfs thread for {ns} panicked"))))
+        std::thread::Builder::new()
+            .spawn_scoped(s, || -> Result<T> {
+                enter_with_sysfs(&target).map_err(|e| {
+                    HostError::Netns(format!("entering {ns} with its own /sys: {e}"))
+                })?;
+                Ok(f())
+            })
+            .map_err(|e| {
+                HostError::Netns(crate::limits::thread_refused(
+                    &format!("entering {ns} with its own /sys: starting a thread"),
+                    &e,
+                ))
+            })?
+            .join()
+            .unwrap_or_else(|_| Err(HostError::Netns(format!("sysfs thread for {ns} panicked"))))
     })
 }
 

@@ -45,10 +45,16 @@ impl UdpSocket {
             // block on one of their own).
             let nl = &inner.nl;
             let addrs = std::thread::scope(|s| {
-                s.spawn(|| lock(nl).addresses(ifindex))
-                    .join()
-                    .unwrap_or_else(|_| Ok(Vec::new()))
-            })?;
+                std::thread::Builder::new()
+                    .spawn_scoped(s, || lock(nl).addresses(ifindex))
+                    .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new())))
+            })
+            .map_err(|e| {
+                refuse(peregrine_host::limits::thread_refused(
+                    "starting a thread to read the interface's addresses",
+                    &e,
+                ))
+            })??;
             if !addrs.contains(&addr.ip()) {
                 return Err(refuse(format!(
                     "{} is not an address of {}",

@@ -204,7 +204,12 @@ impl Stack {
         let service = std::thread::Builder::new()
             .name(format!("stack-{iface}"))
             .spawn(move || svc.serve())
-            .map_err(|e| StackError::Config(format!("starting the stack's thread: {e}")))?;
+            .map_err(|e| {
+                StackError::Config(peregrine_host::limits::thread_refused(
+                    "starting the stack's thread",
+                    &e,
+                ))
+            })?;
         Ok(Stack {
             inner,
             service: Some(service),

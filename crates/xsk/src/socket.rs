@@ -115,6 +115,32 @@ fn umem_refused(iface: &str, queue: u32, bytes: u64, e: std::io::Error) -> XskEr
     }
 }
 
+/// Why the UMEM of `bytes` could not be mapped: ENOMEM under an
+/// address-space limit (`ulimit -v`) is that limit, named with its value
+/// and the size asked; ENOMEM without one is the system's memory; anything
+/// else as the system call said.
+fn umem_unmapped(iface: &str, queue: u32, bytes: u64, e: std::io::Error) -> XskError {
+    if e.raw_os_error() != Some(libc::ENOMEM) {
+        return sys_err(iface, queue, "allocating the UMEM")(e);
+    }
+    let what = match peregrine_host::limits::address_space() {
+        Some(limit) => format!(
+            "allocating the UMEM ({} KiB) went over the address-space limit ({} KiB, RLIMIT_AS); raise it (ulimit -v)",
+            bytes / 1024,
+            limit / 1024
+        ),
+        None => format!(
+            "allocating the UMEM ({} KiB): the system has no memory for it (no RLIMIT_AS is set); ask for fewer frames",
+            bytes / 1024
+        ),
+    };
+    XskError::Limit {
+        iface: iface.to_string(),
+        queue,
+        what,
+    }
+}
+
 fn ifindex(iface: &str, queue: u32) -> Result<u32> {
     let name =
         std::ffi::CString::new(iface).map_err(|_| XskError::UnknownInterface(iface.into()))?;
@@ -138,18 +164,17 @@ impl Xsk {
         cfg.validate()?;
         let sys = |what| sys_err(iface, queue, what);
         let ifindex = ifindex(iface, queue)?;
+        let bytes = u64::from(cfg.frame_size) * u64::from(cfg.frames);
         let umem = umem::Builder {
             frame_size: cfg.frame_size,
             frame_count: cfg.frames,
             ..Default::default()
         }
         .build()
-        .map_err(sys("allocating the UMEM"))?;
+        .map_err(|e| umem_unmapped(iface, queue, bytes, e))?;
         let fd = Fd::open().map_err(sys("opening the socket (needs CAP_NET_RAW)"))?;
-        fd.attach_umem(&umem).map_err(|e| {
-            let bytes = u64::from(cfg.frame_size) * u64::from(cfg.frames);
-            umem_refused(iface, queue, bytes, e)
-        })?;
+        fd.attach_umem(&umem)
+            .map_err(|e| umem_refused(iface, queue, bytes, e))?;
         let offsets = syscall::offsets(&fd).map_err(sys("reading ring offsets"))?;
         let fill =
             Fill::new(fd.clone(), &offsets, cfg.ring * 2).map_err(sys("creating the fill ring"))?;

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::error::Result;
+use crate::error::{Result, XskError};
 use crate::rx::Verdict;
 use crate::socket::Xsk;
+use peregrine_host::limits::thread_refused;
 
 /// What a worker does with its socket's frames.
 pub trait FrameHandler: Send + 'static {
@@ -33,16 +34,26 @@ impl Workers {
     }
 
     /// Serves `xsk` with `handler` from a new thread (pinned to `cpu` if
-    /// given), up to `batch` frames per ring access.
-    pub fn spawn(
+    /// given), up to `batch` frames per ring access. Panics if the thread
+    /// cannot be started ([`Workers::try_spawn`] says why instead).
+    pub fn spawn(&mut self, xsk: Xsk, cpu: Option<usize>, batch: u32, handler: impl FrameHandler) {
+        if let Err(e) = self.try_spawn(xsk, cpu, batch, handler) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Workers::spawn`], or an error naming the limit that kept the
+    /// thread from starting (the socket is closed).
+    pub fn try_spawn(
         &mut self,
         mut xsk: Xsk,
         cpu: Option<usize>,
         batch: u32,
         mut handler: impl FrameHandler,
-    ) {
+    ) -> Result<()> {
         let stop = self.stop.clone();
-        self.threads.push(std::thread::spawn(move || {
+        let (iface, queue) = (xsk.iface.clone(), xsk.queue);
+        let thread = std::thread::Builder::new().spawn(move || {
             if let Some(cpu) = cpu {
                 let _ = peregrine_host::cpu::pin_to_cpu(cpu);
             }
@@ -57,7 +68,14 @@ impl Workers {
                     std::hint::spin_loop();
                 }
             }
-        }));
+        });
+        let thread = thread.map_err(|e| XskError::Limit {
+            iface,
+            queue,
+            what: thread_refused("starting its worker thread", &e),
+        })?;
+        self.threads.push(thread);
+        Ok(())
     }
 
     /// Worker threads running.
