@@ -1336,6 +1336,154 @@ fn an_add_killed_at_any_point_is_cleaned_by_the_next_del() {
     assert!(o.status.success());
 }
 
+/// Chaos: the agent itself killed (SIGKILL) at random points of an ADD
+/// that carries a deny list, and started again at once, as its init system
+/// would: the plugin's ADD fails in one line or succeeds, and the DEL the
+/// runtime then sends, to the new agent, leaves nothing: no veth, no pod
+/// at the agent, no lease, no policer in the pod's namespace. The kill
+/// points cover both sides of the policer's attach, and an ADD after them
+/// all works.
+#[test]
+fn the_agent_killed_mid_add_and_restarted_leaves_nothing_after_del() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let mut node = Node::up("cniak", &["cniak-p1"]);
+    let pod = "/run/netns/cniak-p1";
+    let mut conf = node.standalone("198.18.75.0/24");
+    conf["cniVersion"] = "1.1.0".into();
+    conf["name"] = "aknet".into();
+    conf["runtimeConfig"] = serde_json::json!({
+        "io.kubernetes.cri.pod-annotations": {"peregrine.io/ingress-deny": "udp/9"}
+    });
+    let conf = conf.to_string();
+    let host = peregrine_cni::plugin::host_iface_name(&peregrine_agent::pods::PodKey {
+        container_id: "c-direct-1".into(),
+        ifname: "eth0".into(),
+    });
+    let pod_policers = || -> usize {
+        let o = pg_in("cniak-p1", &["qos", "list", "--json"]);
+        json(&o, "qos list")["policers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["namespace"] == "cniak-p1")
+            .count()
+    };
+    let ipam = node.dir.join("ipam/aknet");
+    let leases = || -> Vec<String> {
+        std::fs::read_dir(&ipam)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("198."))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut rng = ChaosRng::seeded();
+    let (mut policed, mut unpoliced, mut finished) = (0, 0, 0);
+    let started = Instant::now();
+    const KILLS: u64 = 20;
+    for k in 0..KILLS {
+        let mut c = Command::new("ip");
+        c.args([
+            "netns",
+            "exec",
+            &node.ns,
+            env!("CARGO_BIN_EXE_peregrine-cni"),
+        ])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_PATH", node.dir.join("bin"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+        for (key, v) in attach_env(pod, "ADD") {
+            c.env(key, v);
+        }
+        let mut ch = c.spawn().unwrap();
+        {
+            use std::io::Write;
+            let mut i = ch.stdin.take().unwrap();
+            let _ = i.write_all(conf.as_bytes());
+        }
+        let within = [10, 60, 250, 1000][k as usize % 4];
+        std::thread::sleep(Duration::from_millis(rng.below(within)));
+        let agent = node.agent.take().expect("the agent runs");
+        let _ = kill(Pid::from_raw(agent.id() as i32), Signal::SIGKILL);
+        let mut agent = agent;
+        agent.wait().unwrap();
+        let had_policer = pod_policers() > 0;
+        // The plugin ends either way: answered, or its agent gone.
+        let end = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(st) = ch.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < end, "kill {k}: the plugin hangs");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = ch.wait_with_output().unwrap();
+        if status.success() {
+            finished += 1;
+        } else {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|_| panic!("kill {k}: no CNI error JSON: {out:?}"));
+            let msg = v["msg"].as_str().unwrap_or_default();
+            assert!(
+                !msg.is_empty() && !msg.contains('\n'),
+                "kill {k}: one line: {v}"
+            );
+            if had_policer {
+                policed += 1;
+            } else {
+                unpoliced += 1;
+            }
+        }
+        node.start_agent();
+        if status.success() {
+            // The new agent restored the pod the dead one had joined.
+            assert!(
+                node.pods().iter().any(|(_, h)| *h == host),
+                "kill {k}: the new agent lost the pod: {:?}",
+                node.pods()
+            );
+            assert_eq!(pod_policers(), 1, "kill {k}: the pod's policer");
+        }
+        let (o, v) = node.plugin(&attach_env(pod, "DEL"), &conf);
+        assert!(o.status.success(), "kill {k}: DEL after it: {v}");
+        assert!(
+            !link_exists(&node.ns, &host),
+            "kill {k}: the host end stayed"
+        );
+        assert!(
+            !link_exists("cniak-p1", "eth0"),
+            "kill {k}: the pod's end stayed"
+        );
+        assert!(node.pods().is_empty(), "kill {k}: the agent kept the pod");
+        assert!(leases().is_empty(), "kill {k}: leases {:?}", leases());
+        assert_eq!(
+            pod_policers(),
+            0,
+            "kill {k}: the deny list's policer stayed"
+        );
+    }
+    eprintln!(
+        "{KILLS} agents killed mid-ADD in {:.1} s: the ADD failed {policed} times with the pod's policer in place, \
+         {unpoliced} times before it, and finished {finished} times",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        policed + finished > 0 && unpoliced > 0,
+        "kill points cover both sides of the policer's attach"
+    );
+    let (o, r) = node.plugin(&attach_env(pod, "ADD"), &conf);
+    assert!(o.status.success(), "an ADD after the kills: {r}");
+    assert_eq!(pod_policers(), 1, "the deny list's policer after the kills");
+    let (o, _) = node.plugin(&attach_env(pod, "DEL"), &conf);
+    assert!(o.status.success());
+}
+
 /// Together: the AF_XDP function invoker (`faas serve`) in a pod whose
 /// port is in the node's router, in both orders (the invoker after both
 /// pods joined; the invoker before the other pod joins). The router must

@@ -466,7 +466,7 @@ dst = "2001:db8:2::/64"
     t.remove();
 }
 
-/// `qos serve` killed with SIGKILL at 30 random points (a third in its
+/// `qos serve` killed with SIGKILL at 50 random points (a third in its
 /// first 10 ms, a third in its first 60, the rest in its first 1.2 s)
 /// while A sends numbered datagrams of the gold class to B, each started
 /// again at once (issue 28, chaos): every next scheduler takes over what
@@ -539,7 +539,15 @@ fn a_scheduler_killed_at_random_points_is_replaced_and_corrupts_nothing() {
         })
     };
     let mut rng = ChaosRng::seeded();
-    for k in 0..30u64 {
+    let xdp_on_a1 = || {
+        netns::run_in(&t.ns("R"), || {
+            xdp::attached_prog_id(peregrine_bpf::link::ifindex("a1").unwrap()).unwrap()
+        })
+        .unwrap()
+    };
+    let mut killed_attached = 0;
+    for k in 0..50u64 {
+        let before = xdp_on_a1();
         let mut child = spawn();
         std::thread::sleep(Duration::from_millis(
             rng.below([10, 60, 1200][k as usize % 3]),
@@ -549,10 +557,18 @@ fn a_scheduler_killed_at_random_points_is_replaced_and_corrupts_nothing() {
             let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut e);
             panic!("kill {k}: qos serve exited by itself ({st}): {e}");
         }
+        // Killed after its own program replaced the dead one's (or took
+        // the empty hook).
+        let now = xdp_on_a1();
+        killed_attached += u32::from(now.is_some() && now != before);
         child.kill().unwrap();
         child.wait().unwrap();
     }
-    // A last scheduler starts over what the 30 dead ones left, schedules,
+    assert!(
+        killed_attached > 0 && killed_attached < 50,
+        "kill points cover both sides of the attach ({killed_attached} of 50 after it)"
+    );
+    // A last scheduler starts over what the 50 dead ones left, schedules,
     // and stops cleanly.
     let server = serve(&t, "chaos-last", &wfq_file(80, 20));
     let before = right.load(Ordering::Relaxed);
@@ -569,15 +585,11 @@ fn a_scheduler_killed_at_random_points_is_replaced_and_corrupts_nothing() {
     sender.join().unwrap();
     receiver.join().unwrap();
     eprintln!(
-        "30 kills: {} datagrams intact, {} wrong",
+        "50 kills ({killed_attached} after the attach): {} datagrams intact, {} wrong",
         right.load(Ordering::Relaxed),
         wrong.load(Ordering::Relaxed)
     );
     assert_eq!(wrong.load(Ordering::Relaxed), 0, "corrupted datagrams");
-    let left = netns::run_in(&t.ns("R"), || {
-        xdp::attached_prog_id(peregrine_bpf::link::ifindex("a1").unwrap()).unwrap()
-    })
-    .unwrap();
-    assert_eq!(left, None, "XDP left on a1");
+    assert_eq!(xdp_on_a1(), None, "XDP left on a1");
     t.remove();
 }
