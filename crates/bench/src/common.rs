@@ -130,7 +130,7 @@ impl ChainPath {
             &self.sink,
             XdpAction::Drop,
         )?;
-        let drops = path_drops(lab, Some(&self.dut_in), &self.sink)?;
+        let drops = path_drops(lab.name(), Some(&self.dut_in), &self.sink)?;
         Ok((sink, drops))
     }
 }
@@ -189,16 +189,17 @@ pub(crate) fn warn_shortfall(label: &str, t: &peregrine_lab::results::Trial) {
 /// ring (its ingress veth) and the sink's input ring; loss no counter saw
 /// happened inside the DUT (or, without one, is unattributed).
 pub(crate) fn path_drops(
-    lab: &Lab,
+    lab: &str,
     dut_in: Option<&Endpoint>,
     sink_in: &Endpoint,
 ) -> Result<DropProbes> {
+    let ns = |host: &str| peregrine_lab::lab::ns_name(lab, host);
     let mut points = Vec::new();
     if let Some(d) = dut_in {
-        points.push(DropPoint::rx(lab.ns(&d.host), &d.iface, Limiter::Dut));
+        points.push(DropPoint::rx(ns(&d.host), &d.iface, Limiter::Dut));
     }
     points.push(DropPoint::rx(
-        lab.ns(&sink_in.host),
+        ns(&sink_in.host),
         &sink_in.iface,
         Limiter::Sink,
     ));

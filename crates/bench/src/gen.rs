@@ -159,7 +159,7 @@ pub fn bench_gen(a: GenBenchConfig) -> Result<()> {
         a.flows,
     );
     let mean = sizes.mean_size();
-    let drops = path_drops(&lab, None, &peer)?;
+    let drops = path_drops(lab.name(), None, &peer)?;
     // The sink's receive work runs where the frames are sent (veth): the
     // generator's figure includes it, as a NIC's would not; said in the JSON.
     let placement = |cpus: &[usize]| {
@@ -367,12 +367,17 @@ pub fn gen(a: GenConfig) -> Result<()> {
         dry_run: false,
         vary: peregrine_testbed::gen::FlowVary::Source,
     };
-    let sink = match &a.sink {
+    // The sink, and where a frame refused on its way there is counted
+    // (the sink's input: a full XDP ring on veth).
+    let (sink, probes) = match &a.sink {
         Some(s) => {
             let ep = Endpoint::parse(s)?;
-            Some(lab_sink(&topo.name, &ns(&ep.host), &ep, XdpAction::Drop)?)
+            (
+                Some(lab_sink(&topo.name, &ns(&ep.host), &ep, XdpAction::Drop)?),
+                path_drops(&topo.name, None, &ep)?,
+            )
         }
-        None => None,
+        None => (None, DropProbes::none(Limiter::Unattributed)),
     };
     let gen = Generator::new(spec.clone(), Some(peer))?;
     let limit = Limit {
@@ -381,10 +386,12 @@ pub fn gen(a: GenConfig) -> Result<()> {
     };
     let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let before = sink.as_ref().map(|s| s.delivered()).transpose()?;
+    let drops0 = probes.snapshot()?;
     let cpu0 = peregrine_lab::measure::CpuSnapshot::take();
     let off = gen.run(rate, limit, &progress)?;
     signals::sleep(Duration::from_millis(200));
     let after = sink.as_ref().map(|s| s.delivered()).transpose()?;
+    let drops = probes.since(&drops0)?;
     let cpu = peregrine_lab::measure::CpuSnapshot::take().usage_since(&cpu0);
     let secs = off.elapsed.as_secs_f64().max(1e-9);
     let delivered = match (before, after) {
@@ -424,10 +431,10 @@ pub fn gen(a: GenConfig) -> Result<()> {
             lost,
             loss,
             a.max_loss.unwrap_or(0.0),
-            &[],
+            &drops,
             Limiter::Unattributed,
         )),
-        drops: vec![],
+        drops: drops.clone(),
         wrong: None,
         repeated: 0,
     };
@@ -467,6 +474,23 @@ pub fn gen(a: GenConfig) -> Result<()> {
                 d as f64 / secs * mean * 8.0 / 1e9,
                 loss * 100.0
             );
+            let counted: u64 = drops.iter().map(|d| d.packets).sum();
+            if lost > 0 {
+                let places = drops
+                    .iter()
+                    .map(|d| format!("{} at {}", d.packets, d.at))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                println!(
+                    "counted dropped: {counted} ({}); counted nowhere: {}",
+                    if places.is_empty() {
+                        "none".into()
+                    } else {
+                        places
+                    },
+                    lost.saturating_sub(counted)
+                );
+            }
         }
     }
     if delivered == Some(0) && off.packets > 0 {
