@@ -85,7 +85,7 @@ int nf(struct xdp_md *ctx)
 			__builtin_memcpy(dst, &l3.v6->daddr, 16);
 		}
 		st->ip++;
-		struct l4_ports *ports = parse_ports(&c, proto);
+		struct l4_ports *ports = parse_ports(&c, &l3, proto);
 		if (ports)
 			dport = ports->dest;
 		if (acl(family, proto, dport, src, dst) == ACL_DROP) {

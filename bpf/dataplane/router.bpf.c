@@ -217,12 +217,13 @@ static __always_inline int send(const int tc, struct router_port_stats *st, __u3
 	return sent(st, egress, a, len, tc ? bpf_redirect(egress, 0) : XDP_REDIRECT);
 }
 
-/* `l4` is the cursor at the L4 header. */
-static __always_inline struct steer_target *classify(struct ethhdr *eth, __u8 proto, struct cursor *l4,
-						      struct steer_v4_key *k4, struct steer_v6_key *k6)
+/* `l4` is the cursor at the L4 header, after the IP header `l3`. */
+static __always_inline struct steer_target *classify(struct ethhdr *eth, const struct ip_hdr *l3, __u8 proto,
+						      struct cursor *l4, struct steer_v4_key *k4,
+						      struct steer_v6_key *k6)
 {
 	struct steer_target *t = NULL;
-	struct l4_ports *ports = parse_ports(l4, proto);
+	struct l4_ports *ports = parse_ports(l4, l3, proto);
 
 	if (ports) {
 		struct steer_l4_key kl = { .proto = proto, .port = ports->dest };
@@ -451,7 +452,8 @@ static __always_inline int route(void *ctx, const int tc)
 			return done(st, ROUTER_PASS_LOCAL, len, hook_pass(tc));
 		if (port && port->classify) {
 			struct steer_v4_key k4 = { .prefixlen = 32, .addr = ip->daddr };
-			struct steer_target *t = classify(eth, l4proto, &c, &k4, NULL);
+			struct ip_hdr l3 = { .family = 4, .v4 = ip };
+			struct steer_target *t = classify(eth, &l3, l4proto, &c, &k4, NULL);
 			if (t)
 				return send(tc, st, t->ifindex, ROUTER_STEER, len);
 		}
@@ -487,7 +489,8 @@ static __always_inline int route(void *ctx, const int tc)
 		if (port && port->classify) {
 			struct steer_v6_key k6 = { .prefixlen = 128 };
 			__builtin_memcpy(k6.addr, &ip6->daddr, 16);
-			struct steer_target *t = classify(eth, l4proto, &c, NULL, &k6);
+			struct ip_hdr l3 = { .family = 6, .v6 = ip6 };
+			struct steer_target *t = classify(eth, &l3, l4proto, &c, NULL, &k6);
 			if (t)
 				return send(tc, st, t->ifindex, ROUTER_STEER, len);
 		}

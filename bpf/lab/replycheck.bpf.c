@@ -86,6 +86,7 @@ static __always_inline int check_reply(void *data, void *data_end)
 	__u16 udp_len_want = bpf_htons(sizeof(struct udphdr) + plen);
 	int v4 = 0;
 	struct iphdr *ip = 0;
+	struct ip_hdr l3 = {};
 
 	if (eth_proto == bpf_htons(ETH_P_IP)) {
 		/* A cut datagram is still parsed: from the server port it is a
@@ -93,15 +94,21 @@ static __always_inline int check_reply(void *data, void *data_end)
 		if (parse_ip4(&c, &ip) != IPPROTO_UDP || ip->ihl != 5 || ip4_is_fragment(ip))
 			return XDP_PASS;
 		v4 = 1;
+		l3.family = 4;
+		l3.v4 = ip;
 		sum += csum_word32(ip->saddr) + csum_word32(ip->daddr) + bpf_htons(IPPROTO_UDP) +
 		       udp_len_want;
 	} else if (eth_proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6;
 		if (parse_ip6(&c, &ip6) != IPPROTO_UDP)
 			return XDP_PASS;
+		l3.family = 6;
+		l3.v6 = ip6;
 		if (ip6->payload_len != udp_len_want) {
 			struct udphdr *u = parse_udp(&c);
-			if (u && u->source == cfg.server_port) {
+			/* A UDP header past the datagram's end (its length ends it
+			 * early, a trailer follows) is none: not a reply. */
+			if (u && ip_holds(&l3, u, sizeof(*u)) && u->source == cfg.server_port) {
 				st->bad_length++;
 				return XDP_DROP;
 			}
@@ -120,7 +127,7 @@ static __always_inline int check_reply(void *data, void *data_end)
 	const __u16 partial = csum_fold(sum);
 
 	struct udphdr *udp = parse_udp(&c);
-	if (!udp)
+	if (!udp || !ip_holds(&l3, udp, sizeof(*udp)))
 		return XDP_PASS;
 	if (udp->source != cfg.server_port)
 		return XDP_PASS;
@@ -204,7 +211,13 @@ static __always_inline int check_reply(void *data, void *data_end)
 	 * CHECKSUM_PARTIAL replies: the field holds exactly the folded pseudo
 	 * header sum, not complemented, for a NIC that never comes. Accepted as
 	 * the kernel's sockets accept it (and wire's parse_udp_frame); any other
-	 * value must be the full checksum. Zero: no checksum, IPv4 only. */
+	 * value must be the full checksum. Zero: no checksum, IPv4 only; on
+	 * IPv6 never valid (RFC 8200 8.1), even where the data sums to zero
+	 * (the full sum would take it): wire's rule, and the sink's. */
+	if (!v4 && udp->check == 0) {
+		st->bad_checksum++;
+		return XDP_DROP;
+	}
 	if (!(v4 && udp->check == 0) && udp->check != partial) {
 		__u16 *uw = (void *)udp;
 		sum += uw[0] + uw[1] + uw[2] + uw[3];

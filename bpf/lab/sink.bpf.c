@@ -97,6 +97,11 @@ static __always_inline int classify(struct xdp_md *ctx, struct cursor *c)
 					  : bpf_ntohs(l3.v6->payload_len);
 	if (bpf_ntohs(udp->len) < sizeof(*udp) || bpf_ntohs(udp->len) > ip_payload)
 		return -1;
+	/* The magic must be the datagram's: a UDP length that leaves no room
+	 * for it says the bytes after the header are not its payload (the IP
+	 * payload's rest, padding), whatever they spell. */
+	if (bpf_ntohs(udp->len) < sizeof(*udp) + sizeof(__u32))
+		return 0;
 	__u32 *magic = cursor_take(c, sizeof(*magic));
 	if (!magic)
 		return 0; /* a UDP datagram too small for the magic is not ours */

@@ -193,6 +193,20 @@ static __always_inline int ip_is_fragment(const struct ip_hdr *l3)
 	return l3->family == 4 && ip4_is_fragment(l3->v4);
 }
 
+/* Whether the `len` bytes at `p`, past the IP header `l3`, lie inside the
+ * datagram its length field announces (IPv4 total length, IPv6 payload
+ * length). Bytes after the datagram are Ethernet padding or a trailer,
+ * which ip_rcv trims: an L4 header there is none, and its ports are not
+ * the datagram's. */
+static __always_inline int ip_holds(const struct ip_hdr *l3, const void *p, __u32 len)
+{
+	const void *ip = l3->v4; /* the union's header, of either family */
+	__u32 dgram = l3->family == 4 ? bpf_ntohs(l3->v4->tot_len)
+				      : sizeof(struct ipv6hdr) + bpf_ntohs(l3->v6->payload_len);
+
+	return (__u64)(p - ip) + len <= dgram;
+}
+
 /* The UDP header, or NULL when cut short. */
 static __always_inline struct udphdr *parse_udp(struct cursor *c)
 {
@@ -241,14 +255,15 @@ static __always_inline int find_udp(struct cursor *c, struct ip_hdr *l3, struct 
 		found = UDP_FIRST_FRAGMENT;
 	} else if (l3->family == 6 && proto == IPPROTO_FRAGMENT) {
 		struct frag6_hdr *fh = cursor_take(c, sizeof(*fh));
-		if (!fh || fh->nexthdr != IPPROTO_UDP || (fh->frag_off & bpf_htons(FRAG6_OFFSET)))
+		if (!fh || !ip_holds(l3, fh, sizeof(*fh)) || fh->nexthdr != IPPROTO_UDP ||
+		    (fh->frag_off & bpf_htons(FRAG6_OFFSET)))
 			return UDP_NONE;
 		found = UDP_FIRST_FRAGMENT;
 	} else if (proto != IPPROTO_UDP) {
 		return UDP_NONE;
 	}
 	*udp = parse_udp(c);
-	return *udp ? found : UDP_NONE;
+	return *udp && ip_holds(l3, *udp, sizeof(**udp)) ? found : UDP_NONE;
 }
 
 /* Source and destination port, where UDP and TCP headers both begin. */
@@ -257,13 +272,24 @@ struct l4_ports {
 	__be16 dest;
 };
 
-/* The ports of a UDP or TCP header, or NULL when cut short or another
- * protocol. */
-static __always_inline struct l4_ports *parse_ports(struct cursor *c, __u8 proto)
+/* The ports of the UDP or TCP header after the IP header `l3`, or NULL
+ * (the cursor left where it was) for another protocol, an IPv4 fragment
+ * other than the first (it carries no L4 header: what stands there is
+ * payload), or ports cut short by the frame's end or by the datagram's
+ * (ip_holds). */
+static __always_inline struct l4_ports *parse_ports(struct cursor *c, const struct ip_hdr *l3, __u8 proto)
 {
+	struct cursor at = *c;
+
 	if (proto != IPPROTO_UDP && proto != IPPROTO_TCP)
 		return NULL;
-	return cursor_take(c, sizeof(struct l4_ports));
+	if (ip_is_fragment(l3) && (l3->v4->frag_off & bpf_htons(IP_OFFSET)))
+		return NULL;
+	struct l4_ports *p = cursor_take(&at, sizeof(*p));
+	if (!p || !ip_holds(l3, p, sizeof(*p)))
+		return NULL;
+	*c = at;
+	return p;
 }
 
 /* Fold a 32+ bit ones'-complement sum to 16 bits. */

@@ -76,9 +76,7 @@ static __always_inline int policer_key_of(struct policer_key *key, const struct 
 		__builtin_memcpy(key->src, &ip6->saddr, 16);
 		__builtin_memcpy(key->dst, &ip6->daddr, 16);
 	}
-	if (ip_is_fragment(l3) && (l3->v4->frag_off & bpf_htons(IP_OFFSET)))
-		return 0;
-	struct l4_ports *ports = parse_ports(c, l4);
+	struct l4_ports *ports = parse_ports(c, l3, l4);
 	if (!ports)
 		return 0;
 	key->sport = ports->source;

@@ -3,7 +3,9 @@
 //! `Case`s (fixture + expected counter effect, run by `check_table`) built
 //! with `frames`, in its control code's `#[cfg(test)]` module (`sink.rs`,
 //! `router.rs`, ...); the router's that need a namespace with routes and
-//! neighbours are in `crates/lab/tests/router_fixtures.rs`.
+//! neighbours are in `crates/lab/tests/router_fixtures.rs`. `fuzz` (tests
+//! only) holds what the differential tests share: mutated frames and wire's
+//! reading of them.
 #![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd};
@@ -253,6 +255,42 @@ pub fn run_once_skb_priority(prog: &impl AsFd, input: &[u8]) -> Result<(u32, u32
     Ok((opts.retval, out.priority))
 }
 
+/// As `run_once_skb_priority`, with the frame after as well: the raw
+/// verdict, the frame (from the Ethernet header) and the skb's `priority`.
+pub fn run_once_skb_priority_frame(prog: &impl AsFd, input: &[u8]) -> Result<(u32, Vec<u8>, u32)> {
+    if input.len() < MIN_TEST_FRAME {
+        return Err(BpfError::Invalid(format!(
+            "fixture frame of {} bytes: BPF_PROG_RUN needs at least {MIN_TEST_FRAME}",
+            input.len()
+        )));
+    }
+    // Safety: __sk_buff is plain integers and nullable pointers in unions;
+    // all-zero bytes are a valid value.
+    let mut ctx: __sk_buff = unsafe { std::mem::zeroed() };
+    let mut data = vec![0u8; input.len() + 512];
+    // Safety: zeroed is the valid empty options struct; `sz` is set below.
+    let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of_val(&opts) as _;
+    opts.data_in = input.as_ptr().cast();
+    opts.data_size_in = input.len() as u32;
+    opts.data_out = data.as_mut_ptr().cast();
+    opts.data_size_out = data.len() as u32;
+    opts.repeat = 1;
+    opts.ctx_out = (&mut ctx as *mut __sk_buff).cast();
+    opts.ctx_size_out = std::mem::size_of::<__sk_buff>() as u32;
+    // Safety: the input, `data` and `ctx` are valid for the sizes given
+    // and outlive the call.
+    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_fd().as_raw_fd(), &mut opts) };
+    if rc < 0 {
+        return Err(BpfError::Io {
+            what: "BPF_PROG_RUN (skb, frame and ctx out)".into(),
+            source: std::io::Error::from_raw_os_error(-rc),
+        });
+    }
+    data.truncate(opts.data_size_out as usize);
+    Ok((opts.retval, data, ctx.priority))
+}
+
 /// The bytes of a plain-data context struct, for BPF_PROG_RUN's `ctx_in`.
 ///
 /// # Safety
@@ -462,6 +500,16 @@ pub fn assert_passed(what: &str, mismatches: &[Mismatch]) {
             .join("\n")
     );
 }
+
+/// Differential fuzzing: mutated frames, wire's reading of them, the tally.
+#[cfg(test)]
+pub mod fuzz;
+
+/// The differential tests of the policer, dispatcher, stack steering,
+/// network function, HTB classifier, sink and reply checker (the router's
+/// are in router.rs).
+#[cfg(test)]
+mod differential;
 
 /// The fixtures' one packet builder: a UDP frame from a `peregrine_wire`
 /// `UdpFrameSpec`, then the changes a case needs (options, fragments, other

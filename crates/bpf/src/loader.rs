@@ -46,13 +46,17 @@ impl<S> Loaded<S> {
         F: FnOnce(&'static mut MaybeUninit<OpenObject>) -> std::result::Result<S, BpfError>,
     {
         INSTALL_PRINT.call_once(|| {
-            libbpf_rs::set_print(Some((PrintLevel::Debug, libbpf_print)));
             // libbpf reads the count of possible CPUs from sysfs on first
             // use and keeps it: read it now, while a file can be opened,
             // not at a per-CPU counter read deep into a run.
             let _ = libbpf_rs::num_possible_cpus();
         });
         let _serial = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        // libbpf has one print callback per process: set it to this
+        // module's at every load, so the log lands in this CAPTURE even
+        // where a second copy of this crate in the binary (a test binary
+        // whose dev-dependencies link the library again) set its own.
+        libbpf_rs::set_print(Some((PrintLevel::Debug, libbpf_print)));
         if free_fds().is_some_and(|free| free < FDS_PER_LOAD) {
             return Err(BpfError::too_many_open_files(&format!("loading {object}")));
         }

@@ -267,13 +267,21 @@ impl PortTable {
     /// Sets it, for a port the router has (`RouterMaps::set_peer_delivery`).
     pub fn set_peer_delivery(&self, ifindex: u32, peer: bool) -> Result<()> {
         let mut p = port_of(&self.ports, ifindex)?;
-        let f = router_port_flags::ROUTER_PORT_PEER.0;
-        p.flags = if peer { p.flags | f } else { p.flags & !f };
+        flip(&mut p, router_port_flags::ROUTER_PORT_PEER, peer);
         self.ports
             .update(&ifindex.to_ne_bytes(), p.as_bytes(), MapFlags::EXIST)
             .map_err(BpfError::libbpf(format!(
                 "configuring router port {ifindex}"
             )))
+    }
+}
+
+/// Sets or clears flag `f` of a port's settings.
+fn flip(p: &mut router_port, f: router_port_flags, on: bool) {
+    if on {
+        p.flags |= f.0;
+    } else {
+        p.flags &= !f.0;
     }
 }
 
@@ -491,13 +499,7 @@ impl RouterMaps {
     }
 
     fn set_flag(&self, ifindex: u32, f: router_port_flags, on: bool) -> Result<()> {
-        self.update_port(ifindex, |p| {
-            if on {
-                p.flags |= f.0;
-            } else {
-                p.flags &= !f.0;
-            }
-        })
+        self.update_port(ifindex, |p| flip(p, f, on))
     }
 
     /// Whether port `ifindex` delivers with bpf_redirect_peer (tc).
@@ -612,9 +614,10 @@ mod fixtures {
         arp_request, bad_ip4_checksum, garbage, ip4_fragment, ip4_options, ip6_ext_header,
         ip_first_byte, spec, udp, vlan, with_protocol, with_trailer, IPV6_DSTOPTS, IPV6_HOPOPTS,
     };
+    use crate::fixture::fuzz::{self, Tally};
     use crate::fixture::{
-        assert_passed, check_table, router_actions_moved, run_once_skb, skb_runnable, truncations,
-        Case, Expect, Fixture, TcAction,
+        assert_passed, check_table, router_actions_moved, run_once_on, run_once_skb, skb_runnable,
+        truncations, Case, Expect, Fixture, TcAction,
     };
     use crate::XdpAction;
     use peregrine_testbed::testing::privileged;
@@ -1165,63 +1168,6 @@ mod fixtures {
         }
     }
 
-    /// A small seeded PRNG (xorshift64*): the differential test's frames
-    /// are the same on every run.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
-
-    /// `seed` changed the way a fuzzer would: bytes flipped (mostly in the
-    /// headers), header fields set to edge values, cut short or given a
-    /// trailer; half the time the IPv4 header checksum is made right again
-    /// so the frame gets past it. Never shorter than an Ethernet header
-    /// (BPF_PROG_RUN's minimum).
-    fn mutate(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
-        use peregrine_wire::ipv4;
-        let mut f = seed.to_vec();
-        let l3 = peregrine_wire::ETH_HLEN;
-        for _ in 0..1 + rng.below(3) {
-            match rng.below(6) {
-                0 | 1 => {
-                    let at = rng.below(f.len().min(l3 + 48));
-                    f[at] ^= 1 << rng.below(8);
-                }
-                2 => {
-                    // Version/IHL, lengths, flags and offset, TTL, protocol.
-                    let at = l3 + [0, 2, 3, 4, 5, 6, 8, 9][rng.below(8)];
-                    let v = [0u8, 1, 0x44, 0x45, 0x46, 0x4f, 0x60, 0xff][rng.below(8)];
-                    if at < f.len() {
-                        f[at] = v;
-                    }
-                }
-                3 => f.truncate(14 + rng.below(f.len() - 13)),
-                4 => f.extend(std::iter::repeat_n(0xa5, 1 + rng.below(16))),
-                _ => {
-                    // A tag or another EtherType.
-                    let et = [0x8100u16, 0x88a8, 0x0806, 0x86dd, 0x0800][rng.below(5)];
-                    f[12..14].copy_from_slice(&et.to_be_bytes());
-                }
-            }
-        }
-        if rng.below(2) == 0 && f[12..14] == [0x08, 0x00] {
-            if let Ok(mut p) = ipv4::Packet::new_checked(&mut f[l3..]) {
-                p.fill_checksum();
-            }
-        }
-        f
-    }
-
     /// What the router must count a frame under, from `peregrine_wire`'s
     /// reading of it up to the IP header (the router looks no further:
     /// UDP lengths and checksums are the receiver's). None: past the
@@ -1281,92 +1227,151 @@ mod fixtures {
         }
     }
 
-    /// Differential: 2000 mutated frames through the router's XDP program
-    /// (BPF_PROG_RUN) and through `peregrine_wire`. They agree on every
-    /// frame that is cut short, malformed, tagged, not IP, or has a bad
-    /// IPv4 header checksum; a frame wire takes whole goes on to the
-    /// router's routing checks; each frame moves exactly one counter by
-    /// one, and the counters add up to the frames given.
-    #[test]
-    fn router_and_wire_agree_on_mutated_frames() {
-        let name = "router_and_wire_agree_on_mutated_frames";
-        if !privileged(name) {
-            return;
+    /// Router actions past the checks wire can predict: the routing
+    /// checks (martians, group addresses, FIB, TTL).
+    const ROUTING: [&str; 9] = [
+        "forward",
+        "pass_local",
+        "pass_no_route",
+        "pass_no_neigh",
+        "pass_no_port",
+        "pass_frag_needed",
+        "pass_ttl",
+        "pass_link_local",
+        "drop_martian",
+    ];
+
+    /// The verdict a router action comes with: the kernel's (pass), a
+    /// drop, or a redirect (forwarded or steered).
+    fn verdict_of(action: &str) -> &'static str {
+        if action.starts_with("pass_") {
+            "pass"
+        } else if action.starts_with("drop_") {
+            "drop"
+        } else {
+            "redirect"
         }
+    }
+
+    /// A raw verdict of the hook (`tc`: tc, else XDP), read as `verdict_of`.
+    fn verdict_read(raw: u32, tc: bool) -> &'static str {
+        let v = if tc {
+            TcAction::from_raw(raw).map(|a| match a {
+                TcAction::Ok => "pass",
+                TcAction::Shot => "drop",
+                TcAction::Redirect => "redirect",
+                TcAction::Next => "next",
+            })
+        } else {
+            XdpAction::from_raw(raw).map(|a| match a {
+                XdpAction::Pass => "pass",
+                XdpAction::Drop => "drop",
+                XdpAction::Redirect => "redirect",
+                XdpAction::Tx => "tx",
+                XdpAction::Aborted => "aborted",
+            })
+        };
+        v.unwrap_or("unknown")
+    }
+
+    /// Differential: 2000 frames mutated from `fuzz::seeds` go through the
+    /// router's XDP program (`tc` false) or its tc program (`tc`: on skbs)
+    /// by BPF_PROG_RUN, and through `peregrine_wire`. They agree on every
+    /// frame that is cut short, malformed, tagged, not IP, an IP fragment,
+    /// has IP options, a foreign or group MAC, or a bad IPv4 header
+    /// checksum; a frame wire takes whole goes on to the routing checks.
+    /// The verdict is the one the action comes with; each frame moves
+    /// exactly one counter by one, and the counters add up to the frames
+    /// given. At tc, BPF_PROG_RUN refuses an skb cut inside its fixed IP
+    /// header (`skb_runnable`): those are checked refused, not given.
+    fn router_agrees_with_wire(tc: bool) {
         const FRAMES: usize = 2000;
         let r = RouterProgram::load(FibMode::Full).unwrap();
         r.set_port_mac(LO, LO_MAC).unwrap();
-        let seeds = [
-            frame("198.19.0.5", 64),
-            frame("2001:db8:99::5", 64),
-            ip4_options(&frame("198.19.0.5", 64), 1),
-            vlan(&frame("198.19.0.5", 64), ethertype::VLAN, 7),
-        ];
-        let routing = [
-            "forward",
-            "pass_local",
-            "pass_no_route",
-            "pass_no_neigh",
-            "pass_no_port",
-            "pass_frag_needed",
-            "pass_ttl",
-            "pass_link_local",
-            "drop_martian",
-        ];
-        let mut rng = Rng(0x5eed_f00d);
+        let prog = if tc { r.tc_prog() } else { r.prog() };
+        let seeds = fuzz::seeds(&frame("198.19.0.5", 64), &frame("2001:db8:99::5", 64));
+        let mut tally = Tally::new(if tc { "router_tc" } else { "router" });
         let first = r.stats(LO).unwrap();
-        let started = std::time::Instant::now();
-        let mut bad = Vec::new();
-        let mut by_action = std::collections::BTreeMap::<&str, usize>::new();
-        for i in 0..FRAMES {
-            let f = mutate(&seeds[i % seeds.len()], &mut rng);
-            let before = r.stats(LO).unwrap();
-            let (raw, _) = crate::fixture::run_once_on(r.prog(), &f, Some(LO)).unwrap();
-            let after = r.stats(LO).unwrap();
-            let moved = router_actions_moved(&before, &after);
-            let one = (0..ACTIONS).all(|a| after.packets[a] - before.packets[a] <= 1);
-            let [action] = moved[..] else {
-                bad.push(format!("frame {i}: counters moved {moved:?} {f:02x?}"));
+        let mut refused = 0;
+        for (i, f) in fuzz::frames(FRAMES, &seeds, 0x5eed_f00d)
+            .into_iter()
+            .enumerate()
+        {
+            if tc && !skb_runnable(&f) {
+                assert!(
+                    run_once_skb(prog, &f, Some(LO), None).is_err(),
+                    "frame {i}: BPF_PROG_RUN takes an skb cut inside its IP header"
+                );
+                refused += 1;
                 continue;
-            };
-            *by_action.entry(action).or_default() += 1;
-            let agrees = match expected_action(&f) {
-                Some(want) => action == want,
-                None => routing.contains(&action),
-            };
-            let verdict_ok = XdpAction::from_raw(raw).is_some();
-            if !agrees || !one || !verdict_ok {
-                bad.push(format!(
-                    "frame {i}: router {action} (verdict {raw}), wire expects {:?}: {f:02x?}",
-                    expected_action(&f)
-                ));
             }
-        }
-        let last = r.stats(LO).unwrap();
-        let total: u64 = (0..ACTIONS)
-            .map(|a| last.packets[a] - first.packets[a])
-            .sum();
-        assert!(
-            bad.is_empty(),
-            "{} disagreements:\n{}",
-            bad.len(),
-            bad.join("\n")
-        );
-        assert_eq!(total, FRAMES as u64, "counters add up to the frames given");
-        // The mutations reach every class both sides check.
-        for a in [
-            "pass_malformed",
-            "pass_vlan",
-            "pass_not_ip",
-            "drop_bad_csum",
-            "pass_ip_options",
-        ] {
-            assert!(
-                by_action.get(a).copied().unwrap_or(0) > 0,
-                "no {a} among {by_action:?}"
+            let before = r.stats(LO).unwrap();
+            let run = if tc {
+                run_once_skb(prog, &f, Some(LO), None)
+            } else {
+                run_once_on(prog, &f, Some(LO))
+            };
+            let (raw, _) = run.unwrap();
+            let after = r.stats(LO).unwrap();
+            let moved: Vec<(&str, u64)> = (0..ACTIONS)
+                .filter(|&a| after.packets[a] != before.packets[a])
+                .map(|a| (action_name(a), after.packets[a] - before.packets[a]))
+                .collect();
+            let got = match moved[..] {
+                [(a, 1)] => a.to_string(),
+                _ => format!("counters moved {moved:?}"),
+            };
+            let predicted = expected_action(&f);
+            let want = match predicted {
+                Some(a) => a.to_string(),
+                None if ROUTING.contains(&got.as_str()) => got.clone(),
+                None => "a routing action".into(),
+            };
+            let want_verdict = verdict_of(&want);
+            tally.frame(
+                i,
+                &f,
+                predicted.unwrap_or("routed"),
+                (got, verdict_read(raw, tc)),
+                (want, want_verdict),
             );
         }
-        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        let last = r.stats(LO).unwrap();
+        let counted = (0..ACTIONS)
+            .map(|a| last.packets[a] - first.packets[a])
+            .sum();
+        assert_eq!(tally.given() + refused, FRAMES as u64);
+        // The mutations reach every class both sides check.
+        tally.finish(
+            counted,
+            &[
+                "pass_malformed",
+                "pass_vlan",
+                "pass_not_ip",
+                "drop_bad_csum",
+                "pass_ip_options",
+                "pass_fragment",
+                "drop_otherhost",
+                "pass_l2_group",
+                "routed",
+            ],
+        );
+    }
+
+    #[test]
+    fn router_and_wire_agree_on_mutated_frames() {
+        if !privileged("router_and_wire_agree_on_mutated_frames") {
+            return;
+        }
+        router_agrees_with_wire(false);
+    }
+
+    #[test]
+    fn router_tc_and_wire_agree_on_mutated_frames() {
+        if !privileged("router_tc_and_wire_agree_on_mutated_frames") {
+            return;
+        }
+        router_agrees_with_wire(true);
     }
 
     /// Every action has a name and a meaning from the header, in enum order.
