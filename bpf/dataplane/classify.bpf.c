@@ -33,8 +33,9 @@ PEREGRINE_MAP_FLAGS(BPF_MAP_TYPE_HASH, POLICER_MAX_RULES, BPF_F_NO_PREALLOC, str
 PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, 1, __u32, struct htb_port) htb_port SEC(".maps");
 
 /* The classes as configured (names, settings): a class id is used only
- * while its slot is. */
-PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, SCHED_MAX_CLASSES, __u32, struct sched_class) htb_classes SEC(".maps");
+ * while its slot is. Sized by the htb engine's own limit, not the AF_XDP
+ * scheduler's (SCHED_MAX_CLASSES). */
+PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, HTB_MAX_CLASSES, __u32, struct sched_class) htb_classes SEC(".maps");
 
 PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, struct htb_totals) htb_totals SEC(".maps");
 

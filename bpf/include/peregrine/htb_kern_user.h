@@ -11,6 +11,11 @@
 enum htb_limits {
 	/* TX queues given an HTB each under an MQ root. */
 	HTB_MAX_QUEUES = 16,
+	/* Class ids 1..16383 (0 is "no class"): the slots of htb_classes, the
+	 * minor of each HTB class (below the link class's 0xffff) and of its
+	 * leaf's handle (0x7100 + id). The AF_XDP engine has its own,
+	 * smaller limit (SCHED_MAX_CLASSES). */
+	HTB_MAX_CLASSES = 16384,
 };
 
 /* Entry 0 of htb_port: the tree peregrine built on the shaped device, and

@@ -61,8 +61,9 @@ struct policer_rule {
 	__u8 exceed;    /* enum policer_exceed */
 	__u8 remark_dscp;
 	__u8 pad;
-	/* The scheduler class (1..SCHED_MAX_CLASSES-1) conforming packets go
-	 * to (XDP only, `qos serve`); 0: none, the packet passes on. A rule
+	/* The scheduler class conforming packets go to (`qos serve`: the
+	 * AF_XDP engine's 1..SCHED_MAX_CLASSES-1 at XDP, the htb engine's
+	 * 1..HTB_MAX_CLASSES-1 at tc); 0: none, the packet passes on. A rule
 	 * with cost 0 has no meter: a filter, which only steers and counts. */
 	__u16 class_id;
 	__u8 pad2[2];
@@ -112,7 +113,7 @@ struct policer_totals {
  * with a `sched_meta` in front; the scheduler queues them by class and
  * sends them out of the egress interface when the class may. */
 enum sched_limits {
-	SCHED_MAX_CLASSES = 64, /* class ids 1..63; 0 is "no class" */
+	SCHED_MAX_CLASSES = 64, /* AF_XDP engine: class ids 1..63; 0 is "no class" */
 	SCHED_MAX_QUEUES = 64,  /* RX queues of the ingress interface */
 	SCHED_NAME_LEN = 32,
 };

@@ -26,8 +26,19 @@ pub use crate::skel::policer::types::{
 pub const MAX_RULES: u32 = policer_limits::POLICER_MAX_RULES.0;
 pub const MAX_MASKS: u32 = policer_limits::POLICER_MAX_MASKS.0;
 const COST_SHIFT: u32 = policer_limits::POLICER_COST_SHIFT.0;
-/// Scheduler class ids are 1..MAX_CLASSES (0: no class).
+/// The AF_XDP scheduler's class ids are 1..MAX_CLASSES (0: no class);
+/// its `sched_classes` and `sched_stats` have that many slots.
 pub const MAX_CLASSES: u32 = sched_limits::SCHED_MAX_CLASSES.0;
+/// The htb engine's class ids are 1..HTB_MAX_CLASSES (0: no class): the
+/// slots of the classifier's `htb_classes` (classify.bpf.c).
+pub const HTB_MAX_CLASSES: u32 = crate::skel::classify::types::htb_limits::HTB_MAX_CLASSES.0;
+/// The class id a rule may name, below this: either engine's (the AF_XDP
+/// engine's rules only name its own classes, the ids of its table).
+pub const RULE_MAX_CLASSES: u32 = if HTB_MAX_CLASSES > MAX_CLASSES {
+    HTB_MAX_CLASSES
+} else {
+    MAX_CLASSES
+};
 /// RX queues of an interface the scheduler can be fed from.
 pub const MAX_QUEUES: u32 = sched_limits::SCHED_MAX_QUEUES.0;
 /// Bytes of a class name, NUL included.
@@ -228,11 +239,11 @@ impl Rule {
     /// The settings the program's meter reads: nanoseconds per unit
     /// (fixed point) and the burst as nanoseconds of rate.
     fn meter(&self) -> Result<policer_rule> {
-        if u32::from(self.class) >= MAX_CLASSES {
+        if u32::from(self.class) >= RULE_MAX_CLASSES {
             return Err(invalid(format!(
                 "class {}: ids run from 1 to {}",
                 self.class,
-                MAX_CLASSES - 1
+                RULE_MAX_CLASSES - 1
             )));
         }
         if self.rate == Rate::Unmetered {

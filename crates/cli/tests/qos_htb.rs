@@ -418,3 +418,201 @@ fn htb_two_tx_queues_one_root_htb() {
     assert!((share - 80.0).abs() <= 2.0, "gold's share {share:.1} %");
     assert!(mbit > 40.0 && mbit < 55.0, "{mbit}");
 }
+
+/// The htb engine's class limit (`htb_limits` in htb_kern_user.h): ids
+/// 1..HTB_MAX_CLASSES-1.
+const HTB_LIMIT: u32 = peregrine_bpf::policer::HTB_MAX_CLASSES - 1;
+
+/// `n` classes `c1`..`cn` under a 2 Gbit/s link, each with two filters:
+/// UDP to 198.18.2.1 port 20000+i and port 40000+i. With `afxdp`, the
+/// AF_XDP engine's file instead.
+fn many_classes(n: u32, engine: &str) -> String {
+    let mut f = format!("[scheduler]\nengine = \"{engine}\"\negress = \"b0\"\nrate = \"2Gbit\"\n");
+    for i in 1..=n {
+        f += &format!("\n[[class]]\nname = \"c{i}\"\nrate = \"1Mbit\"\nceil = \"100Mbit\"\n");
+    }
+    for base in [20000, 40000] {
+        for i in 1..=n.min(20000) {
+            f += &format!(
+                "\n[[filter]]\nclass = \"c{i}\"\nproto = \"udp\"\ndst = \"198.18.2.1\"\ndport = {}\n",
+                base + i
+            );
+        }
+    }
+    f
+}
+
+/// Sends `count` UDP datagrams from A to 198.18.2.1:`port` (a kernel
+/// socket in A).
+fn udp_to(t: &Topo, port: u16, count: u32) {
+    netns::run_in(&t.ns("A"), || {
+        let s = std::net::UdpSocket::bind("198.18.1.1:0").unwrap();
+        for _ in 0..count {
+            s.send_to(&[0u8; 100], ("198.18.2.1", port)).unwrap();
+        }
+    })
+    .unwrap();
+}
+
+/// Packets the kernel's HTB class `name` sent, from `qos stats --json`;
+/// and how many classes the stats list.
+fn class_sent(t: &Topo, name: &str) -> (u64, usize) {
+    let st = stats(t);
+    let classes = st["scheduler"]["classes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no classes in the stats"));
+    let c = classes
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no class {name} in the stats"));
+    (c["sent_packets"].as_u64().unwrap(), classes.len())
+}
+
+/// Waits (bounded) until class `name` has sent `want` packets; what it
+/// sent by then.
+fn wait_sent(t: &Topo, name: &str, want: u64) -> u64 {
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (sent, _) = class_sent(t, name);
+        if sent >= want || Instant::now() > end {
+            return sent;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// 1,200 classes and 2,400 filters: traffic to a few classes lands in
+/// exactly those HTB classes (the kernel's counters through `qos stats
+/// --json`), a class and a rule added at runtime work, the stop leaves
+/// nothing; a file of one class more than an engine takes is refused in
+/// one line naming the engine and its limit, with nothing applied.
+#[test]
+fn htb_thousand_classes_classify_and_over_the_limit_is_refused() {
+    let Some(t) = Topo::privileged_up("qhtb-1k") else {
+        return;
+    };
+    let s = serve(&t, "qhtb-1k", &many_classes(1200, "htb"));
+    let q = sh_in(
+        &t.ns("R"),
+        &["tc", "class", "show", "dev", "b0"],
+        Duration::from_secs(5),
+    );
+    // 1,200 classes and the link class.
+    assert_eq!(text(&q.stdout).lines().count(), 1201);
+    // The neighbour resolved first: no datagram waits for ARP.
+    assert!(t.ping("198.18.2.1"));
+    // (class, port, datagrams): c999 by its second filter.
+    let sent = [
+        ("c7", 20007, 10),
+        ("c500", 20500, 20),
+        ("c1200", 21200, 30),
+        ("c999", 40999, 40),
+    ];
+    for (_, port, n) in sent {
+        udp_to(&t, port, n as u32);
+    }
+    for (name, _, n) in sent {
+        assert_eq!(wait_sent(&t, name, n), n, "class {name}");
+    }
+    let (c8, listed) = class_sent(&t, "c8");
+    assert_eq!(
+        (c8, listed),
+        (0, 1200),
+        "c8 sent nothing; every class listed"
+    );
+    let total: u64 = stats(&t)["scheduler"]["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["sent_packets"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 100, "no datagram in another class");
+
+    // A class and a rule to it at runtime.
+    ok(
+        &pg_in(
+            &t.ns("R"),
+            &[
+                "qos", "class", "add", "extra", "--iface", "a1", "--rate", "1Mbit", "--ceil",
+                "100Mbit",
+            ],
+        ),
+        "qos class add extra",
+    );
+    ok(
+        &pg_in(
+            &t.ns("R"),
+            &[
+                "qos",
+                "rule",
+                "add",
+                "--iface",
+                "a1",
+                "--proto",
+                "udp",
+                "--dst",
+                "198.18.2.1",
+                "--dport",
+                "29999",
+                "--class",
+                "extra",
+            ],
+        ),
+        "qos rule add --class extra",
+    );
+    udp_to(&t, 29999, 5);
+    assert_eq!(wait_sent(&t, "extra", 5), 5, "class extra");
+    assert_eq!(class_sent(&t, "extra").1, 1201);
+
+    drop(s);
+    let q = root_qdisc(&t);
+    assert!(!q.contains("htb") && !q.contains("7067"), "{q}");
+    let classes = sh_in(
+        &t.ns("R"),
+        &["tc", "class", "show", "dev", "b0"],
+        Duration::from_secs(5),
+    );
+    assert_eq!(text(&classes.stdout).trim(), "", "no class left");
+    for (dev, dir) in [("a1", "ingress"), ("b0", "egress")] {
+        let f = sh_in(
+            &t.ns("R"),
+            &["tc", "filter", "show", "dev", dev, dir],
+            Duration::from_secs(5),
+        );
+        assert_eq!(text(&f.stdout).trim(), "", "no filter at {dev} {dir}");
+    }
+    assert_eq!(egress_programs(&t), 0, "no classifier left");
+    let ingress = netns::run_in(&t.ns("R"), || {
+        let ifindex = peregrine_bpf::link::ifindex("a1").unwrap();
+        peregrine_bpf::tcx::attached_ids(ifindex, peregrine_bpf::TcxDirection::Ingress)
+            .map(|v| v.len())
+            .unwrap_or(0)
+    })
+    .unwrap();
+    assert_eq!(ingress, 0, "no policer left at a1");
+    let list = pg_in(&t.ns("R"), &["qos", "list", "--json"]);
+    assert!(
+        !text(&list.stdout).contains(&t.ns("R")),
+        "no pin left: {}",
+        text(&list.stdout)
+    );
+
+    // One class over each engine's limit.
+    let afxdp_limit = peregrine_bpf::policer::MAX_CLASSES - 1;
+    for (engine, limit) in [("htb", HTB_LIMIT), ("afxdp", afxdp_limit)] {
+        let f = write_file("qhtb-1k", &many_classes(limit + 1, engine));
+        let o = pg_in(&t.ns("R"), &["qos", "serve", &f, "--iface", "a1"]);
+        assert!(!o.status.success(), "{engine}: {} classes taken", limit + 1);
+        let e = text(&o.stderr);
+        let want = format!(
+            "{} classes: the {engine} engine takes at most {limit}",
+            limit + 1
+        );
+        assert!(e.contains(&want), "{e} (want {want})");
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+        assert!(!root_qdisc(&t).contains("htb"));
+        assert_eq!(egress_programs(&t), 0);
+        let list = pg_in(&t.ns("R"), &["qos", "list", "--json"]);
+        assert!(!text(&list.stdout).contains(&t.ns("R")));
+    }
+}

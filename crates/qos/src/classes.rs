@@ -46,20 +46,25 @@ pub fn class_slot(c: &ClassConfig, parent: u32) -> ClassSlot {
 /// The classes in the maps, by id, parents before children (the order
 /// the scheduler needs); a class whose parent is gone is left out.
 pub fn installed_classes(maps: &PolicerMaps) -> Result<Vec<(u32, ClassConfig)>> {
-    classes_in(|id| Ok(maps.class_slot(id)?))
+    classes_in(MAX_CLASSES, |id| Ok(maps.class_slot(id)?))
 }
 
-/// The classes of a class table read slot by slot (the AF_XDP
-/// scheduler's, or the HTB classifier's), as `installed_classes`.
-pub fn classes_in(slot: impl Fn(u32) -> Result<ClassSlot>) -> Result<Vec<(u32, ClassConfig)>> {
+/// The classes of a class table of ids 1..`max` read slot by slot (the
+/// AF_XDP scheduler's, or the HTB classifier's), as `installed_classes`.
+pub fn classes_in(
+    max: u32,
+    slot: impl Fn(u32) -> Result<ClassSlot>,
+) -> Result<Vec<(u32, ClassConfig)>> {
     let mut slots = Vec::new();
-    for id in 1..MAX_CLASSES {
+    for id in 1..max {
         let s = slot(id)?;
         if s.used != 0 {
             slots.push((id, s));
         }
     }
     let mut out: Vec<(u32, ClassConfig)> = Vec::new();
+    // The position in `out` of each id there.
+    let mut placed: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
     // Parents first: each pass adds the classes whose parent is in.
     while !slots.is_empty() {
         let before = slots.len();
@@ -67,25 +72,25 @@ pub fn classes_in(slot: impl Fn(u32) -> Result<ClassSlot>) -> Result<Vec<(u32, C
         for (id, s) in slots {
             let parent = match s.parent {
                 0 => Some(None),
-                p => out
-                    .iter()
-                    .find(|(i, _)| *i == p)
-                    .map(|(_, c)| Some(c.name.clone())),
+                p => placed.get(&p).map(|&k| Some(out[k].1.name.clone())),
             };
             match parent {
-                Some(parent) => out.push((
-                    id,
-                    ClassConfig {
-                        name: slot_name(&s),
-                        parent,
-                        rate_bps: s.rate_bps,
-                        ceil_bps: s.ceil_bps,
-                        burst: s.burst,
-                        priority: s.priority,
-                        weight: s.weight,
-                        queue_limit: s.queue_limit as usize,
-                    },
-                )),
+                Some(parent) => {
+                    placed.insert(id, out.len());
+                    out.push((
+                        id,
+                        ClassConfig {
+                            name: slot_name(&s),
+                            parent,
+                            rate_bps: s.rate_bps,
+                            ceil_bps: s.ceil_bps,
+                            burst: s.burst,
+                            priority: s.priority,
+                            weight: s.weight,
+                            queue_limit: s.queue_limit as usize,
+                        },
+                    ))
+                }
                 None => rest.push((id, s)),
             }
         }
@@ -162,7 +167,9 @@ pub fn slot_after(change: &ClassChange, ordered: &[(u32, ClassConfig)]) -> Class
 /// Checks `change` against the installed `classes` whole, as the
 /// scheduler would take the result (parents, ceilings, a class one of the
 /// installed `rules` still sends to): the id of the class changed, and the
-/// classes after it, parents before children.
+/// classes after it, parents before children. A new class takes the
+/// lowest free id below `max` (the engine's limit).
+#[allow(clippy::too_many_arguments)]
 pub fn plan_change(
     iface: &str,
     mut classes: Vec<(u32, ClassConfig)>,
@@ -170,6 +177,7 @@ pub fn plan_change(
     rules: &[InstalledRule],
     link_bps: u64,
     link_burst: u64,
+    max: u32,
 ) -> Result<(u32, Vec<(u32, ClassConfig)>)> {
     let find = |classes: &[(u32, ClassConfig)], name: &str| {
         classes
@@ -182,8 +190,9 @@ pub fn plan_change(
             if classes.iter().any(|(_, o)| o.name == c.name) {
                 return Err(QosError::Config(format!("class {:?} exists", c.name)));
             }
-            let id = (1..MAX_CLASSES)
-                .find(|i| !classes.iter().any(|(u, _)| u == i))
+            let used: std::collections::HashSet<u32> = classes.iter().map(|(u, _)| *u).collect();
+            let id = (1..max)
+                .find(|i| !used.contains(i))
                 .ok_or_else(|| QosError::Config("every class id is in use".into()))?;
             classes.push((id, c.clone()));
             id
@@ -219,14 +228,15 @@ pub fn plan_change(
     };
     // Parents before children, as the scheduler wants them.
     let mut ordered: Vec<(u32, ClassConfig)> = Vec::new();
+    let mut names_in: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut ids_in: std::collections::HashSet<u32> = std::collections::HashSet::new();
     while ordered.len() < classes.len() {
         let before = ordered.len();
         for (i, c) in &classes {
-            let parent_in = c
-                .parent
-                .as_ref()
-                .is_none_or(|p| ordered.iter().any(|(_, o)| &o.name == p));
-            if parent_in && !ordered.iter().any(|(o, _)| o == i) {
+            let parent_in = c.parent.as_ref().is_none_or(|p| names_in.contains(p));
+            if parent_in && !ids_in.contains(i) {
+                ids_in.insert(*i);
+                names_in.insert(c.name.clone());
                 ordered.push((*i, c.clone()));
             }
         }

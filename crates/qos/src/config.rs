@@ -132,9 +132,18 @@ impl RuleFields {
         default_priority: u32,
         classes: &[(u32, ClassConfig)],
     ) -> std::result::Result<Rule, String> {
+        self.to_rule_in(default_priority, &ClassIndex::new(classes))
+    }
+
+    /// `to_rule` with the classes indexed once (a file's many rules).
+    pub fn to_rule_in(
+        &self,
+        default_priority: u32,
+        classes: &ClassIndex,
+    ) -> std::result::Result<Rule, String> {
         let class = match &self.class {
             None => 0,
-            Some(name) => leaf_class_id(classes, name)?,
+            Some(name) => classes.leaf_id(name)?,
         };
         let rate = match (self.rate.as_deref(), class) {
             (None, 0) => {
@@ -205,20 +214,41 @@ impl RuleFields {
 }
 
 /// The id of leaf class `name`.
-fn leaf_class_id(classes: &[(u32, ClassConfig)], name: &str) -> std::result::Result<u16, String> {
-    let (id, _) = classes
-        .iter()
-        .find(|(_, c)| c.name == name)
-        .ok_or_else(|| format!("class {name:?} is not defined"))?;
-    if classes
-        .iter()
-        .any(|(_, c)| c.parent.as_deref() == Some(name))
-    {
-        return Err(format!(
-            "class {name:?} has child classes: packets go to leaf classes"
-        ));
+/// The scheduler's classes by name, for the rules that name one (a file
+/// of 100,000 rules over 10,000 classes looks each name up once).
+#[derive(Debug, Default)]
+pub struct ClassIndex {
+    /// name -> (id, has child classes)
+    by_name: std::collections::HashMap<String, (u32, bool)>,
+}
+
+impl ClassIndex {
+    /// `classes`: the scheduler's classes by id (a file's, or a running
+    /// scheduler's).
+    pub fn new(classes: &[(u32, ClassConfig)]) -> ClassIndex {
+        let mut by_name = std::collections::HashMap::new();
+        for (id, c) in classes {
+            // A name defined twice (refused later) is its first class.
+            by_name.entry(c.name.clone()).or_insert((*id, false));
+        }
+        for (_, c) in classes {
+            if let Some(p) = c.parent.as_deref().and_then(|p| by_name.get_mut(p)) {
+                p.1 = true;
+            }
+        }
+        ClassIndex { by_name }
     }
-    Ok(*id as u16)
+
+    /// The id of leaf class `name`.
+    fn leaf_id(&self, name: &str) -> std::result::Result<u16, String> {
+        match self.by_name.get(name) {
+            None => Err(format!("class {name:?} is not defined")),
+            Some((_, true)) => Err(format!(
+                "class {name:?} has child classes: packets go to leaf classes"
+            )),
+            Some((id, false)) => Ok(*id as u16),
+        }
+    }
 }
 
 /// The scheduler's link: `[scheduler]`.
@@ -262,6 +292,16 @@ impl Engine {
         match self {
             Engine::Afxdp => "afxdp",
             Engine::Htb => "htb",
+        }
+    }
+
+    /// Class ids of this engine run 1..max_classes() (0: no class): the
+    /// AF_XDP scheduler's `SCHED_MAX_CLASSES`, the htb classifier's
+    /// `HTB_MAX_CLASSES` (C headers, generated into `peregrine_bpf`).
+    pub fn max_classes(self) -> u32 {
+        match self {
+            Engine::Afxdp => peregrine_bpf::policer::MAX_CLASSES,
+            Engine::Htb => peregrine_bpf::policer::HTB_MAX_CLASSES,
         }
     }
 }
@@ -394,12 +434,29 @@ impl PolicerConfig {
                     .map_err(|e| cfg_err(format!("class {:?}: {e}", c.name)))
             })
             .collect::<Result<Vec<_>>>()?;
+        // The engine's class limit before the rules: a file over it is
+        // refused for that, not for a rule naming an id past it.
+        if let Some(s) = &file.scheduler {
+            let engine = match &s.engine {
+                Some(e) => e.parse::<Engine>().ok(),
+                None => Some(Engine::Afxdp),
+            };
+            if let Some(engine) = engine.filter(|e| file.class.len() >= e.max_classes() as usize) {
+                return Err(cfg_err(format!(
+                    "{} classes: the {} engine takes at most {}",
+                    file.class.len(),
+                    engine.as_str(),
+                    engine.max_classes() - 1
+                )));
+            }
+        }
+        let index = ClassIndex::new(&classes);
         let mut rules = file
             .rule
             .iter()
             .enumerate()
             .map(|(i, f)| {
-                f.to_rule(i as u32 + 1, &classes)
+                f.to_rule_in(i as u32 + 1, &index)
                     .map_err(|e| cfg_err(format!("rule {}: {e}", i + 1)))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -411,7 +468,7 @@ impl PolicerConfig {
                 ));
             }
             let priority = (file.rule.len() + i) as u32 + 1;
-            rules.push(f.to_rule(priority, &classes).map_err(what)?);
+            rules.push(f.to_rule_in(priority, &index).map_err(what)?);
         }
         let scheduler = match (&file.scheduler, file.class.is_empty()) {
             (None, true) => None,
@@ -450,13 +507,6 @@ impl PolicerConfig {
                         "the scheduler is fed at the XDP hook: hook = \"xdp\" (or leave it out)"
                             .into(),
                     ));
-                }
-                if file.class.len() >= peregrine_bpf::policer::MAX_CLASSES as usize {
-                    return Err(cfg_err(format!(
-                        "{} classes: at most {}",
-                        file.class.len(),
-                        peregrine_bpf::policer::MAX_CLASSES - 1
-                    )));
                 }
                 let link_bps =
                     bit_rate("rate", &s.rate).map_err(|e| cfg_err(format!("[scheduler]: {e}")))?;

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use peregrine_bpf::classify::ClassifierProgram;
-use peregrine_bpf::policer::{ClassSlot, MAX_CLASSES};
+use peregrine_bpf::policer::{ClassSlot, HTB_MAX_CLASSES};
 use peregrine_bpf::Hook;
 use peregrine_dataplane::peer::refresh_port_logged;
 use peregrine_host::tc::Tc;
@@ -99,7 +99,15 @@ fn htb_change_class(iface: &str, r: &htb::Record, change: &ClassChange) -> Resul
             }
         }
     }
-    let (id, ordered) = plan_change(iface, classes, change, &rules, r.port.link_bps, link_burst)?;
+    let (id, ordered) = plan_change(
+        iface,
+        classes,
+        change,
+        &rules,
+        r.port.link_bps,
+        link_burst,
+        HTB_MAX_CLASSES,
+    )?;
     let tree = r.tree();
     let tc = Tc::open()?;
     let slot = slot_after(change, &ordered);
@@ -193,19 +201,23 @@ impl HtbEngine {
             .enumerate()
             .map(|(i, c)| (i as u32 + 1, c.clone()))
             .collect();
-        for id in 1..MAX_CLASSES {
-            let slot = match classes.iter().find(|(i, _)| *i == id) {
-                Some((_, c)) => {
-                    let parent = c
-                        .parent
-                        .as_ref()
-                        .and_then(|p| classes.iter().find(|(_, o)| &o.name == p))
-                        .map_or(0, |(i, _)| *i);
-                    class_slot(c, parent)
-                }
-                None => ClassSlot::default(),
-            };
-            maps.set_class_slot(id, &slot)?;
+        // The table is new (every slot free): the classes' slots alone.
+        let id_of: std::collections::HashMap<&str, u32> =
+            classes.iter().map(|(i, c)| (c.name.as_str(), *i)).collect();
+        for (id, c) in &classes {
+            if *id >= HTB_MAX_CLASSES {
+                return Err(QosError::Config(format!(
+                    "{} classes: the htb engine takes at most {}",
+                    classes.len(),
+                    HTB_MAX_CLASSES - 1
+                )));
+            }
+            let parent = c
+                .parent
+                .as_deref()
+                .and_then(|p| id_of.get(p).copied())
+                .unwrap_or(0);
+            maps.set_class_slot(*id, &class_slot(c, parent))?;
         }
         let made = (|| {
             htb::build(tc, tree, sc.link_bps, sc.link_burst, &classes)?;

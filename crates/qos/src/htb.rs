@@ -4,12 +4,19 @@
 //! Handles (fixed, documented in docs/QOS.md; `7067` is "pg"):
 //! - one TX queue: root `htb 7067:`, the link class `7067:ffff` (rate =
 //!   ceil = the link), class id N at `7067:N`, its pfifo leaf `(7100+N):`;
+//!   N runs 1..HTB_MAX_CLASSES-1 (16,383; `htb_limits` in
+//!   htb_kern_user.h), all below the link class and every leaf below
+//!   `ffff:`;
 //! - n TX queues (n <= 16; built only on request, see `engine::HtbEngine`):
 //!   root `mq 7067:`, queue q's `htb (7068+q):` at
 //!   `7067:(q+1)`, its link class `(7068+q):ffff`, class N at
-//!   `(7068+q):N`, its leaf `(7100+64q+N):`; every rate, ceiling and the
-//!   link are split evenly over the queues (the classifier spreads flows by
-//!   hash).
+//!   `(7068+q):N`, its leaf `(7100+16384q+N):` (so only as many queues as
+//!   leaf handles fit: two at the full class limit); every rate, ceiling
+//!   and the link are split evenly over the queues (the classifier spreads
+//!   flows by hash).
+//!
+//! A tree is built in netlink batches (`Tc::apply`): 10,000 classes and
+//! their leaves are some 600 sendmsg calls, not 20,000 round trips.
 //!
 //! The record of what peregrine made is the classifier's `htb_port` map
 //! (device, root handle, owner pid), found from its link pinned at
@@ -19,8 +26,8 @@ use std::path::Path;
 
 use peregrine_bpf::classify::{ClassifierMaps, HtbPort, MAX_TX_QUEUES};
 use peregrine_bpf::link::{pinned_link, PinnedLink};
-use peregrine_bpf::policer::{ClassCounters, MAX_CLASSES};
-use peregrine_host::tc::{handle, HtbClass, Tc};
+use peregrine_bpf::policer::{ClassCounters, HTB_MAX_CLASSES};
+use peregrine_host::tc::{handle, HtbClass, Tc, TcChange};
 
 use crate::classes::{classes_in, SchedulerStats};
 use crate::error::{QosError, Result};
@@ -32,7 +39,7 @@ pub const ROOT_MAJOR: u16 = 0x7067;
 pub const LINK_MINOR: u16 = 0xffff;
 /// Queue q's HTB under an MQ root: `MQ_HTB_MAJOR + q`.
 pub const MQ_HTB_MAJOR: u16 = 0x7068;
-/// Leaf pfifo qdiscs: `LEAF_MAJOR + 64 q + class id`.
+/// Leaf pfifo qdiscs: `LEAF_MAJOR + HTB_MAX_CLASSES q + class id`.
 pub const LEAF_MAJOR: u16 = 0x7100;
 /// The classifier's link, beside the policer's in its directory.
 pub const HTB_PIN: &str = "htb";
@@ -55,8 +62,19 @@ impl Tree {
         }
     }
 
-    fn leaf(&self, q: u16, id: u32) -> u16 {
-        LEAF_MAJOR + 64 * q + id as u16
+    /// The handle major of class `id`'s leaf in queue q's HTB; none left
+    /// for it past `ffff:` (an MQ tree of more queues than the handles
+    /// hold at that class id).
+    fn leaf(&self, q: u16, id: u32) -> Result<u16> {
+        let major = u32::from(LEAF_MAJOR) + HTB_MAX_CLASSES * u32::from(q) + id;
+        u16::try_from(major)
+            .ok()
+            .filter(|&m| m < 0xffff)
+            .ok_or_else(|| {
+                QosError::Config(format!(
+                    "class id {id}: no leaf qdisc handle left in TX queue {q}'s HTB"
+                ))
+            })
     }
 
     /// The record the classifier keeps of this tree.
@@ -122,23 +140,29 @@ pub fn check_root_free(tc: &Tc, ifindex: u32, egress: &str) -> Result<()> {
     }
 }
 
-/// The parent id of each class of `classes` (0: none, the link).
-fn parents(classes: &[(u32, ClassConfig)]) -> Vec<u32> {
+/// The parent id of each class of `classes` (0: none, the link), and
+/// whether it is a leaf (no class names it as parent); linear in the
+/// classes.
+fn parents_and_leaves(classes: &[(u32, ClassConfig)]) -> Vec<(u32, bool)> {
+    let mut id_of = std::collections::HashMap::with_capacity(classes.len());
+    for (i, c) in classes {
+        id_of.entry(c.name.as_str()).or_insert(*i);
+    }
+    let parents: std::collections::HashSet<&str> = classes
+        .iter()
+        .filter_map(|(_, c)| c.parent.as_deref())
+        .collect();
     classes
         .iter()
         .map(|(_, c)| {
-            c.parent
-                .as_ref()
-                .and_then(|p| classes.iter().find(|(_, o)| &o.name == p))
-                .map_or(0, |(i, _)| *i)
+            let parent = c
+                .parent
+                .as_deref()
+                .and_then(|p| id_of.get(p).copied())
+                .unwrap_or(0);
+            (parent, !parents.contains(c.name.as_str()))
         })
         .collect()
-}
-
-fn is_leaf(classes: &[(u32, ClassConfig)], name: &str) -> bool {
-    !classes
-        .iter()
-        .any(|(_, c)| c.parent.as_deref() == Some(name))
 }
 
 /// Builds the tree on the device: the root (htb, or mq and one htb per
@@ -180,9 +204,42 @@ pub fn build(
             true,
         )?;
     }
-    let parents = parents(classes);
-    for ((id, c), parent) in classes.iter().zip(parents) {
-        set_class(tc, tree, *id, parent, c, is_leaf(classes, &c.name), false)?;
+    // Every class and leaf, parents first, in netlink batches.
+    let mut changes = Vec::with_capacity(2 * classes.len() * usize::from(tree.queues));
+    for ((id, c), (parent, leaf)) in classes.iter().zip(parents_and_leaves(classes)) {
+        class_changes(tree, *id, parent, c, leaf, false, &mut changes)?;
+    }
+    tc.apply(&changes)?;
+    Ok(())
+}
+
+/// The requests that add (or with `replace`, change) class `id` in every
+/// queue's HTB, and its leaf's pfifo.
+fn class_changes(
+    tree: &Tree,
+    id: u32,
+    parent: u32,
+    c: &ClassConfig,
+    leaf: bool,
+    replace: bool,
+    out: &mut Vec<TcChange>,
+) -> Result<()> {
+    for q in 0..tree.queues {
+        let hc = tree.class(q, id, parent, c);
+        out.push(TcChange::HtbClass {
+            ifindex: tree.ifindex,
+            class: hc,
+            create: !replace,
+        });
+        if leaf {
+            out.push(TcChange::Pfifo {
+                ifindex: tree.ifindex,
+                parent: hc.classid,
+                major: tree.leaf(q, id)?,
+                limit: c.queue_limit as u32,
+                change: replace,
+            });
+        }
     }
     Ok(())
 }
@@ -207,7 +264,7 @@ pub fn set_class(
             tc.set_pfifo(
                 tree.ifindex,
                 hc.classid,
-                tree.leaf(q, id),
+                tree.leaf(q, id)?,
                 c.queue_limit as u32,
                 replace,
             )?;
@@ -303,7 +360,7 @@ pub fn remove_unrecorded(tc: &Tc, ifindex: u32) {
 
 /// The classes the classifier's table holds, parents first.
 pub fn classes(maps: &ClassifierMaps) -> Result<Vec<(u32, ClassConfig)>> {
-    classes_in(|id| Ok(maps.class_slot(id)?))
+    classes_in(HTB_MAX_CLASSES, |id| Ok(maps.class_slot(id)?))
 }
 
 /// The engine's classes and their counters from the kernel (TCA_STATS2,
@@ -313,7 +370,7 @@ pub fn scheduler_stats(r: &Record) -> Result<SchedulerStats> {
     let maps = r.maps()?;
     let tree = r.tree();
     let tc = Tc::open()?;
-    let mut by_id = vec![ClassCounters::default(); MAX_CLASSES as usize];
+    let mut by_id = vec![ClassCounters::default(); HTB_MAX_CLASSES as usize];
     for q in 0..tree.queues {
         for s in tc.classes(tree.ifindex, tree.major(q))? {
             let id = (s.classid & 0xffff) as usize;

@@ -201,7 +201,11 @@ impl<P> Scheduler<P> {
         if link_bps == 0 {
             return Err(SchedError("the link rate must be above 0".into()));
         }
-        let mut out: Vec<Class<P>> = Vec::new();
+        let mut out: Vec<Class<P>> = Vec::with_capacity(classes.len());
+        // Index by name: thousands of classes (the htb engine's) are
+        // checked in linear time.
+        let mut by_name: std::collections::HashMap<String, usize> =
+            std::collections::HashMap::with_capacity(classes.len());
         for c in classes {
             if c.rate_bps == 0 || c.ceil_bps < c.rate_bps {
                 return Err(SchedError(format!(
@@ -215,12 +219,12 @@ impl<P> Scheduler<P> {
                     c.name
                 )));
             }
-            if out.iter().any(|o| o.cfg.name == c.name) {
+            if by_name.contains_key(&c.name) {
                 return Err(SchedError(format!("class {} is defined twice", c.name)));
             }
             let parent = match &c.parent {
                 None => None,
-                Some(p) => Some(out.iter().position(|o| o.cfg.name == *p).ok_or_else(|| {
+                Some(p) => Some(by_name.get(p).copied().ok_or_else(|| {
                     SchedError(format!(
                         "class {}: parent {p} is not defined before it",
                         c.name
@@ -230,6 +234,7 @@ impl<P> Scheduler<P> {
             if let Some(p) = parent {
                 out[p].is_leaf = false;
             }
+            by_name.insert(c.name.clone(), out.len());
             out.push(Class {
                 rate: Bucket::new(c.rate_bps, c.burst, now),
                 ceil: Bucket::new(c.ceil_bps, c.burst, now),

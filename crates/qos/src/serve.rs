@@ -90,6 +90,7 @@ pub fn change_class(iface: &str, change: &ClassChange) -> Result<u32> {
         &rules,
         port.link_bps,
         port.link_burst,
+        MAX_CLASSES,
     )?;
     let slot = slot_after(change, &ordered);
     maps.set_class_slot(id, &slot)?;
