@@ -117,8 +117,24 @@ def expand(code, at):
     return [[head]]
 
 
+TEST_MOD = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([\w:]+\))?\s+)?mod\s+(\w+)\s*;")
+
+
+def test_only_dirs(path):
+    """Where the modules that `path` declares `#[cfg(test)] mod name;` live
+    (NAME.rs and NAME/ beside a lib.rs or mod.rs, else in the file's own
+    directory named after it): their files are test code."""
+    code = strip(open(path).read())
+    base = os.path.dirname(path)
+    stem = os.path.basename(path)[:-3]
+    if stem not in ("lib", "main", "mod"):
+        base = os.path.join(base, stem)
+    return [os.path.join(base, m.group(1)) for m in TEST_MOD.finditer(code)]
+
+
 def crate_modules(src_dir):
-    """Top-level module name -> its source files."""
+    """Top-level module name -> its source files (test-only files left
+    out: those of modules declared `#[cfg(test)] mod name;`)."""
     mods = {}
     for entry in sorted(os.listdir(src_dir)):
         path = os.path.join(src_dir, entry)
@@ -129,7 +145,12 @@ def crate_modules(src_dir):
                 for f in files:
                     if f.endswith(".rs"):
                         mods.setdefault(entry, []).append(os.path.join(root, f))
-    return mods
+    tests = [d for files in mods.values() for f in files for d in test_only_dirs(f)]
+
+    def test_only(f):
+        return any(f == t + ".rs" or f.startswith(t + os.sep) for t in tests)
+
+    return {m: [f for f in files if not test_only(f)] for m, files in mods.items()}
 
 
 def root_reexports(src_dir, mods):
