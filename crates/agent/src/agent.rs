@@ -49,6 +49,8 @@ struct Agent {
     dir: PathBuf,
     sup: Supervisor,
     shared: Arc<Mutex<Status>>,
+    /// The other nodes from the API server (`kube::poll`).
+    nodes: Arc<Mutex<crate::kube::Discovered>>,
 }
 
 /// Runs the agent until SIGINT or SIGTERM. The node's data plane and
@@ -89,6 +91,11 @@ pub fn run(opts: Options) -> Result<(), Vec<String>> {
         crate::metrics::serve(addr, stop.clone(), shared.clone()).map_err(one)?;
     }
     peer_delivery(stop.clone(), shared.clone());
+    let nodes = Arc::new(Mutex::new(crate::kube::Discovered {
+        source: decl.cluster.as_ref().and_then(|c| c.kubernetes.clone()),
+        ..Default::default()
+    }));
+    crate::kube::poll(nodes.clone(), stop.clone());
     let sup = Supervisor::new(opts.exe.clone(), dir.clone());
     let mut a = Agent {
         opts,
@@ -98,6 +105,7 @@ pub fn run(opts: Options) -> Result<(), Vec<String>> {
         dir,
         sup,
         shared,
+        nodes,
     };
     tracing::info!(config = %a.opts.config.display(), "agent started");
     a.reconcile("start");
@@ -251,15 +259,46 @@ impl Agent {
         errs
     }
 
-    /// The declaration with the pods (`pods::effective`): what a pass
-    /// brings the data plane to.
+    /// The declaration with the pods (`pods::effective`) and the nodes the
+    /// API server listed (`cluster::with_found`): what a pass brings the
+    /// data plane to.
     fn effective(&self) -> NodeDecl {
-        pods::effective(&self.decl, &self.pods)
+        self.effective_and_skipped().0
+    }
+
+    /// Takes a new declaration; the Node objects are listed from where it
+    /// says (or no longer).
+    fn set_decl(&mut self, d: NodeDecl) {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner()).source =
+            d.cluster.as_ref().and_then(|c| c.kubernetes.clone());
+        self.decl = d;
+    }
+
+    /// `effective`, and why Node objects were left out (one line each).
+    fn effective_and_skipped(&self) -> (NodeDecl, Vec<String>) {
+        let mut d = pods::effective(&self.decl, &self.pods);
+        let mut skipped = Vec::new();
+        if let Some(c) = d.cluster.as_mut() {
+            if c.kubernetes.is_some() {
+                let found = self
+                    .nodes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .nodes
+                    .clone();
+                let (merged, s) = crate::cluster::with_found(c, &found);
+                *c = merged;
+                skipped = s;
+            }
+        }
+        (d, skipped)
     }
 
     fn reconcile(&mut self, why: &str) -> Pass {
         let t = Instant::now();
-        let mut pass: Pass = reconcile::dataplane(&self.effective(), &mut self.owned);
+        let (decl, skipped) = self.effective_and_skipped();
+        let mut pass: Pass = reconcile::dataplane(&decl, &mut self.owned);
+        pass.errors.extend(skipped);
         pass.errors.extend(self.write_qos_files());
         let t1 = Instant::now();
         pass.changed
@@ -347,6 +386,11 @@ impl Agent {
             pods: pods::status(&self.pods, &live_ports),
             last_reconcile_seconds: secs,
             last_reconcile_phases: pass.phases.clone(),
+            kubernetes: decl
+                .cluster
+                .as_ref()
+                .and_then(|c| c.kubernetes.as_ref())
+                .map(|_| self.nodes.lock().unwrap_or_else(|e| e.into_inner()).clone()),
         }
     }
 
@@ -357,7 +401,7 @@ impl Agent {
             Ok(d) => {
                 if d != self.decl {
                     tracing::info!("declaration changed: reconciling");
-                    self.decl = d;
+                    self.set_decl(d);
                     let _ = self.reconcile("declaration changed");
                 }
             }
@@ -472,7 +516,7 @@ impl Agent {
                         status: None,
                     };
                 }
-                self.decl = d;
+                self.set_decl(d);
                 let _ = self.reconcile("apply");
                 let s = self
                     .shared

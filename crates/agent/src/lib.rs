@@ -8,6 +8,7 @@
 //! - `check`: the declaration checked whole (sections, then composition).
 //! - `names`: interface and service names, checked one way.
 //! - `cluster`: routes to the other nodes' pod CIDRs.
+//! - `kube`: the other nodes from the API server's Node objects.
 //! - `compose`: which stages share an interface, their order, what is refused.
 //! - `reconcile`: the data plane brought to the declaration, drift repaired.
 //! - `pods`: pod interfaces the CNI plugin hands over, recorded.
@@ -30,6 +31,7 @@ pub mod compose;
 pub mod control;
 pub mod decl;
 pub mod diff;
+pub mod kube;
 pub mod metrics;
 pub mod names;
 pub mod peer;

@@ -36,6 +36,10 @@ pub struct Status {
     pub last_reconcile_seconds: f64,
     /// And each of its phases (router, policers, services, peer delivery).
     pub last_reconcile_phases: Vec<(String, f64)>,
+    /// With `nodes_from = "kubernetes"`: the other nodes the API server
+    /// listed last, and why the last list failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<crate::kube::Discovered>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -118,6 +122,32 @@ pub fn text(s: &serde_json::Value) -> String {
             v["pid"],
             v["restarts"],
             if yes(&v["adopted"]) { ", adopted" } else { "" }
+        );
+    }
+    if let Some(k) = s.get("kubernetes").filter(|k| !k.is_null()) {
+        let nodes: Vec<String> = (k["nodes"].as_array().into_iter().flatten())
+            .map(|n| {
+                format!(
+                    "{} ({} via {})",
+                    str(&n["name"]),
+                    str(&n["pod_cidr"]),
+                    str(&n["address"])
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "Node objects: {} list(s); other nodes: {}{}",
+            k["lists"],
+            if nodes.is_empty() {
+                "none".to_string()
+            } else {
+                nodes.join(", ")
+            },
+            k["error"]
+                .as_str()
+                .map(|e| format!("; last list failed: {e}"))
+                .unwrap_or_default()
         );
     }
     for p in get("pods").as_array().into_iter().flatten() {

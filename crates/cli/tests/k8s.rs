@@ -13,6 +13,7 @@ mod cluster;
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cluster::*;
@@ -110,10 +111,68 @@ fn manifests(c: &Cluster) -> PathBuf {
             .replace(
                 "\"dataDir\": \"/var/lib/cni/networks\"",
                 &format!("\"dataDir\": \"{d}/ipam\""),
+            )
+            // No kube-proxy here: the API server at its own address.
+            .replace(
+                "nodes_from = \"kubernetes\"",
+                &format!("nodes_from = \"kubernetes\"\n    api_server = \"{NODE_IP}:6443\""),
             );
         std::fs::write(out.join(n), t).unwrap();
     }
     out
+}
+
+/// A second node as its kubelet would register it: its pod CIDR and its
+/// InternalIP (on `HostLink`'s subnet). No kubelet runs for it: it stays
+/// NotReady, which routing does not look at.
+const NODE2: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: pg-node-2, labels: {peregrine.io/test: node2}}
+spec:
+  podCIDR: 198.18.241.0/24
+  podCIDRs: [198.18.241.0/24]
+status:
+  addresses:
+  - {type: InternalIP, address: 198.18.251.2}
+"#;
+
+/// A veth pair in the host's namespace with an address on one end: a
+/// link the other node's address is on. Removed when dropped.
+struct HostLink(&'static str);
+
+impl HostLink {
+    fn add(a: &'static str, b: &'static str, addr: &str) -> HostLink {
+        let _ = Command::new("ip")
+            .args(["link", "del", a])
+            .stderr(std::process::Stdio::null())
+            .status();
+        for args in [
+            vec!["link", "add", a, "type", "veth", "peer", "name", b],
+            vec!["addr", "add", addr, "dev", a],
+            vec!["link", "set", a, "up"],
+            vec!["link", "set", b, "up"],
+        ] {
+            let st = Command::new("ip").args(&args).status().unwrap();
+            assert!(st.success(), "ip {args:?}");
+        }
+        HostLink(a)
+    }
+}
+
+impl Drop for HostLink {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", self.0]).status();
+    }
+}
+
+/// `ip route show DST` in the host's namespace (empty: no route).
+fn route_to(dst: &str) -> String {
+    let o = Command::new("ip")
+        .args(["route", "show", dst])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
 /// 4 pods of the peregrine image (busybox + peregrine): ping and nc from
@@ -322,6 +381,34 @@ fn full_tier_daemonset_pods_through_the_router_and_a_clean_host() {
         })
     });
     step("DaemonSet ready, conflist installed");
+
+    // The other nodes from their Node objects (docs/KUBERNETES.md): a
+    // second Node, made as its kubelet would register it, with a pod CIDR
+    // and an InternalIP on a link of this host. The agent lists it with
+    // its ServiceAccount and routes that node's pods through it (its own
+    // route protocol, 176); the route goes with the Node.
+    let _link = HostLink::add("pgk8s-n2a", "pgk8s-n2b", "198.18.251.1/24");
+    let node2 = c.dir.join("node2.yaml");
+    std::fs::write(&node2, NODE2).unwrap();
+    c.kubectl_ok(&["create", "-f", node2.to_str().unwrap()]);
+    c.wait("the agent routes to node 2's pods through it", 30, || {
+        let r = route_to("198.18.241.0/24");
+        r.contains("via 198.18.251.2") && r.contains("proto 176")
+    });
+    let st = agent_status().unwrap();
+    assert!(
+        st["kubernetes"]["nodes"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|n| n["name"] == "pg-node-2")),
+        "{st:#}"
+    );
+    assert!(st["kubernetes"]["error"].is_null(), "{st:#}");
+    c.kubectl_ok(&["delete", "node", "pg-node-2"]);
+    c.wait("the route goes with the Node", 30, || {
+        route_to("198.18.241.0/24").is_empty()
+    });
+    drop(_link);
+    step("Node objects: a route to another node's pods, and away again");
 
     // 2. A Deployment of 4 pods, Running, with IPs from the pod CIDR.
     let web = c.dir.join("web.yaml");
