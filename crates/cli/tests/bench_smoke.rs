@@ -563,7 +563,7 @@ fn bench_soak_two_minutes_holds_flat_and_balances() {
             run.label
         );
         assert!(
-            v.max_dev_pct.unwrap() <= v.limit_pct.unwrap(),
+            v.floor_dev_pct.unwrap() <= v.limit_pct.unwrap(),
             "{}",
             run.label
         );
