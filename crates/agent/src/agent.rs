@@ -269,8 +269,15 @@ impl Agent {
     /// Takes a new declaration; the Node objects are listed from where it
     /// says (or no longer).
     fn set_decl(&mut self, d: NodeDecl) {
-        self.nodes.lock().unwrap_or_else(|e| e.into_inner()).source =
-            d.cluster.as_ref().and_then(|c| c.kubernetes.clone());
+        let source = d.cluster.as_ref().and_then(|c| c.kubernetes.clone());
+        let mut n = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if n.source != source {
+            // Another server's nodes are not this one's.
+            n.nodes.clear();
+            n.error = None;
+        }
+        n.source = source;
+        drop(n);
         self.decl = d;
     }
 
@@ -309,7 +316,15 @@ impl Agent {
         for l in &pass.changed {
             tracing::info!(reason = why, "{l}");
         }
-        for l in &pass.errors {
+        // An error the last pass had too is logged once (a pass runs every
+        // second); `status` shows every one.
+        let before = self
+            .shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .errors
+            .clone();
+        for l in pass.errors.iter().filter(|l| !before.contains(l)) {
             tracing::error!(reason = why, "{l}");
         }
         if !pass.changed.is_empty() || why == "start" {

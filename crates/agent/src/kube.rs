@@ -207,10 +207,15 @@ pub fn list_nodes(src: &KubeSource) -> Result<Vec<NodeObject>, String> {
     let (status, body) = get(server, &src.token_file, &src.ca_file, "/api/v1/nodes")?;
     if status != 200 {
         // The API server's Status object says why (401, 403...).
-        let why = serde_json::from_slice::<serde_json::Value>(&body)
+        // One line, whatever the server wrote.
+        let why: String = serde_json::from_slice::<serde_json::Value>(&body)
             .ok()
             .and_then(|v| v["message"].as_str().map(str::to_string))
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(300)
+            .collect();
         return Err(format!(
             "GET https://{server}/api/v1/nodes: HTTP {status} {why}"
         ));
@@ -326,8 +331,11 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
         if size == 0 {
             return Ok(out);
         }
-        if b.len() < size + 2 {
+        if size.checked_add(2).is_none_or(|n| n > b.len()) {
             return Err("the body ends inside a chunk".into());
+        }
+        if &b[size..size + 2] != b"\r\n" {
+            return Err("a chunk is longer than its size".into());
         }
         out.extend_from_slice(&b[..size]);
         b = &b[size + 2..];
@@ -380,5 +388,10 @@ mod tests {
             parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err()
         );
         assert!(parse_response(b"garbage").is_err());
+        // A chunk size near usize::MAX, or a chunk longer than its size.
+        let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nhello\r\n0\r\n\r\n";
+        assert!(parse_response(r).is_err());
+        let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n";
+        assert!(parse_response(r).is_err());
     }
 }

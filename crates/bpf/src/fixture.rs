@@ -227,32 +227,7 @@ pub fn run_once_skb(
 /// verdict and the skb's `priority` after (BPF_PROG_RUN copies back the
 /// fields a program may set: priority, mark, cb, ...; not queue_mapping).
 pub fn run_once_skb_priority(prog: &impl AsFd, input: &[u8]) -> Result<(u32, u32)> {
-    if input.len() < MIN_TEST_FRAME {
-        return Err(BpfError::Invalid(format!(
-            "fixture frame of {} bytes: BPF_PROG_RUN needs at least {MIN_TEST_FRAME}",
-            input.len()
-        )));
-    }
-    // Safety: __sk_buff is plain integers and nullable pointers in unions;
-    // all-zero bytes are a valid value.
-    let mut out: __sk_buff = unsafe { std::mem::zeroed() };
-    // Safety: zeroed is the valid empty options struct; `sz` is set below.
-    let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
-    opts.sz = std::mem::size_of_val(&opts) as _;
-    opts.data_in = input.as_ptr().cast();
-    opts.data_size_in = input.len() as u32;
-    opts.repeat = 1;
-    opts.ctx_out = (&mut out as *mut __sk_buff).cast();
-    opts.ctx_size_out = std::mem::size_of::<__sk_buff>() as u32;
-    // Safety: the input and `out` are valid for the sizes given and outlive the call.
-    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_fd().as_raw_fd(), &mut opts) };
-    if rc < 0 {
-        return Err(BpfError::Io {
-            what: "BPF_PROG_RUN (skb, ctx out)".into(),
-            source: std::io::Error::from_raw_os_error(-rc),
-        });
-    }
-    Ok((opts.retval, out.priority))
+    run_once_skb_priority_frame(prog, input).map(|(verdict, _, priority)| (verdict, priority))
 }
 
 /// As `run_once_skb_priority`, with the frame after as well: the raw

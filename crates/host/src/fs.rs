@@ -29,9 +29,17 @@ impl FileLock {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let f = File::create(path)?;
-        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-            .map(FileLock)
-            .map_err(|(_, e)| std::io::Error::from(e))
+        let mut f = File::create(path)?;
+        // A signal (SIGHUP to reload, our handlers do not restart system
+        // calls) interrupts the wait: wait again, unless asked to stop.
+        loop {
+            match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive) {
+                Ok(l) => return Ok(FileLock(l)),
+                Err((back, nix::errno::Errno::EINTR)) if !crate::signals::stop_requested() => {
+                    f = back
+                }
+                Err((_, e)) => return Err(std::io::Error::from(e)),
+            }
+        }
     }
 }

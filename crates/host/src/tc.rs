@@ -148,7 +148,8 @@ const NLMSG_ERROR: u16 = 2;
 /// rtnetlink for tc in the calling thread's namespace.
 pub struct Tc {
     nl: NetlinkHere,
-    /// A plain socket for batches (`apply`), opened on first use.
+    /// A plain socket for batches (`apply`), opened with `nl` (in the
+    /// opening thread's namespace).
     raw: std::cell::OnceCell<rtnetlink::sys::Socket>,
     seq: std::cell::Cell<u32>,
 }

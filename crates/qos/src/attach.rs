@@ -59,12 +59,12 @@ pub fn dir_here(iface: &str) -> Result<PathBuf> {
 const LOCK: &str = "/run/peregrine/qos.lock";
 
 /// Holds off every other process's change to a policer (apply, rule add
-/// and remove, detach) until dropped: each reads the running rules and
+/// and remove, class changes, detach, stale cleanup) until dropped: each reads the running rules and
 /// writes on from what it read (a new rule takes the lowest free id and
 /// resets that id's meter), so two at once on one policer would give two
 /// rules one id and one meter. Not taken twice by one thread: a second
 /// `flock` would wait for the first.
-fn lock_changes() -> Result<peregrine_host::fs::FileLock> {
+pub(crate) fn lock_changes() -> Result<peregrine_host::fs::FileLock> {
     peregrine_host::fs::FileLock::exclusive(Path::new(LOCK))
         .map_err(|e| QosError::Other(format!("locking {LOCK}: {e}")))
 }
@@ -482,6 +482,9 @@ pub fn detach(iface: &str) -> Result<()> {
 /// Removes the pins of policers whose interface or namespace is gone (or
 /// whose run was killed before its link was pinned); how many.
 pub fn detach_stale() -> Result<usize> {
+    // Under the lock: a policer being applied has its directory before its
+    // link pin, and looks stale in between.
+    let _lock = lock_changes()?;
     let stale: Vec<_> = list().into_iter().filter(Attachment::stale).collect();
     for a in &stale {
         remove(&a.dir, a.cookie)?;
@@ -493,6 +496,7 @@ pub fn detach_stale() -> Result<usize> {
 /// and their namespace found nowhere: nobody can own them any more); a
 /// live one in a namespace this process cannot see is kept. How many.
 pub fn detach_gone_namespaces() -> Result<usize> {
+    let _lock = lock_changes()?;
     let live: Vec<u64> = netns::cookies().into_iter().map(|(_, c)| c).collect();
     let gone: Vec<_> = list()
         .into_iter()
@@ -506,6 +510,7 @@ pub fn detach_gone_namespaces() -> Result<usize> {
 
 /// Detaches every policer on the host, live and stale; how many.
 pub fn detach_all() -> Result<usize> {
+    let _lock = lock_changes()?;
     let all = list();
     for a in &all {
         remove(&a.dir, a.cookie)?;

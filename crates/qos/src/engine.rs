@@ -73,6 +73,9 @@ pub fn serve(
 /// Applies `change` to the scheduler serving `iface` here, whichever
 /// engine it is; the class's id.
 pub fn change_class(iface: &str, change: &ClassChange) -> Result<u32> {
+    // A change reads the classes (and the rules naming them) and writes on
+    // from what it read: one at a time, as rule changes.
+    let _lock = attach::lock_changes()?;
     match attach::htb_here(iface)? {
         Some(r) if r.live_owner().is_some() => htb_change_class(iface, &r, change),
         _ => crate::serve::change_class(iface, change),

@@ -15,8 +15,9 @@
 //!   and the link are split evenly over the queues (the classifier spreads
 //!   flows by hash).
 //!
-//! A tree is built in netlink batches (`Tc::apply`): 10,000 classes and
-//! their leaves are some 600 sendmsg calls, not 20,000 round trips.
+//! A tree is built in netlink batches (`Tc::apply`, about 32 KiB of
+//! requests per sendmsg and one ACK each): 10,000 classes and their leaves
+//! are some 50 sendmsg calls, not 20,000 round trips.
 //!
 //! The record of what peregrine made is the classifier's `htb_port` map
 //! (device, root handle, owner pid), found from its link pinned at
