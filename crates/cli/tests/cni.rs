@@ -190,6 +190,32 @@ impl Node {
     }
 
     /// The plugin run directly, as a runtime runs it.
+    /// peregrine-cni's ADD for the pod at netns path `pod`, started with
+    /// `conf` on its stdin and left running (to be killed midway), its
+    /// stdout to `stdout`.
+    fn spawn_add(&self, pod: &str, conf: &str, stdout: Stdio) -> std::process::Child {
+        let mut c = Command::new("ip");
+        c.args([
+            "netns",
+            "exec",
+            &self.ns,
+            env!("CARGO_BIN_EXE_peregrine-cni"),
+        ])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_PATH", self.dir.join("bin"))
+        .stdin(Stdio::piped())
+        .stdout(stdout)
+        .stderr(Stdio::null());
+        for (key, v) in attach_env(pod, "ADD") {
+            c.env(key, v);
+        }
+        let mut ch = c.spawn().unwrap();
+        use std::io::Write;
+        let _ = ch.stdin.take().unwrap().write_all(conf.as_bytes());
+        ch
+    }
+
     fn plugin(&self, env: &[(&str, &str)], stdin: &str) -> (Output, serde_json::Value) {
         let mut c = Command::new("ip");
         c.args([
@@ -1259,28 +1285,7 @@ fn an_add_killed_at_any_point_is_cleaned_by_the_next_del() {
     let started = Instant::now();
     const KILLS: u64 = 30;
     for k in 0..KILLS {
-        let mut c = Command::new("ip");
-        c.args([
-            "netns",
-            "exec",
-            &node.ns,
-            env!("CARGO_BIN_EXE_peregrine-cni"),
-        ])
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_PATH", node.dir.join("bin"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        for (key, v) in attach_env(pod, "ADD") {
-            c.env(key, v);
-        }
-        let mut ch = c.spawn().unwrap();
-        {
-            use std::io::Write;
-            let mut i = ch.stdin.take().unwrap();
-            let _ = i.write_all(conf.as_bytes());
-        }
+        let mut ch = node.spawn_add(pod, &conf, Stdio::null());
         let within = [5, 20, 60, 150][k as usize % 4];
         std::thread::sleep(Duration::from_millis(rng.below(within)));
         let veth = link_exists(&node.ns, &host);
@@ -1385,28 +1390,7 @@ fn the_agent_killed_mid_add_and_restarted_leaves_nothing_after_del() {
     let started = Instant::now();
     const KILLS: u64 = 20;
     for k in 0..KILLS {
-        let mut c = Command::new("ip");
-        c.args([
-            "netns",
-            "exec",
-            &node.ns,
-            env!("CARGO_BIN_EXE_peregrine-cni"),
-        ])
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_PATH", node.dir.join("bin"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-        for (key, v) in attach_env(pod, "ADD") {
-            c.env(key, v);
-        }
-        let mut ch = c.spawn().unwrap();
-        {
-            use std::io::Write;
-            let mut i = ch.stdin.take().unwrap();
-            let _ = i.write_all(conf.as_bytes());
-        }
+        let mut ch = node.spawn_add(pod, &conf, Stdio::piped());
         let within = [10, 60, 250, 1000][k as usize % 4];
         std::thread::sleep(Duration::from_millis(rng.below(within)));
         let agent = node.agent.take().expect("the agent runs");

@@ -258,19 +258,9 @@ pub fn set_class(
     leaf: bool,
     replace: bool,
 ) -> Result<()> {
-    for q in 0..tree.queues {
-        let hc = tree.class(q, id, parent, c);
-        tc.set_htb_class(tree.ifindex, &hc, !replace)?;
-        if leaf {
-            tc.set_pfifo(
-                tree.ifindex,
-                hc.classid,
-                tree.leaf(q, id)?,
-                c.queue_limit as u32,
-                replace,
-            )?;
-        }
-    }
+    let mut changes = Vec::with_capacity(2 * usize::from(tree.queues));
+    class_changes(tree, id, parent, c, leaf, replace, &mut changes)?;
+    tc.apply(&changes)?;
     Ok(())
 }
 
