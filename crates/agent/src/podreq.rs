@@ -130,6 +130,7 @@ fn add(h: &mut impl Host, pod: PodPort) -> Reply {
         pod: pod.clone(),
         in_pod: same_ns.and_then(|p| p.in_pod),
         in_pod_policer: same_ns.and_then(|p| p.in_pod_policer),
+        in_pod_pending: None,
     };
     h.registry().pods.insert(pod.key.clone(), rec.clone());
     if let Err(e) = h.registry().save() {
@@ -143,11 +144,12 @@ fn add(h: &mut impl Host, pod: PodPort) -> Reply {
     let in_pod_wanted = pod.polices(Direction::Ingress) || pod.bandwidth.egress_rate.is_some();
     if failed.is_none() {
         if in_pod_wanted {
-            match apply_in_pod(&pod, same_ns) {
+            match mark_in_pod(h, &mut rec).and_then(|()| apply_in_pod(&pod, same_ns)) {
                 Ok(put) => {
                     lines.extend(put.lines.into_iter().map(|l| format!("{who}: {l}")));
                     rec.in_pod = Some(put.cookie);
                     rec.in_pod_policer = put.policer;
+                    rec.in_pod_pending = None;
                 }
                 Err(e) => failed = Some(e),
             }
@@ -195,6 +197,17 @@ fn add(h: &mut impl Host, pod: PodPort) -> Reply {
         if prev.is_some() { " (re-added)" } else { "" }
     ));
     reply(true, lines)
+}
+
+/// Saves `rec` as being put inside its pod (its namespace and what
+/// policer ran there before) before anything is put there: a restarted
+/// agent then knows which policer there is its own.
+fn mark_in_pod(h: &mut impl Host, rec: &mut PodRecord) -> Result<(), String> {
+    let (cookie, pending) = in_pod_before(&rec.pod)?;
+    rec.in_pod = Some(cookie);
+    rec.in_pod_pending = Some(pending);
+    h.registry().pods.insert(rec.pod.key.clone(), rec.clone());
+    h.registry().save()
 }
 
 fn restore(h: &mut impl Host, key: &PodKey, prev: Option<PodRecord>) {

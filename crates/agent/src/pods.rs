@@ -236,6 +236,21 @@ pub struct PodRecord {
     /// else's: never replaced, never removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_pod_policer: Option<u32>,
+    /// Saved before the agent puts QoS inside the pod and cleared once
+    /// what it put is recorded. A restarted agent that finds it takes the
+    /// live policer there as its own unless it is the one that ran before:
+    /// an agent killed between the attach and the record leaves nothing
+    /// behind after the pod's DEL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_pod_pending: Option<InPodPending>,
+}
+
+/// What ran on the pod's interface inside its namespace before the agent
+/// put its QoS there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InPodPending {
+    /// The link id of the policer that ran there (None: none did).
+    pub before: Option<u32>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -418,6 +433,7 @@ pub(crate) fn validate(p: &PodPort, decl: &NodeDecl, reg: &Registry) -> Result<(
             pod: p.clone(),
             in_pod: None,
             in_pod_policer: None,
+            in_pod_pending: None,
         },
     );
     let before = compose::check(&effective(decl, reg));
@@ -577,6 +593,17 @@ pub(crate) fn apply_in_pod(p: &PodPort, prev: Option<&PodRecord>) -> Result<InPo
     .map_err(|e| format!("{e} (on {} in {})", p.key.ifname, p.netns))
 }
 
+/// The pod's namespace's cookie and the link id of the policer that runs
+/// on its interface there now: what `in_pod_pending` records.
+pub(crate) fn in_pod_before(p: &PodPort) -> Result<(u64, InPodPending), String> {
+    let ifname = p.key.ifname.clone();
+    let (cookie, link) = in_netns(&p.netns, move || {
+        peregrine_qos::attach::link_here(&ifname).map(|l| l.map(|l| l.link_id))
+    })?;
+    let before = link.map_err(|e| format!("{e} (on {} in {})", p.key.ifname, p.netns))?;
+    Ok((cookie, InPodPending { before }))
+}
+
 /// Removes the pod's in-namespace QoS: the policer (the agent's own, by
 /// its link id) and the shaper in its namespace if that is still the one
 /// recorded, and the policer's pins either way (a namespace gone leaves
@@ -633,24 +660,30 @@ pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
     Ok(line)
 }
 
-/// Records written before the agent kept its in-pod policer's link id
-/// (`in_pod_policer`) say only that it put something in the pod: the
-/// policer that runs there for a pod policed on ingress is the one that
-/// agent put (it replaced whatever ran there), so its link is taken as the
-/// agent's own.
+/// The pods whose record does not say which policer inside the pod is
+/// the agent's: those saved while the agent was putting it there
+/// (`in_pod_pending`), and those written before the agent kept its link id.
+/// A live policer there that is not the one that ran before is the
+/// agent's (it replaced whatever ran there, or refused the ADD).
 fn adopt_unrecorded_policers(pods: &mut BTreeMap<PodKey, PodRecord>) {
     let unrecorded = |r: &PodRecord| {
-        r.in_pod.is_some() && r.in_pod_policer.is_none() && r.pod.polices(Direction::Ingress)
+        r.in_pod.is_some()
+            && (r.in_pod_pending.is_some() || r.in_pod_policer.is_none())
+            && r.pod.polices(Direction::Ingress)
     };
     if !pods.values().any(unrecorded) {
         return;
     }
     let running = peregrine_qos::attach::list();
     for r in pods.values_mut().filter(|r| unrecorded(r)) {
-        r.in_pod_policer = running
+        let before = r.in_pod_pending.take().and_then(|p| p.before);
+        let live = running
             .iter()
             .filter(|a| Some(a.cookie) == r.in_pod && a.iface == r.pod.key.ifname)
             .find_map(|a| a.link.filter(|l| l.live()).map(|l| l.link_id));
+        if live.is_some() && live != before {
+            r.in_pod_policer = live;
+        }
     }
 }
 

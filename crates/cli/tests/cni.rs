@@ -1544,7 +1544,7 @@ fn the_invoker_in_a_pod_answers_through_the_router_in_both_orders() {
 /// detached it as if it were its own).
 #[test]
 fn a_pods_deny_list_is_the_agents_own_policer_and_the_users_is_left_alone() {
-    let node = Node::up("cnidn", &["cnidn-p1", "cnidn-p2"]);
+    let mut node = Node::up("cnidn", &["cnidn-p1", "cnidn-p2"]);
     node.conflist(
         "dnet",
         "1.1.0",
@@ -1601,6 +1601,30 @@ fn a_pods_deny_list_is_the_agents_own_policer_and_the_users_is_left_alone() {
         "{e}"
     );
     assert_eq!(reach(&ip), [0, 20], "the deny list still holds");
+    // The agent killed after it attached the policer and before it
+    // recorded the link: its record says only that it was putting QoS in
+    // the pod and that no policer ran there before. The restarted agent
+    // takes the policer as its own, and DEL removes it.
+    node.stop_agent();
+    let pods_json = node.run_dir().join("pods.json");
+    let mut reg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&pods_json).unwrap()).unwrap();
+    let rec = reg["pods"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|r| r["in_pod"].is_u64())
+        .expect("p1's record with its in-pod policer");
+    assert!(rec["in_pod_policer"].is_u64(), "{rec}");
+    rec.as_object_mut().unwrap().remove("in_pod_policer");
+    rec["in_pod_pending"] = serde_json::json!({"before": null});
+    std::fs::write(&pods_json, reg.to_string()).unwrap();
+    node.start_agent();
+    assert_eq!(
+        reach(&ip),
+        [0, 20],
+        "the deny list holds across the restart"
+    );
     cni_ok(&node.cnitool("del", "dnet", "cnidn-p1", &[]), "del p1");
     assert_eq!(
         policers_in_p1(),
