@@ -1,0 +1,1 @@
+target/release/peregrine bench soak --duration 30m --out docs/results   # 2026-11-27 07:33-08:03 UTC, quiet machine (run as a copy of target/release/peregrine built from a4c4bd7's tree, out to /tmp and copied here)
