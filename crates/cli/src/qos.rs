@@ -277,6 +277,7 @@ pub fn run(cmd: QosCmd) -> Result<()> {
         }
         QosCmd::Class(cmd) => {
             require_bpf("qos class")?;
+            crate::agent::refuse_beside_agent("scheduler's classes", None)?;
             let (iface, change) = match cmd {
                 ClassCmd::Add(on) => (on.iface, ClassChange::Add(on.class.config()?)),
                 ClassCmd::Change(on) => (on.iface, ClassChange::Change(on.class.config()?)),
@@ -292,11 +293,13 @@ pub fn run(cmd: QosCmd) -> Result<()> {
         }
         QosCmd::Rule(RuleCmd::Add { iface, rule }) => {
             require_bpf("qos rule add")?;
+            crate::agent::refuse_beside_agent("policer's rules", None)?;
             let id = attach::add_rule_fields(&iface, &rule.fields()?)?;
             println!("rule {id} added on {iface}");
         }
         QosCmd::Rule(RuleCmd::Del { iface, id }) => {
             require_bpf("qos rule del")?;
+            crate::agent::refuse_beside_agent("policer's rules", None)?;
             attach::remove_rule(&iface, id)?;
             println!("rule {id} removed from {iface}");
         }

@@ -594,6 +594,72 @@ fn agent_follows_ports_repairs_drift_and_reloads() {
     );
 }
 
+/// Together: the agent applying its declared policer on a1 while the user
+/// changes that policer's rules by hand (`qos rule add`/`del`, `qos class`)
+/// at the same moment. Each hand change is refused in one line pointing at
+/// the agent (the agent would otherwise keep a rule it never declared, or
+/// drop the user's at its next apply), and the policer holds exactly the
+/// declared rule at the declared rate after every reload.
+#[test]
+fn hand_changes_to_the_agents_policer_at_once_are_refused_and_change_nothing() {
+    let Some(t) = Topo::privileged_up("agh") else {
+        return;
+    };
+    let r = t.ns("R");
+    let dir = tmp("agent-hand-rules");
+    let a = Agent::start(&r, &dir, &format!("{ROUTER_TC}{POLICER_A1}"));
+    a.wait_for(10, "policer applied", |s| {
+        s["qos"]
+            .as_array()
+            .is_some_and(|q| q.len() == 1 && q[0]["live"] == true)
+    });
+    let hands: Vec<Vec<&str>> = vec![
+        vec![
+            "qos", "rule", "add", "--iface", "a1", "--proto", "udp", "--dport", "9", "--rate", "0",
+        ],
+        vec!["qos", "rule", "del", "--iface", "a1", "1"],
+        vec!["qos", "class", "del", "--iface", "a1", "bulk"],
+    ];
+    let rates = ["30Mbit", "20Mbit", "40Mbit", "20Mbit"];
+    let refused = std::thread::scope(|sc| {
+        let user = sc.spawn(|| {
+            let mut refused = 0;
+            let end = Instant::now() + Duration::from_secs(60);
+            for i in 0..24 {
+                assert!(Instant::now() < end, "hand changes take over 60 s");
+                let o = a.pg(&hands[i % hands.len()]);
+                let e = text(&o.stderr);
+                assert_eq!(o.status.code(), Some(2), "hand change {i}: {e}");
+                assert!(
+                    e.contains("peregrine agent (pid") && e.trim().lines().count() == 1,
+                    "hand change {i}: one line pointing at the agent: {e}"
+                );
+                refused += 1;
+            }
+            refused
+        });
+        for rate in rates {
+            let o = a.apply(
+                "node.toml",
+                &format!("{ROUTER_TC}{}", POLICER_A1.replace("20Mbit", rate)),
+            );
+            ok(&o, &format!("apply with the policer at {rate}"));
+        }
+        user.join().unwrap()
+    });
+    assert_eq!(refused, 24);
+    let rule = pod_policer_rule(&r, "a1").expect("the declared policer runs");
+    assert_eq!(
+        rule["rate"], "20000000 bit/s",
+        "the last declared rate, nothing else: {rule:#}"
+    );
+    assert!(
+        !a.log().contains("ERROR"),
+        "the agent logged an error: {}",
+        a.log()
+    );
+}
+
 /// A function service in the server's namespace behind the router at tc:
 /// the agent supervises it, the router delivers through its XDP hook (so
 /// every request reaches it), and a SIGKILLed service is back within 1 s.

@@ -461,6 +461,50 @@ fn full_tier_daemonset_pods_through_the_router_and_a_clean_host() {
         );
     }
 
+    // The other order: node 2's Node object arrives while the pods run, and
+    // goes while they run. Its route comes and goes; the pods' own routes
+    // and ports stay, and they reach each other throughout.
+    let ping = |from: &(String, String), to: &(String, String), when: &str| {
+        let o = exec(
+            &c,
+            &from.0,
+            &["ping", "-c", "2", "-i", "0.2", "-W", "2", &to.1],
+        );
+        assert!(
+            o.status.success(),
+            "{when}: ping {} -> {}: {}{}",
+            from.0,
+            to.1,
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+    };
+    let link2 = HostLink::add("pgk8s-n2a", "pgk8s-n2b", "198.18.251.1/24");
+    c.kubectl_ok(&["create", "-f", node2.to_str().unwrap()]);
+    c.wait("node 2's route, pods running", 30, || {
+        let r = route_to("198.18.241.0/24");
+        r.contains("via 198.18.251.2") && r.contains("proto 176")
+    });
+    ping(&pods[0], &pods[1], "node 2 added while pods run");
+    c.kubectl_ok(&["delete", "node", "pg-node-2"]);
+    c.wait("node 2's route goes, pods running", 30, || {
+        route_to("198.18.241.0/24").is_empty()
+    });
+    drop(link2);
+    ping(&pods[1], &pods[0], "node 2 deleted while pods run");
+    let held = agent_status().unwrap()["pods"].as_array().map_or(0, |p| {
+        p.iter().filter(|p| p["pod_namespace"] == "default").count()
+    });
+    assert!(held >= 4, "the agent still holds the web pods ({held})");
+    let after_node = router_rx();
+    for (n, _) in &pods {
+        assert!(
+            after_node.iter().any(|p| p.0 == iface[n]),
+            "{n}'s port after node 2 came and went: {after_node:?}"
+        );
+    }
+    step("Node objects while pods run: node 2 came and went, pods untouched");
+
     // 3. Ping, TCP and UDP between pods; the senders' router ports count them.
     let (p0, p1, p2, p3) = (&pods[0], &pods[1], &pods[2], &pods[3]);
     let o = exec(
