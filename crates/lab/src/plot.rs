@@ -583,10 +583,26 @@ where
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
+        .x_labels(6)
+        .x_label_formatter(&|x| tick(*x))
+        .y_label_formatter(&|y| tick(*y))
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(perr)?;
     Ok(chart)
+}
+
+/// An axis label: as few digits as say it (`1800`, `2.5`, `0.125`), not
+/// `1800.0`; six labels at most on an x axis, which three panels side by
+/// side share the width of.
+fn tick(v: f64) -> String {
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
 }
 
 /// A linear chart's context: f64 on both axes.
@@ -850,4 +866,16 @@ where
         .draw()
         .map_err(perr)?;
     draw_series(&mut chart, series, SeriesLabelPosition::UpperLeft)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ticks_say_as_few_digits_as_they_need() {
+        let got: Vec<String> = [0.0, 1800.0, 2.5, 0.125, -0.0001, 1e6]
+            .iter()
+            .map(|v| super::tick(*v))
+            .collect();
+        assert_eq!(got, ["0", "1800", "2.5", "0.125", "0", "1000000"]);
+    }
 }
