@@ -62,8 +62,9 @@ const LOCK: &str = "/run/peregrine/qos.lock";
 /// and remove, class changes, detach, stale cleanup) until dropped: each reads the running rules and
 /// writes on from what it read (a new rule takes the lowest free id and
 /// resets that id's meter), so two at once on one policer would give two
-/// rules one id and one meter. Not taken twice by one thread: a second
-/// `flock` would wait for the first.
+/// rules one id and one meter. Not taken twice by one process: a second
+/// `flock` (another open file description) would wait for the first; a
+/// holder calls the `_locked` variants (`apply_locked`, `detach_locked`).
 pub(crate) fn lock_changes() -> Result<peregrine_host::fs::FileLock> {
     peregrine_host::fs::FileLock::exclusive(Path::new(LOCK))
         .map_err(|e| QosError::Other(format!("locking {LOCK}: {e}")))
@@ -204,9 +205,22 @@ pub struct Applied {
 /// Moving a running policer to the other hook is refused (detach first):
 /// the two hooks cannot be swapped in one step.
 pub fn apply(iface: &str, hook: Hook, rules: &[Rule]) -> Result<Applied> {
+    let lock = lock_changes()?;
+    apply_locked(&lock, iface, hook, rules)
+}
+
+/// `apply` for a caller that holds the policer lock (`lock_changes`, the
+/// guard passed as proof) and keeps holding it after: `qos serve` checks
+/// that no scheduler runs, applies and records itself as the owner in one
+/// step, so no other process's `apply` can replace the program in between.
+pub(crate) fn apply_locked(
+    _held: &peregrine_host::fs::FileLock,
+    iface: &str,
+    hook: Hook,
+    rules: &[Rule],
+) -> Result<Applied> {
     bpffs::ensure_mounted()?;
     let dir = dir_here(iface)?;
-    let _lock = lock_changes()?;
     let mut existing = attachment(&dir, 0, iface);
     if existing.htb_pin {
         if let Some(pid) = existing.htb.and_then(|r| r.live_owner()) {
@@ -460,8 +474,14 @@ fn remove(dir: &Path, cookie: u64) -> Result<()> {
 
 /// Detaches the policer on `iface` here.
 pub fn detach(iface: &str) -> Result<()> {
+    let lock = lock_changes()?;
+    detach_locked(&lock, iface)
+}
+
+/// `detach` for a caller that holds the policer lock (the guard passed as
+/// proof): a `qos serve` whose start fails undoes it in the same step.
+pub(crate) fn detach_locked(_held: &peregrine_host::fs::FileLock, iface: &str) -> Result<()> {
     let dir = dir_here(iface)?;
-    let _lock = lock_changes()?;
     if !dir.exists() {
         return Err(QosError::Request(format!(
             "no policer on {iface} in this network namespace"

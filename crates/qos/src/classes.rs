@@ -6,6 +6,7 @@ use peregrine_bpf::policer::{
     ClassCounters, ClassSlot, InstalledRule, PolicerMaps, CLASS_NAME_LEN, MAX_CLASSES,
 };
 
+use crate::config::ClassIndex;
 use crate::error::{QosError, Result};
 use crate::sched::{ClassConfig, Scheduler};
 
@@ -154,12 +155,7 @@ pub fn slot_after(change: &ClassChange, ordered: &[(u32, ClassConfig)]) -> Class
     match change {
         ClassChange::Delete(_) => ClassSlot::default(),
         ClassChange::Add(c) | ClassChange::Change(c) => {
-            let parent = c
-                .parent
-                .as_ref()
-                .and_then(|p| ordered.iter().find(|(_, o)| &o.name == p))
-                .map_or(0, |(i, _)| *i);
-            class_slot(c, parent)
+            class_slot(c, ClassIndex::new(ordered).parent_id(c))
         }
     }
 }
@@ -179,35 +175,31 @@ pub fn plan_change(
     link_burst: u64,
     max: u32,
 ) -> Result<(u32, Vec<(u32, ClassConfig)>)> {
-    let find = |classes: &[(u32, ClassConfig)], name: &str| {
-        classes
-            .iter()
-            .position(|(_, c)| c.name == name)
+    let index = ClassIndex::new(&classes);
+    let find = |name: &str| {
+        index
+            .position(name)
             .ok_or_else(|| QosError::Config(format!("no class {name:?} on {iface}")))
     };
     let id = match change {
         ClassChange::Add(c) => {
-            if classes.iter().any(|(_, o)| o.name == c.name) {
+            if index.id(&c.name).is_some() {
                 return Err(QosError::Config(format!("class {:?} exists", c.name)));
             }
-            let used: std::collections::HashSet<u32> = classes.iter().map(|(u, _)| *u).collect();
-            let id = (1..max)
-                .find(|i| !used.contains(i))
+            let id = index
+                .free_id(max)
                 .ok_or_else(|| QosError::Config("every class id is in use".into()))?;
             classes.push((id, c.clone()));
             id
         }
         ClassChange::Change(c) => {
-            let k = find(&classes, &c.name)?;
+            let k = find(&c.name)?;
             classes[k].1 = c.clone();
             classes[k].0
         }
         ClassChange::Delete(name) => {
-            let k = find(&classes, name)?;
-            if classes
-                .iter()
-                .any(|(_, c)| c.parent.as_deref() == Some(name))
-            {
+            let k = find(name)?;
+            if !index.is_leaf(name) {
                 return Err(QosError::Config(format!(
                     "class {name:?} has child classes: delete them first"
                 )));
@@ -227,23 +219,8 @@ pub fn plan_change(
         }
     };
     // Parents before children, as the scheduler wants them.
-    let mut ordered: Vec<(u32, ClassConfig)> = Vec::new();
-    let mut names_in: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut ids_in: std::collections::HashSet<u32> = std::collections::HashSet::new();
-    while ordered.len() < classes.len() {
-        let before = ordered.len();
-        for (i, c) in &classes {
-            let parent_in = c.parent.as_ref().is_none_or(|p| names_in.contains(p));
-            if parent_in && !ids_in.contains(i) {
-                ids_in.insert(*i);
-                names_in.insert(c.name.clone());
-                ordered.push((*i, c.clone()));
-            }
-        }
-        if ordered.len() == before {
-            return Err(QosError::Config("a class's parent is not defined".into()));
-        }
-    }
+    let ordered = ClassIndex::parents_first(&classes)
+        .ok_or_else(|| QosError::Config("a class's parent is not defined".into()))?;
     Scheduler::<()>::new(
         link_bps,
         link_burst,

@@ -14,6 +14,8 @@
 //! burst = "64KiB"             # bytes for a bit rate, packets for a packet rate
 //! exceed = "drop"             # or "remark:0" (set DSCP 0, pass)
 //! ```
+use std::collections::{HashMap, HashSet};
+
 use serde::Deserialize;
 
 use peregrine_bpf::policer::{Exceed, Match, Rate, Rule};
@@ -213,40 +215,112 @@ impl RuleFields {
     }
 }
 
-/// The id of leaf class `name`.
-/// The scheduler's classes by name, for the rules that name one (a file
-/// of 100,000 rules over 10,000 classes looks each name up once).
+/// The scheduler's classes by name, built once and asked many times (a
+/// file of 100,000 rules over 10,000 classes looks each name up once; a
+/// tree of 16,383 classes finds each parent once): each name's id, its
+/// position, whether a class names it as parent (a leaf: none does); and
+/// the ids in use.
 #[derive(Debug, Default)]
 pub struct ClassIndex {
-    /// name -> (id, has child classes)
-    by_name: std::collections::HashMap<String, (u32, bool)>,
+    /// name -> its class (a name defined twice, refused later: the first)
+    by_name: HashMap<String, Indexed>,
+    /// The ids of the classes.
+    ids: HashSet<u32>,
+}
+
+/// One name's class in a `ClassIndex`.
+#[derive(Debug, Clone, Copy)]
+struct Indexed {
+    id: u32,
+    /// Its position in the classes indexed.
+    at: usize,
+    /// A class names it as parent.
+    has_children: bool,
 }
 
 impl ClassIndex {
     /// `classes`: the scheduler's classes by id (a file's, or a running
     /// scheduler's).
     pub fn new(classes: &[(u32, ClassConfig)]) -> ClassIndex {
-        let mut by_name = std::collections::HashMap::new();
-        for (id, c) in classes {
-            // A name defined twice (refused later) is its first class.
-            by_name.entry(c.name.clone()).or_insert((*id, false));
+        let mut by_name = HashMap::with_capacity(classes.len());
+        let mut ids = HashSet::with_capacity(classes.len());
+        for (at, (id, c)) in classes.iter().enumerate() {
+            by_name.entry(c.name.clone()).or_insert(Indexed {
+                id: *id,
+                at,
+                has_children: false,
+            });
+            ids.insert(*id);
         }
         for (_, c) in classes {
             if let Some(p) = c.parent.as_deref().and_then(|p| by_name.get_mut(p)) {
-                p.1 = true;
+                p.has_children = true;
             }
         }
-        ClassIndex { by_name }
+        ClassIndex { by_name, ids }
+    }
+
+    /// The id of class `name`.
+    pub fn id(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).map(|e| e.id)
+    }
+
+    /// The position of class `name` in the classes indexed.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).map(|e| e.at)
+    }
+
+    /// The id of `c`'s parent; 0 (the link) when it has none or its
+    /// parent is not among the classes.
+    pub fn parent_id(&self, c: &ClassConfig) -> u32 {
+        c.parent.as_deref().and_then(|p| self.id(p)).unwrap_or(0)
+    }
+
+    /// No class names `name` as parent.
+    pub fn is_leaf(&self, name: &str) -> bool {
+        !self.by_name.get(name).is_some_and(|e| e.has_children)
+    }
+
+    /// The lowest id of 1..`max` no class has.
+    pub fn free_id(&self, max: u32) -> Option<u32> {
+        (1..max).find(|i| !self.ids.contains(i))
+    }
+
+    /// `classes` with parents before children (the order the scheduler
+    /// takes them in): pass after pass over them in their order, each
+    /// taking the classes whose parent is in; None when a class's parent
+    /// never is (not defined, or a cycle).
+    pub fn parents_first(classes: &[(u32, ClassConfig)]) -> Option<Vec<(u32, ClassConfig)>> {
+        let index = ClassIndex::new(classes);
+        let mut placed = vec![false; classes.len()];
+        let mut ordered = Vec::with_capacity(classes.len());
+        while ordered.len() < classes.len() {
+            let before = ordered.len();
+            for (k, (i, c)) in classes.iter().enumerate() {
+                let parent_in = c
+                    .parent
+                    .as_deref()
+                    .is_none_or(|p| index.position(p).is_some_and(|at| placed[at]));
+                if parent_in && !placed[k] {
+                    placed[k] = true;
+                    ordered.push((*i, c.clone()));
+                }
+            }
+            if ordered.len() == before {
+                return None;
+            }
+        }
+        Some(ordered)
     }
 
     /// The id of leaf class `name`.
     fn leaf_id(&self, name: &str) -> std::result::Result<u16, String> {
         match self.by_name.get(name) {
             None => Err(format!("class {name:?} is not defined")),
-            Some((_, true)) => Err(format!(
+            Some(e) if e.has_children => Err(format!(
                 "class {name:?} has child classes: packets go to leaf classes"
             )),
-            Some((id, false)) => Ok(*id as u16),
+            Some(e) => Ok(e.id as u16),
         }
     }
 }
@@ -303,6 +377,19 @@ impl Engine {
             Engine::Afxdp => peregrine_bpf::policer::MAX_CLASSES,
             Engine::Htb => peregrine_bpf::policer::HTB_MAX_CLASSES,
         }
+    }
+
+    /// Refuses `n` classes when that is more than this engine takes (ids
+    /// 1..max_classes()), in one line naming the engine and its limit.
+    pub fn check_class_count(self, n: usize) -> std::result::Result<(), String> {
+        if n >= self.max_classes() as usize {
+            return Err(format!(
+                "{n} classes: the {} engine takes at most {}",
+                self.as_str(),
+                self.max_classes() - 1
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -441,13 +528,10 @@ impl PolicerConfig {
                 Some(e) => e.parse::<Engine>().ok(),
                 None => Some(Engine::Afxdp),
             };
-            if let Some(engine) = engine.filter(|e| file.class.len() >= e.max_classes() as usize) {
-                return Err(cfg_err(format!(
-                    "{} classes: the {} engine takes at most {}",
-                    file.class.len(),
-                    engine.as_str(),
-                    engine.max_classes() - 1
-                )));
+            if let Some(engine) = engine {
+                engine
+                    .check_class_count(file.class.len())
+                    .map_err(cfg_err)?;
             }
         }
         let index = ClassIndex::new(&classes);
@@ -759,6 +843,76 @@ dscp = 46
             assert!(e.contains(want), "{text:?}: {e} (want {want})");
             assert!(!e.contains('\n'), "{e}");
         }
+    }
+
+    fn class(name: &str, parent: Option<&str>) -> ClassConfig {
+        ClassConfig {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            rate_bps: 1_000_000,
+            ceil_bps: 1_000_000,
+            burst: 15_140,
+            priority: 0,
+            weight: 1,
+            queue_limit: 1000,
+        }
+    }
+
+    #[test]
+    fn the_class_index_knows_ids_parents_and_leaves() {
+        // Ids need not follow positions; a child may stand before its parent.
+        let classes = vec![
+            (7, class("voice", Some("all"))),
+            (3, class("all", None)),
+            (9, class("bulk", Some("all"))),
+            (1, class("bulk-low", Some("bulk"))),
+            (4, class("stray", Some("gone"))),
+        ];
+        let index = ClassIndex::new(&classes);
+        assert_eq!((index.id("all"), index.id("gone")), (Some(3), None));
+        assert_eq!(
+            (index.position("bulk"), index.position("gone")),
+            (Some(2), None)
+        );
+        let parents: Vec<u32> = classes.iter().map(|(_, c)| index.parent_id(c)).collect();
+        assert_eq!(parents, [3, 0, 3, 9, 0], "0: none, or not defined");
+        let leaves: Vec<bool> = classes
+            .iter()
+            .map(|(_, c)| index.is_leaf(&c.name))
+            .collect();
+        assert_eq!(leaves, [true, false, false, true, true]);
+        assert_eq!((index.free_id(10), index.free_id(2)), (Some(2), None));
+        assert_eq!(index.leaf_id("voice"), Ok(7));
+        assert!(index
+            .leaf_id("all")
+            .unwrap_err()
+            .contains("has child classes"));
+        assert!(index
+            .leaf_id("gone")
+            .unwrap_err()
+            .contains("is not defined"));
+
+        assert_eq!(ClassIndex::parents_first(&classes), None, "stray's parent");
+        let ordered = ClassIndex::parents_first(&classes[..4]).unwrap();
+        let ids: Vec<u32> = ordered.iter().map(|(i, _)| *i).collect();
+        assert_eq!(ids, [3, 9, 1, 7], "pass by pass, each in file order");
+    }
+
+    #[test]
+    fn each_engine_refuses_more_classes_than_it_takes_in_one_message() {
+        for engine in [Engine::Afxdp, Engine::Htb] {
+            let max = engine.max_classes() as usize;
+            assert_eq!(engine.check_class_count(max - 1), Ok(()));
+            assert_eq!(
+                engine.check_class_count(max),
+                Err(format!(
+                    "{max} classes: the {} engine takes at most {}",
+                    engine.as_str(),
+                    max - 1
+                ))
+            );
+        }
+        assert_eq!(Engine::Htb.max_classes(), 16384);
     }
 
     #[test]

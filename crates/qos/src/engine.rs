@@ -20,14 +20,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use peregrine_bpf::classify::ClassifierProgram;
-use peregrine_bpf::policer::{ClassSlot, HTB_MAX_CLASSES};
+use peregrine_bpf::policer::ClassSlot;
 use peregrine_bpf::Hook;
 use peregrine_dataplane::peer::refresh_port_logged;
 use peregrine_host::tc::Tc;
 
 use crate::attach::{self, PolicerStats};
 use crate::classes::{class_slot, plan_change, slot_after, ClassChange};
-use crate::config::{Engine, PolicerConfig, SchedulerConfig};
+use crate::config::{ClassIndex, Engine, PolicerConfig, SchedulerConfig};
 use crate::error::{QosError, Result};
 use crate::htb::{self, Tree};
 use crate::serve::{ServeOptions, ServeSummary};
@@ -109,23 +109,16 @@ fn htb_change_class(iface: &str, r: &htb::Record, change: &ClassChange) -> Resul
         &rules,
         r.port.link_bps,
         link_burst,
-        HTB_MAX_CLASSES,
+        Engine::Htb.max_classes(),
     )?;
     let tree = r.tree();
     let tc = Tc::open()?;
     let slot = slot_after(change, &ordered);
-    let leaf = |name: &str| {
-        !ordered
-            .iter()
-            .any(|(_, c)| c.parent.as_deref() == Some(name))
-    };
     match change {
-        ClassChange::Add(c) => {
-            htb::set_class(&tc, &tree, id, slot.parent, c, leaf(&c.name), false)?;
-            maps.set_class_slot(id, &slot)?;
-        }
-        ClassChange::Change(c) => {
-            htb::set_class(&tc, &tree, id, slot.parent, c, leaf(&c.name), true)?;
+        ClassChange::Add(c) | ClassChange::Change(c) => {
+            let leaf = ClassIndex::new(&ordered).is_leaf(&c.name);
+            let replace = matches!(change, ClassChange::Change(_));
+            htb::set_class(&tc, &tree, id, slot.parent, c, leaf, replace)?;
             maps.set_class_slot(id, &slot)?;
         }
         ClassChange::Delete(_) => {
@@ -158,6 +151,10 @@ impl HtbEngine {
         crate::config::interface_here(iface)?;
         let egress_ifindex = peregrine_bpf::link::ifindex(&sc.egress)
             .map_err(|_| QosError::Config(format!("no interface {} here", sc.egress)))?;
+        // One step under the policer lock, from the owner check until the
+        // classifier (the record of this owner) is pinned: a `qos apply`
+        // from another process waits, then finds the owner and refuses.
+        let held = attach::lock_changes()?;
         if let Some(pid) = attach::scheduler_owner(iface)? {
             return Err(QosError::Other(format!(
                 "a scheduler (pid {pid}) already serves {iface}: stop it first"
@@ -165,7 +162,7 @@ impl HtbEngine {
         }
         // A killed run's remains (its pins, its tree) go first.
         if attach::htb_here(iface).ok().flatten().is_some() {
-            attach::detach(iface)?;
+            attach::detach_locked(&held, iface)?;
         }
         let tc = Tc::open()?;
         htb::check_root_free(&tc, egress_ifindex, &sc.egress)?;
@@ -178,13 +175,24 @@ impl HtbEngine {
             ifindex: egress_ifindex,
             queues: 1,
         };
-        attach::apply(iface, Hook::TC, &cfg.rules)?;
+        attach::apply_locked(&held, iface, Hook::TC, &cfg.rules)?;
         let mut engine = HtbEngine {
             iface: iface.to_string(),
             dir: attach::dir_here(iface)?,
             stopped: false,
         };
-        engine.install(&tc, &tree, sc)?;
+        if let Err(e) = engine.install(&tc, &tree, sc) {
+            // Undone under the lock held here (a second flock in this
+            // process would wait for this one).
+            engine.stopped = true;
+            if engine.dir.exists() {
+                if let Err(d) = attach::detach_locked(&held, iface) {
+                    tracing::warn!("removing the htb engine of {iface}: {d}");
+                }
+            }
+            return Err(e);
+        }
+        drop(held);
         Ok(engine)
     }
 
@@ -204,23 +212,14 @@ impl HtbEngine {
             .enumerate()
             .map(|(i, c)| (i as u32 + 1, c.clone()))
             .collect();
+        // A file is checked when parsed; a config made otherwise, here.
+        Engine::Htb
+            .check_class_count(classes.len())
+            .map_err(QosError::Config)?;
         // The table is new (every slot free): the classes' slots alone.
-        let id_of: std::collections::HashMap<&str, u32> =
-            classes.iter().map(|(i, c)| (c.name.as_str(), *i)).collect();
+        let index = ClassIndex::new(&classes);
         for (id, c) in &classes {
-            if *id >= HTB_MAX_CLASSES {
-                return Err(QosError::Config(format!(
-                    "{} classes: the htb engine takes at most {}",
-                    classes.len(),
-                    HTB_MAX_CLASSES - 1
-                )));
-            }
-            let parent = c
-                .parent
-                .as_deref()
-                .and_then(|p| id_of.get(p).copied())
-                .unwrap_or(0);
-            maps.set_class_slot(*id, &class_slot(c, parent))?;
+            maps.set_class_slot(*id, &class_slot(c, index.parent_id(c)))?;
         }
         let made = (|| {
             htb::build(tc, tree, sc.link_bps, sc.link_burst, &classes)?;

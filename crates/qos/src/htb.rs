@@ -31,6 +31,7 @@ use peregrine_bpf::policer::{ClassCounters, HTB_MAX_CLASSES};
 use peregrine_host::tc::{handle, HtbClass, Tc, TcChange};
 
 use crate::classes::{classes_in, SchedulerStats};
+use crate::config::ClassIndex;
 use crate::error::{QosError, Result};
 use crate::sched::ClassConfig;
 
@@ -141,31 +142,6 @@ pub fn check_root_free(tc: &Tc, ifindex: u32, egress: &str) -> Result<()> {
     }
 }
 
-/// The parent id of each class of `classes` (0: none, the link), and
-/// whether it is a leaf (no class names it as parent); linear in the
-/// classes.
-fn parents_and_leaves(classes: &[(u32, ClassConfig)]) -> Vec<(u32, bool)> {
-    let mut id_of = std::collections::HashMap::with_capacity(classes.len());
-    for (i, c) in classes {
-        id_of.entry(c.name.as_str()).or_insert(*i);
-    }
-    let parents: std::collections::HashSet<&str> = classes
-        .iter()
-        .filter_map(|(_, c)| c.parent.as_deref())
-        .collect();
-    classes
-        .iter()
-        .map(|(_, c)| {
-            let parent = c
-                .parent
-                .as_deref()
-                .and_then(|p| id_of.get(p).copied())
-                .unwrap_or(0);
-            (parent, !parents.contains(c.name.as_str()))
-        })
-        .collect()
-}
-
 /// Builds the tree on the device: the root (htb, or mq and one htb per
 /// queue), each HTB's link class, then `classes` (parents first) with
 /// pfifo leaves of their queue limits. A root of ours left from a killed
@@ -207,7 +183,9 @@ pub fn build(
     }
     // Every class and leaf, parents first, in netlink batches.
     let mut changes = Vec::with_capacity(2 * classes.len() * usize::from(tree.queues));
-    for ((id, c), (parent, leaf)) in classes.iter().zip(parents_and_leaves(classes)) {
+    let index = ClassIndex::new(classes);
+    for (id, c) in classes {
+        let (parent, leaf) = (index.parent_id(c), index.is_leaf(&c.name));
         class_changes(tree, *id, parent, c, leaf, false, &mut changes)?;
     }
     tc.apply(&changes)?;

@@ -226,13 +226,23 @@ fn install(maps: &PolicerMaps, cfg: &PolicerConfig, egress_ifindex: u32) -> Resu
     Ok(())
 }
 
-/// Detaches the run's policer when the run ends, however it ends.
-struct Attached(String);
+/// Detaches the run's policer when the run ends, however it ends. While
+/// the run starts it holds the policer lock (`starting`): a start that
+/// fails is undone under the same lock, never by a second `flock` of this
+/// process, which would wait for the first.
+struct Attached {
+    iface: String,
+    starting: Option<peregrine_host::fs::FileLock>,
+}
 
 impl Drop for Attached {
     fn drop(&mut self) {
-        if let Err(e) = attach::detach(&self.0) {
-            tracing::warn!("detaching the policer of {}: {e}", self.0);
+        let done = match self.starting.take() {
+            Some(lock) => attach::detach_locked(&lock, &self.iface),
+            None => attach::detach(&self.iface),
+        };
+        if let Err(e) = done {
+            tracing::warn!("detaching the policer of {}: {e}", self.iface);
         }
     }
 }
@@ -257,6 +267,11 @@ pub(crate) fn serve_afxdp(
     }
     let egress_ifindex = peregrine_bpf::link::ifindex(&sc.egress)
         .map_err(|_| QosError::Config(format!("no interface {} here", sc.egress)))?;
+    // The start is one step under the policer lock, from the owner check
+    // to this run recorded as the owner (`install`): another process's
+    // `qos apply` in between would replace the program whose maps this
+    // run feeds.
+    let lock = attach::lock_changes()?;
     if let Some(pid) = attach::scheduler_owner(iface)? {
         return Err(QosError::Other(format!(
             "a scheduler (pid {pid}) already serves {iface}: stop it first"
@@ -278,14 +293,21 @@ pub(crate) fn serve_afxdp(
             ..xcfg
         },
     )?;
-    attach::apply(
+    attach::apply_locked(
+        &lock,
         iface,
         peregrine_bpf::Hook::Xdp(peregrine_bpf::XdpMode::Native),
         &cfg.rules,
     )?;
-    let _attached = Attached(iface.to_string());
+    let mut attached = Attached {
+        iface: iface.to_string(),
+        starting: Some(lock),
+    };
     let maps = attach::maps_here(iface)?;
     install(&maps, cfg, egress_ifindex)?;
+    // Recorded: every later `apply` refuses while this run lives, and
+    // rule and class changes may go on.
+    attached.starting = None;
     // A socket per RX queue (a packet reaches only a socket bound to its
     // queue): bound until the kernel says the queue does not exist, which
     // works in any namespace (sysfs shows the namespace's devices only
