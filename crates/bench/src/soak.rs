@@ -440,20 +440,27 @@ offloads = { tx = false, gso = false }
 /// - dut out0 -> sink eth0 (the tc router's redirect into the invoker's
 ///   XDP hook): a full XDP ring refuses the skb at the sender
 ///   (tx_dropped only), and the receiver's NAPI counts its own drops
-///   (rx_dropped): both.
+///   (rx_dropped): both. A request the invoker's dispatcher could not put
+///   on a full AF_XDP ring is one of the latter (its XDP redirect failed)
+///   and the invoker's `xsk_rx_ring_full` too: counted once, under the
+///   invoker's reason (`RING_FULL`).
 fn invoker_path(lab: &Lab) -> Result<DropProbes> {
     let (gen, dut, sink) = (lab.ns("gen"), lab.ns("dut"), lab.ns("sink"));
     Ok(DropProbes::new(
         vec![
             DropPoint::rx(&dut, "in0", Limiter::Dut),
             DropPoint::tx(&dut, "out0", Limiter::Dut),
-            DropPoint::rx(&sink, "eth0", Limiter::Sink),
+            DropPoint::rx(&sink, "eth0", Limiter::Sink).overlapped_by(RING_FULL),
             DropPoint::rx(&dut, "out0", Limiter::Dut),
             DropPoint::rx(&gen, "eth0", Limiter::Generator),
         ],
         Limiter::Unattributed,
     )?)
 }
+
+/// The invoker's full AF_XDP ring, as the soak names the invoker's
+/// counters ("invoker: " and the name in its report).
+const RING_FULL: &str = "invoker: xsk_rx_ring_full";
 
 /// The QUIC path's veth drops, one counter per direction: skbs into the
 /// XDP router's ports are refused at the sender (gen eth1, sink eth1:
@@ -936,7 +943,7 @@ fn soak(
     sampled?;
     let (tallies, downloads) = finished?;
     let (faas_report, quic_report) = servers.stop()?;
-    let invoker_veth = by_place(invoker_probes.since(&invoker0)?);
+    let invoker1 = invoker_probes.snapshot()?;
     let quic_veth = by_place(quic_probes.since(&quic0)?);
     let exceed = policer_exceed(&dut)? - exceed0;
     let udp = since(&udp0, udp_errors(lab)?);
@@ -1015,19 +1022,9 @@ fn soak(
                 .collect()
         })
         .unwrap_or_default();
-    // A request the dispatcher could not put on a full AF_XDP ring counts
-    // as the invoker's xsk_rx_ring_full and as the sink eth0's NAPI drop
-    // (veth's rx_dropped, its XDP redirect failed): once, under the
-    // invoker's reason.
-    let mut all_drops = invoker_veth.clone();
-    let ring_full = invoker_drops
-        .get("invoker: xsk_rx_ring_full")
-        .copied()
-        .unwrap_or(0);
-    if let Some(v) = all_drops.get_mut(&format!("rx_dropped of {sink}:eth0")) {
-        *v = v.saturating_sub(ring_full);
-    }
-    all_drops.retain(|_, v| *v > 0);
+    // The veth counters beside the invoker's own: a request on a full
+    // AF_XDP ring once, under the invoker's reason (see `invoker_path`).
+    let mut all_drops = by_place(invoker_probes.between(&invoker0, &invoker1, &invoker_drops));
     all_drops.extend(invoker_drops);
     all_drops.extend(since(&tc0.drops, tc1.drops.clone()));
     if exceed > 0 {

@@ -1,7 +1,10 @@
 //! Building and removing labs. Every namespace a lab creates is named
 //! `pg-<lab>-<host>`; a state file under /run/peregrine/labs records who owns
 //! the lab, so state left by a killed run is recognised and removed by the
-//! next `lab up` or `lab down --all`.
+//! next `lab up` or `lab down --all`. A lab owns exactly the namespaces its
+//! state file records: a state file that cannot be read or parsed proves
+//! nothing, so every removal refuses it in one line naming the file and
+//! removes none of what it may have recorded.
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -34,13 +37,37 @@ fn state_path(name: &str) -> PathBuf {
     Path::new(STATE_DIR).join(format!("{name}.json"))
 }
 
-fn read_state(name: &str) -> Option<LabState> {
-    serde_json::from_str(&std::fs::read_to_string(state_path(name)).ok()?).ok()
+/// The recorded state of lab `name`, None when it has no state file. A
+/// state file that cannot be read or parsed is an error naming it: which
+/// namespaces it recorded is unknown, so nothing may be removed on its word.
+fn read_state(name: &str) -> Result<Option<LabState>> {
+    let path = state_path(name);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(unreadable_state(name, &path, &e.to_string())),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| unreadable_state(name, &path, &e.to_string()))
+}
+
+/// The one-line error for lab `name`'s state file at `path` that could not
+/// be used (`why`).
+fn unreadable_state(name: &str, path: &Path, why: &str) -> LabError {
+    let why: String = why
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    LabError::Other(format!(
+        "lab state {} cannot be used ({why}): which namespaces lab {name} owns is unknown, so none is removed; delete its namespaces (ip netns del {NS_PREFIX}{name}-<host>) and the file by hand",
+        path.display()
+    ))
 }
 
 /// The recorded state of an existing lab.
 pub fn state(name: &str) -> Result<LabState> {
-    read_state(name).ok_or_else(|| LabError::NoSuchLab(name.to_string()))
+    read_state(name)?.ok_or_else(|| LabError::NoSuchLab(name.to_string()))
 }
 
 fn write_state(s: &LabState) -> Result<()> {
@@ -77,11 +104,18 @@ pub struct LabInfo {
     pub name: String,
     pub namespaces: Vec<String>,
     pub owner_pid: Option<u32>,
-    /// Left by a run that no longer exists (or has no state file at all).
+    /// Left by a run that no longer exists (its recorded owner is dead).
     pub stale: bool,
+    /// Why the lab's state file cannot be used (one line naming it): then
+    /// neither its namespaces nor its owner are known, it is not called
+    /// stale, and nothing removes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
-pub fn list() -> Vec<LabInfo> {
+/// Every lab with a state file, by name, with what the file records (or
+/// why it cannot be used).
+fn recorded() -> Vec<(String, Result<LabState>)> {
     let mut names: Vec<String> = Vec::new();
     if let Ok(rd) = std::fs::read_dir(STATE_DIR) {
         for e in rd.flatten() {
@@ -94,52 +128,66 @@ pub fn list() -> Vec<LabInfo> {
         }
     }
     names.sort();
-    let all_ns = netns::list();
     names
         .into_iter()
-        .map(|name| {
-            let state = read_state(&name);
-            let namespaces = owned_namespaces(&name, state.as_ref())
-                .into_iter()
-                .filter(|n| all_ns.contains(n))
-                .collect();
-            let (owner_pid, stale) = match &state {
-                None => (None, true),
-                Some(s) => (s.owner_pid, s.owner_pid.is_some_and(|p| !pid_alive(p))),
-            };
-            LabInfo {
-                name,
-                namespaces,
-                owner_pid,
-                stale,
-            }
+        .filter_map(|name| match read_state(&name) {
+            Ok(Some(s)) => Some((name, Ok(s))),
+            // Removed since the directory was read: no longer a lab.
+            Ok(None) => None,
+            Err(e) => Some((name, Err(e))),
         })
         .collect()
 }
 
-/// The namespaces lab `name` made: one per host of the topology its state
-/// file records (written before the first namespace is made). A namespace
-/// that merely looks like a lab's (`pg-<lab>-<host>`, made by a user or a
-/// test harness) is not one, and no cleanup touches it. A state file that
-/// cannot be read records nothing.
-fn owned_namespaces(name: &str, state: Option<&LabState>) -> Vec<String> {
-    state
-        .map(|s| {
-            s.topology
-                .hosts
-                .iter()
-                .map(|h| ns_name(name, &h.name))
-                .collect()
-        })
-        .unwrap_or_default()
+fn is_stale(s: &LabState) -> bool {
+    s.owner_pid.is_some_and(|p| !pid_alive(p))
 }
 
-/// Removes a lab's namespaces (and with them its links and XDP attachments),
-/// its pins and its state file. Idempotent.
-fn remove(name: &str) -> Result<Vec<String>> {
+pub fn list() -> Vec<LabInfo> {
+    let all_ns = netns::list();
+    recorded()
+        .into_iter()
+        .map(|(name, state)| match state {
+            Ok(s) => LabInfo {
+                namespaces: owned_namespaces(&name, &s.topology)
+                    .into_iter()
+                    .filter(|n| all_ns.contains(n))
+                    .collect(),
+                owner_pid: s.owner_pid,
+                stale: is_stale(&s),
+                name,
+                error: None,
+            },
+            Err(e) => LabInfo {
+                name,
+                namespaces: vec![],
+                owner_pid: None,
+                stale: false,
+                error: Some(e.to_string()),
+            },
+        })
+        .collect()
+}
+
+/// The namespaces lab `name` made: one per host of `topology`, the one its
+/// state file records (written before the first namespace is made). A
+/// namespace that merely looks like a lab's (`pg-<lab>-<host>`, made by a
+/// user or a test harness) is not one, and no cleanup touches it.
+fn owned_namespaces(name: &str, topology: &Topology) -> Vec<String> {
+    topology
+        .hosts
+        .iter()
+        .map(|h| ns_name(name, &h.name))
+        .collect()
+}
+
+/// Removes a lab's namespaces (those of `topology`, what its state file
+/// records; None: no state file, none) and with them its links and XDP
+/// attachments, its pins and its state file. Idempotent.
+fn remove(name: &str, topology: Option<&Topology>) -> Result<Vec<String>> {
     let existing = netns::list();
     let mut removed = Vec::new();
-    for ns in owned_namespaces(name, read_state(name).as_ref()) {
+    for ns in topology.map_or_else(Vec::new, |t| owned_namespaces(name, t)) {
         if existing.contains(&ns) {
             netns::delete(&ns)?;
             removed.push(ns);
@@ -151,59 +199,89 @@ fn remove(name: &str) -> Result<Vec<String>> {
 }
 
 /// Removes every lab whose owner died (what its state file records);
-/// returns the lab names removed.
+/// returns the lab names removed. A state file that cannot be used is an
+/// error naming it (after the others are dealt with), and what it may
+/// have recorded stays.
 pub fn cleanup_stale() -> Result<Vec<String>> {
     let _l = LabLock::take()?;
-    cleanup_stale_locked()
+    let swept = cleanup_stale_locked()?;
+    match swept.unreadable.into_iter().next() {
+        Some((_, e)) => Err(e),
+        None => Ok(swept.removed),
+    }
 }
 
-fn cleanup_stale_locked() -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    for info in list() {
-        if info.stale {
-            remove(&info.name)?;
-            out.push(info.name);
+/// What a stale cleanup did: the labs removed, and the labs whose state
+/// file it could not use, with why (left as they are).
+struct Swept {
+    removed: Vec<String>,
+    unreadable: Vec<(String, LabError)>,
+}
+
+fn cleanup_stale_locked() -> Result<Swept> {
+    let mut swept = Swept {
+        removed: Vec::new(),
+        unreadable: Vec::new(),
+    };
+    for (name, state) in recorded() {
+        match state {
+            Ok(s) if is_stale(&s) => {
+                remove(&name, Some(&s.topology))?;
+                swept.removed.push(name);
+            }
+            Ok(_) => {}
+            Err(e) => swept.unreadable.push((name, e)),
         }
     }
-    // Pin directories of labs that no longer exist.
-    let live: Vec<String> = list().into_iter().map(|i| i.name).collect();
+    // Pin directories of labs that no longer exist (a lab whose state file
+    // cannot be used still exists).
+    let live: Vec<String> = recorded().into_iter().map(|(n, _)| n).collect();
     for d in peregrine_host::fs::list_dir(&peregrine_bpf::bpffs::pin_root()) {
         if !live.contains(&d) && d.chars().all(|c| c.is_ascii_alphanumeric()) {
             peregrine_bpf::bpffs::remove_pins(&d)?;
         }
     }
-    Ok(out)
+    Ok(swept)
 }
 
 pub fn down(name: &str) -> Result<Vec<String>> {
     let _l = LabLock::take()?;
-    if !state_path(name).exists() {
-        return Err(LabError::NoSuchLab(name.to_string()));
-    }
-    remove(name)
+    let state = read_state(name)?.ok_or_else(|| LabError::NoSuchLab(name.to_string()))?;
+    remove(name, Some(&state.topology))
 }
 
 /// Removes every peregrine lab, live or stale, and the stale state of
-/// killed runs outside labs (never a live attachment someone made).
+/// killed runs outside labs (never a live attachment someone made). A lab
+/// whose state file cannot be used is left whole (namespaces, pins and
+/// file) and, once everything else is removed, is the error.
 pub fn down_all() -> Result<DownAll> {
     let _l = LabLock::take()?;
     let mut labs = Vec::new();
-    for info in list() {
-        remove(&info.name)?;
-        labs.push(info.name);
+    let mut unreadable = Vec::new();
+    for (name, state) in recorded() {
+        match state {
+            Ok(s) => {
+                remove(&name, Some(&s.topology))?;
+                labs.push(name);
+            }
+            Err(e) => unreadable.push((name, e)),
+        }
     }
     // Pins of labs, then the stale state of killed runs outside labs:
     // routers and policers nothing runs any more (their namespace or
     // interfaces are gone). Live ones are their users': `router detach
     // --all` and `qos detach --all` remove those.
     for d in peregrine_host::fs::list_dir(&peregrine_bpf::bpffs::pin_root()) {
-        if !d.starts_with('_') {
+        if !d.starts_with('_') && !unreadable.iter().any(|(n, _)| *n == d) {
             peregrine_bpf::bpffs::remove_pins(&d)?;
         }
     }
     let stale_routers = peregrine_dataplane::pins::remove_stale_outside_labs()?;
     let stale_policers =
         peregrine_qos::attach::detach_stale().map_err(|e| LabError::Other(e.to_string()))?;
+    if let Some((_, e)) = unreadable.into_iter().next() {
+        return Err(e);
+    }
     Ok(DownAll {
         labs,
         stale_routers,
@@ -229,7 +307,7 @@ impl DownAll {
 
 /// Runs a command inside a lab host's namespace and returns its exit code.
 pub fn exec(name: &str, host: &str, cmd: &[String]) -> Result<i32> {
-    let state = read_state(name).ok_or_else(|| LabError::NoSuchLab(name.to_string()))?;
+    let state = state(name)?;
     if state.topology.host(host).is_none() {
         return Err(LabError::Config(format!("lab {name} has no host {host:?}")));
     }
@@ -337,9 +415,16 @@ impl Lab {
             }
         }
         let lock = LabLock::take()?;
-        cleanup_stale_locked()?;
         let name = topo.name.clone();
-        if read_state(&name).is_some() {
+        // Another lab's unusable state file does not stop this one (`lab
+        // list`, `lab down` and `lab down --all` name it too); this lab's
+        // is the error below.
+        for (n, e) in cleanup_stale_locked()?.unreadable {
+            if n != name {
+                eprintln!("peregrine: {e}");
+            }
+        }
+        if read_state(&name)?.is_some() {
             return Err(LabError::Exists(name));
         }
         let existing = netns::list();
@@ -369,7 +454,8 @@ impl Lab {
             removed: true,
         };
         if let Err(e) = lab.build() {
-            if let Err(e2) = remove(&name) {
+            // What this run recorded and built, under the lock it holds.
+            if let Err(e2) = remove(&name, Some(&lab.topo)) {
                 eprintln!("peregrine: removing half-built lab {name}: {e2}");
             }
             return Err(e);
@@ -528,7 +614,10 @@ impl Lab {
     pub fn down(&mut self) -> Result<Vec<String>> {
         self.removed = true;
         let _l = LabLock::take()?;
-        remove(&self.topo.name)
+        // What the state file records now: if `lab down` removed the lab
+        // already, namespaces named like it since are someone else's.
+        let state = read_state(&self.topo.name)?;
+        remove(&self.topo.name, state.as_ref().map(|s| &s.topology))
     }
 
     /// The pin directory for this lab's BPF objects.

@@ -1,5 +1,6 @@
 //! One measured trial (offer traffic for a while, count at the receiver)
 //! and the RFC 2544 throughput search built from trials.
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +34,11 @@ pub struct DropPoint {
     pub iface: String,
     pub counter: DropCounter,
     pub role: Limiter,
+    /// Counters kept elsewhere, by name (a receiver's own reasons, e.g. an
+    /// AF_XDP socket's full ring), that count some of this point's frames
+    /// too: what they counted is taken off this point's count, so each
+    /// frame is counted once, under their name (`DropProbes::between`).
+    pub overlapped_by: Vec<String>,
 }
 
 impl DropPoint {
@@ -43,7 +49,15 @@ impl DropPoint {
             iface: iface.into(),
             counter: DropCounter::RxDropped,
             role,
+            overlapped_by: vec![],
         }
+    }
+
+    /// This point, with the counter named `counter` (kept elsewhere)
+    /// counting some of its frames too: see `overlapped_by`.
+    pub fn overlapped_by(mut self, counter: impl Into<String>) -> DropPoint {
+        self.overlapped_by.push(counter.into());
+        self
     }
 
     /// `iface`'s `tx_dropped` in `ns`.
@@ -142,14 +156,35 @@ impl DropProbes {
 
     /// Drops counted between two snapshots, non-zero ones only.
     fn counted(&self, before: &DropSnapshot, after: &DropSnapshot) -> Vec<DropCount> {
+        self.between(before, after, &BTreeMap::new())
+    }
+
+    /// Drops counted between two snapshots of these probes, beside the
+    /// counts of the same interval kept elsewhere (`elsewhere`, by name):
+    /// a point's count less what the counters it is `overlapped_by`
+    /// counted (those frames are theirs, counted once), non-zero ones only.
+    pub fn between(
+        &self,
+        before: &DropSnapshot,
+        after: &DropSnapshot,
+        elsewhere: &BTreeMap<String, u64>,
+    ) -> Vec<DropCount> {
         self.points
             .iter()
             .zip(before.0.iter().zip(&after.0))
-            .filter(|(_, (b, a))| a > b)
-            .map(|(p, (b, a))| DropCount {
+            .map(|(p, (b, a))| {
+                let theirs: u64 = p
+                    .overlapped_by
+                    .iter()
+                    .filter_map(|n| elsewhere.get(n))
+                    .sum();
+                (p, a.saturating_sub(*b).saturating_sub(theirs))
+            })
+            .filter(|&(_, n)| n > 0)
+            .map(|(p, n)| DropCount {
                 at: format!("{} of {}:{}", p.counter.name(), p.ns, p.iface),
                 role: p.role,
-                packets: a - b,
+                packets: n,
             })
             .collect()
     }
@@ -506,6 +541,43 @@ mod tests {
         assert_eq!(trials.len(), 1);
         assert!(s.generator_limited);
         assert_eq!(s.throughput_pps, 1.5e6);
+    }
+
+    /// A frame refused at an AF_XDP socket's full ring counts as the
+    /// receiver's own reason and as the veth's rx_dropped: the point that
+    /// names the other counter leaves those frames to it, the rest stay.
+    #[test]
+    fn a_point_leaves_what_an_overlapping_counter_counted_to_it() {
+        let full = "invoker: xsk_rx_ring_full";
+        let probes = DropProbes {
+            points: vec![
+                DropPoint::rx("pg-x-sink", "eth0", Limiter::Sink).overlapped_by(full),
+                DropPoint::rx("pg-x-dut", "in0", Limiter::Dut),
+            ],
+            remainder: Limiter::Unattributed,
+            nl: None,
+        };
+        let (before, after) = (DropSnapshot(vec![10, 5]), DropSnapshot(vec![110, 12]));
+        let elsewhere = |n: u64| BTreeMap::from([(full.to_string(), n)]);
+        let counts = |n| {
+            probes
+                .between(&before, &after, &elsewhere(n))
+                .into_iter()
+                .map(|d| (d.at, d.packets))
+                .collect::<Vec<_>>()
+        };
+        let dut = ("rx_dropped of pg-x-dut:in0".to_string(), 7);
+        // All 100 were the ring's: none left at the veth.
+        assert_eq!(counts(100), vec![dut.clone()]);
+        // 60 of them: 40 the veth's own.
+        assert_eq!(
+            counts(60),
+            vec![("rx_dropped of pg-x-sink:eth0".to_string(), 40), dut]
+        );
+        // Without the other count, and with another counter's only.
+        assert_eq!(probes.counted(&before, &after).len(), 2);
+        let other = BTreeMap::from([("invoker: something else".to_string(), 100)]);
+        assert_eq!(probes.between(&before, &after, &other)[0].packets, 100);
     }
 
     #[test]

@@ -285,6 +285,77 @@ fn a_namespace_that_only_looks_like_a_labs_is_left_alone() {
     }
 }
 
+/// A lab whose state file cannot be parsed (or read) owns no namespace
+/// anyone can prove: `lab down`, stale cleanup, `lab down --all`, `lab up`
+/// of that name and `lab exec` each fail in one line naming the file, and
+/// none removes the namespaces the file may have recorded, nor the file.
+/// Repaired, the file is the lab's again and `lab down` removes it all.
+#[test]
+fn an_unusable_state_file_is_an_error_and_removes_nothing() {
+    if !privileged_here() {
+        return;
+    }
+    let name = "tbadstate";
+    let file = Path::new(lab::STATE_DIR).join(format!("{name}.json"));
+    /// Whatever the test leaves, removed at the end (also when it fails).
+    struct Cleanup(&'static str, std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for h in ["a", "b"] {
+                let _ = std::process::Command::new("ip")
+                    .args(["netns", "del", &ns_name(self.0, h)])
+                    .stderr(std::process::Stdio::null())
+                    .status();
+            }
+            let _ = std::fs::remove_dir(&self.1);
+            let _ = std::fs::remove_file(&self.1);
+            let _ = peregrine_bpf::bpffs::remove_pins(self.0);
+        }
+    }
+    let _cleanup = Cleanup(name, file.clone());
+    std::mem::forget(Lab::up(pair(name), Lifetime::Persistent).unwrap());
+    let good = std::fs::read(&file).unwrap();
+    let kept = |what: &str| {
+        assert_eq!(namespaces_of(name).len(), 2, "{what} removed namespaces");
+        assert!(file.exists(), "{what} removed the state file");
+    };
+    let names_the_file = |what: &str, e: LabError| {
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&file.display().to_string()) && !msg.contains('\n'),
+            "{what}: {msg}"
+        );
+    };
+    // Cut short: no longer JSON. Then not a file at all: unreadable.
+    std::fs::write(&file, &good[..good.len() / 2]).unwrap();
+    for broken in ["unparsable", "unreadable"] {
+        if broken == "unreadable" {
+            std::fs::remove_file(&file).unwrap();
+            std::fs::create_dir(&file).unwrap();
+        }
+        names_the_file(broken, lab::down(name).unwrap_err());
+        kept("lab down");
+        names_the_file(broken, lab::cleanup_stale().unwrap_err());
+        kept("stale cleanup");
+        names_the_file(broken, lab::down_all().unwrap_err());
+        kept("lab down --all");
+        names_the_file(
+            broken,
+            Lab::up(pair(name), Lifetime::Ephemeral).err().unwrap(),
+        );
+        kept("lab up");
+        names_the_file(broken, lab::state(name).unwrap_err());
+        let cmd = ["true".to_string()];
+        names_the_file(broken, lab::exec(name, "a", &cmd).unwrap_err());
+        let listed = lab::list().into_iter().find(|l| l.name == name).unwrap();
+        assert!(listed.error.is_some() && !listed.stale, "{listed:?}");
+    }
+    std::fs::remove_dir(&file).unwrap();
+    std::fs::write(&file, &good).unwrap();
+    assert_eq!(lab::down(name).unwrap().len(), 2);
+    assert_no_residue(name);
+}
+
 /// Frames from a:eth0 to b in a pair lab.
 fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) {
     traffic_v(lab, backend, stamp, false)
