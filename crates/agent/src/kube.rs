@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -21,7 +21,9 @@ use serde::Serialize;
 
 use crate::cluster::{Cidr, KubeSource, PeerNode};
 
-/// How long a connection or a read may take.
+/// How long a whole request may take: connecting, the TLS handshake,
+/// sending it and reading the full response (a server that trickles bytes
+/// does not hold the poller past it).
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of a response read (a list of thousands of nodes fits).
 const MAX_RESPONSE: u64 = 64 << 20;
@@ -223,7 +225,8 @@ pub fn list_nodes(src: &KubeSource) -> Result<Vec<NodeObject>, String> {
     parse_node_list(&body)
 }
 
-/// One HTTPS GET with a bearer token: the status code and the body.
+/// One HTTPS GET with a bearer token: the status code and the body, within
+/// `TIMEOUT` in all.
 fn get(
     server: SocketAddr,
     token_file: &Path,
@@ -250,29 +253,109 @@ fn get(
     .map_err(|e| format!("TLS: {e}"))?
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let name = ServerName::IpAddress(server.ip().into());
-    let conn = rustls::ClientConnection::new(Arc::new(config), name)
-        .map_err(|e| format!("TLS to {server}: {e}"))?;
-    let tcp = TcpStream::connect_timeout(&server, TIMEOUT)
-        .map_err(|e| format!("connecting to the API server {server}: {e}"))?;
-    let _ = tcp.set_read_timeout(Some(TIMEOUT));
-    let _ = tcp.set_write_timeout(Some(TIMEOUT));
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: {server}\r\nAuthorization: Bearer {}\r\nAccept: application/json\r\nUser-Agent: peregrine-agent\r\nConnection: close\r\n\r\n",
         token.trim()
     );
-    tls.write_all(req.as_bytes())
-        .map_err(|e| format!("GET https://{server}{path}: {e}"))?;
+    let what = format!("GET https://{server}{path}");
+    let raw = exchange(server, Arc::new(config), req.as_bytes(), &what, TIMEOUT)?;
+    parse_response(&raw).map_err(|e| format!("{what}: {e}"))
+}
+
+/// Sends `req` (`what`, for errors) to `server` over TLS (`config`) and
+/// reads the response to its end, all within `timeout`: connecting, the
+/// handshake, the request and every read share one deadline.
+fn exchange(
+    server: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    req: &[u8],
+    what: &str,
+    timeout: Duration,
+) -> Result<Vec<u8>, String> {
+    let deadline = Instant::now() + timeout;
+    let name = ServerName::IpAddress(server.ip().into());
+    let conn =
+        rustls::ClientConnection::new(config, name).map_err(|e| format!("TLS to {server}: {e}"))?;
+    let tcp = TcpStream::connect_timeout(&server, timeout)
+        .map_err(|e| format!("connecting to the API server {server}: {e}"))?;
+    let mut tls = rustls::StreamOwned::new(conn, Deadline { tcp, deadline });
+    let late = |e: std::io::Error| {
+        if Instant::now() >= deadline {
+            format!(
+                "{what}: no complete response within {} s",
+                timeout.as_secs_f64()
+            )
+        } else {
+            format!("{what}: {e}")
+        }
+    };
+    tls.write_all(req).map_err(late)?;
     let mut raw = Vec::new();
     match (&mut tls).take(MAX_RESPONSE).read_to_end(&mut raw) {
         Ok(_) => {}
         // A server that closes without TLS close_notify after a complete
         // response: what `Connection: close` asked for.
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-        Err(e) => return Err(format!("GET https://{server}{path}: {e}")),
+        Err(e) => return Err(late(e)),
     }
-    parse_response(&raw).map_err(|e| format!("GET https://{server}{path}: {e}"))
+    Ok(raw)
+}
+
+/// A TCP stream whose every read and write may wait only until
+/// `deadline`: the socket timeouts are set to what is left before each.
+struct Deadline {
+    tcp: TcpStream,
+    deadline: Instant,
+}
+
+impl Deadline {
+    /// What is left before the deadline; past it, a TimedOut error.
+    fn left(&self) -> std::io::Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        Ok(left)
+    }
+}
+
+/// Whether `e` is a socket timeout (which `Deadline` retries until its
+/// deadline, should the kernel's timer end a wait early).
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+impl Read for Deadline {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // Bounded: `left` fails once the deadline has passed.
+        loop {
+            self.tcp.set_read_timeout(Some(self.left()?))?;
+            match self.tcp.read(buf) {
+                Err(e) if timed_out(&e) => continue,
+                r => return r,
+            }
+        }
+    }
+}
+
+impl Write for Deadline {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // Bounded: `left` fails once the deadline has passed.
+        loop {
+            self.tcp.set_write_timeout(Some(self.left()?))?;
+            match self.tcp.write(buf) {
+                Err(e) if timed_out(&e) => continue,
+                r => return r,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
 }
 
 /// An HTTP/1.1 response read to its end: the status code and the body
@@ -373,6 +456,60 @@ mod tests {
         assert_eq!(p[0].address.to_string(), "198.18.250.1");
         assert!(parse_node_list(b"{\"kind\":\"Status\"}").is_err());
         assert!(parse_node_list(b"not json").is_err());
+    }
+
+    /// A server that keeps sending a byte every 20 ms never lets a read
+    /// wait long, but the request as a whole ends at its deadline: here
+    /// 500 ms (the poller's is `TIMEOUT`), with one line saying so.
+    #[test]
+    fn a_trickling_server_does_not_hold_a_request_past_its_deadline() {
+        use std::net::TcpListener;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = listener.local_addr().unwrap();
+        let trickler = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            // A TLS handshake record announcing 16 KiB, then its bytes
+            // one at a time: the client waits for the whole record.
+            let mut sent = 0;
+            if s.write_all(&[0x16, 0x03, 0x03, 0x40, 0x00]).is_ok() {
+                // Bounded: 10 s at most, ended early when the client goes.
+                for _ in 0..500 {
+                    std::thread::sleep(Duration::from_millis(20));
+                    if s.write_all(&[0]).is_err() {
+                        break;
+                    }
+                    sent += 1;
+                }
+            }
+            sent
+        });
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        let start = Instant::now();
+        let err = exchange(
+            server,
+            Arc::new(config),
+            b"GET / HTTP/1.1\r\n\r\n",
+            "GET /",
+            Duration::from_millis(500),
+        )
+        .unwrap_err();
+        let took = start.elapsed();
+        assert_eq!(err, "GET /: no complete response within 0.5 s");
+        assert!(
+            took >= Duration::from_millis(500) && took < Duration::from_secs(3),
+            "the request took {took:?}"
+        );
+        let sent = trickler.join().unwrap();
+        assert!(
+            (5..500).contains(&sent),
+            "the server trickled {sent} bytes, then saw the client go"
+        );
     }
 
     #[test]
