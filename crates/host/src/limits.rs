@@ -27,6 +27,26 @@ pub fn address_space() -> Option<u64> {
     soft_limit(Resource::RLIMIT_AS)
 }
 
+/// The soft limit of `r`: Ok(None) when unlimited, an error when it
+/// cannot be read.
+fn soft_limit_read(r: Resource) -> std::io::Result<Option<u64>> {
+    let (soft, _) = getrlimit(r)?;
+    Ok((soft != RLIM_INFINITY).then_some(soft))
+}
+
+/// The process's locked-memory limit (`ulimit -l`, RLIMIT_MEMLOCK) in
+/// bytes: Ok(None) when unlimited, an error when it cannot be read.
+pub fn locked_memory() -> std::io::Result<Option<u64>> {
+    soft_limit_read(Resource::RLIMIT_MEMLOCK)
+}
+
+/// How many files the process may hold open (`ulimit -n`, the soft
+/// RLIMIT_NOFILE): Ok(None) when unlimited, an error when it cannot be
+/// read.
+pub fn open_files() -> std::io::Result<Option<u64>> {
+    soft_limit_read(Resource::RLIMIT_NOFILE)
+}
+
 /// Why a thread could not be started (`what`: which): EAGAIN is a
 /// resource limit. Under an address-space limit (`ulimit -v`) it is that
 /// one (the thread's stack did not fit), named with its value; without

@@ -49,9 +49,11 @@ pub(crate) fn sys_err(
     let iface = iface.to_string();
     move |error| {
         if error.raw_os_error() == Some(libc::EMFILE) {
-            let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-                .map(|(soft, _)| soft.to_string())
-                .unwrap_or_else(|_| "?".into());
+            let soft = match peregrine_host::limits::open_files() {
+                Ok(Some(soft)) => soft.to_string(),
+                Ok(None) => "unlimited".to_string(),
+                Err(_) => "?".to_string(),
+            };
             return XskError::Limit {
                 iface: iface.clone(),
                 queue,

@@ -96,13 +96,12 @@ fn raise_tx_budget(fd: &Fd, ring: u32) -> u32 {
 /// the process has CAP_IPC_LOCK), named with its value; anything else as
 /// the system call said.
 fn umem_refused(iface: &str, queue: u32, bytes: u64, e: std::io::Error) -> XskError {
-    use nix::sys::resource::{getrlimit, Resource};
     if e.raw_os_error() != Some(libc::ENOBUFS) {
         return sys_err(iface, queue, "registering the UMEM")(e);
     }
-    let limit = match getrlimit(Resource::RLIMIT_MEMLOCK) {
-        Ok((soft, _)) if soft == nix::sys::resource::RLIM_INFINITY => "unlimited".to_string(),
-        Ok((soft, _)) => format!("{} KiB", soft / 1024),
+    let limit = match peregrine_host::limits::locked_memory() {
+        Ok(None) => "unlimited".to_string(),
+        Ok(Some(soft)) => format!("{} KiB", soft / 1024),
         Err(_) => "unknown".to_string(),
     };
     XskError::Limit {
