@@ -166,13 +166,10 @@ fn list(json: bool) -> Result<()> {
                 .owner_pid
                 .map(|p| p.to_string())
                 .unwrap_or_else(|| "-".into());
-            println!(
-                "{:<14} {:<10} {:<6} {}",
-                l.name,
-                owner,
-                l.stale,
-                l.namespaces.join(" ")
-            );
+            // A lab whose state file cannot be used: why, in place of
+            // the namespaces nobody can name.
+            let what = l.error.unwrap_or_else(|| l.namespaces.join(" "));
+            println!("{:<14} {:<10} {:<6} {what}", l.name, owner, l.stale);
         }
     }
     Ok(())
