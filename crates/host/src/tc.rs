@@ -640,25 +640,10 @@ impl Tc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use peregrine_testbed::testing::privileged_here;
+    use peregrine_testbed::testing::{in_fresh_netns, privileged_here};
 
     /// `lo`'s index, in every network namespace.
     const LO: u32 = 1;
-
-    /// Runs `f` on a thread in a network namespace of its own (only `lo`):
-    /// what it makes there goes with the thread, and nothing else on the
-    /// machine is touched.
-    fn in_fresh_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                    .expect("a network namespace of the test's own");
-                f()
-            })
-            .join()
-            .expect("the test thread")
-        })
-    }
 
     /// `n` HTB classes `major:1..=n` on `lo`, under qdisc `major:`.
     fn classes(major: u16, n: u16) -> Vec<TcChange> {

@@ -2,24 +2,10 @@
 //! XDP, the reply checker at tcx).
 
 use crate::replycheck::{CheckedFunction, ReplyCheckProgram};
-use crate::testing::privileged;
+use crate::testing::{in_fresh_netns, privileged};
 use peregrine_bpf::link::{ifindex, Hook, Link, XdpProgram};
 use peregrine_bpf::sink::SinkProgram;
 use peregrine_bpf::{bpffs, tcx, xdp, XdpAction, XdpMode};
-
-/// Runs `f` on a thread in a network namespace of its own (only `lo`),
-/// so attaching touches nothing else on the machine.
-fn in_fresh_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                .expect("a network namespace of the test's own");
-            f()
-        })
-        .join()
-        .expect("the test thread")
-    })
-}
 
 fn attached(hook: Hook, ifindex: u32) -> bool {
     match hook {

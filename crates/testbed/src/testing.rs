@@ -169,6 +169,21 @@ impl Drop for NsPair {
     }
 }
 
+/// Runs `f` on a thread in a network namespace of its own, unnamed (only
+/// `lo`): what it makes there goes with the thread, and nothing else on the
+/// machine is touched.
+pub fn in_fresh_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                .expect("a network namespace of the test's own");
+            f()
+        })
+        .join()
+        .expect("the test thread")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
