@@ -189,11 +189,16 @@ impl Node {
         c.output().unwrap()
     }
 
-    /// The plugin run directly, as a runtime runs it.
-    /// peregrine-cni's ADD for the pod at netns path `pod`, started with
-    /// `conf` on its stdin and left running (to be killed midway), its
-    /// stdout to `stdout`.
-    fn spawn_add(&self, pod: &str, conf: &str, stdout: Stdio) -> std::process::Child {
+    /// peregrine-cni run directly, as a runtime runs it, in the node's
+    /// namespace: `env` besides a bare PATH and CNI_PATH, `stdin` written
+    /// to it, left running.
+    fn spawn_plugin(
+        &self,
+        env: &[(&str, &str)],
+        stdin: &str,
+        stdout: Stdio,
+        stderr: Stdio,
+    ) -> Child {
         let mut c = Command::new("ip");
         c.args([
             "netns",
@@ -206,40 +211,27 @@ impl Node {
         .env("CNI_PATH", self.dir.join("bin"))
         .stdin(Stdio::piped())
         .stdout(stdout)
-        .stderr(Stdio::null());
-        for (key, v) in attach_env(pod, "ADD") {
-            c.env(key, v);
-        }
-        let mut ch = c.spawn().unwrap();
-        use std::io::Write;
-        let _ = ch.stdin.take().unwrap().write_all(conf.as_bytes());
-        ch
-    }
-
-    fn plugin(&self, env: &[(&str, &str)], stdin: &str) -> (Output, serde_json::Value) {
-        let mut c = Command::new("ip");
-        c.args([
-            "netns",
-            "exec",
-            &self.ns,
-            env!("CARGO_BIN_EXE_peregrine-cni"),
-        ])
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_PATH", self.dir.join("bin"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(stderr);
         for (k, v) in env {
             c.env(k, v);
         }
         let mut ch = c.spawn().unwrap();
         use std::io::Write;
-        ch.stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
+        // A plugin killed or done before reading all of it: its output says.
+        let _ = ch.stdin.take().unwrap().write_all(stdin.as_bytes());
+        ch
+    }
+
+    /// peregrine-cni's ADD for the pod at netns path `pod`, started with
+    /// `conf` on its stdin and left running (to be killed midway), its
+    /// stdout to `stdout`.
+    fn spawn_add(&self, pod: &str, conf: &str, stdout: Stdio) -> Child {
+        self.spawn_plugin(&attach_env(pod, "ADD"), conf, stdout, Stdio::null())
+    }
+
+    /// The plugin run to its end: its output and its stdout as JSON.
+    fn plugin(&self, env: &[(&str, &str)], stdin: &str) -> (Output, serde_json::Value) {
+        let ch = self.spawn_plugin(env, stdin, Stdio::piped(), Stdio::piped());
         let o = ch.wait_with_output().unwrap();
         let v = serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null);
         (o, v)
