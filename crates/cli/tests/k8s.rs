@@ -468,7 +468,7 @@ fn full_tier_daemonset_pods_through_the_router_and_a_clean_host() {
         let o = exec(
             &c,
             &from.0,
-            &["ping", "-c", "2", "-i", "0.2", "-W", "2", &to.1],
+            &["ping", "-c", "3", "-i", "0.2", "-W", "2", &to.1],
         );
         assert!(
             o.status.success(),
@@ -507,31 +507,8 @@ fn full_tier_daemonset_pods_through_the_router_and_a_clean_host() {
 
     // 3. Ping, TCP and UDP between pods; the senders' router ports count them.
     let (p0, p1, p2, p3) = (&pods[0], &pods[1], &pods[2], &pods[3]);
-    let o = exec(
-        &c,
-        &p0.0,
-        &["ping", "-c", "3", "-i", "0.2", "-W", "2", &p1.1],
-    );
-    assert!(
-        o.status.success(),
-        "ping {} -> {}: {}{}",
-        p0.0,
-        p1.1,
-        text(&o.stdout),
-        text(&o.stderr)
-    );
-    let o = exec(
-        &c,
-        &p2.0,
-        &["ping", "-c", "3", "-i", "0.2", "-W", "2", &p3.1],
-    );
-    assert!(
-        o.status.success(),
-        "ping {} -> {}: {}",
-        p2.0,
-        p3.1,
-        text(&o.stdout)
-    );
+    ping(p0, p1, "pods");
+    ping(p2, p3, "pods");
     let o = exec(
         &c,
         &p0.0,
