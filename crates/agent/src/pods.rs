@@ -253,8 +253,16 @@ pub struct InPodPending {
     pub before: Option<u32>,
 }
 
+/// The registry file's format. 1: records say which in-pod policer is the
+/// agent's (`in_pod_policer`) and mark what is being put there
+/// (`in_pod_pending`). Files without a version were written by agents that
+/// kept neither; only their records are adopted by sight.
+const REGISTRY_VERSION: u32 = 1;
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct RegistryFile {
+    #[serde(default)]
+    version: u32,
     netns_cookie: u64,
     pods: Vec<PodRecord>,
 }
@@ -286,7 +294,7 @@ impl Registry {
         } else {
             BTreeMap::new()
         };
-        adopt_unrecorded_policers(&mut pods);
+        adopt_unrecorded_policers(&mut pods, f.version < REGISTRY_VERSION);
         Registry {
             dir: dir.to_path_buf(),
             cookie,
@@ -297,6 +305,7 @@ impl Registry {
     /// Writes it (a temporary file renamed over the old one).
     pub fn save(&self) -> Result<(), String> {
         let f = RegistryFile {
+            version: REGISTRY_VERSION,
             netns_cookie: self.cookie,
             pods: self.pods.values().cloned().collect(),
         };
@@ -662,14 +671,15 @@ pub(crate) fn remove_in_pod(rec: &PodRecord) -> Result<Option<String>, String> {
 
 /// The pods whose record does not say which policer inside the pod is
 /// the agent's: those saved while the agent was putting it there
-/// (`in_pod_pending`), and those written before the agent kept its link id.
-/// A live policer there that is not the one that ran before is the
-/// agent's (it replaced whatever ran there, or refused the ADD).
-fn adopt_unrecorded_policers(pods: &mut BTreeMap<PodKey, PodRecord>) {
+/// (`in_pod_pending`: a live policer there that is not the one that ran
+/// before is the agent's), and, in a file of an agent that kept no link id
+/// (`legacy`), those with an in-pod record and no link (the policer there
+/// is the one that agent put: it replaced whatever ran there). The pending
+/// mark goes either way: a record that adopted nothing says so from then
+/// on (no policer of the agent's there), and is never adopted by sight.
+fn adopt_unrecorded_policers(pods: &mut BTreeMap<PodKey, PodRecord>, legacy: bool) {
     let unrecorded = |r: &PodRecord| {
-        r.in_pod.is_some()
-            && (r.in_pod_pending.is_some() || r.in_pod_policer.is_none())
-            && r.pod.polices(Direction::Ingress)
+        r.in_pod.is_some() && (r.in_pod_pending.is_some() || (legacy && r.in_pod_policer.is_none()))
     };
     if !pods.values().any(unrecorded) {
         return;
@@ -677,6 +687,10 @@ fn adopt_unrecorded_policers(pods: &mut BTreeMap<PodKey, PodRecord>) {
     let running = peregrine_qos::attach::list();
     for r in pods.values_mut().filter(|r| unrecorded(r)) {
         let before = r.in_pod_pending.take().and_then(|p| p.before);
+        if !r.pod.polices(Direction::Ingress) {
+            // The agent puts no policer in a pod not policed on ingress.
+            continue;
+        }
         let live = running
             .iter()
             .filter(|a| Some(a.cookie) == r.in_pod && a.iface == r.pod.key.ifname)

@@ -1527,6 +1527,80 @@ fn the_invoker_in_a_pod_answers_through_the_router_in_both_orders() {
     assert!(node.pods().is_empty());
 }
 
+/// A restarted agent takes as its own only a policer it put in the pod.
+/// The agent killed mid-ADD with a policer already running on the pod's
+/// interface (its record: "putting QoS there; link L ran before"): the
+/// restarted agent does not take L, and does not take it later either,
+/// after the record is saved again and the agent restarted once more (a
+/// record that adopted nothing is not an old agent's, adopted by sight).
+/// The pod's DEL then leaves L for its owner.
+#[test]
+fn a_restarted_agent_never_takes_a_policer_it_did_not_put_in_the_pod() {
+    let mut node = Node::up("cnirs", &["cnirs-p1", "cnirs-p2"]);
+    node.conflist(
+        "rnet",
+        "1.1.0",
+        serde_json::json!([node.standalone("198.18.77.0/24")]),
+    );
+    let deny = serde_json::json!({
+        "io.kubernetes.cri.pod-annotations": {"peregrine.io/ingress-deny": "udp/9"}
+    })
+    .to_string();
+    // The programs of the policers on p1's eth0.
+    let links_in_p1 = || -> Vec<u64> {
+        let o = pg_in("cnirs-p1", &["qos", "list", "--json"]);
+        json(&o, "qos list")["policers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["namespace"] == "cnirs-p1" && p["iface"] == "eth0")
+            .filter_map(|p| p["prog_id"].as_u64())
+            .collect()
+    };
+    cni_ok(
+        &node.cnitool("add", "rnet", "cnirs-p1", &[("CAP_ARGS", &deny)]),
+        "add p1 with a deny list",
+    );
+    cni_ok(&node.cnitool("add", "rnet", "cnirs-p2", &[]), "add p2");
+    let running = links_in_p1();
+    assert_eq!(running.len(), 1, "the deny list's policer: {running:?}");
+    // Killed mid-ADD, as the record says, with that policer there before.
+    node.stop_agent();
+    let pods_json = node.run_dir().join("pods.json");
+    let mut reg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&pods_json).unwrap()).unwrap();
+    let rec = reg["pods"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|r| r["in_pod"].is_u64())
+        .expect("p1's record with its in-pod policer");
+    let link = rec["in_pod_policer"].as_u64().expect("its link id");
+    rec.as_object_mut().unwrap().remove("in_pod_policer");
+    rec["in_pod_pending"] = serde_json::json!({ "before": link });
+    std::fs::write(&pods_json, reg.to_string()).unwrap();
+    node.start_agent();
+    // A change saves the registry again; the agent restarts once more.
+    cni_ok(&node.cnitool("del", "rnet", "cnirs-p2", &[]), "del p2");
+    node.stop_agent();
+    node.start_agent();
+    cni_ok(&node.cnitool("del", "rnet", "cnirs-p1", &[]), "del p1");
+    assert_eq!(
+        links_in_p1(),
+        running,
+        "the policer the agent did not put there stays after DEL\n{}",
+        node.log()
+    );
+    let o = pg_in("cnirs-p1", &["qos", "detach", "eth0"]);
+    assert!(
+        o.status.success(),
+        "its owner's detach: {}",
+        text(&o.stderr)
+    );
+    assert!(links_in_p1().is_empty());
+    assert!(node.pods().is_empty());
+}
+
 /// A pod's deny list is a policer the agent puts on the pod's interface
 /// and knows by its link: DEL takes it, pins and all, and the pod ADDed
 /// again without the annotation is not policed. A policer the user put on
