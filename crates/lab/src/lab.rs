@@ -194,7 +194,17 @@ fn remove(name: &str, topology: Option<&Topology>) -> Result<Vec<String>> {
         }
     }
     peregrine_bpf::bpffs::remove_pins(name)?;
-    let _ = std::fs::remove_file(state_path(name));
+    let path = state_path(name);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(LabError::Other(format!(
+                "removing lab state {}: {e}",
+                path.display()
+            )))
+        }
+    }
     Ok(removed)
 }
 
@@ -615,9 +625,18 @@ impl Lab {
         self.removed = true;
         let _l = LabLock::take()?;
         // What the state file records now: if `lab down` removed the lab
-        // already, namespaces named like it since are someone else's.
+        // already, namespaces named like it since are someone else's; and a
+        // lab of that name made since by another run (its state names
+        // another owner) is that run's, left whole.
         let state = read_state(&self.topo.name)?;
-        remove(&self.topo.name, state.as_ref().map(|s| &s.topology))
+        let owner = match self.lifetime {
+            Lifetime::Ephemeral => Some(std::process::id()),
+            Lifetime::Persistent => None,
+        };
+        match state {
+            Some(s) if s.owner_pid != owner => Ok(Vec::new()),
+            state => remove(&self.topo.name, state.as_ref().map(|s| &s.topology)),
+        }
     }
 
     /// The pin directory for this lab's BPF objects.

@@ -356,6 +356,39 @@ fn an_unusable_state_file_is_an_error_and_removes_nothing() {
     assert_no_residue(name);
 }
 
+/// An ephemeral lab's handle dropped after its lab was taken down and
+/// made again by another run (`lab down` elsewhere, then `lab up` of the
+/// same name by another process) leaves that run's lab whole: its state
+/// names another owner.
+#[test]
+fn a_lab_handle_leaves_a_lab_of_its_name_made_since_by_another_run() {
+    if !privileged_here() {
+        return;
+    }
+    let name = "thandle";
+    let file = Path::new(lab::STATE_DIR).join(format!("{name}.json"));
+    let mut other = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let handle = Lab::up(pair(name), Lifetime::Ephemeral).unwrap();
+    // The other run's lab in its place: the same namespaces, its owner.
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    state["owner_pid"] = other.id().into();
+    std::fs::write(&file, state.to_string()).unwrap();
+    drop(handle);
+    let left = namespaces_of(name);
+    let file_left = file.exists();
+    // The other run ends: its lab is stale, and the next cleanup takes it.
+    let _ = other.kill();
+    let _ = other.wait();
+    assert!(lab::cleanup_stale().unwrap().contains(&name.to_string()));
+    assert_no_residue(name);
+    assert_eq!(left.len(), 2, "the other run's namespaces: {left:?}");
+    assert!(file_left, "the other run's state file");
+}
+
 /// Frames from a:eth0 to b in a pair lab.
 fn traffic(lab: &Lab, backend: Backend, stamp: bool) -> (TrafficSpec, Endpoint) {
     traffic_v(lab, backend, stamp, false)
