@@ -72,9 +72,10 @@ wanted() { # crate binary test
 }
 FILTERS=("$@")
 
-# Runs recorded for binary $1, test $2: "runs passed seconds".
+# Runs of this commit recorded for binary $1, test $2: "runs passed
+# seconds" (runs of another commit tested other code: they do not count).
 recorded() {
-    awk -F'\t' -v b="$1" -v t="$2" '$2 == b && $3 == t { n++; p += $5; s += $6 } END { print n + 0, p + 0, s + 0 }' "$runs_file"
+    awk -F'\t' -v c="$commit" -v b="$1" -v t="$2" '$1 == c && $2 == b && $3 == t { n++; p += $5; s += $6 } END { print n + 0, p + 0, s + 0 }' "$runs_file"
 }
 
 failed=0
@@ -97,6 +98,7 @@ while IFS=$'\t' read -r crate bin exe; do
                 rm -f "$log"
             else
                 pass=0
+                failed=1
                 echo "  $crate:$bin:$t run $i failed: $(grep -m1 -A3 'panicked at' "$log" | tr '\n' ' ' | cut -c1-300)" >&2
             fi
             printf '%s\t%s:%s\t%s\t%d\t%d\t%d\t%s\n' "$commit" "$crate" "$bin" "$t" "$i" "$pass" \

@@ -592,12 +592,21 @@ where
     Ok(chart)
 }
 
-/// An axis label: as few digits as say it (`1800`, `2.5`, `0.125`), not
-/// `1800.0`; six labels at most on an x axis, which three panels side by
-/// side share the width of.
+/// An axis label: three significant digits at most, as few as say it
+/// (`1800`, `2.5`, `0.125`, `0.00025`), not `1800.0`; six labels at most on
+/// an x axis, which three panels side by side share the width of.
 fn tick(v: f64) -> String {
-    let s = format!("{v:.3}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
+    let magnitude = if v == 0.0 {
+        0
+    } else {
+        v.abs().log10().floor() as i32
+    };
+    let decimals = (2 - magnitude).clamp(0, 12) as usize;
+    let s = format!("{v:.decimals$}");
+    let s = match s.contains('.') {
+        true => s.trim_end_matches('0').trim_end_matches('.'),
+        false => &s,
+    };
     if s == "-0" {
         "0".into()
     } else {
@@ -872,10 +881,13 @@ where
 mod tests {
     #[test]
     fn ticks_say_as_few_digits_as_they_need() {
-        let got: Vec<String> = [0.0, 1800.0, 2.5, 0.125, -0.0001, 1e6]
+        let got: Vec<String> = [0.0, -0.0, 1800.0, 2.5, 0.125, 0.00025, -0.0001, 1e6]
             .iter()
             .map(|v| super::tick(*v))
             .collect();
-        assert_eq!(got, ["0", "1800", "2.5", "0.125", "0", "1000000"]);
+        assert_eq!(
+            got,
+            ["0", "0", "1800", "2.5", "0.125", "0.00025", "-0.0001", "1000000"]
+        );
     }
 }

@@ -175,10 +175,11 @@ impl HtbEngine {
             ifindex: egress_ifindex,
             queues: 1,
         };
+        let dir = attach::dir_here(iface)?;
         attach::apply_locked(&held, iface, Hook::TC, &cfg.rules)?;
         let mut engine = HtbEngine {
             iface: iface.to_string(),
-            dir: attach::dir_here(iface)?,
+            dir,
             stopped: false,
         };
         if let Err(e) = engine.install(&tc, &tree, sc) {

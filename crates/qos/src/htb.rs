@@ -238,7 +238,11 @@ pub fn set_class(
 ) -> Result<()> {
     let mut changes = Vec::with_capacity(2 * usize::from(tree.queues));
     class_changes(tree, id, parent, c, leaf, replace, &mut changes)?;
-    tc.apply(&changes)?;
+    // One request at a time: a batch goes on past a refused request, and
+    // a class whose change was refused must not get its queue changed.
+    for ch in &changes {
+        tc.apply(std::slice::from_ref(ch))?;
+    }
     Ok(())
 }
 
