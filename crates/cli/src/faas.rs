@@ -123,8 +123,8 @@ pub struct DeployArgs {
     /// Most linear memory an instance may have, e.g. 16MiB, 1MiB.
     #[arg(long, value_name = "BYTES", default_value = "16MiB")]
     pub memory: ByteSize,
-    /// Longest a call may run, e.g. 200us, 10ms (stopped no sooner, at most
-    /// 200 us later below 10 ms).
+    /// CPU time a call may use, e.g. 200us, 10ms (stopped no sooner, at
+    /// most about 200 us later below 10 ms).
     #[arg(long, value_name = "DURATION", default_value = "10ms")]
     pub timeout: DurationArg,
     // The lab host whose server to change.

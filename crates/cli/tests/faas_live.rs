@@ -243,9 +243,13 @@ fn contain_misbehaving(client_ns: &str, server_ns: &str, what: &str) {
             );
             sock.send_to(b"still here", to).unwrap();
             sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            let (n, _) = sock
-                .recv_from(&mut buf)
-                .unwrap_or_else(|e| panic!("{what}: {file}: {e}"));
+            // On a loss, what the server counted for the port says where.
+            let (n, _) = sock.recv_from(&mut buf).unwrap_or_else(|e| {
+                panic!(
+                    "{what}: {file}: {e}; the server counted {}",
+                    list(server_ns)[port]
+                )
+            });
             assert_eq!(&buf[..n], b"still here", "{what}: {file}");
         }
     }

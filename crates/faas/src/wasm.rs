@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use wasmtime::{
     Config, Engine, Instance, InstancePre, Linker, Memory, Module, ResourceLimiter, Store, Trap,
-    TypedFunc,
+    TypedFunc, UpdateDeadline,
 };
 
 /// The engine's epoch counts time in these units: a call's deadline is a
@@ -49,8 +49,8 @@ pub struct WasmLimits {
     /// Largest linear memory (bytes) an instance may have; growing past it
     /// traps, and a module that starts larger is refused.
     pub memory: usize,
-    /// Longest a call may run; it is stopped no sooner than `timeout` after
-    /// it started and at most two ticks later (`deadline_units`).
+    /// The CPU time a call may use: it is stopped no sooner than that and
+    /// at most about two ticks later (`Caps::tick`).
     pub timeout: Duration,
 }
 
@@ -133,8 +133,8 @@ impl WasmErrors {
 /// of the process: one `EPOCH_UNIT` every 100 us while a live function
 /// has a timeout under `FINE_BELOW`, else `COARSE_STEP` units every
 /// millisecond. The epoch only counts time that has passed (a late wake-up
-/// makes it lag, never lead), so a call is never stopped before its
-/// timeout.
+/// makes it lag, never lead); a call's limit is on its CPU time, read at
+/// its ticks (`Caps::tick`).
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
@@ -195,24 +195,53 @@ impl Drop for FineTick {
     }
 }
 
-/// Epoch units a call under `limits` may run: at least its timeout even
-/// when it starts just before a tick of the largest step it may see.
-fn deadline_units(limits: &WasmLimits) -> u64 {
-    let step = if limits.fine() { 1 } else { COARSE_STEP };
-    (limits.timeout.as_nanos().div_ceil(EPOCH_UNIT.as_nanos()) as u64).max(1) + step
+/// Epoch units that cover `d`: at least one.
+fn units(d: Duration) -> u64 {
+    (d.as_nanos().div_ceil(EPOCH_UNIT.as_nanos()) as u64).max(1)
 }
 
-/// A store's memory cap (wasmtime's `ResourceLimiter`); remembers that it
-/// refused, so the failed call is counted as a memory failure.
-struct MemoryCap {
+/// What a store holds for the call running in it: the memory cap
+/// (wasmtime's `ResourceLimiter`, which remembers that it refused, so the
+/// failed call is counted as a memory failure) and the time limit.
+struct Caps {
     max: usize,
     hit: bool,
+    timeout: Duration,
+    /// The thread's CPU time at the first tick in the call.
+    cpu_at_deadline: Option<Duration>,
+}
+
+impl Caps {
+    /// Readies `store` for a call: its CPU time is counted from the
+    /// epoch's next tick.
+    fn start_call(store: &mut Store<Caps>) {
+        store.data_mut().cpu_at_deadline = None;
+        store.set_epoch_deadline(1);
+    }
+
+    /// What the epoch deadline does when it passes. The epoch counts wall
+    /// time, and a worker preempted for longer than a short timeout would
+    /// otherwise fail a call that did nothing wrong; so the limit is on CPU
+    /// time. At the first tick in a call the thread's CPU clock is read,
+    /// and the call is stopped once it has used its timeout of CPU since:
+    /// never before it used its timeout in all, and a call that keeps its
+    /// CPU busy at most a tick (before that first one) and the ticker's
+    /// granularity later. The clock is read only at ticks: a call that
+    /// ends before the next one (nearly every call) never reads it.
+    fn tick(&mut self) -> UpdateDeadline {
+        let now = peregrine_host::cpu::thread_cpu();
+        let since = *self.cpu_at_deadline.get_or_insert(now);
+        match self.timeout.checked_sub(now.saturating_sub(since)) {
+            Some(left) if !left.is_zero() => UpdateDeadline::Continue(units(left)),
+            _ => UpdateDeadline::Interrupt,
+        }
+    }
 }
 
 /// Tables (indirect call targets) an instance may have, in elements.
 const MAX_TABLE_ELEMENTS: usize = 10_000;
 
-impl ResourceLimiter for MemoryCap {
+impl ResourceLimiter for Caps {
     fn memory_growing(
         &mut self,
         _current: usize,
@@ -252,7 +281,7 @@ struct Shared {
     /// Unique for the process: finds this function's instance in a
     /// worker's list.
     id: u64,
-    pre: InstancePre<MemoryCap>,
+    pre: InstancePre<Caps>,
     limits: WasmLimits,
     errors: WasmErrors,
     /// Keeps the epoch ticking finely while this function lives.
@@ -261,7 +290,7 @@ struct Shared {
 
 /// One worker's instance of a function, with its exports.
 struct Guest {
-    store: Store<MemoryCap>,
+    store: Store<Caps>,
     memory: Memory,
     alloc: TypedFunc<i32, i32>,
     handle: TypedFunc<(i32, i32), i64>,
@@ -303,16 +332,19 @@ fn one_line(e: &wasmtime::Error) -> String {
 }
 
 /// Instantiates `pre` in a new store capped by `limits`.
-fn instantiate(pre: &InstancePre<MemoryCap>, limits: &WasmLimits) -> Result<Guest, Failure> {
+fn instantiate(pre: &InstancePre<Caps>, limits: &WasmLimits) -> Result<Guest, Failure> {
     let mut store = Store::new(
         engine(),
-        MemoryCap {
+        Caps {
             max: limits.memory,
             hit: false,
+            timeout: limits.timeout,
+            cpu_at_deadline: None,
         },
     );
     store.limiter(|cap| cap as &mut dyn ResourceLimiter);
-    store.set_epoch_deadline(deadline_units(limits));
+    store.epoch_deadline_callback(|mut cx| Ok(cx.data_mut().tick()));
+    Caps::start_call(&mut store);
     let instance = pre.instantiate(&mut store).map_err(|e| {
         if store.data().hit {
             Failure::MemoryCap
@@ -333,7 +365,7 @@ fn instantiate(pre: &InstancePre<MemoryCap>, limits: &WasmLimits) -> Result<Gues
 type Exports = (Memory, TypedFunc<i32, i32>, TypedFunc<(i32, i32), i64>);
 
 /// The ABI's exports of `instance`, or what is missing or mistyped.
-fn exports(store: &mut Store<MemoryCap>, instance: Instance) -> Result<Exports, String> {
+fn exports(store: &mut Store<Caps>, instance: Instance) -> Result<Exports, String> {
     let memory = instance
         .get_memory(&mut *store, "memory")
         .ok_or("exports no memory named \"memory\"")?;
@@ -348,14 +380,9 @@ fn exports(store: &mut Store<MemoryCap>, instance: Instance) -> Result<Exports, 
 
 impl Guest {
     /// Runs one request through the guest; its reply is appended to `reply`.
-    fn call(
-        &mut self,
-        limits: &WasmLimits,
-        request: &[u8],
-        reply: &mut Vec<u8>,
-    ) -> Result<(), Failure> {
+    fn call(&mut self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), Failure> {
         let len = i32::try_from(request.len()).map_err(|_| Failure::BadRange("request"))?;
-        self.store.set_epoch_deadline(deadline_units(limits));
+        Caps::start_call(&mut self.store);
         let ptr = self
             .alloc
             .call(&mut self.store, len)
@@ -431,7 +458,7 @@ impl WasmFunction {
                 import.name()
             ));
         }
-        let pre = Linker::<MemoryCap>::new(engine())
+        let pre = Linker::<Caps>::new(engine())
             .instantiate_pre(&module)
             .map_err(|e| one_line(&e))?;
         // Before the first instance: its start function has the deadline
@@ -519,7 +546,7 @@ impl WasmFunction {
                     list.len() - 1
                 }
             };
-            let result = list[at].2.call(&shared.limits, request, reply);
+            let result = list[at].2.call(request, reply);
             result.map_err(|f| {
                 if f.spoils_instance() {
                     list.swap_remove(at);
@@ -549,6 +576,10 @@ mod tests {
         memory: 1 << 20,
         timeout: Duration::from_millis(10),
     };
+
+    /// Held by the tests that time calls, and by the one that crowds a CPU
+    /// with busy threads, so that no other test's load skews them.
+    static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     fn call(f: &dyn Function, request: &[u8]) -> Result<Vec<u8>, String> {
         let mut reply = Vec::new();
@@ -625,6 +656,7 @@ mod tests {
 
     #[test]
     fn the_time_limit_stops_a_loop_no_sooner_than_its_timeout() {
+        let _timing = TIMING.lock().unwrap_or_else(|e| e.into_inner());
         let f = example("loop.wat");
         let started = Instant::now();
         assert!(call(&f, b"!").unwrap_err().contains("ran longer than 10ms"));
@@ -636,6 +668,7 @@ mod tests {
     /// fine tick): never sooner, and typically well within a millisecond.
     #[test]
     fn a_sub_millisecond_timeout_is_kept() {
+        let _timing = TIMING.lock().unwrap_or_else(|e| e.into_inner());
         let limits = WasmLimits::new(1 << 20, Duration::from_micros(200)).unwrap();
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/functions/loop.wat");
         let f = WasmFunction::load(&path, limits).unwrap();
@@ -659,6 +692,81 @@ mod tests {
             took[10]
         );
         assert_eq!(f.errors().timed_out.load(Ordering::Relaxed), 21);
+    }
+
+    /// A call that needs far less CPU than its timeout is never stopped
+    /// because its worker was preempted for longer than the timeout; a loop
+    /// on the same crowded CPU is still stopped, and counted.
+    #[test]
+    fn a_preempted_call_is_not_stopped_for_time_it_did_not_run() {
+        let _timing = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+        // About 100 us of work per request on this guest, whatever it is.
+        let f = WasmFunction::new(
+            "work",
+            br#"(module (memory (export "memory") 1)
+                (func (export "alloc") (param i32) (result i32) (i32.const 0))
+                (func (export "handle") (param $p i32) (param $n i32) (result i64)
+                  (local $i i32)
+                  (if (i32.and (i32.ne (local.get $n) (i32.const 0))
+                               (i32.eq (i32.load8_u (local.get $p)) (i32.const 33)))
+                    (then (loop $forever (br $forever))))
+                  (loop $work
+                    (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                    (br_if $work (i32.lt_u (local.get $i) (i32.const 100000))))
+                  (i64.const 0)))"#,
+            WasmLimits::new(1 << 20, Duration::from_millis(1)).unwrap(),
+        )
+        .unwrap();
+        let f = Arc::new(f);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Two busy threads share CPU 0 with the caller: the scheduler
+        // takes the CPU from it for a slice (milliseconds) at a time.
+        let hogs: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    peregrine_host::cpu::pin_to_cpu(0).unwrap();
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        let caller = {
+            let f = f.clone();
+            std::thread::spawn(move || {
+                peregrine_host::cpu::pin_to_cpu(0).unwrap();
+                let (mut calls, mut failed, mut preempted) = (0u32, Vec::new(), 0u32);
+                let until = Instant::now() + Duration::from_secs(1);
+                while Instant::now() < until {
+                    let started = Instant::now();
+                    if let Err(e) = call(&*f, b"work") {
+                        failed.push(e);
+                    }
+                    preempted += u32::from(started.elapsed() > f.limits().timeout);
+                    calls += 1;
+                }
+                let stopped = call(&*f, b"!loop").unwrap_err();
+                (calls, failed, preempted, stopped)
+            })
+        };
+        let (calls, failed, preempted, stopped) = caller.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for h in hogs {
+            h.join().unwrap();
+        }
+        eprintln!("{calls} calls on a crowded CPU, {preempted} took longer than the timeout");
+        assert!(
+            failed.is_empty(),
+            "{} of {calls} failed: {failed:?}",
+            failed.len()
+        );
+        assert!(
+            preempted > 0,
+            "no call of {calls} was preempted past its timeout"
+        );
+        assert!(stopped.contains("ran longer than 1ms"), "{stopped}");
+        assert_eq!(f.errors().timed_out.load(Ordering::Relaxed), 1);
     }
 
     #[test]

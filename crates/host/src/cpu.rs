@@ -10,6 +10,13 @@ pub fn pin_to_cpu(cpu: usize) -> Result<()> {
         .map_err(|e| HostError::Config(format!("pinning to cpu {cpu}: {e}")))
 }
 
+/// CPU time (user and system) the calling thread has used.
+pub fn thread_cpu() -> std::time::Duration {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .expect("CLOCK_THREAD_CPUTIME_ID");
+    std::time::Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
+}
+
 /// CLOCK_MONOTONIC in nanoseconds: the clock BPF's bpf_ktime_get_ns reads,
 /// so user-space and kernel timestamps compare directly.
 pub fn monotonic_ns() -> u64 {

@@ -31,7 +31,7 @@ use hdrhistogram::Histogram;
 use peregrine_bpf::dispatch::DispatchProgram;
 use peregrine_bpf::pod::Pod;
 use peregrine_bpf::{Link, XdpMode, XdpProgram};
-use peregrine_host::cpu::monotonic_ns;
+use peregrine_host::cpu::{monotonic_ns, thread_cpu};
 use peregrine_io::packet_mmap::MmapDatagrams;
 use peregrine_io::{DatagramIo, RecvBatch, RecvMeta, Transmit, UdpBatch};
 use peregrine_testbed::gen::{read_meta, PEREGRINE_MAGIC};
@@ -207,17 +207,6 @@ pub struct SendReport {
     /// When the first datagram went (for the delivery window).
     #[serde(skip)]
     pub started: Option<Instant>,
-}
-
-/// CPU time of the calling thread.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // Safety: `ts` is valid for writes for the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Sends as `cfg` says from the calling thread (in the namespace it is
