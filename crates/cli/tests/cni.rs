@@ -1254,9 +1254,7 @@ fn an_add_killed_at_any_point_is_cleaned_by_the_next_del() {
     conf["cniVersion"] = "1.1.0".into();
     conf["name"] = "knet".into();
     // With a deny list: the agent puts a policer in the pod's namespace.
-    conf["runtimeConfig"] = serde_json::json!({
-        "io.kubernetes.cri.pod-annotations": {"peregrine.io/ingress-deny": "udp/9"}
-    });
+    conf["runtimeConfig"] = udp9_denied();
     let conf = conf.to_string();
     let host = peregrine_cni::plugin::host_iface_name(&peregrine_agent::pods::PodKey {
         container_id: "c-direct-1".into(),
@@ -1349,9 +1347,7 @@ fn the_agent_killed_mid_add_and_restarted_leaves_nothing_after_del() {
     let mut conf = node.standalone("198.18.75.0/24");
     conf["cniVersion"] = "1.1.0".into();
     conf["name"] = "aknet".into();
-    conf["runtimeConfig"] = serde_json::json!({
-        "io.kubernetes.cri.pod-annotations": {"peregrine.io/ingress-deny": "udp/9"}
-    });
+    conf["runtimeConfig"] = udp9_denied();
     let conf = conf.to_string();
     let host = peregrine_cni::plugin::host_iface_name(&peregrine_agent::pods::PodKey {
         container_id: "c-direct-1".into(),
@@ -1527,6 +1523,34 @@ fn the_invoker_in_a_pod_answers_through_the_router_in_both_orders() {
     assert!(node.pods().is_empty());
 }
 
+/// Rewrites the stopped agent's registry as an agent killed mid-ADD left
+/// it: the pod's in-pod policer (link L, which it returns) not recorded,
+/// only pending, with `before(L)` as the policer that ran there before.
+fn rewind_in_pod_policer(node: &Node, before: impl Fn(u64) -> Option<u64>) -> u64 {
+    let pods_json = node.run_dir().join("pods.json");
+    let mut reg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&pods_json).unwrap()).unwrap();
+    let rec = reg["pods"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|r| r["in_pod"].is_u64())
+        .expect("the record with its in-pod policer");
+    let link = rec["in_pod_policer"].as_u64().expect("its link id");
+    rec.as_object_mut().unwrap().remove("in_pod_policer");
+    rec["in_pod_pending"] = serde_json::json!({ "before": before(link) });
+    std::fs::write(&pods_json, reg.to_string()).unwrap();
+    link
+}
+
+/// A runtime config whose pod annotation denies UDP port 9: the agent puts
+/// a policer in the pod's namespace.
+fn udp9_denied() -> serde_json::Value {
+    serde_json::json!({
+        "io.kubernetes.cri.pod-annotations": {"peregrine.io/ingress-deny": "udp/9"}
+    })
+}
+
 /// A restarted agent takes as its own only a policer it put in the pod.
 /// The agent killed mid-ADD with a policer already running on the pod's
 /// interface (its record: "putting QoS there; link L ran before"): the
@@ -1542,10 +1566,7 @@ fn a_restarted_agent_never_takes_a_policer_it_did_not_put_in_the_pod() {
         "1.1.0",
         serde_json::json!([node.standalone("198.18.77.0/24")]),
     );
-    let deny = serde_json::json!({
-        "io.kubernetes.cri.pod-annotations": {"peregrine.io/ingress-deny": "udp/9"}
-    })
-    .to_string();
+    let deny = udp9_denied().to_string();
     // The programs of the policers on p1's eth0.
     let links_in_p1 = || -> Vec<u64> {
         let o = pg_in("cnirs-p1", &["qos", "list", "--json"]);
@@ -1566,19 +1587,7 @@ fn a_restarted_agent_never_takes_a_policer_it_did_not_put_in_the_pod() {
     assert_eq!(running.len(), 1, "the deny list's policer: {running:?}");
     // Killed mid-ADD, as the record says, with that policer there before.
     node.stop_agent();
-    let pods_json = node.run_dir().join("pods.json");
-    let mut reg: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&pods_json).unwrap()).unwrap();
-    let rec = reg["pods"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .find(|r| r["in_pod"].is_u64())
-        .expect("p1's record with its in-pod policer");
-    let link = rec["in_pod_policer"].as_u64().expect("its link id");
-    rec.as_object_mut().unwrap().remove("in_pod_policer");
-    rec["in_pod_pending"] = serde_json::json!({ "before": link });
-    std::fs::write(&pods_json, reg.to_string()).unwrap();
+    rewind_in_pod_policer(&node, Some);
     node.start_agent();
     // A change saves the registry again; the agent restarts once more.
     cni_ok(&node.cnitool("del", "rnet", "cnirs-p2", &[]), "del p2");
@@ -1616,10 +1625,7 @@ fn a_pods_deny_list_is_the_agents_own_policer_and_the_users_is_left_alone() {
         "1.1.0",
         serde_json::json!([node.standalone("198.18.75.0/24")]),
     );
-    let deny = serde_json::json!({
-        "io.kubernetes.cri.pod-annotations": {"peregrine.io/ingress-deny": "udp/9"}
-    })
-    .to_string();
+    let deny = udp9_denied().to_string();
     let policers_in_p1 = || {
         let o = pg_in("cnidn-p1", &["qos", "list", "--json"]);
         json(&o, "qos list")["policers"]
@@ -1672,19 +1678,7 @@ fn a_pods_deny_list_is_the_agents_own_policer_and_the_users_is_left_alone() {
     // the pod and that no policer ran there before. The restarted agent
     // takes the policer as its own, and DEL removes it.
     node.stop_agent();
-    let pods_json = node.run_dir().join("pods.json");
-    let mut reg: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&pods_json).unwrap()).unwrap();
-    let rec = reg["pods"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .find(|r| r["in_pod"].is_u64())
-        .expect("p1's record with its in-pod policer");
-    assert!(rec["in_pod_policer"].is_u64(), "{rec}");
-    rec.as_object_mut().unwrap().remove("in_pod_policer");
-    rec["in_pod_pending"] = serde_json::json!({"before": null});
-    std::fs::write(&pods_json, reg.to_string()).unwrap();
+    rewind_in_pod_policer(&node, |_| None);
     node.start_agent();
     assert_eq!(
         reach(&ip),
