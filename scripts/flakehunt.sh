@@ -44,7 +44,13 @@ rm -f "$out"/*.log "$STOP"
 if [ "$RESUME" -eq 0 ] || [ ! -f "$runs_file" ]; then
     printf 'commit\tbinary\ttest\trun\tpassed\tseconds\tdate\n' > "$runs_file"
 fi
-commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates scripts || echo +)
+# The code under test: the commit, and a hash of any uncommitted change to
+# tracked files (examples, Cargo.lock and docs included), so that runs of
+# one dirty tree never count for another.
+commit=$(git rev-parse --short HEAD)
+if ! git diff --quiet HEAD; then
+    commit="$commit+$(git diff HEAD | sha1sum | cut -c1-8)"
+fi
 
 # The test binaries (built once, under the machine's build lock).
 flock "$LOCK" cargo test --release --locked --workspace --no-run --message-format=json 2>/dev/null |

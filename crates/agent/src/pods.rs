@@ -255,8 +255,10 @@ pub struct InPodPending {
 
 /// The registry file's format. 1: records say which in-pod policer is the
 /// agent's (`in_pod_policer`) and mark what is being put there
-/// (`in_pod_pending`). Files without a version were written by agents that
-/// kept neither; only their records are adopted by sight.
+/// (`in_pod_pending`). A file without a version and with neither field in
+/// any record is an older agent's that kept neither: only its records are
+/// adopted by sight (`RegistryFile::legacy`). Unversioned files that carry
+/// either field (development builds between the two) are read as version 1.
 const REGISTRY_VERSION: u32 = 1;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -265,6 +267,18 @@ struct RegistryFile {
     version: u32,
     netns_cookie: u64,
     pods: Vec<PodRecord>,
+}
+
+impl RegistryFile {
+    /// Written by an agent that kept no in-pod link ids: no version, and
+    /// no record says which in-pod policer is the agent's or was pending.
+    fn legacy(&self) -> bool {
+        self.version < REGISTRY_VERSION
+            && self
+                .pods
+                .iter()
+                .all(|r| r.in_pod_policer.is_none() && r.in_pod_pending.is_none())
+    }
 }
 
 /// The pods the agent holds, persisted in its run directory
@@ -289,12 +303,13 @@ impl Registry {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
+        let legacy = f.legacy();
         let mut pods: BTreeMap<PodKey, PodRecord> = if f.netns_cookie == cookie {
             f.pods.into_iter().map(|r| (r.pod.key.clone(), r)).collect()
         } else {
             BTreeMap::new()
         };
-        adopt_unrecorded_policers(&mut pods, f.version < REGISTRY_VERSION);
+        adopt_unrecorded_policers(&mut pods, legacy);
         Registry {
             dir: dir.to_path_buf(),
             cookie,
@@ -769,6 +784,35 @@ pub fn status(reg: &Registry, ports: &[(String, bool)]) -> Vec<PodStatus> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only a file with no version and no record naming an in-pod link is
+    /// an older agent's whose records are adopted by sight.
+    #[test]
+    fn a_registry_file_is_legacy_only_when_nothing_in_it_names_an_in_pod_link() {
+        let file = |version: u32, recs: serde_json::Value| -> RegistryFile {
+            serde_json::from_value(serde_json::json!({
+                "version": version, "netns_cookie": 1, "pods": recs
+            }))
+            .unwrap()
+        };
+        let rec = |extra: serde_json::Value| {
+            let mut r = serde_json::json!({"pod": {
+                "container_id": "c1", "ifname": "eth0", "netns": "/run/netns/x",
+                "host_iface": "veth1"
+            }, "in_pod": 7});
+            r.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            r
+        };
+        let plain = rec(serde_json::json!({}));
+        let linked = rec(serde_json::json!({"in_pod_policer": 12}));
+        let pending = rec(serde_json::json!({"in_pod_pending": {"before": null}}));
+        assert!(file(0, serde_json::json!([plain])).legacy());
+        assert!(!file(0, serde_json::json!([plain, linked])).legacy());
+        assert!(!file(0, serde_json::json!([pending, plain])).legacy());
+        assert!(!file(1, serde_json::json!([plain])).legacy());
+    }
 
     #[test]
     fn bursts_hold_tcp_and_ignore_the_runtimes_no_limit() {

@@ -246,8 +246,8 @@ fn contain_misbehaving(client_ns: &str, server_ns: &str, what: &str) {
             // On a loss, what the server counted for the port says where.
             let (n, _) = sock.recv_from(&mut buf).unwrap_or_else(|e| {
                 panic!(
-                    "{what}: {file}: {e}; the server counted {}",
-                    list(server_ns)[port]
+                    "{what}: {file}: {e}; the server counted {:?}",
+                    list(server_ns).get(port)
                 )
             });
             assert_eq!(&buf[..n], b"still here", "{what}: {file}");

@@ -528,17 +528,54 @@ fn htb_thousand_classes_classify_and_over_the_limit_is_refused() {
         .sum();
     assert_eq!(total, 100, "no datagram in another class");
 
-    // A class and a rule to it at runtime.
-    ok(
-        &pg_in(
+    // An add the kernel refuses part-way leaves no class behind: the new
+    // class (id 1201) gets its HTB class, then its pfifo's handle 75b1:
+    // (0x7100 + 1201) is refused, taken by a qdisc put under c7 by hand.
+    // Once that handle is free the same add succeeds.
+    let tc_in_r = |args: &[&str]| {
+        let o = sh_in(
+            &t.ns("R"),
+            &[&["tc"], args].concat(),
+            Duration::from_secs(5),
+        );
+        assert!(o.status.success(), "tc {args:?}: {}", text(&o.stderr));
+    };
+    let c7_leaf = |handle: &str| {
+        tc_in_r(&[
+            "qdisc", "replace", "dev", "b0", "parent", "7067:7", "handle", handle, "pfifo",
+            "limit", "1000",
+        ])
+    };
+    c7_leaf("75b1:");
+    let add_extra = || {
+        pg_in(
             &t.ns("R"),
             &[
                 "qos", "class", "add", "extra", "--iface", "a1", "--rate", "1Mbit", "--ceil",
                 "100Mbit",
             ],
-        ),
-        "qos class add extra",
+        )
+    };
+    let refused = add_extra();
+    let err = text(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.trim().lines().count() == 1,
+        "{err}"
     );
+    let q = sh_in(
+        &t.ns("R"),
+        &["tc", "class", "show", "dev", "b0"],
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        text(&q.stdout).lines().count(),
+        1201,
+        "the refused add left its class: {err}"
+    );
+    c7_leaf("7107:");
+
+    // A class and a rule to it at runtime.
+    ok(&add_extra(), "qos class add extra");
     ok(
         &pg_in(
             &t.ns("R"),

@@ -6,8 +6,8 @@
 //!
 //! Each worker thread has its own instance (`Store`) of each function, kept
 //! in a thread-local list: no lock on the hot path. A call is bounded in
-//! time by an epoch deadline (one engine-wide ticker thread) and in memory
-//! by a `ResourceLimiter`. A call that traps, runs out of time or memory
+//! CPU time, read at the ticks of one engine-wide epoch ticker thread
+//! (`Caps::tick`), and in memory by a `ResourceLimiter`. A call that traps, runs out of time or memory
 //! fails (the invoker counts it in `failed` and drops the request) and its
 //! instance is thrown away: the next call on that worker gets a fresh one.
 #![allow(unsafe_code)] // this module holds unsafe code; each block says why it is sound
@@ -207,15 +207,21 @@ struct Caps {
     max: usize,
     hit: bool,
     timeout: Duration,
-    /// The thread's CPU time at the first tick in the call.
-    cpu_at_deadline: Option<Duration>,
+    /// The thread's CPU time and the time at the first tick in the call.
+    first_tick: Option<(Duration, std::time::Instant)>,
+}
+
+/// The most wall time a call may take after its first tick, however
+/// little CPU it was given: ten times its timeout, at least 100 ms more.
+fn wall_backstop(timeout: Duration) -> Duration {
+    (timeout * 10).max(timeout + Duration::from_millis(100))
 }
 
 impl Caps {
     /// Readies `store` for a call: its CPU time is counted from the
     /// epoch's next tick.
     fn start_call(store: &mut Store<Caps>) {
-        store.data_mut().cpu_at_deadline = None;
+        store.data_mut().first_tick = None;
         store.set_epoch_deadline(1);
     }
 
@@ -226,12 +232,18 @@ impl Caps {
     /// and the call is stopped once it has used its timeout of CPU since:
     /// never before it used its timeout in all, and a call that keeps its
     /// CPU busy at most a tick (before that first one) and the ticker's
-    /// granularity later. The clock is read only at ticks: a call that
-    /// ends before the next one (nearly every call) never reads it.
+    /// granularity later. The clocks are read only at ticks: a call that
+    /// ends before the next one (nearly every call) never reads them. A
+    /// call starved of CPU (a crowded or throttled CPU, page faults that
+    /// wait) is still stopped once `wall_backstop` has passed since its
+    /// first tick: it holds a worker and what queues behind it.
     fn tick(&mut self) -> UpdateDeadline {
-        let now = peregrine_host::cpu::thread_cpu();
-        let since = *self.cpu_at_deadline.get_or_insert(now);
-        match self.timeout.checked_sub(now.saturating_sub(since)) {
+        let (cpu, wall) = (peregrine_host::cpu::thread_cpu(), std::time::Instant::now());
+        let (cpu_since, wall_since) = *self.first_tick.get_or_insert((cpu, wall));
+        if wall.duration_since(wall_since) >= wall_backstop(self.timeout) {
+            return UpdateDeadline::Interrupt;
+        }
+        match self.timeout.checked_sub(cpu.saturating_sub(cpu_since)) {
             Some(left) if !left.is_zero() => UpdateDeadline::Continue(units(left)),
             _ => UpdateDeadline::Interrupt,
         }
@@ -339,7 +351,7 @@ fn instantiate(pre: &InstancePre<Caps>, limits: &WasmLimits) -> Result<Guest, Fa
             max: limits.memory,
             hit: false,
             timeout: limits.timeout,
-            cpu_at_deadline: None,
+            first_tick: None,
         },
     );
     store.limiter(|cap| cap as &mut dyn ResourceLimiter);
@@ -617,6 +629,7 @@ mod tests {
     /// fresh instance) and other functions still answer.
     #[test]
     fn traps_loops_and_memory_hogs_are_contained() {
+        let _timing = TIMING.lock().unwrap_or_else(|e| e.into_inner());
         let reverse = example("reverse.wat");
         let trapped: fn(&WasmErrors) -> u64 = |e| e.trapped.load(Ordering::Relaxed);
         let timed_out: fn(&WasmErrors) -> u64 = |e| e.timed_out.load(Ordering::Relaxed);
@@ -700,7 +713,7 @@ mod tests {
     #[test]
     fn a_preempted_call_is_not_stopped_for_time_it_did_not_run() {
         let _timing = TIMING.lock().unwrap_or_else(|e| e.into_inner());
-        // About 100 us of work per request on this guest, whatever it is.
+        // Some 25 us of work per request on this guest.
         let f = WasmFunction::new(
             "work",
             br#"(module (memory (export "memory") 1)
@@ -719,13 +732,16 @@ mod tests {
         .unwrap();
         let f = Arc::new(f);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        // Two busy threads share CPU 0 with the caller: the scheduler
+        // The engine's ticker thread was made above, unpinned: only the
+        // threads below share one CPU.
+        let cpu = peregrine_host::cpu::allowed_cpus().unwrap()[0];
+        // Two busy threads share that CPU with the caller: the scheduler
         // takes the CPU from it for a slice (milliseconds) at a time.
         let hogs: Vec<_> = (0..2)
             .map(|_| {
                 let stop = stop.clone();
                 std::thread::spawn(move || {
-                    peregrine_host::cpu::pin_to_cpu(0).unwrap();
+                    peregrine_host::cpu::pin_to_cpu(cpu).unwrap();
                     while !stop.load(Ordering::Relaxed) {
                         std::hint::spin_loop();
                     }
@@ -735,7 +751,7 @@ mod tests {
         let caller = {
             let f = f.clone();
             std::thread::spawn(move || {
-                peregrine_host::cpu::pin_to_cpu(0).unwrap();
+                peregrine_host::cpu::pin_to_cpu(cpu).unwrap();
                 let (mut calls, mut failed, mut preempted) = (0u32, Vec::new(), 0u32);
                 let until = Instant::now() + Duration::from_secs(1);
                 while Instant::now() < until {
@@ -750,11 +766,13 @@ mod tests {
                 (calls, failed, preempted, stopped)
             })
         };
-        let (calls, failed, preempted, stopped) = caller.join().unwrap();
+        // The busy threads stop even when the caller failed.
+        let caller = caller.join();
         stop.store(true, Ordering::Relaxed);
         for h in hogs {
             h.join().unwrap();
         }
+        let (calls, failed, preempted, stopped) = caller.unwrap();
         eprintln!("{calls} calls on a crowded CPU, {preempted} took longer than the timeout");
         assert!(
             failed.is_empty(),

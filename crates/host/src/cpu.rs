@@ -10,6 +10,15 @@ pub fn pin_to_cpu(cpu: usize) -> Result<()> {
         .map_err(|e| HostError::Config(format!("pinning to cpu {cpu}: {e}")))
 }
 
+/// The CPUs the calling thread may run on, in order.
+pub fn allowed_cpus() -> Result<Vec<usize>> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map_err(|e| HostError::Config(format!("reading this thread's CPU affinity: {e}")))?;
+    Ok((0..nix::sched::CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect())
+}
+
 /// CPU time (user and system) the calling thread has used.
 pub fn thread_cpu() -> std::time::Duration {
     let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)

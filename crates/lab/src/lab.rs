@@ -26,6 +26,22 @@ pub struct LabState {
     /// Process that owns an ephemeral lab (or is still building it); `None`
     /// for a lab made by `lab up`, which lives until `lab down`.
     pub owner_pid: Option<u32>,
+    /// Made afresh for each lab built: the handle that built it removes it
+    /// only while its state still has this token, never a lab of the same
+    /// name built since (by another run, or by this process). 0 in files
+    /// written before there were tokens.
+    #[serde(default)]
+    pub token: u64,
+}
+
+/// A new lab's token: random, never 0.
+fn new_token() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // std seeds each RandomState from the OS's randomness (once per
+    // thread, then a counter): no two labs share a token.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() | 1
 }
 
 /// The namespace of `host` in lab `lab`.
@@ -388,6 +404,8 @@ pub struct Lab {
     pub topo: Topology,
     lifetime: Lifetime,
     removed: bool,
+    /// Its state's token (`LabState::token`).
+    token: u64,
 }
 
 fn stable_mac(lab: &str, ep: &Endpoint) -> MacAddr {
@@ -450,10 +468,12 @@ impl Lab {
         }
         // The state file goes first: a run killed mid-build leaves a state
         // whose owner is dead, which marks everything it made as stale.
+        let token = new_token();
         write_state(&LabState {
             name: name.clone(),
             topology: topo.clone(),
             owner_pid: Some(std::process::id()),
+            token,
         })?;
         // `removed: true` while building: Drop must not take the lock we hold.
         // A panic here leaves a state file whose owner is gone: stale, and
@@ -462,6 +482,7 @@ impl Lab {
             topo,
             lifetime,
             removed: true,
+            token,
         };
         if let Err(e) = lab.build() {
             // What this run recorded and built, under the lock it holds.
@@ -477,6 +498,7 @@ impl Lab {
                 name: name.clone(),
                 topology: lab.topo.clone(),
                 owner_pid: None,
+                token,
             })?;
         }
         Ok(lab)
@@ -626,15 +648,12 @@ impl Lab {
         let _l = LabLock::take()?;
         // What the state file records now: if `lab down` removed the lab
         // already, namespaces named like it since are someone else's; and a
-        // lab of that name made since by another run (its state names
-        // another owner) is that run's, left whole.
+        // lab of that name built since (its state has another token: by
+        // another run, or by this process through another handle) is its
+        // builder's, left whole: nothing of it is this handle's.
         let state = read_state(&self.topo.name)?;
-        let owner = match self.lifetime {
-            Lifetime::Ephemeral => Some(std::process::id()),
-            Lifetime::Persistent => None,
-        };
         match state {
-            Some(s) if s.owner_pid != owner => Ok(Vec::new()),
+            Some(s) if s.token != self.token => Ok(Vec::new()),
             state => remove(&self.topo.name, state.as_ref().map(|s| &s.topology)),
         }
     }

@@ -592,9 +592,11 @@ where
     Ok(chart)
 }
 
-/// An axis label: three significant digits at most, as few as say it
-/// (`1800`, `2.5`, `0.125`, `0.00025`), not `1800.0`; six labels at most on
-/// an x axis, which three panels side by side share the width of.
+/// An axis label: as few digits as say it, three significant ones below
+/// 100 and the whole number from there (`1800`, `2.5`, `0.125`,
+/// `0.00025`), not `1800.0`. Every axis starts at 0, so its labels are
+/// multiples of one step and differ within those digits. Six labels at
+/// most on an x axis, which three panels side by side share the width of.
 fn tick(v: f64) -> String {
     let magnitude = if v == 0.0 {
         0

@@ -214,6 +214,7 @@ fn stale_state_is_found_and_removed() {
         name: "tstale".into(),
         topology: pair("tstale"),
         owner_pid: Some(u32::MAX - 1),
+        token: 7,
     };
     std::fs::write(
         Path::new(lab::STATE_DIR).join("tstale.json"),
@@ -359,7 +360,8 @@ fn an_unusable_state_file_is_an_error_and_removes_nothing() {
 /// An ephemeral lab's handle dropped after its lab was taken down and
 /// made again by another run (`lab down` elsewhere, then `lab up` of the
 /// same name by another process) leaves that run's lab whole: its state
-/// names another owner.
+/// has another token. So does one whose lab was built again through
+/// another handle of the same process.
 #[test]
 fn a_lab_handle_leaves_a_lab_of_its_name_made_since_by_another_run() {
     if !privileged_here() {
@@ -376,17 +378,33 @@ fn a_lab_handle_leaves_a_lab_of_its_name_made_since_by_another_run() {
     let mut state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     state["owner_pid"] = other.id().into();
+    state["token"] = 12345.into();
     std::fs::write(&file, state.to_string()).unwrap();
     drop(handle);
     let left = namespaces_of(name);
     let file_left = file.exists();
-    // The other run ends: its lab is stale, and the next cleanup takes it.
+    assert!(lab::down(name).is_ok());
+    // In this process too: a handle kept after its lab was taken down
+    // (`lab down`) and built again under the same name leaves the new lab
+    // to the new handle.
+    let old = Lab::up(pair(name), Lifetime::Ephemeral).unwrap();
+    lab::down(name).unwrap();
+    let new = Lab::up(pair(name), Lifetime::Ephemeral).unwrap();
+    drop(old);
+    let new_left = namespaces_of(name);
+    drop(new);
+    let gone = namespaces_of(name);
     let _ = other.kill();
     let _ = other.wait();
-    assert!(lab::cleanup_stale().unwrap().contains(&name.to_string()));
     assert_no_residue(name);
     assert_eq!(left.len(), 2, "the other run's namespaces: {left:?}");
     assert!(file_left, "the other run's state file");
+    assert_eq!(
+        new_left.len(),
+        2,
+        "the new handle's namespaces: {new_left:?}"
+    );
+    assert!(gone.is_empty(), "the new handle removed its lab: {gone:?}");
 }
 
 /// Frames from a:eth0 to b in a pair lab.

@@ -239,9 +239,27 @@ pub fn set_class(
     let mut changes = Vec::with_capacity(2 * usize::from(tree.queues));
     class_changes(tree, id, parent, c, leaf, replace, &mut changes)?;
     // One request at a time: a batch goes on past a refused request, and
-    // a class whose change was refused must not get its queue changed.
+    // a class whose change was refused must not get its queue changed. An
+    // add refused part-way (a queue's class or a leaf's pfifo) takes back
+    // the classes it made, their pfifos with them: nothing half-added, and
+    // the same add may be tried again. (A refused change of an existing
+    // class keeps what the kernel took before the refusal.)
+    let mut made = Vec::new();
     for ch in &changes {
-        tc.apply(std::slice::from_ref(ch))?;
+        if let Err(e) = tc.apply(std::slice::from_ref(ch)) {
+            for &classid in made.iter().rev() {
+                let _ = tc.del_class(tree.ifindex, classid);
+            }
+            return Err(e.into());
+        }
+        if let TcChange::HtbClass {
+            class,
+            create: true,
+            ..
+        } = ch
+        {
+            made.push(class.classid);
+        }
     }
     Ok(())
 }
