@@ -35,6 +35,7 @@ pub mod faas;
 pub mod gen;
 pub mod netmodes;
 pub mod qos;
+mod qos_scale;
 mod qos_sched;
 pub mod quic;
 pub mod redraw;

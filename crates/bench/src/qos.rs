@@ -34,6 +34,7 @@ use crate::common::{
     builtin_topology, command_line, duration, frame_for, params, place, progress_line, shown_trial,
     tc, trial_setup, ChainPath, PlacementConfig, RateSetting, ResultOutput,
 };
+pub use crate::qos_scale::{ScalePoint, ScalePoints};
 pub use crate::qos_sched::SchedValues;
 use crate::report::Report;
 use crate::tcp::{self, TcpTransfer};
@@ -62,13 +63,20 @@ pub struct QosBenchConfig {
     /// Rounds; contenders alternate within each round. Ratios use medians.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
-    /// policer, scheduler or all.
+    /// policer, scheduler, scale (the scheduler part's scale scenario
+    /// alone) or all.
     #[arg(long, default_value = "all")]
     pub part: QosPart,
     /// The scheduler part's link rate (its root class; bit/s): low enough
     /// that the DUT's CPU is not what limits either contender.
     #[arg(long, default_value = "200Mbit")]
     pub sched_link: RateSetting,
+    /// The scheduler part's scale points, CLASSES:RULES comma-separated
+    /// (classes up to 16383, rules up to 120000), or none: the htb
+    /// engine, tc htb with one u32 filter per rule, and the AF_XDP
+    /// scheduler (up to 63 classes) at 64 B, unpaced.
+    #[arg(long, default_value = crate::qos_scale::DEFAULT_POINTS)]
+    pub scale_points: ScalePoints,
     #[command(flatten)]
     pub placement: PlacementConfig,
     #[command(flatten)]
@@ -97,6 +105,8 @@ impl QosBenchConfig {
 pub enum QosPart {
     Policer,
     Scheduler,
+    /// The scheduler part's scale scenario alone.
+    Scale,
     All,
 }
 
@@ -106,8 +116,11 @@ impl std::str::FromStr for QosPart {
         match s {
             "policer" => Ok(QosPart::Policer),
             "scheduler" => Ok(QosPart::Scheduler),
+            "scale" => Ok(QosPart::Scale),
             "all" => Ok(QosPart::All),
-            _ => Err(format!("part {s:?}: expected policer, scheduler or all")),
+            _ => Err(format!(
+                "part {s:?}: expected policer, scheduler, scale or all"
+            )),
         }
     }
 }
@@ -340,9 +353,15 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
                 trial: a.trial,
                 tcp_time: a.tcp_time,
             };
-            crate::qos_sched::round(&path, sched_link, round, &mut runs, &mut sched_figures)?;
+            if a.part != QosPart::Scale {
+                crate::qos_sched::round(&path, sched_link, round, &mut runs, &mut sched_figures)?;
+            }
+            // Scale: the htb engine, tc htb+u32 and the scheduler at each
+            // point.
+            let mut rec = crate::qos_sched::Rec::new(&mut runs, &mut sched_figures);
+            crate::qos_scale::scenario(&path, &a.scale_points.0, round, &mut rec)?;
         }
-        if a.part == QosPart::Scheduler {
+        if matches!(a.part, QosPart::Scheduler | QosPart::Scale) {
             continue;
         }
         // Rate accuracy and CPU, UDP at twice the rate.
@@ -509,6 +528,7 @@ pub fn bench_qos(a: QosBenchConfig) -> Result<()> {
         }
         if !sched_figures.is_empty() {
             crate::qos_sched::summary(&sched_figures);
+            crate::qos_scale::summary(&sched_figures);
         }
     }
     a.output.write::<BenchQos>(&result)

@@ -18,6 +18,10 @@
 //! - Saturation: one class with a ceiling (10 Gbit/s) that never binds, the
 //!   generator unpaced, 64 B and 1500 B: delivered packets per second,
 //!   beside Linux forwarding with no QoS.
+//! - Scale (`qos_scale`): the htb engine, hand-written tc HTB with u32
+//!   filters and the AF_XDP scheduler (63 classes at most) at points of
+//!   (classes, rules), 64 B unpaced: delivered packets per second and the
+//!   seconds each took to be installed.
 //!
 //! The scheduler runs in a thread of this process, pinned to the DUT's
 //! CPU (where its ingress NAPI runs, and HTB's work too).
@@ -26,7 +30,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use peregrine_host::tc::{ClassStats, Tc};
@@ -59,6 +63,16 @@ pub(crate) enum SchedContender {
     Scheduler,
     /// No QoS: Linux forwarding (saturation runs only).
     Baseline,
+    /// peregrine's htb engine (`engine = "htb"`): the kernel's HTB built
+    /// through netlink, classified by one map lookup (scale runs only).
+    HtbEngine,
+    /// tc HTB with one u32 filter per rule, linear (4,000 to a prio),
+    /// installed with `tc -batch` as users write it (scale runs only).
+    HtbU32,
+    /// The same rules in a u32 hash table of 256 buckets keyed on the
+    /// destination's last byte, as an expert writes a large table (scale
+    /// runs only).
+    HtbU32Hashed,
 }
 
 impl SchedContender {
@@ -67,6 +81,9 @@ impl SchedContender {
             SchedContender::Htb => "tc htb classes",
             SchedContender::Scheduler => "scheduler (af_xdp)",
             SchedContender::Baseline => "no qos",
+            SchedContender::HtbEngine => "htb engine",
+            SchedContender::HtbU32 => "tc htb+u32",
+            SchedContender::HtbU32Hashed => "tc htb+u32 hashed",
         }
     }
 }
@@ -231,8 +248,8 @@ impl ClassSet {
     }
 }
 
-/// HTB on dut:out0, removed when dropped.
-struct Htb(String);
+/// HTB on dut:out0 (of the namespace named), removed when dropped.
+pub(crate) struct Htb(pub(crate) String);
 
 impl Drop for Htb {
     fn drop(&mut self) {
@@ -242,9 +259,9 @@ impl Drop for Htb {
     }
 }
 
-/// The scheduler running in a thread in the DUT's namespace; stopped and
-/// detached when dropped.
-struct Scheduler {
+/// The scheduler running in a thread in the DUT's namespace (either
+/// engine, as its file says); stopped and detached when dropped.
+pub(crate) struct Scheduler {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<()>>>,
 }
@@ -252,6 +269,17 @@ struct Scheduler {
 impl Scheduler {
     fn start(dut: &str, set: &ClassSet, cpu: Option<usize>) -> Result<Scheduler> {
         let cfg = PolicerConfig::parse(&set.toml()).context("the bench's class file")?;
+        Scheduler::start_config(dut, cfg, cpu, Duration::from_secs(10))
+    }
+
+    /// `qos serve` of `cfg` on dut:in0, ready within `within` (or stopped,
+    /// and the error); Ctrl-C stops the wait too.
+    pub(crate) fn start_config(
+        dut: &str,
+        cfg: PolicerConfig,
+        cpu: Option<usize>,
+        within: Duration,
+    ) -> Result<Scheduler> {
         let stop = Arc::new(AtomicBool::new(false));
         let opts = ServeOptions {
             cpu,
@@ -271,13 +299,23 @@ impl Scheduler {
             stop,
             thread: Some(thread),
         };
-        if ready.recv_timeout(Duration::from_secs(10)).is_err() {
-            return Err(s
-                .finish()
-                .err()
-                .unwrap_or_else(|| anyhow!("qos serve did not start")));
+        let deadline = Instant::now() + within;
+        loop {
+            match ready.recv_timeout(Duration::from_millis(100)) {
+                Ok(()) => return Ok(s),
+                Err(mpsc::RecvTimeoutError::Timeout)
+                    if Instant::now() < deadline && !signals::stop_requested() => {}
+                Err(_) => {
+                    // Ended, interrupted or late: stopped, and why.
+                    s.finish()?;
+                    signals::check()?;
+                    bail!(
+                        "qos serve was not ready within {:.0} s",
+                        within.as_secs_f64()
+                    );
+                }
+            }
         }
-        Ok(s)
     }
 
     fn finish(&mut self) -> Result<()> {
@@ -311,6 +349,9 @@ fn put_on(c: SchedContender, dut: &str, set: &ClassSet, cpu: Option<usize>) -> R
         SchedContender::Htb => On::Htb(set.htb(dut)?),
         SchedContender::Scheduler => On::Scheduler(Scheduler::start(dut, set, cpu)?),
         SchedContender::Baseline => On::Nothing,
+        SchedContender::HtbEngine | SchedContender::HtbU32 | SchedContender::HtbU32Hashed => {
+            bail!("{}: a contender of the scale scenario only", c.label())
+        }
     })
 }
 
@@ -345,7 +386,10 @@ fn class_bytes(c: SchedContender, dut: &str, set: &ClassSet) -> Result<BTreeMap<
                 out.insert(c.name, k.sent_bytes);
             }
         }
-        SchedContender::Baseline => {}
+        SchedContender::Baseline
+        | SchedContender::HtbEngine
+        | SchedContender::HtbU32
+        | SchedContender::HtbU32Hashed => {}
     }
     Ok(out)
 }
@@ -370,6 +414,9 @@ pub struct SchedValues {
         skip_serializing_if = "Option::is_none"
     )]
     pub bulk_delivered_mbit_s: Option<f64>,
+    /// The point's classes (scale).
+    #[serde(rename = "classes", default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<u32>,
     /// Delivered Gbit/s of frames in steady state (WFQ, UDP).
     #[serde(
         rename = "delivered gbit/s",
@@ -377,6 +424,13 @@ pub struct SchedValues {
         skip_serializing_if = "Option::is_none"
     )]
     pub delivered_gbit_s: Option<f64>,
+    /// Delivered kpps in steady state, 64 B unpaced (scale).
+    #[serde(
+        rename = "delivered kpps",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub delivered_kpps: Option<f64>,
     /// Delivered Mpps in steady state (saturation).
     #[serde(
         rename = "delivered mpps",
@@ -443,6 +497,12 @@ pub struct SchedValues {
         skip_serializing_if = "Option::is_none"
     )]
     pub ping_p99_loaded_us: Option<f64>,
+    /// The point's rules (scale).
+    #[serde(rename = "rules", default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<u32>,
+    /// Seconds the contender took to be installed (scale).
+    #[serde(rename = "setup s", default, skip_serializing_if = "Option::is_none")]
+    pub setup_s: Option<f64>,
     /// Voice's delivered share of what it offered (priority).
     #[serde(
         rename = "voice delivered / offered",
@@ -482,7 +542,7 @@ const CONTENDERS: [SchedContender; 2] = [SchedContender::Htb, SchedContender::Sc
 /// The accuracy runs' frame size, FCS included (counted 4 bytes shorter).
 const FRAME: usize = 1000;
 
-fn run_of(
+pub(crate) fn run_of(
     label: String,
     params: RunParams,
     trials: Vec<peregrine_lab::results::Trial>,
@@ -501,14 +561,21 @@ fn run_of(
 }
 
 /// Where a round's runs go, and their figures for the summary.
-struct Rec<'a> {
+pub(crate) struct Rec<'a> {
     runs: &'a mut Vec<Run<SchedValues>>,
     figures: &'a mut Vec<SchedFigure>,
 }
 
-impl Rec<'_> {
+impl<'a> Rec<'a> {
+    pub(crate) fn new(
+        runs: &'a mut Vec<Run<SchedValues>>,
+        figures: &'a mut Vec<SchedFigure>,
+    ) -> Rec<'a> {
+        Rec { runs, figures }
+    }
+
     /// Keeps `run` and its figures under `scenario`.
-    fn add(&mut self, scenario: &str, contender: SchedContender, run: Run<SchedValues>) {
+    pub(crate) fn add(&mut self, scenario: &str, contender: SchedContender, run: Run<SchedValues>) {
         self.figures.push(SchedFigure {
             scenario: scenario.to_string(),
             contender,
@@ -520,7 +587,7 @@ impl Rec<'_> {
     /// Keeps the run of generator trial `t` (of `spec`, into the XDP drop
     /// sink) with `values`.
     #[allow(clippy::too_many_arguments)]
-    fn trial(
+    pub(crate) fn trial(
         &mut self,
         scenario: &str,
         c: SchedContender,
@@ -940,8 +1007,16 @@ fn ping_p99_in(ns: &str, count: u32) -> Result<(f64, f64)> {
 }
 
 /// Medians over rounds per scenario and contender, with the goals' ratios.
+/// (The scale scenario's are `qos_scale::summary`'s.)
 pub(crate) fn summary(figures: &[SchedFigure]) {
-    let scenarios = crate::common::in_first_seen_order(figures.iter().map(|f| f.scenario.as_str()));
+    let scenarios: Vec<&str> =
+        crate::common::in_first_seen_order(figures.iter().map(|f| f.scenario.as_str()))
+            .into_iter()
+            .filter(|s| !is_scale(s))
+            .collect();
+    if scenarios.is_empty() {
+        return;
+    }
     println!("Scheduler part, medians over rounds:");
     for s in scenarios {
         let mut line = format!("{s}:");
@@ -978,6 +1053,16 @@ pub const WFQ_CPU: &str = "wfq-cpu";
 pub const PRIORITY: &str = "priority";
 /// Delivered with one class that never binds.
 pub const SATURATION: &str = "saturation";
+/// Delivered at 64 B per point of classes and rules.
+pub const SCALE: &str = "scale";
+
+/// Every scale scenario's name starts with this (`qos_scale`).
+pub(crate) const SCALE_PREFIX: &str = "scale";
+
+/// `scenario` is one of the scale scenario's.
+pub(crate) fn is_scale(scenario: &str) -> bool {
+    scenario.starts_with(&format!("{SCALE_PREFIX}, "))
+}
 
 /// The scheduler part's figures: (name, title, y axis, the value, the
 /// scenarios' prefix).
@@ -989,7 +1074,7 @@ type SchedFigureSpec = (
     &'static str,
 );
 
-const SCHED_FIGURES: [SchedFigureSpec; 4] = [
+const SCHED_FIGURES: [SchedFigureSpec; 5] = [
     (
         SHARES,
         "WFQ 80/20 under overload: the gold class's share of what left",
@@ -1017,6 +1102,13 @@ const SCHED_FIGURES: [SchedFigureSpec; 4] = [
         "delivered (Mpps)",
         |v| v.delivered_mpps,
         "saturation",
+    ),
+    (
+        SCALE,
+        "Scale: delivered at 64 B, unpaced, per point of classes and rules",
+        "delivered (kpps)",
+        |v| v.delivered_kpps,
+        SCALE_PREFIX,
     ),
 ];
 

@@ -302,15 +302,16 @@ fn gen_names_a_missing_interface() {
 #[test]
 fn bench_qos_quick_run_holds_together() {
     let Some((r, _)) = run_result::<SchedValues>(
-        "bench qos --rounds 1 --trial 3s --tcp-time 3s --rates 100Mbit --rules 1000 --sched-link 100Mbit",
+        "bench qos --rounds 1 --trial 3s --tcp-time 3s --rates 100Mbit --rules 1000 --sched-link 100Mbit --scale-points 2:5",
         "bench-qos",
     ) else {
         return;
     };
     // Policer: 5 UDP (4 contenders and the no-QoS baseline), 8 TCP (4
     // contenders, 1 and 8 streams), 2 scale. Scheduler: 2 WFQ UDP, 2 WFQ
-    // TCP, 2 priority, 6 saturation.
-    assert_eq!(r.runs.len(), 27, "{:#?}", r.runs);
+    // TCP, 2 priority, 6 saturation, 4 at the scale point (tc htb+u32
+    // linear and hashed, the htb engine, the afxdp engine).
+    assert_eq!(r.runs.len(), 31, "{:#?}", r.runs);
     for run in r.runs.iter().filter(|x| x.label.contains("wfq 80/20")) {
         let share = run.values.gold_share.unwrap();
         let slack = if run.label.starts_with("tc ") {
@@ -339,6 +340,16 @@ fn bench_qos_quick_run_holds_together() {
     }
     for run in r.runs.iter().filter(|x| x.label.contains("saturation")) {
         assert!(run.values.delivered_mpps.unwrap() > 0.01, "{}", run.label);
+    }
+    let scale: Vec<_> = r
+        .runs
+        .iter()
+        .filter(|x| x.values.rules == Some(5))
+        .collect();
+    assert_eq!(scale.len(), 4, "{scale:#?}");
+    for run in scale {
+        assert!(run.values.delivered_kpps.unwrap() > 1.0, "{}", run.label);
+        assert!(run.values.setup_s.unwrap() > 0.0, "{}", run.label);
     }
     let policer_runs: Vec<_> = r.runs.iter().filter(|x| x.values.is_empty()).collect();
     assert_eq!(policer_runs.len(), 15);

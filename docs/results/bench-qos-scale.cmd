@@ -1,0 +1,1 @@
+./target/release/peregrine bench qos --part scale --rounds 3 --name bench-qos-scale --out docs/results
