@@ -50,7 +50,8 @@ pub struct WasmLimits {
     /// traps, and a module that starts larger is refused.
     pub memory: usize,
     /// The CPU time a call may use: it is stopped no sooner than that and
-    /// at most about two ticks later (`Caps::tick`).
+    /// at most about two ticks later (`Caps::tick`), unless it is starved
+    /// of CPU past `wall_backstop` of wall time.
     pub timeout: Duration,
 }
 
@@ -785,6 +786,38 @@ mod tests {
         );
         assert!(stopped.contains("ran longer than 1ms"), "{stopped}");
         assert_eq!(f.errors().timed_out.load(Ordering::Relaxed), 1);
+    }
+
+    /// A call starved of CPU is stopped once its wall backstop has passed
+    /// since its first tick, however little CPU it used; before that, it
+    /// runs on.
+    #[test]
+    fn a_starved_call_is_stopped_by_the_wall_backstop() {
+        assert_eq!(
+            wall_backstop(Duration::from_millis(1)),
+            Duration::from_millis(101)
+        );
+        assert_eq!(
+            wall_backstop(Duration::from_secs(1)),
+            Duration::from_secs(10)
+        );
+        let timeout = Duration::from_millis(1);
+        let mut caps = Caps {
+            max: 1 << 20,
+            hit: false,
+            timeout,
+            first_tick: None,
+        };
+        // The first tick: the call goes on, its CPU time counted from now.
+        assert!(matches!(caps.tick(), UpdateDeadline::Continue(_)));
+        // No CPU used since, and the backstop not yet passed: on.
+        let cpu = peregrine_host::cpu::thread_cpu();
+        let since = Instant::now() - wall_backstop(timeout) / 2;
+        caps.first_tick = Some((cpu, since));
+        assert!(matches!(caps.tick(), UpdateDeadline::Continue(_)));
+        // The backstop passed since the first tick: stopped.
+        caps.first_tick = Some((cpu, Instant::now() - wall_backstop(timeout)));
+        assert!(matches!(caps.tick(), UpdateDeadline::Interrupt));
     }
 
     #[test]

@@ -491,8 +491,8 @@ impl Lab {
             }
             return Err(e);
         }
-        drop(lock);
-        lab.removed = false;
+        // Still under the lock: no `lab down` and `lab up` of the name by
+        // another process comes between the build and this record.
         if lifetime == Lifetime::Persistent {
             write_state(&LabState {
                 name: name.clone(),
@@ -501,6 +501,8 @@ impl Lab {
                 token,
             })?;
         }
+        drop(lock);
+        lab.removed = false;
         Ok(lab)
     }
 

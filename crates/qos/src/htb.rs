@@ -243,12 +243,16 @@ pub fn set_class(
     // add refused part-way (a queue's class or a leaf's pfifo) takes back
     // the classes it made, their pfifos with them: nothing half-added, and
     // the same add may be tried again. (A refused change of an existing
-    // class keeps what the kernel took before the refusal.)
+    // class keeps what the kernel took before the refusal; and a parent
+    // that was a leaf before a refused add of its first child is a leaf
+    // again with the kernel's default queue, not its configured one.)
     let mut made = Vec::new();
     for ch in &changes {
         if let Err(e) = tc.apply(std::slice::from_ref(ch)) {
             for &classid in made.iter().rev() {
-                let _ = tc.del_class(tree.ifindex, classid);
+                if let Err(d) = tc.del_class(tree.ifindex, classid) {
+                    tracing::warn!("taking back class {classid:x} of a refused add: {d}");
+                }
             }
             return Err(e.into());
         }
