@@ -44,7 +44,7 @@ use crate::qos_sched::{
     is_scale, run_of, Htb, Path, Rec, SchedContender, SchedFigure, SchedValues, Scheduler,
     SCALE_PREFIX,
 };
-use crate::tcp::Reaped;
+use crate::tcp::{wait_reading, Reaped};
 
 /// `--scale-points`' default: issue 27's points.
 pub(crate) const DEFAULT_POINTS: &str = "1:1,1000:10000,10000:100000";
@@ -337,26 +337,10 @@ fn install_tc(dut: &str, batch: &str, limit: Duration) -> Result<(Htb, f64)> {
             .spawn()
             .context("running tc -batch (iproute2)")?,
     );
-    let reader = child.0.stderr.take().map(|mut e| {
-        std::thread::spawn(move || {
-            let mut out = String::new();
-            let _ = std::io::Read::read_to_string(&mut e, &mut out);
-            out
-        })
-    });
-    let status = loop {
-        signals::check()?;
-        if let Some(st) = child.0.try_wait()? {
-            break st;
-        }
-        if start.elapsed() > limit {
-            // Dropping `child` kills it; `on` removes what it made.
-            bail!("tc -batch: not done within {:.0} s", limit.as_secs_f64());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let stderr = child.0.stderr.take();
+    // Dropping `child` on a timeout kills it; `on` removes what it made.
+    let (status, err) = wait_reading(&mut child, stderr, limit, "tc -batch")?;
     let took = start.elapsed().as_secs_f64();
-    let err = reader.and_then(|r| r.join().ok()).unwrap_or_default();
     if !status.success() {
         let tail: Vec<&str> = err.lines().rev().take(3).collect();
         bail!(

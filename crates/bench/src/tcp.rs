@@ -42,30 +42,8 @@ impl Drop for Reaped {
 /// read while the child runs: a long transfer's JSON outgrows the pipe, and
 /// a child blocked writing it would never exit.
 pub(crate) fn finish(mut child: Reaped, limit: Duration, what: &str) -> Result<String> {
-    let reader = child.0.stdout.take().map(|mut o| {
-        std::thread::spawn(move || {
-            let mut out = String::new();
-            std::io::Read::read_to_string(&mut o, &mut out).map(|_| out)
-        })
-    });
-    let start = Instant::now();
-    let status = loop {
-        signals::check()?;
-        if let Some(st) = child.0.try_wait()? {
-            break st;
-        }
-        if start.elapsed() > limit {
-            // Dropping `child` kills it, which ends the reader too.
-            bail!("{what}: no result within {:.0} s", limit.as_secs_f64());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = match reader {
-        Some(r) => r
-            .join()
-            .map_err(|_| anyhow!("{what}: reading its output panicked"))??,
-        None => String::new(),
-    };
+    let stdout = child.0.stdout.take();
+    let (status, out) = wait_reading(&mut child, stdout, limit, what)?;
     if !status.success() {
         // iperf3 -J reports its error inside the JSON.
         let err = serde_json::from_str::<serde_json::Value>(&out)
@@ -75,6 +53,43 @@ pub(crate) fn finish(mut child: Reaped, limit: Duration, what: &str) -> Result<S
         bail!("{what}: {err}");
     }
     Ok(out)
+}
+
+/// Waits for `child` to exit within `limit` (Ctrl-C ends the wait),
+/// reading `pipe` (its stdout or stderr) meanwhile, so that a child that
+/// writes more than a pipe holds still exits: its exit status and what it
+/// wrote there. On a timeout the caller drops `child`, which kills it and
+/// so ends the reader too.
+pub(crate) fn wait_reading(
+    child: &mut Reaped,
+    pipe: Option<impl std::io::Read + Send + 'static>,
+    limit: Duration,
+    what: &str,
+) -> Result<(std::process::ExitStatus, String)> {
+    let reader = pipe.map(|mut p| {
+        std::thread::spawn(move || {
+            let mut out = String::new();
+            p.read_to_string(&mut out).map(|_| out)
+        })
+    });
+    let start = Instant::now();
+    let status = loop {
+        signals::check()?;
+        if let Some(st) = child.0.try_wait()? {
+            break st;
+        }
+        if start.elapsed() > limit {
+            bail!("{what}: not done within {:.0} s", limit.as_secs_f64());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let out = match reader {
+        Some(r) => r
+            .join()
+            .map_err(|_| anyhow!("{what}: reading its output panicked"))??,
+        None => String::new(),
+    };
+    Ok((status, out))
 }
 
 /// Runs the transfer and reads its figures; CPU is measured over the
