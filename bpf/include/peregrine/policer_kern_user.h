@@ -156,6 +156,7 @@ struct sched_counters {
 	__u64 dropped_bytes;
 	__u64 borrowed_packets;
 	__u64 queue_depth;     /* packets queued now */
+	__u64 counted_at_ns;   /* CLOCK_MONOTONIC when these were written */
 };
 
 #endif

@@ -145,13 +145,11 @@ fn reap(kids: Vec<Child>) {
 fn gold_share(t: &Topo, dst: &str, extra: &[&str]) -> (f64, f64) {
     let kids = flows(t, dst, &[5401, 5402], 5, extra);
     std::thread::sleep(Duration::from_millis(1500));
-    let (g0, s0) = qos_gold_silver_sent(t);
-    let t0 = Instant::now();
+    let before = qos_gold_silver_sent(t);
     std::thread::sleep(Duration::from_secs(2));
-    let (g1, s1) = qos_gold_silver_sent(t);
-    let secs = t0.elapsed().as_secs_f64();
+    let ((g, s), secs) = qos_gold_silver_sent(t).since(&before);
     reap(kids);
-    let (g, s) = ((g1 - g0) as f64, (s1 - s0) as f64);
+    let (g, s) = (g as f64, s as f64);
     let total_mbit = (g + s) * 8.0 / secs / 1e6;
     (100.0 * g / (g + s), total_mbit)
 }
@@ -189,11 +187,10 @@ fn htb_class_change_under_traffic_takes_effect() {
     let _s = serve(&t, "qhtb-change", &file("engine = \"htb\""));
     let kids = flows(&t, "198.18.2.1", &[5402], 8, &["-u", "-b", "60M"]);
     let rate = |t: &Topo| {
-        let (_, a) = qos_gold_silver_sent(t);
-        let t0 = Instant::now();
+        let a = qos_gold_silver_sent(t);
         std::thread::sleep(Duration::from_millis(1500));
-        let (_, b) = qos_gold_silver_sent(t);
-        (b - a) as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e6
+        let ((_, silver), secs) = qos_gold_silver_sent(t).since(&a);
+        silver as f64 * 8.0 / secs / 1e6
     };
     std::thread::sleep(Duration::from_millis(1000));
     let before = rate(&t);

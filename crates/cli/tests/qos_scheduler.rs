@@ -80,20 +80,19 @@ fn serve(t: &Topo, name: &str, toml: &str) -> QosServe {
 
 /// Seconds each iperf3 flow is measured (after one omitted).
 const FLOW_SECS: u32 = 5;
-/// The window read from the class counters, from 1.5 s into the flows.
+/// The window read from the class counters, from 1.5 s into the flows
+/// (wall time; the counters' own stamps give the exact window).
 const WINDOW_SECS: f64 = 3.0;
-/// The most the 100 Mbit/s link may show in the window: the counters
-/// are published every 20 ms, so each edge of the window may be off by
-/// that much, and the link's burst (10 ms) may add its bytes once.
-const LINK_MAX_MBIT: f64 = 100.0 * (1.0 + 2.0 * 0.020 / WINDOW_SECS) + 100.0 * 0.010 / WINDOW_SECS;
 
 /// What two concurrent flows got.
 struct Flows {
     /// Bytes each receiver got (gold, silver) after the omitted second.
     received: (u64, u64),
-    /// Bytes each class sent in the middle two seconds, when both flows
+    /// Bytes each class sent in the middle three seconds, when both flows
     /// surely ran (the clients start and stop some ms apart).
     window: (u64, u64),
+    /// That window's length by the counters' stamps, seconds.
+    window_secs: f64,
     /// Seconds the scheduler was runnable but not running in the window
     /// (run queue or hypervisor steal): the link time it could not fill.
     sched_wait_s: f64,
@@ -163,7 +162,7 @@ fn two_flows_each(t: &Topo, server: &QosServe, args: [&[&str]; 2]) -> Flows {
     let wait0 = CpuWait::of_process(server.0.id());
     std::thread::sleep(Duration::from_secs_f64(WINDOW_SECS));
     let sched_wait_s = CpuWait::of_process(server.0.id()).since(&wait0);
-    let after = qos_gold_silver_sent(t);
+    let (window, window_secs) = qos_gold_silver_sent(t).since(&before);
     let got: Vec<u64> = clients
         .into_iter()
         .map(|c| {
@@ -178,7 +177,8 @@ fn two_flows_each(t: &Topo, server: &QosServe, args: [&[&str]; 2]) -> Flows {
     }
     Flows {
         received: (got[0], got[1]),
-        window: (after.0 - before.0, after.1 - before.1),
+        window,
+        window_secs,
         sched_wait_s,
     }
 }
@@ -189,7 +189,19 @@ fn two_flows_each(t: &Topo, server: &QosServe, args: [&[&str]; 2]) -> Flows {
 /// beside it that wait can be a quarter of the window; the scheduler
 /// cannot send while it waits, and the figures say how long that was.
 fn link_min_mbit(f: &Flows) -> f64 {
-    95.0 * (1.0 - f.sched_wait_s / WINDOW_SECS).max(0.0)
+    95.0 * (1.0 - f.sched_wait_s / f.window_secs).max(0.0)
+}
+
+/// The most the 100 Mbit/s link may carry in the window: its rate, and
+/// its burst (10 ms) once. The window is the counters' own (stamped at
+/// each publication), so a late publication moves no bytes into it.
+fn link_max_mbit(f: &Flows) -> f64 {
+    100.0 * (1.0 + 0.010 / f.window_secs)
+}
+
+/// Frames on the link in the window, Ethernet header included, Mbit/s.
+fn link_mbit(f: &Flows) -> f64 {
+    (f.window.0 + f.window.1) as f64 * 8.0 / f.window_secs / 1e6
 }
 
 fn share(gold: u64, silver: u64) -> f64 {
@@ -216,8 +228,7 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
     ] {
         let f = two_flows(&t, &server, args);
         let ((g, s), (wg, ws)) = (f.received, f.window);
-        // Frames on the link in the window, Ethernet header included.
-        let link_mbit = (wg + ws) as f64 * 8.0 / WINDOW_SECS / 1e6;
+        let link_mbit = link_mbit(&f);
         eprintln!(
             "{what}: in the window gold's share {:.4}, {link_mbit:.2} Mbit/s of frames, \
              scheduler waited {:.0} ms for a CPU; receivers: gold {g} B, silver {s} B, \
@@ -232,7 +243,7 @@ fn weighted_shares_hold_for_udp_and_tcp_and_follow_a_change() {
             share(wg, ws)
         );
         assert!(
-            (link_min_mbit(&f)..=LINK_MAX_MBIT).contains(&link_mbit),
+            (link_min_mbit(&f)..=link_max_mbit(&f)).contains(&link_mbit),
             "{what}: the link is 100 Mbit/s: {link_mbit} ({:.0} ms of the window waiting for a CPU)",
             f.sched_wait_s * 1e3
         );
@@ -401,14 +412,13 @@ fn a_priority_class_keeps_its_rate_under_a_flood() {
     let (g, s) = f.received;
     // FLOW_SECS at 30 Mbit/s of payload.
     let gold = g as f64 * 8.0 / f64::from(FLOW_SECS) / 1e6;
-    let (wg, ws) = f.window;
-    let link = (wg + ws) as f64 * 8.0 / WINDOW_SECS / 1e6;
+    let link = link_mbit(&f);
     eprintln!(
         "priority: gold received {gold:.2} Mbit/s of 30, silver {s} B; link {link:.2} Mbit/s"
     );
     assert!(gold >= 30.0 * 0.99, "gold kept {gold} of 30 Mbit/s");
     assert!(
-        (link_min_mbit(&f)..=LINK_MAX_MBIT).contains(&link),
+        (link_min_mbit(&f)..=link_max_mbit(&f)).contains(&link),
         "link {link} ({:.0} ms of the window waiting for a CPU)",
         f.sched_wait_s * 1e3
     );
@@ -578,7 +588,7 @@ fn a_scheduler_killed_at_random_points_is_replaced_and_corrupts_nothing() {
             >= before + 200),
         "datagrams through the last scheduler"
     );
-    let (gold, _) = qos_gold_silver_sent(&t);
+    let gold = qos_gold_silver_sent(&t).gold;
     assert!(gold > 0, "the last scheduler sent the gold class");
     drop(server);
     stop.store(true, Ordering::Relaxed);

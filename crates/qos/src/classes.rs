@@ -117,6 +117,9 @@ pub struct SchedulerStats {
     /// Steered packets of no class the scheduler knows (or with no room);
     /// the htb engine: packets its classifier left to no class, as sent.
     pub unclassified: ClassCounters,
+    /// CLOCK_MONOTONIC when the counters were counted: the AF_XDP
+    /// engine's last publication, the htb engine's read of the kernel.
+    pub counted_at_ns: u64,
 }
 
 /// The scheduler's classes and counters in `maps`, if it has one.
@@ -125,6 +128,9 @@ pub fn scheduler_stats(maps: &PolicerMaps, owner: Option<u32>) -> Result<Option<
     if port.egress_ifindex == 0 {
         return Ok(None);
     }
+    // Entry 0 is written first in each publication: its stamp is the
+    // publication's.
+    let unclassified = maps.class_counters(0)?;
     let classes = installed_classes(maps)?
         .into_iter()
         .map(|(id, c)| Ok((id, c, maps.class_counters(id)?)))
@@ -135,7 +141,8 @@ pub fn scheduler_stats(maps: &PolicerMaps, owner: Option<u32>) -> Result<Option<
         owner,
         link_bps: port.link_bps,
         classes,
-        unclassified: maps.class_counters(0)?,
+        counted_at_ns: unclassified.counted_at_ns,
+        unclassified,
     }))
 }
 

@@ -28,6 +28,7 @@ use std::path::Path;
 use peregrine_bpf::classify::{ClassifierMaps, HtbPort, MAX_TX_QUEUES};
 use peregrine_bpf::link::{pinned_link, PinnedLink};
 use peregrine_bpf::policer::{ClassCounters, HTB_MAX_CLASSES};
+use peregrine_host::cpu::monotonic_ns;
 use peregrine_host::tc::{handle, HtbClass, Tc, TcChange};
 
 use crate::classes::{classes_in, SchedulerStats};
@@ -365,6 +366,7 @@ pub fn scheduler_stats(r: &Record) -> Result<SchedulerStats> {
     let maps = r.maps()?;
     let tree = r.tree();
     let tc = Tc::open()?;
+    let counted_at_ns = monotonic_ns();
     let mut by_id = vec![ClassCounters::default(); HTB_MAX_CLASSES as usize];
     for q in 0..tree.queues {
         for s in tc.classes(tree.ifindex, tree.major(q))? {
@@ -392,5 +394,6 @@ pub fn scheduler_stats(r: &Record) -> Result<SchedulerStats> {
             sent_packets: totals.unclassified + totals.not_ip + totals.malformed,
             ..Default::default()
         },
+        counted_at_ns,
     })
 }

@@ -63,6 +63,10 @@ pub struct SchedulerReport {
     /// The htb engine: packets its classifier saw on the egress and left
     /// to no class (sent unshaped).
     pub unclassified_packets: u64,
+    /// CLOCK_MONOTONIC (ns) when the class counters were counted: a rate
+    /// is the difference of two reports' counters over the difference of
+    /// their stamps.
+    pub counted_at_ns: u64,
 }
 
 /// One class: its settings (flattened: `name`, `rate_bps`, ...) and
@@ -136,6 +140,7 @@ fn scheduler_report(s: &SchedulerStats) -> SchedulerReport {
             .collect(),
         unclassified_dropped_packets: s.unclassified.dropped_packets,
         unclassified_packets: s.unclassified.sent_packets,
+        counted_at_ns: s.counted_at_ns,
     }
 }
 

@@ -65,8 +65,9 @@ pub struct ClassStats {
 }
 
 impl ClassStats {
-    /// The counters as the policer's maps keep them, with `queue_depth`.
-    pub fn counters(&self, queue_depth: u64) -> ClassCounters {
+    /// The counters as the policer's maps keep them, with `queue_depth`,
+    /// as counted at `counted_at_ns` (CLOCK_MONOTONIC).
+    pub fn counters(&self, queue_depth: u64, counted_at_ns: u64) -> ClassCounters {
         ClassCounters {
             enqueued_packets: self.enqueued_packets,
             sent_packets: self.sent_packets,
@@ -75,6 +76,7 @@ impl ClassStats {
             dropped_bytes: self.dropped_bytes,
             borrowed_packets: self.borrowed_packets,
             queue_depth,
+            counted_at_ns,
         }
     }
 

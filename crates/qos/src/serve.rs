@@ -186,10 +186,18 @@ impl Running {
         }
     }
 
+    /// Writes every class's counters, stamped with the time they were
+    /// counted (a reader's rate divides by the stamps' difference, not by
+    /// its own clock: a scheduler waiting for a CPU publishes late).
     fn publish(&self, maps: &PolicerMaps, unclassified: &ClassCounters) -> Result<()> {
-        maps.set_class_counters(0, unclassified)?;
+        let now = monotonic_ns();
+        let unclassified = ClassCounters {
+            counted_at_ns: now,
+            ..*unclassified
+        };
+        maps.set_class_counters(0, &unclassified)?;
         for ((_, s, depth), &id) in self.sched.classes().zip(&self.ids) {
-            maps.set_class_counters(id, &s.counters(depth as u64))?;
+            maps.set_class_counters(id, &s.counters(depth as u64, now))?;
         }
         Ok(())
     }

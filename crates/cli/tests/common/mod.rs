@@ -517,9 +517,33 @@ pub fn qos_stats(t: &Topo) -> serde_json::Value {
     v["policers"][0].clone()
 }
 
-/// Bytes the scheduler's gold and silver classes sent, from `qos stats`
-/// (the AF_XDP scheduler's counters, or the kernel's HTB class counters).
-pub fn qos_gold_silver_sent(t: &Topo) -> (u64, u64) {
+/// What the scheduler's gold and silver classes had sent when its
+/// counters were counted, from `qos stats` (the AF_XDP scheduler's
+/// counters, or the kernel's HTB class counters).
+#[derive(Debug, Clone, Copy)]
+pub struct ClassesSent {
+    pub gold: u64,
+    pub silver: u64,
+    /// The counters' `counted_at_ns`, in seconds.
+    pub at_s: f64,
+}
+
+impl ClassesSent {
+    /// Bytes each class sent since `before` (gold, silver), and over how
+    /// many seconds of the counters' own clock: a rate measured between
+    /// two readers' wall times would count a late publication's bytes
+    /// into a window they did not fall in.
+    pub fn since(&self, before: &ClassesSent) -> ((u64, u64), f64) {
+        let secs = self.at_s - before.at_s;
+        assert!(
+            secs > 0.0,
+            "the counters were not republished: {before:?} {self:?}"
+        );
+        ((self.gold - before.gold, self.silver - before.silver), secs)
+    }
+}
+
+pub fn qos_gold_silver_sent(t: &Topo) -> ClassesSent {
     let st = qos_stats(t);
     let by = |name: &str| {
         st["scheduler"]["classes"]
@@ -531,7 +555,11 @@ pub fn qos_gold_silver_sent(t: &Topo) -> (u64, u64) {
             .as_u64()
             .unwrap()
     };
-    (by("gold"), by("silver"))
+    ClassesSent {
+        gold: by("gold"),
+        silver: by("silver"),
+        at_s: json_u64(&st["scheduler"], "counted_at_ns") as f64 / 1e9,
+    }
 }
 
 /// Rule `id` of a policer's stats (`qos_stats`).
