@@ -51,6 +51,8 @@ PEREGRINE_MAP(BPF_MAP_TYPE_XSKMAP, SCHED_MAX_QUEUES, __u32, __u32) sched_xsks SE
 PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, SCHED_MAX_CLASSES, __u32, struct sched_class) sched_classes SEC(".maps");
 
 PEREGRINE_MAP(BPF_MAP_TYPE_ARRAY, SCHED_MAX_CLASSES, __u32, struct sched_counters) sched_stats SEC(".maps");
+/* Arrivals dropped early, per class (see sched_counters.drop_ahead). */
+PEREGRINE_MAP(BPF_MAP_TYPE_PERCPU_ARRAY, SCHED_MAX_CLASSES, __u32, struct sched_early) sched_early SEC(".maps");
 
 /* Type anchors: make the skeleton carry these for user space. */
 struct policer_key policer_key_anchor;
@@ -67,6 +69,7 @@ struct sched_port sched_port_anchor;
 struct sched_meta sched_meta_anchor;
 struct sched_class sched_class_anchor;
 struct sched_counters sched_counters_anchor;
+struct sched_early sched_early_anchor;
 enum sched_limits sched_limits_anchor;
 
 /* Headers read: Ethernet, two tags, IPv4 with the longest options (or
@@ -195,7 +198,8 @@ static __always_inline int steer(struct xdp_md *ctx, const struct ip_hdr *l3, __
 	 * (Both maps belong to the program this way, so user space finds
 	 * them from the program a pinned link runs.) */
 	struct sched_class *class = bpf_map_lookup_elem(&sched_classes, &class_id);
-	if (!class || !class->used || !bpf_map_lookup_elem(&sched_stats, &class_id))
+	struct sched_counters *queued = bpf_map_lookup_elem(&sched_stats, &class_id);
+	if (!class || !class->used || !queued)
 		goto unscheduled;
 	if (l3->family == 4) {
 		if (l3->v4->ttl <= 1)
@@ -210,6 +214,17 @@ static __always_inline int steer(struct xdp_md *ctx, const struct ip_hdr *l3, __
 	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS ||
 	    fib.ifindex != port->egress_ifindex)
 		goto unscheduled;
+	/* The scheduler would drop it: its queue stays full until it next
+	 * publishes. Only here, once the scheduler runs and the packet is
+	 * routed to it: anything else still goes to the kernel. */
+	if (queued->drop_ahead) {
+		struct sched_early *e = bpf_map_lookup_elem(&sched_early, &class_id);
+		if (e) {
+			e->packets++;
+			e->bytes += ctx->data_end - ctx->data;
+		}
+		return XDP_DROP;
+	}
 	/* Room for the class in front: every packet pointer is void after. */
 	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct sched_meta)))
 		goto unscheduled;

@@ -157,6 +157,18 @@ struct sched_counters {
 	__u64 borrowed_packets;
 	__u64 queue_depth;     /* packets queued now */
 	__u64 counted_at_ns;   /* CLOCK_MONOTONIC when these were written */
+	/* 1 while the queue is full and holds more than twice what the class
+	 * sent since the last publication: it cannot run dry before the next
+	 * one, so XDP drops the class's arrivals (counted in sched_early)
+	 * instead of copying them to a scheduler that would drop them. */
+	__u64 drop_ahead;
+};
+
+/* Arrivals of a class XDP dropped while its `drop_ahead` was set
+ * (sched_early[class_id], per CPU). */
+struct sched_early {
+	__u64 packets;
+	__u64 bytes;
 };
 
 #endif

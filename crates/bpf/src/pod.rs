@@ -7,7 +7,7 @@ use crate::skel::dispatch::types::{dispatch_func, dispatch_stats};
 use crate::skel::nf::types::nf_stats;
 use crate::skel::policer::types::{
     policer_counters, policer_key, policer_mask, policer_rule, policer_state, policer_totals,
-    sched_class, sched_counters, sched_meta, sched_port,
+    sched_class, sched_counters, sched_early, sched_meta, sched_port,
 };
 use crate::skel::router::types::{
     router_port, router_port_stats, steer_l4_key, steer_mac_key, steer_target, steer_v4_key,
@@ -77,7 +77,7 @@ plain_data! {
     pod: xdp_md, router_port, steer_v4_key, steer_v6_key, steer_l4_key,
         steer_mac_key, steer_target, dispatch_func, policer_key, policer_mask, policer_rule,
         policer_state, sched_port, sched_meta, sched_class, stack_bind_key, htb_port;
-    counters: sink_stats, router_port_stats, nf_stats, dispatch_stats, policer_counters, policer_totals, sched_counters, stack_steer_stats, htb_totals, u64,
+    counters: sink_stats, router_port_stats, nf_stats, dispatch_stats, policer_counters, policer_totals, sched_counters, sched_early, stack_steer_stats, htb_totals, u64,
 }
 
 /// The sum over CPUs of a per-CPU map's values (as `lookup_percpu` returns

@@ -20,7 +20,8 @@ use crate::skel::policer::{PolicerSkel, PolicerSkelBuilder};
 
 pub use crate::skel::policer::types::{
     policer_counters as RuleCounters, policer_totals as PolicerTotals, sched_class as ClassSlot,
-    sched_counters as ClassCounters, sched_meta as SchedMeta, sched_port as SchedPort,
+    sched_counters as ClassCounters, sched_early as EarlyDrops, sched_meta as SchedMeta,
+    sched_port as SchedPort,
 };
 
 pub const MAX_RULES: u32 = policer_limits::POLICER_MAX_RULES.0;
@@ -56,6 +57,9 @@ pub const MAP_NAMES: [&str; 8] = [
     "sched_classes",
     "sched_stats",
 ];
+/// The scheduler's early-drop counters: a map a policer loaded by an
+/// older peregrine lacks (its XDP never drops early; read as zeros).
+const EARLY_MAP: &str = "sched_early";
 
 /// What a rule matches; `None` matches anything. Ports need `proto` TCP or
 /// UDP; prefixes say the family.
@@ -425,6 +429,7 @@ struct SchedMaps {
     xsks: MapHandle,
     classes: MapHandle,
     stats: MapHandle,
+    early: Option<MapHandle>,
 }
 
 fn libbpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> BpfError {
@@ -456,6 +461,7 @@ impl PolicerMaps {
                     xsks: take(MAP_NAMES[5])?,
                     classes: take(MAP_NAMES[6])?,
                     stats: take(MAP_NAMES[7])?,
+                    early: take(EARLY_MAP).ok(),
                 }),
                 Err(_) => None,
             },
@@ -723,6 +729,15 @@ impl PolicerMaps {
         }
     }
 
+    /// Class `id`'s arrivals XDP dropped early (`drop_ahead`), summed
+    /// over CPUs.
+    pub fn class_early_drops(&self, id: u32) -> Result<EarlyDrops> {
+        match self.sched.as_ref().and_then(|m| m.early.as_ref()) {
+            Some(m) => crate::maps::read_per_cpu(m, &id.to_ne_bytes()),
+            None => Ok(EarlyDrops::default()),
+        }
+    }
+
     pub fn set_class_counters(&self, id: u32, c: &ClassCounters) -> Result<()> {
         let doing = format!("writing the counters of class {id}");
         maps::update(
@@ -777,6 +792,7 @@ impl PolicerProgram {
                 xsks: handle(&m.sched_xsks)?,
                 classes: handle(&m.sched_classes)?,
                 stats: handle(&m.sched_stats)?,
+                early: Some(handle(&m.sched_early)?),
             }),
         })
     }

@@ -16,7 +16,8 @@ use peregrine_lab::measure::CpuWait;
 
 mod common;
 use common::{
-    iperf_bytes, ok, pg_in, qos_gold_silver_sent, qos_stats, sh, tmp, ChaosRng, QosServe, Topo,
+    iperf_bytes, json_u64, ok, pg_in, qos_gold_silver_sent, qos_stats, sh, tmp, ChaosRng, QosServe,
+    Topo,
 };
 
 /// Two classes of one level sharing a 100 Mbit/s link by weight; every
@@ -201,6 +202,10 @@ fn link_max_mbit(f: &Flows) -> f64 {
 
 /// Frames on the link in the window, Ethernet header included, Mbit/s.
 fn link_mbit(f: &Flows) -> f64 {
+    assert!(
+        f.window_secs > 0.0,
+        "the scheduler published no counters in the window"
+    );
     (f.window.0 + f.window.1) as f64 * 8.0 / f.window_secs / 1e6
 }
 
@@ -422,6 +427,25 @@ fn a_priority_class_keeps_its_rate_under_a_flood() {
         "link {link} ({:.0} ms of the window waiting for a CPU)",
         f.sched_wait_s * 1e3
     );
+    // Silver's queue stayed full: XDP dropped most of its excess before
+    // the scheduler copied it (drop_ahead), counted among silver's drops;
+    // gold's queue never filled, so none of gold's were.
+    let st = qos_stats(&t);
+    let sched = &st["scheduler"];
+    let class = |name: &str| {
+        sched["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let early = json_u64(sched, "early_dropped_packets");
+    let silver_dropped = json_u64(&class("silver"), "dropped_packets");
+    eprintln!("silver dropped {silver_dropped}, {early} of them early, at XDP");
+    assert_eq!(json_u64(&class("gold"), "dropped_packets"), 0, "{sched}");
+    assert!(early > 0 && early <= silver_dropped, "{sched}");
     t.remove();
 }
 

@@ -120,6 +120,9 @@ pub struct SchedulerStats {
     /// CLOCK_MONOTONIC when the counters were counted: the AF_XDP
     /// engine's last publication, the htb engine's read of the kernel.
     pub counted_at_ns: u64,
+    /// Of the classes' dropped packets, those XDP dropped before they
+    /// reached the scheduler (the AF_XDP engine's `drop_ahead`).
+    pub early_dropped_packets: u64,
 }
 
 /// The scheduler's classes and counters in `maps`, if it has one.
@@ -131,9 +134,19 @@ pub fn scheduler_stats(maps: &PolicerMaps, owner: Option<u32>) -> Result<Option<
     // Entry 0 is written first in each publication: its stamp is the
     // publication's.
     let unclassified = maps.class_counters(0)?;
+    // A class's drops are the scheduler's and those XDP made for it
+    // (`drop_ahead`): both are arrivals its full queue turned away.
+    let mut early_dropped_packets = 0;
     let classes = installed_classes(maps)?
         .into_iter()
-        .map(|(id, c)| Ok((id, c, maps.class_counters(id)?)))
+        .map(|(id, c)| {
+            let mut k = maps.class_counters(id)?;
+            let early = maps.class_early_drops(id)?;
+            k.dropped_packets += early.packets;
+            k.dropped_bytes += early.bytes;
+            early_dropped_packets += early.packets;
+            Ok((id, c, k))
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(Some(SchedulerStats {
         engine: "afxdp",
@@ -143,6 +156,7 @@ pub fn scheduler_stats(maps: &PolicerMaps, owner: Option<u32>) -> Result<Option<
         classes,
         counted_at_ns: unclassified.counted_at_ns,
         unclassified,
+        early_dropped_packets,
     }))
 }
 

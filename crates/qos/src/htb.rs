@@ -395,5 +395,6 @@ pub fn scheduler_stats(r: &Record) -> Result<SchedulerStats> {
             ..Default::default()
         },
         counted_at_ns,
+        early_dropped_packets: 0,
     })
 }

@@ -67,6 +67,10 @@ pub struct SchedulerReport {
     /// is the difference of two reports' counters over the difference of
     /// their stamps.
     pub counted_at_ns: u64,
+    /// Of the classes' `dropped_packets`, those XDP dropped before they
+    /// reached the AF_XDP scheduler, its queue being full until its next
+    /// look (`drop_ahead`); 0 for htb.
+    pub early_dropped_packets: u64,
 }
 
 /// One class: its settings (flattened: `name`, `rate_bps`, ...) and
@@ -141,6 +145,7 @@ fn scheduler_report(s: &SchedulerStats) -> SchedulerReport {
         unclassified_dropped_packets: s.unclassified.dropped_packets,
         unclassified_packets: s.unclassified.sent_packets,
         counted_at_ns: s.counted_at_ns,
+        early_dropped_packets: s.early_dropped_packets,
     }
 }
 

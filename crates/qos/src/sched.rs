@@ -77,6 +77,7 @@ impl ClassStats {
             borrowed_packets: self.borrowed_packets,
             queue_depth,
             counted_at_ns,
+            drop_ahead: 0,
         }
     }
 
@@ -289,6 +290,22 @@ impl<P> Scheduler<P> {
 
     pub fn queue_limit(&self, class: usize) -> usize {
         self.classes[class].cfg.queue_limit
+    }
+
+    /// Whether arrivals for leaf `class` may be dropped before they reach
+    /// the scheduler until it next looks (`drop_ahead` in the policer's
+    /// maps): its queue is full (within a sixteenth of its limit) and
+    /// holds at least twice the packets it sent in the last interval
+    /// (`sent_since`), so at that pace it cannot run dry before the next
+    /// look, and what arrives meanwhile would only be dropped here. A
+    /// class that sent nothing (starved by higher priorities) qualifies:
+    /// its queue stays full. After a starved class's turn comes, it may
+    /// idle for the rest of one interval: the one cost, once per change.
+    pub fn drop_ahead(&self, class: usize, sent_since: u64) -> bool {
+        let c = &self.classes[class];
+        let depth = c.queue.len();
+        let limit = c.cfg.queue_limit;
+        c.is_leaf && depth >= limit - limit / 16 && depth as u64 >= 2 * sent_since
     }
 
     /// Queues a packet moved from a scheduler this one replaces: like
@@ -682,6 +699,35 @@ mod tests {
         let a = mbit(capped[0].0, 1.0);
         eprintln!("ceil 40 Mbit/s alone: {a:.2}");
         assert!((39.0..=40.0 * 1.01 + 0.2).contains(&a), "{a}");
+    }
+
+    /// Early drops are allowed only while a queue is full and holds at
+    /// least twice what its class sent in the last interval: it cannot
+    /// run dry before the next look. An empty, a half-full or a fast-
+    /// draining queue never qualifies; an interior class never does.
+    #[test]
+    fn drop_ahead_only_for_a_full_queue_that_cannot_run_dry() {
+        let mut leaf = class("leaf", Some("all"), 1_000_000, 1_000_000, 0, 1);
+        leaf.queue_limit = 32;
+        let all = class("all", None, 1_000_000, 1_000_000, 0, 1);
+        let mut s: Scheduler<u32> = Scheduler::new(1_000_000, 1514, vec![all, leaf], 0).unwrap();
+        let (all, leaf) = (0, s.class("leaf").unwrap());
+        assert!(!s.drop_ahead(leaf, 0), "empty");
+        for p in 0..16 {
+            s.enqueue(leaf, p, 100).unwrap();
+        }
+        assert!(!s.drop_ahead(leaf, 0), "half full");
+        for p in 16..30 {
+            s.enqueue(leaf, p, 100).unwrap();
+        }
+        // 30 of 32: within a sixteenth (2) of the limit.
+        assert!(s.drop_ahead(leaf, 0), "full, and it sent nothing");
+        assert!(s.drop_ahead(leaf, 15), "full, twice what it sent");
+        assert!(
+            !s.drop_ahead(leaf, 16),
+            "it would drain below half before the next look"
+        );
+        assert!(!s.drop_ahead(all, 0), "an interior class takes no packets");
     }
 
     /// A full queue refuses arrivals, hands them back and counts every

@@ -141,6 +141,8 @@ struct Running {
     sched: Scheduler<u32>,
     ids: Vec<u32>,
     index: Vec<Option<usize>>,
+    /// Each class's sent packets at the last publication.
+    published_sent: Vec<u64>,
 }
 
 impl Running {
@@ -160,7 +162,13 @@ impl Running {
                 index[id as usize] = Some(k);
             }
         }
-        Ok(Running { sched, ids, index })
+        let published_sent = vec![0; ids.len()];
+        Ok(Running {
+            sched,
+            ids,
+            index,
+            published_sent,
+        })
     }
 
     /// Moves queued packets and counters from `old` to the classes of the
@@ -172,6 +180,7 @@ impl Running {
             match self.ids.iter().position(|&i| i == id) {
                 Some(n) => {
                     self.sched.carry_stats(n, stats);
+                    self.published_sent[n] = old.published_sent[k];
                     for (slot, len) in q {
                         if self.sched.requeue(n, slot, len).is_err() {
                             slab.free.push(slot);
@@ -188,16 +197,24 @@ impl Running {
 
     /// Writes every class's counters, stamped with the time they were
     /// counted (a reader's rate divides by the stamps' difference, not by
-    /// its own clock: a scheduler waiting for a CPU publishes late).
-    fn publish(&self, maps: &PolicerMaps, unclassified: &ClassCounters) -> Result<()> {
+    /// its own clock: a scheduler waiting for a CPU publishes late), and
+    /// whether XDP may drop its arrivals until the next publication
+    /// (`Scheduler::drop_ahead`).
+    fn publish(&mut self, maps: &PolicerMaps, unclassified: &ClassCounters) -> Result<()> {
         let now = monotonic_ns();
         let unclassified = ClassCounters {
             counted_at_ns: now,
             ..*unclassified
         };
         maps.set_class_counters(0, &unclassified)?;
-        for ((_, s, depth), &id) in self.sched.classes().zip(&self.ids) {
-            maps.set_class_counters(id, &s.counters(depth as u64, now))?;
+        for (k, (_, s, depth)) in self.sched.classes().enumerate() {
+            let sent_since = s.sent_packets - self.published_sent[k];
+            let c = ClassCounters {
+                drop_ahead: u64::from(self.sched.drop_ahead(k, sent_since)),
+                ..s.counters(depth as u64, now)
+            };
+            maps.set_class_counters(self.ids[k], &c)?;
+            self.published_sent[k] = s.sent_packets;
         }
         Ok(())
     }
