@@ -396,6 +396,66 @@ fn faas_serve_behind_the_tc_router_answers_every_request() {
     t.remove();
 }
 
+/// The port of `loop.wat`, deployed beside the good function with a
+/// 200 us time limit.
+const LOOP_PORT: u16 = 1233;
+/// Calls of the looping function per order.
+const LOOP_CALLS: u64 = 20;
+
+/// `faas deploy` of examples/functions/loop.wat on `LOOP_PORT` in B, 200 us.
+fn deploy_loop(t: &Topo) -> Output {
+    let wasm = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/functions/loop.wat")
+        .display()
+        .to_string();
+    let port = LOOP_PORT.to_string();
+    pg_in(
+        &t.ns("B"),
+        &[
+            "faas",
+            "deploy",
+            "--port",
+            &port,
+            "--wasm",
+            &wasm,
+            "--timeout",
+            "200us",
+        ],
+    )
+}
+
+/// `LOOP_CALLS` requests that make loop.wat loop, from A, one every 10 ms;
+/// the replies that came back (none should) within 300 ms of the last.
+fn call_looping(a: &str) -> u32 {
+    let sock = netns::run_in(a, || UdpSocket::bind("198.18.1.1:0"))
+        .unwrap()
+        .unwrap();
+    sock.connect(("198.18.2.1", LOOP_PORT)).unwrap();
+    for _ in 0..LOOP_CALLS {
+        sock.send(b"!misbehave").unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    sock.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let mut answered = 0;
+    while sock.recv(&mut buf).is_ok() && answered < LOOP_CALLS as u32 {
+        answered += 1;
+    }
+    answered
+}
+
+/// `faas list --json` in B, by port.
+fn functions_by_port(t: &Topo) -> std::collections::HashMap<u16, serde_json::Value> {
+    let o = pg_in(&t.ns("B"), &["faas", "list", "--json"]);
+    json(&o, "faas list")["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["port"].as_u64().unwrap() as u16, f.clone()))
+        .collect()
+}
+
 /// A stage of `router_policer_and_function_in_every_order`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Stage {
@@ -413,8 +473,9 @@ enum Stage {
 /// stage works and its counters prove it: the policer holds iperf3 UDP to
 /// its rate and counts the function's requests too (they match its
 /// rule), the router forwards what conforms, every request gets its
-/// reply, and b0 delivers through b1's XDP hook while the function
-/// serves.
+/// reply while a WebAssembly function beside it is stopped at its time
+/// limit on every call (none answered, each counted `timed_out`), and b0
+/// delivers through b1's XDP hook while the function serves.
 #[test]
 fn router_policer_and_function_in_every_order() {
     let Some(t) = Topo::privileged_up("cmp5") else {
@@ -454,17 +515,35 @@ fn router_policer_and_function_in_every_order() {
         let run = policed_udp(&t, "100M", &what);
         assert_policed_udp(&run, &what, 40);
 
+        // Beside the good function, one that loops past its time limit,
+        // called while the good one is.
+        ok(&deploy_loop(&t), "faas deploy loop.wat");
         let policed = json_u64(&qos_stats(&t), "packets");
         let fwd = forwarded(&t, "a1");
+        let looping = std::thread::spawn({
+            let a = t.ns("A");
+            move || call_looping(&a)
+        });
         let got = replies(&t, N);
+        let answered_looping = looping.join().unwrap();
         eprintln!("{what}: {got} of {N} requests answered");
         assert_eq!(got, N, "{what}: every request answered");
+        assert_eq!(answered_looping, 0, "{what}: the looping function answered");
+        let looped = functions_by_port(&t)[&LOOP_PORT].clone();
+        assert_eq!(
+            (
+                looped["calls"].as_u64(),
+                looped["errors_by_reason"]["timed_out"].as_u64()
+            ),
+            (Some(LOOP_CALLS), Some(LOOP_CALLS)),
+            "{what}: every call of the looping function stopped at its limit: {looped}"
+        );
         assert!(
-            json_u64(&qos_stats(&t), "packets") >= policed + u64::from(N),
+            json_u64(&qos_stats(&t), "packets") >= policed + u64::from(N) + LOOP_CALLS,
             "{what}: the policer saw every request"
         );
         assert!(
-            forwarded(&t, "a1") >= fwd + u64::from(N),
+            forwarded(&t, "a1") >= fwd + u64::from(N) + LOOP_CALLS,
             "{what}: the router forwarded every request"
         );
         assert!(
