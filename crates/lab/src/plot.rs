@@ -253,6 +253,7 @@ where
         .disable_x_mesh()
         .x_labels(0)
         .x_label_formatter(&|_| String::new())
+        .y_label_formatter(&|y| tick(*y))
         .y_desc(y_desc)
         .label_style(("sans-serif", 14))
         .draw()
@@ -873,6 +874,7 @@ where
             4 => "p99.9".into(),
             _ => String::new(),
         })
+        .y_label_formatter(&|y: &f64| tick(*y))
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(perr)?;
