@@ -183,10 +183,11 @@ static __always_inline void remark(void *ctx, const int tc, struct ip_hdr *l3, _
 	}
 }
 
-/* Hands a class's packet to the scheduler: routed out of its interface,
- * TTL taken, MACs set, class in front; or XDP_PASS, untouched. */
+/* Hands a class's packet (`len` bytes) to the scheduler: routed out of its
+ * interface, TTL taken, MACs set, class in front; or XDP_PASS, untouched;
+ * or XDP_DROP, counted, while the class's queue stays full (drop_ahead). */
 static __always_inline int steer(struct xdp_md *ctx, const struct ip_hdr *l3, __u32 class_id,
-				 struct policer_totals *t)
+				 __u64 len, struct policer_totals *t)
 {
 	__u32 queue = ctx->rx_queue_index;
 	struct sched_port *port = map_first(&sched_port);
@@ -217,11 +218,12 @@ static __always_inline int steer(struct xdp_md *ctx, const struct ip_hdr *l3, __
 	/* The scheduler would drop it: its queue stays full until it next
 	 * publishes. Only here, once the scheduler runs and the packet is
 	 * routed to it: anything else still goes to the kernel. */
-	if (queued->drop_ahead) {
+	if (queued->drop_ahead &&
+	    bpf_ktime_get_ns() - queued->counted_at_ns < SCHED_DROP_AHEAD_MS * 1000000ULL) {
 		struct sched_early *e = bpf_map_lookup_elem(&sched_early, &class_id);
 		if (e) {
 			e->packets++;
-			e->bytes += ctx->data_end - ctx->data;
+			e->bytes += len;
 		}
 		return XDP_DROP;
 	}
@@ -290,7 +292,7 @@ static __always_inline int police(void *ctx, const int tc)
 		remark(ctx, tc, &pkt.l3, r->remark_dscp);
 	}
 	if (!tc && r->class_id)
-		return steer(ctx, &pkt.l3, r->class_id, t);
+		return steer(ctx, &pkt.l3, r->class_id, len, t);
 	return verdict_pass(tc);
 }
 

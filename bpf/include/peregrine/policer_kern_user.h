@@ -116,6 +116,10 @@ enum sched_limits {
 	SCHED_MAX_CLASSES = 64, /* AF_XDP engine: class ids 1..63; 0 is "no class" */
 	SCHED_MAX_QUEUES = 64,  /* RX queues of the ingress interface */
 	SCHED_NAME_LEN = 32,
+	/* A `drop_ahead` older than this is ignored: a scheduler that stopped
+	 * publishing (starved of CPU, stopped) is not trusted to be full.
+	 * Two of its 20 ms publication intervals. */
+	SCHED_DROP_AHEAD_MS = 40,
 };
 
 /* Entry 0 of sched_port: where the scheduler sends, and who runs it. */
@@ -157,10 +161,11 @@ struct sched_counters {
 	__u64 borrowed_packets;
 	__u64 queue_depth;     /* packets queued now */
 	__u64 counted_at_ns;   /* CLOCK_MONOTONIC when these were written */
-	/* 1 while the queue is full and holds more than twice what the class
+	/* 1 while the queue is full and holds at least twice what the class
 	 * sent since the last publication: it cannot run dry before the next
 	 * one, so XDP drops the class's arrivals (counted in sched_early)
-	 * instead of copying them to a scheduler that would drop them. */
+	 * instead of copying them to a scheduler that would drop them; for
+	 * SCHED_DROP_AHEAD_MS after `counted_at_ns` at most. */
 	__u64 drop_ahead;
 };
 

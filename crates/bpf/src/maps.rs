@@ -10,13 +10,24 @@ use crate::error::{BpfError, Result};
 use crate::pod::{sum_per_cpu, Counters};
 
 /// Sets `key` to `value` in `map`; `doing` names the change for the error.
+/// A map of a program an older peregrine loaded may keep a shorter value
+/// (its struct before fields were appended): the value goes in without
+/// the new fields when they are all zero, which is what the old program
+/// would have read there; anything else is refused, as before.
 pub fn update(map: &impl MapCore, key: &[u8], value: &[u8], doing: &str) -> Result<()> {
+    let size = map.value_size() as usize;
+    let value = match value.split_at_checked(size) {
+        Some((head, tail)) if tail.iter().all(|&b| b == 0) => head,
+        _ => value,
+    };
     map.update(key, value, MapFlags::ANY)
         .map_err(BpfError::libbpf(doing))
 }
 
 /// The value at `key` of `map` (the type's default when there is none);
-/// `doing` names the read for the error.
+/// `doing` names the read for the error. A shorter value (a map of a
+/// program an older peregrine loaded, before fields were appended to its
+/// struct) reads with the new fields zero, not as no value at all.
 pub fn read<T: crate::pod::Pod + Default>(
     map: &impl MapCore,
     key: &[u8],
@@ -25,8 +36,23 @@ pub fn read<T: crate::pod::Pod + Default>(
     Ok(map
         .lookup(key, MapFlags::ANY)
         .map_err(BpfError::libbpf(doing))?
-        .and_then(|b| T::from_bytes(&b))
+        .and_then(|mut b| {
+            if b.len() < std::mem::size_of::<T>() {
+                b.resize(std::mem::size_of::<T>(), 0);
+            }
+            T::from_bytes(&b)
+        })
         .unwrap_or_default())
+}
+
+/// Sets `key` of per-CPU `map` to zero on every CPU; `doing` names the
+/// change for the error.
+pub fn zero_per_cpu(map: &impl MapCore, key: &[u8], doing: &str) -> Result<()> {
+    let cpus =
+        libbpf_rs::num_possible_cpus().map_err(BpfError::libbpf("counting possible CPUs"))?;
+    let zero = vec![vec![0u8; map.value_size() as usize]; cpus];
+    map.update_percpu(key, &zero, MapFlags::ANY)
+        .map_err(BpfError::libbpf(doing))
 }
 
 /// Removes `key` from `map`; `doing` names the change for the error.
@@ -148,4 +174,49 @@ pub fn maps_of_program(prog_id: u32) -> Result<Vec<(String, MapHandle)>> {
             Ok((m.name().to_string_lossy().into_owned(), m))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::Pod;
+    use crate::policer::ClassCounters;
+    use peregrine_testbed::testing::privileged;
+
+    /// A map of an older program keeps `sched_counters` without its last
+    /// two fields (56 bytes): read, the new fields are zero and the old
+    /// ones intact; written, a value whose new fields are zero goes in,
+    /// one that sets them is refused (the old program could not see it).
+    #[test]
+    fn a_shorter_value_of_an_older_program_reads_and_writes_its_fields() {
+        if !privileged("a_shorter_value_of_an_older_program_reads_and_writes_its_fields") {
+            return;
+        }
+        let old = std::mem::size_of::<ClassCounters>() - 16;
+        // Safety: zeroed is the valid empty options struct; `sz` is set.
+        let mut opts: libbpf_sys::bpf_map_create_opts = unsafe { std::mem::zeroed() };
+        opts.sz = std::mem::size_of_val(&opts) as _;
+        let map = MapHandle::create(
+            libbpf_rs::MapType::Array,
+            Some("old_counters"),
+            4,
+            old as u32,
+            2,
+            &opts,
+        )
+        .unwrap();
+        let key = 1u32.to_ne_bytes();
+        let c = ClassCounters {
+            sent_packets: 7,
+            queue_depth: 3,
+            ..Default::default()
+        };
+        update(&map, &key, c.as_bytes(), "writing").unwrap();
+        let back: ClassCounters = read(&map, &key, "reading").unwrap();
+        assert_eq!(back.as_bytes(), c.as_bytes());
+        let stamped = ClassCounters { drop_ahead: 1, ..c };
+        assert!(update(&map, &key, stamped.as_bytes(), "writing").is_err());
+        let again: ClassCounters = read(&map, &key, "reading").unwrap();
+        assert_eq!(again.as_bytes(), c.as_bytes());
+    }
 }

@@ -30,6 +30,8 @@ const COST_SHIFT: u32 = policer_limits::POLICER_COST_SHIFT.0;
 /// The AF_XDP scheduler's class ids are 1..MAX_CLASSES (0: no class);
 /// its `sched_classes` and `sched_stats` have that many slots.
 pub const MAX_CLASSES: u32 = sched_limits::SCHED_MAX_CLASSES.0;
+/// How long XDP trusts a class's `drop_ahead` after its publication.
+pub const DROP_AHEAD_MS: u32 = sched_limits::SCHED_DROP_AHEAD_MS.0;
 /// The htb engine's class ids are 1..HTB_MAX_CLASSES (0: no class): the
 /// slots of the classifier's `htb_classes` (classify.bpf.c).
 pub const HTB_MAX_CLASSES: u32 = crate::skel::classify::types::htb_limits::HTB_MAX_CLASSES.0;
@@ -727,6 +729,18 @@ impl PolicerMaps {
             }
             None => Ok(ClassCounters::default()),
         }
+    }
+
+    /// Zeroes class `id`'s counters and early drops: a class added or
+    /// deleted starts from nothing (ids are re-used), and no `drop_ahead`
+    /// of the class that had the id before outlives it.
+    pub fn reset_class_counters(&self, id: u32) -> Result<()> {
+        self.set_class_counters(id, &ClassCounters::default())?;
+        if let Some(m) = self.sched.as_ref().and_then(|m| m.early.as_ref()) {
+            let doing = format!("zeroing the early drops of class {id}");
+            crate::maps::zero_per_cpu(m, &id.to_ne_bytes(), &doing)?;
+        }
+        Ok(())
     }
 
     /// Class `id`'s arrivals XDP dropped early (`drop_ahead`), summed
@@ -1453,10 +1467,13 @@ mod fixtures {
                 |b: &[u64; 5], a: &[u64; 5]| -> [u64; 5] { std::array::from_fn(|i| a[i] - b[i]) };
             let unsched = u64::from(!tc);
             let mut cases = Vec::new();
-            for (setting, port, class_used) in [
-                ("no scheduler port", 0u32, 1u32),
-                ("a port, no socket", 1, 1),
-                ("a deleted class", 1, 0),
+            // A class marked drop_ahead a moment ago: with no socket to
+            // steer to, XDP passes its packets to the kernel all the same.
+            for (setting, port, class_used, drop_ahead) in [
+                ("no scheduler port", 0u32, 1u32, false),
+                ("a port, no socket", 1, 1, false),
+                ("a port, no socket, drop_ahead", 1, 1, true),
+                ("a deleted class", 1, 0, false),
             ] {
                 for dst in ["198.19.0.1", "2001:db8:2::1"] {
                     let f = udp_to(dst, 9);
@@ -1464,6 +1481,7 @@ mod fixtures {
                         setting,
                         port,
                         class_used,
+                        drop_ahead,
                         Case::new(
                             Fixture::new(
                                 format!("{setting}, {dst}"),
@@ -1476,7 +1494,17 @@ mod fixtures {
                     ));
                 }
             }
-            for (_, port, used, case) in cases {
+            for (_, port, used, drop_ahead, case) in cases {
+                let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+                maps.set_class_counters(
+                    1,
+                    &ClassCounters {
+                        drop_ahead: u64::from(drop_ahead),
+                        counted_at_ns: now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
                 maps.set_sched_port(&SchedPort {
                     egress_ifindex: port,
                     ..Default::default()

@@ -131,33 +131,45 @@ pub fn scheduler_stats(maps: &PolicerMaps, owner: Option<u32>) -> Result<Option<
     if port.egress_ifindex == 0 {
         return Ok(None);
     }
-    // Entry 0 is written first in each publication: its stamp is the
-    // publication's.
-    let unclassified = maps.class_counters(0)?;
-    // A class's drops are the scheduler's and those XDP made for it
-    // (`drop_ahead`): both are arrivals its full queue turned away.
-    let mut early_dropped_packets = 0;
-    let classes = installed_classes(maps)?
-        .into_iter()
-        .map(|(id, c)| {
-            let mut k = maps.class_counters(id)?;
-            let early = maps.class_early_drops(id)?;
-            k.dropped_packets += early.packets;
-            k.dropped_bytes += early.bytes;
-            early_dropped_packets += early.packets;
-            Ok((id, c, k))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Some(SchedulerStats {
-        engine: "afxdp",
-        egress_ifindex: port.egress_ifindex,
-        owner,
-        link_bps: port.link_bps,
-        classes,
-        counted_at_ns: unclassified.counted_at_ns,
-        unclassified,
-        early_dropped_packets,
-    }))
+    // One publication's counters: every class carries the stamp of the
+    // publication that wrote it, so a read that a publication overtook
+    // (a class newer than entry 0's stamp) is read again; a class not yet
+    // published (added a moment ago, stamp 0) cannot agree, hence the
+    // bound.
+    for attempt in 1.. {
+        let unclassified = maps.class_counters(0)?;
+        // A class's drops are the scheduler's and those XDP made for it
+        // (`drop_ahead`, counted live): both are arrivals its full queue
+        // turned away.
+        let mut early_dropped_packets = 0;
+        let classes = installed_classes(maps)?
+            .into_iter()
+            .map(|(id, c)| {
+                let mut k = maps.class_counters(id)?;
+                let early = maps.class_early_drops(id)?;
+                k.dropped_packets += early.packets;
+                k.dropped_bytes += early.bytes;
+                early_dropped_packets += early.packets;
+                Ok((id, c, k))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let one_publication = classes
+            .iter()
+            .all(|(_, _, k)| k.counted_at_ns == unclassified.counted_at_ns);
+        if one_publication || attempt == 5 {
+            return Ok(Some(SchedulerStats {
+                engine: "afxdp",
+                egress_ifindex: port.egress_ifindex,
+                owner,
+                link_bps: port.link_bps,
+                classes,
+                counted_at_ns: unclassified.counted_at_ns,
+                unclassified,
+                early_dropped_packets,
+            }));
+        }
+    }
+    unreachable!("the loop returns by its fifth attempt")
 }
 
 /// A change `qos class` asks of a running scheduler.

@@ -33,9 +33,13 @@ use crate::config::{PolicerConfig, SchedulerConfig};
 use crate::error::{QosError, Result};
 use crate::sched::{Refused, Scheduler};
 
-/// How often counters are published and class changes picked up: a
-/// reader's window over the counters is off by at most this at each edge.
+/// How often counters are published (stamped) and class changes picked
+/// up. XDP trusts a `drop_ahead` for two of these.
 const HOUSEKEEPING: Duration = Duration::from_millis(20);
+const _: () = assert!(
+    peregrine_bpf::policer::DROP_AHEAD_MS as u128 == 2 * HOUSEKEEPING.as_millis(),
+    "SCHED_DROP_AHEAD_MS is two publication intervals"
+);
 /// Frames per ring access.
 const BATCH: u32 = 64;
 /// Bytes of a queued frame's slot (the UMEM frame size).
@@ -93,9 +97,14 @@ pub fn change_class(iface: &str, change: &ClassChange) -> Result<u32> {
         MAX_CLASSES,
     )?;
     let slot = slot_after(change, &ordered);
+    // A new class starts from zero before XDP can see it used; a deleted
+    // one is zeroed once XDP no longer counts for it.
+    if matches!(change, ClassChange::Add(_)) {
+        maps.reset_class_counters(id)?;
+    }
     maps.set_class_slot(id, &slot)?;
     if matches!(change, ClassChange::Delete(_)) {
-        maps.set_class_counters(id, &ClassCounters::default())?;
+        maps.reset_class_counters(id)?;
     }
     port.generation += 1;
     maps.set_sched_port(&port)?;
@@ -239,7 +248,7 @@ fn install(maps: &PolicerMaps, cfg: &PolicerConfig, egress_ifindex: u32) -> Resu
             None => ClassSlot::default(),
         };
         maps.set_class_slot(id, &slot)?;
-        maps.set_class_counters(id, &ClassCounters::default())?;
+        maps.reset_class_counters(id)?;
     }
     maps.set_sched_port(&SchedPort {
         egress_ifindex,

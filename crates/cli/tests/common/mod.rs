@@ -542,21 +542,23 @@ impl ClassesSent {
 
 pub fn qos_gold_silver_sent(t: &Topo) -> ClassesSent {
     let st = qos_stats(t);
-    let by = |name: &str| {
-        st["scheduler"]["classes"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no classes in {st}"))
-            .iter()
-            .find(|c| c["name"] == name)
-            .unwrap_or_else(|| panic!("no class {name} in {st}"))["sent_bytes"]
-            .as_u64()
-            .unwrap()
-    };
+    let by = |name: &str| json_u64(&qos_class(&st, name), "sent_bytes");
     ClassesSent {
         gold: by("gold"),
         silver: by("silver"),
         at_s: json_u64(&st["scheduler"], "counted_at_ns") as f64 / 1e9,
     }
+}
+
+/// Class `name` of a policer's scheduler (`qos_stats`).
+pub fn qos_class(s: &serde_json::Value, name: &str) -> serde_json::Value {
+    s["scheduler"]["classes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no classes in {s}"))
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no class {name} in {s}"))
+        .clone()
 }
 
 /// Rule `id` of a policer's stats (`qos_stats`).
