@@ -10,7 +10,8 @@ use peregrine_testbed::testing::privileged;
 
 mod common;
 use common::{
-    assert_live_metrics, json, ok, pair_lab_up, pair_topology, run, scrape, tmp, topology_file,
+    assert_live_metrics, json, ok, pair_lab_up, pair_topology, run, scrape, text, tmp,
+    topology_file,
 };
 
 fn namespaces(lab: &str) -> Vec<String> {
@@ -900,4 +901,152 @@ fn lab_down_all_removes_every_lab() {
     );
     assert!(namespaces("tall").is_empty());
     assert!(!pins("tall"));
+}
+
+/// `peregrine args` started now in the background (killed after 60 s),
+/// its stdout and stderr kept.
+fn start_bounded(args: &[&str]) -> Child {
+    Command::new("timeout")
+        .args(["-s", "KILL", "60", env!("CARGO_BIN_EXE_peregrine")])
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Two `peregrine` runs started at the same time (`first` a moment
+/// before `second`), each to its end; their outputs in that order.
+fn race(first: &[&str], second: &[&str]) -> (Output, Output) {
+    let (a, b) = (start_bounded(first), start_bounded(second));
+    (a.wait_with_output().unwrap(), b.wait_with_output().unwrap())
+}
+
+/// Removes lab `name` when the test ends, passed or failed.
+struct LabDownOnDrop(&'static str);
+
+impl Drop for LabDownOnDrop {
+    fn drop(&mut self) {
+        let _ = run(&["lab", "down", self.0]);
+    }
+}
+
+/// Lab `name` is whole (its record, live, both namespaces listed, a ping
+/// across its link) or gone (no record, no namespace, no pin), never half
+/// made; true when whole.
+fn whole_or_gone(name: &str, what: &str) -> bool {
+    let ns = namespaces(name);
+    let list = json(&run(&["lab", "list", "--json"]), "lab list");
+    let listed = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == name)
+        .cloned();
+    let recorded = Path::new("/run/peregrine/labs")
+        .join(format!("{name}.json"))
+        .exists();
+    match listed {
+        Some(l) => {
+            assert!(recorded, "{what}: listed without its record: {l}");
+            assert_eq!(l["stale"], false, "{what}: {l}");
+            assert_eq!(l["owner_pid"], serde_json::Value::Null, "{what}: {l}");
+            assert_eq!(ns.len(), 2, "{what}: namespaces {ns:?}");
+            assert_eq!(l["namespaces"].as_array().unwrap().len(), 2, "{what}: {l}");
+            assert!(
+                ping_in(name, "a", "198.18.0.2", &["-W", "2"]),
+                "{what}: the lab's link does not carry a ping"
+            );
+            true
+        }
+        None => {
+            assert!(!recorded, "{what}: a record not listed");
+            assert!(ns.is_empty(), "{what}: namespaces left: {ns:?}");
+            assert!(!pins(name), "{what}: pins left");
+            false
+        }
+    }
+}
+
+/// Two users (or scripts) run `lab up` of one lab at the same time, then
+/// `lab down` of it at the same time, then `lab up` and `lab down` at the
+/// same time, 5 rounds, each side starting first in turn. The lab lock
+/// serialises them: of two `up`s exactly one builds the lab and the other
+/// is refused in one line ("already exists"); of two `down`s exactly one
+/// removes it (namespaces and the pins of a router attached in it) and
+/// the other finds no lab; an `up` racing a `down` always builds, and the
+/// `down` either removes the whole lab or finds none. After each race the
+/// lab is whole or gone, never half made; a last `lab down` leaves no
+/// namespace and no pin.
+#[test]
+fn racing_lab_up_and_down_leave_a_whole_lab_or_none() {
+    if !privileged("racing_lab_up_and_down_leave_a_whole_lab_or_none") {
+        return;
+    }
+    const LAB: &str = "tlabrace";
+    let dir = tmp("labrace");
+    let f = topology_file(&dir, LAB, &pair_topology(LAB));
+    let _ = run(&["lab", "down", LAB]);
+    let _down = LabDownOnDrop(LAB);
+    let (up, down) = (["lab", "up", f.as_str()], ["lab", "down", LAB]);
+    let router = ["router", "attach", "eth0", "--lab", LAB, "--host", "a"];
+    let mut down_first = 0;
+    for round in 0..5 {
+        let what = format!("round {round}, two ups");
+        let (a, b) = race(&up, &up);
+        assert!(
+            a.status.success() != b.status.success(),
+            "{what}: exactly one builds: {:?} {:?}",
+            text(&a.stderr),
+            text(&b.stderr)
+        );
+        assert_one_line_error(
+            if a.status.success() { &b } else { &a },
+            &format!("lab \"{LAB}\" already exists"),
+        );
+        assert!(whole_or_gone(LAB, &what), "{what}: no lab");
+        ok(&run(&router), "router attach");
+        assert!(pins(LAB), "{what}: the router's pins");
+
+        let what = format!("round {round}, two downs");
+        let (a, b) = race(&down, &down);
+        assert!(
+            a.status.success() != b.status.success(),
+            "{what}: exactly one removes: {:?} {:?}",
+            text(&a.stderr),
+            text(&b.stderr)
+        );
+        assert_one_line_error(
+            if a.status.success() { &b } else { &a },
+            &format!("no lab named \"{LAB}\""),
+        );
+        assert!(!whole_or_gone(LAB, &what), "{what}: the lab stayed");
+
+        let what = format!("round {round}, up and down");
+        let (u, d) = if round % 2 == 0 {
+            race(&up, &down)
+        } else {
+            let (d, u) = race(&down, &up);
+            (u, d)
+        };
+        ok(&u, &format!("{what}: lab up"));
+        let whole = whole_or_gone(LAB, &what);
+        if whole {
+            down_first += 1;
+            assert_one_line_error(&d, &format!("no lab named \"{LAB}\""));
+            ok(&run(&router), "router attach");
+            lab_down_leaves_nothing(LAB);
+        } else {
+            ok(&d, &format!("{what}: lab down"));
+        }
+        assert!(!whole_or_gone(LAB, &what), "{what}: after the last down");
+        assert!(
+            !Path::new("/run/peregrine/labs")
+                .join(format!("{LAB}.json"))
+                .exists(),
+            "{what}: its record left"
+        );
+    }
+    eprintln!("up and down: the down came first {down_first} of 5 times");
 }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{ip, pg_in, sh_in, text, tmp, FaasServe};
+use common::{has_xdp, ip, pg_in, sh_in, text, tmp, FaasServe};
 use peregrine_host::netns;
 use peregrine_testbed::testing::{privileged_here, wait_until, NsPair};
 
@@ -537,4 +537,137 @@ fn mmsg_refuses_changes_in_one_line() {
     assert_eq!(deployments(&pair.b), before);
     let stopped = serve.stop();
     assert!(stopped.ok, "faas serve failed: {}", stopped.stdout);
+}
+
+/// A user's `faas serve` (per backend) has a looping function deployed
+/// with the longest time limit (`--timeout 10s`); a request makes it loop,
+/// and while that call holds the only worker (a good request behind it is
+/// not answered) the server is killed with SIGKILL. What it made cannot
+/// block the next start: its XDP program leaves eth0 with it (no program
+/// is left attached), and its control socket, left behind, is taken over.
+/// A fresh `faas serve` on the same interface starts, answers good
+/// requests of both families with their bytes intact (the built-in's
+/// reverse), knows nothing of the dead server's deployment, and stops
+/// cleanly, leaving no XDP program and no control socket.
+#[test]
+fn killed_during_a_looping_call_the_next_serve_starts_and_answers() {
+    if !privileged_here() {
+        return;
+    }
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let pair = pair("pg-live-k");
+    let (client, server) = (pair.a.clone(), pair.b.clone());
+    let path =
+        peregrine_faas::control::path_for(netns::run_in(&server, netns::cookie).unwrap().unwrap());
+    let sock = netns::run_in(&client, || UdpSocket::bind("[::]:0"))
+        .unwrap()
+        .unwrap();
+    for s in SERVERS {
+        let _ = sh_in(&client, &["ping", "-c1", "-W1", s], Duration::from_secs(3));
+    }
+    let mut buf = [0u8; 2048];
+    const LOOPING: u16 = 1303;
+    let looping = LOOPING.to_string();
+    for backend in ["afxdp", "socket"] {
+        let mut first = serve(&server, backend);
+        assert!(
+            wait_until(Duration::from_secs(10), || faas(
+                &server,
+                &["list", "--json"]
+            )
+            .0),
+            "{backend}: the server's control socket did not answer"
+        );
+        let (ok, _, err) = faas(
+            &server,
+            &[
+                "deploy",
+                "--port",
+                &looping,
+                "--wasm",
+                &example("loop.wat"),
+                "--timeout",
+                "10s",
+            ],
+        );
+        assert!(ok, "{backend}: deploying loop.wat: {err}");
+        let to = |server: &str, port: u16| SocketAddr::new(server.parse().unwrap(), port);
+        // Answered before the loop: the worker serves.
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        sock.send_to(b"before", to(SERVERS[0], NATIVE)).unwrap();
+        let (n, _) = sock
+            .recv_from(&mut buf)
+            .unwrap_or_else(|e| panic!("{backend}: no answer before the loop: {e}"));
+        assert_eq!(&buf[..n], b"erofeb", "{backend}");
+        sock.send_to(b"!loop", to(SERVERS[0], LOOPING)).unwrap();
+        // The call loops for up to 10 s on the only worker: a good request
+        // sent behind it is not answered meanwhile.
+        sock.send_to(b"behind", to(SERVERS[0], NATIVE)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(1000)))
+            .unwrap();
+        let behind = sock.recv_from(&mut buf).map(|(n, _)| buf[..n].to_vec());
+        assert!(
+            behind.is_err(),
+            "{backend}: answered {behind:?} while the looping call ran"
+        );
+        let calls = list(&server)[&LOOPING]["calls"].clone();
+        assert_eq!(calls, 0, "{backend}: the looping call had not ended");
+        assert_eq!(
+            has_xdp(&server, "eth0"),
+            backend == "afxdp",
+            "{backend}: its XDP program on eth0 while it serves"
+        );
+        kill(Pid::from_raw(first.0.id() as i32), Signal::SIGKILL).unwrap();
+        let status = first.0.wait().unwrap();
+        // Reaped: its drop must not signal a pid that may be reused.
+        std::mem::forget(first);
+        assert!(
+            status.code().is_none(),
+            "{backend}: it exited by itself: {status:?}"
+        );
+        assert!(
+            wait_until(Duration::from_secs(2), || !has_xdp(&server, "eth0")),
+            "{backend}: the dead server's XDP program stayed on eth0"
+        );
+        assert!(
+            path.exists(),
+            "{backend}: SIGKILL cannot remove the control socket"
+        );
+        // Whatever the dead server had queued is gone with it.
+        sock.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        while sock.recv_from(&mut buf).is_ok() {}
+
+        let mut next = serve(&server, backend);
+        assert!(
+            wait_until(Duration::from_secs(10), || faas(
+                &server,
+                &["list", "--json"]
+            )
+            .0),
+            "{backend}: the next server did not take over the stale control socket"
+        );
+        assert!(
+            !list(&server).contains_key(&LOOPING),
+            "{backend}: the dead server's deployment came back"
+        );
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        for (i, s) in SERVERS.iter().enumerate() {
+            for k in 0..5u8 {
+                let mut req = format!("after {backend} {i} {k} ").into_bytes();
+                req.extend((0..=255u8).map(|b| b.wrapping_mul(k + 1)));
+                sock.send_to(&req, to(s, NATIVE)).unwrap();
+                let (n, _) = sock
+                    .recv_from(&mut buf)
+                    .unwrap_or_else(|e| panic!("{backend}: {s}: request {k} unanswered: {e}"));
+                req.reverse();
+                assert_eq!(&buf[..n], &req[..], "{backend}: {s}: request {k}");
+            }
+        }
+        let stopped = next.stop();
+        assert!(stopped.ok, "{backend}: the next server: {}", stopped.stderr);
+        assert!(!has_xdp(&server, "eth0"), "{backend}: an XDP program left");
+        assert!(!path.exists(), "{backend}: the control socket left");
+    }
 }

@@ -650,3 +650,341 @@ fn htb_thousand_classes_classify_and_over_the_limit_is_refused() {
         assert!(!text(&list.stdout).contains(&t.ns("R")));
     }
 }
+
+/// `tc -j <what> show dev <dev>` in R, as JSON (what a user reads),
+/// without HTB's count of packets sent unclassified (a counter, not a
+/// setting).
+fn tc_json(t: &Topo, what: &str, dev: &str) -> serde_json::Value {
+    let o = sh_in(
+        &t.ns("R"),
+        &["tc", "-j", what, "show", "dev", dev],
+        Duration::from_secs(5),
+    );
+    ok(&o, &format!("tc -j {what} show dev {dev}"));
+    let mut v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("tc -j {what} show dev {dev}: {e}: {}", text(&o.stdout)));
+    for q in v.as_array_mut().into_iter().flatten() {
+        if let Some(o) = q["options"].as_object_mut() {
+            o.remove("direct_packets_stat");
+        }
+    }
+    v
+}
+
+/// `tc class show dev <dev>` in R, sorted lines (tc has no JSON for
+/// classes).
+fn tc_classes(t: &Topo, dev: &str) -> Vec<String> {
+    let o = sh_in(
+        &t.ns("R"),
+        &["tc", "class", "show", "dev", dev],
+        Duration::from_secs(5),
+    );
+    ok(&o, &format!("tc class show dev {dev}"));
+    let mut lines: Vec<String> = text(&o.stdout).lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
+/// Every qdisc's (kind, handle, parent) in a `tc -j qdisc show`.
+fn kinds_handles_parents(qdiscs: &serde_json::Value) -> Vec<(String, String, String)> {
+    qdiscs
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list of qdiscs: {qdiscs}"))
+        .iter()
+        .map(|q| {
+            let s = |k: &str| q[k].as_str().unwrap_or("").to_string();
+            let parent = if q["root"] == true {
+                "root".to_string()
+            } else {
+                s("parent")
+            };
+            (s("kind"), s("handle"), parent)
+        })
+        .collect()
+}
+
+/// A user's own qdiscs beside the engine's, made by hand with plain `tc`:
+/// an HTB of their own at the root of u0, a veth of their own in R (with the
+/// engine's handle 7067: and the class 7067:3 the engine's next class
+/// would take), and a pfifo put under the engine's class gold on b0 with
+/// handle 7103: (the queue the engine's next class would take). Every
+/// `qos class add` the engine refuses (bad arguments, a name taken, a
+/// parent not defined, a ceiling above the link, an add the kernel refuses
+/// part-way on the taken handle) exits nonzero with one line on stderr
+/// naming the problem, and leaves every qdisc on u0, a1 and b0 exactly as
+/// it was (`tc -j qdisc show`: kinds, handles, parents, options), the
+/// classes on b0 and u0 as they were, and the engine's two classes in
+/// `qos stats`. Once the user frees the handle the same add succeeds; the
+/// engine's stop leaves the user's u0 as it was.
+#[test]
+fn htb_refused_class_add_leaves_a_users_qdiscs_and_the_engines_classes() {
+    let Some(t) = Topo::privileged_up("qhtb-keep") else {
+        return;
+    };
+    let r = t.ns("R");
+    common::ip(&[
+        "-n", &r, "link", "add", "u0", "type", "veth", "peer", "name", "u1",
+    ]);
+    common::ip(&["-n", &r, "link", "set", "u0", "up"]);
+    let tc_in_r = |args: &[&str]| {
+        let o = sh_in(&r, &[&["tc"], args].concat(), Duration::from_secs(5));
+        assert!(o.status.success(), "tc {args:?}: {}", text(&o.stderr));
+    };
+    tc_in_r(&[
+        "qdisc", "add", "dev", "u0", "root", "handle", "7067:", "htb", "default", "3",
+    ]);
+    tc_in_r(&[
+        "class", "add", "dev", "u0", "parent", "7067:", "classid", "7067:3", "htb", "rate", "5mbit",
+    ]);
+    tc_in_r(&[
+        "qdisc", "add", "dev", "u0", "parent", "7067:3", "handle", "7103:", "pfifo", "limit", "77",
+    ]);
+    let s = serve(&t, "qhtb-keep", &file("engine = \"htb\""));
+    tc_in_r(&[
+        "qdisc", "replace", "dev", "b0", "parent", "7067:1", "handle", "7103:", "pfifo", "limit",
+        "500",
+    ]);
+    let snapshot = || {
+        let qdiscs: Vec<serde_json::Value> = ["u0", "a1", "b0"]
+            .iter()
+            .map(|d| tc_json(&t, "qdisc", d))
+            .collect();
+        let classes: Vec<Vec<String>> = ["u0", "b0"].iter().map(|d| tc_classes(&t, d)).collect();
+        (qdiscs, classes)
+    };
+    let engine_classes = || {
+        let mut names: Vec<String> = stats(&t)["scheduler"]["classes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no classes in the stats"))
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    let (qdiscs, classes) = snapshot();
+    let user_b0 = kinds_handles_parents(&qdiscs[2]);
+    assert!(
+        user_b0.contains(&("pfifo".into(), "7103:".into(), "7067:1".into())),
+        "the user's pfifo under gold: {user_b0:?}"
+    );
+    assert_eq!(
+        kinds_handles_parents(&qdiscs[0]),
+        [
+            ("htb".into(), "7067:".into(), "root".into()),
+            ("pfifo".into(), "7103:".into(), "7067:3".into())
+        ],
+        "the user's u0"
+    );
+    // The link class and gold and silver on b0; u0's one class.
+    assert_eq!((classes[1].len(), classes[0].len()), (3, 1), "{classes:?}");
+    assert_eq!(engine_classes(), ["gold", "silver"]);
+
+    let add = |args: &[&str]| {
+        let mut a = vec!["qos", "class", "add"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["--iface", "a1"]);
+        pg_in(&r, &a)
+    };
+    let long = "c".repeat(64);
+    for (what, args, want) in [
+        (
+            "ceil below rate",
+            &["bad", "--rate", "10Mbit", "--ceil", "5Mbit"][..],
+            "ceil",
+        ),
+        ("rate not a rate", &["bad", "--rate", "fast"][..], "fast"),
+        (
+            "name taken",
+            &["gold", "--rate", "1Mbit"][..],
+            "\"gold\" exists",
+        ),
+        (
+            "parent not defined",
+            &["bad", "--parent", "nosuch", "--rate", "1Mbit"][..],
+            "parent",
+        ),
+        (
+            "name too long",
+            &[long.as_str(), "--rate", "1Mbit"][..],
+            "characters",
+        ),
+        (
+            "kernel refuses the queue's handle",
+            &["extra", "--rate", "1Mbit", "--ceil", "50Mbit"][..],
+            "pfifo",
+        ),
+    ] {
+        let o = add(args);
+        let e = text(&o.stderr);
+        eprintln!("{what}: {}", e.trim());
+        assert!(!o.status.success(), "{what}: taken");
+        assert_eq!(e.trim().lines().count(), 1, "{what}: {e}");
+        assert!(e.contains(want), "{what}: {e} (want {want})");
+        let (q, c) = snapshot();
+        for (i, dev) in ["u0", "a1", "b0"].iter().enumerate() {
+            assert_eq!(
+                kinds_handles_parents(&q[i]),
+                kinds_handles_parents(&qdiscs[i]),
+                "{what}: the qdiscs on {dev}"
+            );
+            assert_eq!(q[i], qdiscs[i], "{what}: the qdiscs on {dev}");
+        }
+        assert_eq!(c, classes, "{what}: the classes on u0 and b0");
+        assert_eq!(engine_classes(), ["gold", "silver"], "{what}");
+    }
+
+    // The user puts gold's queue back under another handle: the add is taken.
+    tc_in_r(&[
+        "qdisc", "replace", "dev", "b0", "parent", "7067:1", "handle", "7101:", "pfifo", "limit",
+        "500",
+    ]);
+    ok(
+        &add(&["extra", "--rate", "1Mbit", "--ceil", "50Mbit"]),
+        "qos class add extra",
+    );
+    assert_eq!(engine_classes(), ["extra", "gold", "silver"]);
+    assert_eq!(tc_classes(&t, "b0").len(), 4);
+    assert_eq!(tc_json(&t, "qdisc", "u0"), qdiscs[0], "the user's u0");
+    assert_eq!(tc_classes(&t, "u0"), classes[0], "the user's u0");
+
+    drop(s);
+    let q = root_qdisc(&t);
+    assert!(!q.contains("htb") && !q.contains("7067"), "{q}");
+    assert_eq!(egress_programs(&t), 0, "no classifier left");
+    assert_eq!(
+        tc_json(&t, "qdisc", "u0"),
+        qdiscs[0],
+        "the user's u0 after the stop"
+    );
+    assert_eq!(
+        tc_classes(&t, "u0"),
+        classes[0],
+        "the user's u0 after the stop"
+    );
+    let list = pg_in(&r, &["qos", "list", "--json"]);
+    assert!(
+        !text(&list.stdout).contains(&r),
+        "no pin left: {}",
+        text(&list.stdout)
+    );
+}
+
+/// The htb engine full: a file of as many classes as it takes (each
+/// 100 kbit/s under a 2 Gbit/s link, one filter), served beside a user's
+/// own HTB made by hand on u0, a veth of their own in R. One class more
+/// (`qos class add`) is refused in one line saying every class id is in
+/// use; the user's qdiscs and classes on u0, the engine's qdiscs on b0
+/// (`tc -j qdisc show`: kinds, handles, parents, options) and its classes
+/// (the kernel's and `qos stats`'s) stay as they were.
+#[test]
+fn htb_class_add_past_the_limit_is_refused_leaving_every_qdisc() {
+    let Some(t) = Topo::privileged_up("qhtb-full") else {
+        return;
+    };
+    let r = t.ns("R");
+    common::ip(&[
+        "-n", &r, "link", "add", "u0", "type", "veth", "peer", "name", "u1",
+    ]);
+    common::ip(&["-n", &r, "link", "set", "u0", "up"]);
+    let tc_in_r = |args: &[&str]| {
+        let o = sh_in(&r, &[&["tc"], args].concat(), Duration::from_secs(5));
+        assert!(o.status.success(), "tc {args:?}: {}", text(&o.stderr));
+    };
+    tc_in_r(&[
+        "qdisc", "add", "dev", "u0", "root", "handle", "1:", "htb", "default", "10",
+    ]);
+    tc_in_r(&[
+        "class", "add", "dev", "u0", "parent", "1:", "classid", "1:10", "htb", "rate", "5mbit",
+    ]);
+    let mut f = "[scheduler]\nengine = \"htb\"\negress = \"b0\"\nrate = \"2Gbit\"\n".to_string();
+    for i in 1..=HTB_LIMIT {
+        f += &format!("\n[[class]]\nname = \"c{i}\"\nrate = \"100kbit\"\nceil = \"100Mbit\"\n");
+    }
+    f += "\n[[filter]]\nclass = \"c1\"\nproto = \"udp\"\ndport = 20001\n";
+    let path = write_file("qhtb-full", &f);
+    let child = Command::new("ip")
+        .args(["netns", "exec", &r])
+        .arg(env!("CARGO_BIN_EXE_peregrine"))
+        .args(["qos", "serve", &path, "--iface", "a1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let s = QosServe(child);
+    let started = Instant::now();
+    let end = started + Duration::from_secs(120);
+    while !(root_qdisc(&t).contains("7067:") && stats(&t)["scheduler"]["engine"] == "htb") {
+        assert!(
+            Instant::now() < end,
+            "qos serve did not build its tree in 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "{HTB_LIMIT} classes served after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let snapshot = || {
+        let qdiscs: Vec<serde_json::Value> = ["u0", "a1", "b0"]
+            .iter()
+            .map(|d| tc_json(&t, "qdisc", d))
+            .collect();
+        let classes: Vec<Vec<String>> = ["u0", "b0"].iter().map(|d| tc_classes(&t, d)).collect();
+        (qdiscs, classes)
+    };
+    let listed = || {
+        stats(&t)["scheduler"]["classes"]
+            .as_array()
+            .map(Vec::len)
+            .unwrap_or(0)
+    };
+    let (qdiscs, classes) = snapshot();
+    assert_eq!(
+        (classes[0].len(), classes[1].len(), listed()),
+        (1, HTB_LIMIT as usize + 1, HTB_LIMIT as usize),
+        "u0's class; b0's classes and the link class; the classes listed"
+    );
+    let o = pg_in(
+        &r,
+        &[
+            "qos", "class", "add", "one-more", "--iface", "a1", "--rate", "100kbit",
+        ],
+    );
+    let e = text(&o.stderr);
+    assert!(!o.status.success(), "one class past the limit taken");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(e.contains("every class id is in use"), "{e}");
+    let (q, c) = snapshot();
+    for (i, dev) in ["u0", "a1", "b0"].iter().enumerate() {
+        assert_eq!(
+            kinds_handles_parents(&q[i]),
+            kinds_handles_parents(&qdiscs[i]),
+            "the qdiscs on {dev}"
+        );
+        assert_eq!(q[i], qdiscs[i], "the qdiscs on {dev}");
+    }
+    assert!(c == classes, "the classes on u0 or b0 changed");
+    assert_eq!(listed(), HTB_LIMIT as usize);
+
+    drop(s);
+    let q = root_qdisc(&t);
+    assert!(!q.contains("htb") && !q.contains("7067"), "{q}");
+    assert_eq!(egress_programs(&t), 0, "no classifier left");
+    assert_eq!(
+        tc_json(&t, "qdisc", "u0"),
+        qdiscs[0],
+        "the user's u0 after the stop"
+    );
+    assert_eq!(
+        tc_classes(&t, "u0"),
+        classes[0],
+        "the user's u0 after the stop"
+    );
+    let list = pg_in(&r, &["qos", "list", "--json"]);
+    assert!(
+        !text(&list.stdout).contains(&r),
+        "no pin left: {}",
+        text(&list.stdout)
+    );
+}
