@@ -1,0 +1,2 @@
+./target/release/peregrine bench qos --part scheduler --scale-points none --rounds 3 --name bench-qos-scheduler --out <dir>   # 2026-11-27 15:11-15:16 UTC, branch mend/ci-window (early drop, 6441545 + review mends); files renamed bench-qos-early-drop.*
+<the same binary's bench from 74079d8, before early drop; its scheduler hot loop is the same as c007cda's> bench qos --part scheduler --rounds 3 --name bench-qos-scheduler-before --out <dir>   # 2026-11-27 15:17-15:22 UTC, back to back with the above; renamed bench-qos-early-drop-before.json
