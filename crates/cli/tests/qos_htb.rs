@@ -703,6 +703,104 @@ fn kinds_handles_parents(qdiscs: &serde_json::Value) -> Vec<(String, String, Str
         .collect()
 }
 
+/// `tc args` in R, as a user types it; asserted to succeed.
+fn tc_in_r(t: &Topo, args: &[&str]) {
+    let o = sh_in(
+        &t.ns("R"),
+        &[&["tc"], args].concat(),
+        Duration::from_secs(5),
+    );
+    assert!(o.status.success(), "tc {args:?}: {}", text(&o.stderr));
+}
+
+/// A user's own veth u0 (peer u1) in R, up, with their own HTB at its
+/// root (handle `root`, e.g. "7067:") and one 5 Mbit/s class `minor`
+/// under it as its default.
+fn users_htb_on_u0(t: &Topo, root: &str, minor: &str) {
+    let r = t.ns("R");
+    common::ip(&[
+        "-n", &r, "link", "add", "u0", "type", "veth", "peer", "name", "u1",
+    ]);
+    common::ip(&["-n", &r, "link", "set", "u0", "up"]);
+    tc_in_r(
+        t,
+        &[
+            "qdisc", "add", "dev", "u0", "root", "handle", root, "htb", "default", minor,
+        ],
+    );
+    let class = format!("{root}{minor}");
+    tc_in_r(
+        t,
+        &[
+            "class", "add", "dev", "u0", "parent", root, "classid", &class, "htb", "rate", "5mbit",
+        ],
+    );
+}
+
+/// The qdiscs on u0, a1 and b0 (`tc -j qdisc show`) and the classes on
+/// u0 and b0, as a user reads them.
+#[derive(Debug, PartialEq)]
+struct TcSnapshot {
+    qdiscs: Vec<serde_json::Value>,
+    classes: Vec<Vec<String>>,
+}
+
+impl TcSnapshot {
+    fn take(t: &Topo) -> TcSnapshot {
+        TcSnapshot {
+            qdiscs: ["u0", "a1", "b0"]
+                .iter()
+                .map(|d| tc_json(t, "qdisc", d))
+                .collect(),
+            classes: ["u0", "b0"].iter().map(|d| tc_classes(t, d)).collect(),
+        }
+    }
+
+    /// Every qdisc (kinds, handles, parents first, then whole) and class
+    /// as in `before`.
+    fn assert_as(&self, before: &TcSnapshot, what: &str) {
+        for (i, dev) in ["u0", "a1", "b0"].iter().enumerate() {
+            assert_eq!(
+                kinds_handles_parents(&self.qdiscs[i]),
+                kinds_handles_parents(&before.qdiscs[i]),
+                "{what}: the qdiscs on {dev}"
+            );
+            assert_eq!(
+                self.qdiscs[i], before.qdiscs[i],
+                "{what}: the qdiscs on {dev}"
+            );
+        }
+        assert!(
+            self.classes == before.classes,
+            "{what}: the classes on u0 or b0 changed"
+        );
+    }
+}
+
+/// The engine stopped: no HTB of its own and no classifier left on b0, no
+/// pin in R, and the user's u0 as in `before`.
+fn assert_stopped_leaving_u0(t: &Topo, before: &TcSnapshot) {
+    let q = root_qdisc(t);
+    assert!(!q.contains("htb") && !q.contains("7067"), "{q}");
+    assert_eq!(egress_programs(t), 0, "no classifier left");
+    assert_eq!(
+        tc_json(t, "qdisc", "u0"),
+        before.qdiscs[0],
+        "the user's u0 after the stop"
+    );
+    assert_eq!(
+        tc_classes(t, "u0"),
+        before.classes[0],
+        "the user's u0 after the stop"
+    );
+    let list = pg_in(&t.ns("R"), &["qos", "list", "--json"]);
+    assert!(
+        !text(&list.stdout).contains(&t.ns("R")),
+        "no pin left: {}",
+        text(&list.stdout)
+    );
+}
+
 /// A user's own qdiscs beside the engine's, made by hand with plain `tc`:
 /// an HTB of their own at the root of u0, a veth of their own in R (with the
 /// engine's handle 7067: and the class 7067:3 the engine's next class
@@ -722,36 +820,22 @@ fn htb_refused_class_add_leaves_a_users_qdiscs_and_the_engines_classes() {
         return;
     };
     let r = t.ns("R");
-    common::ip(&[
-        "-n", &r, "link", "add", "u0", "type", "veth", "peer", "name", "u1",
-    ]);
-    common::ip(&["-n", &r, "link", "set", "u0", "up"]);
-    let tc_in_r = |args: &[&str]| {
-        let o = sh_in(&r, &[&["tc"], args].concat(), Duration::from_secs(5));
-        assert!(o.status.success(), "tc {args:?}: {}", text(&o.stderr));
-    };
-    tc_in_r(&[
-        "qdisc", "add", "dev", "u0", "root", "handle", "7067:", "htb", "default", "3",
-    ]);
-    tc_in_r(&[
-        "class", "add", "dev", "u0", "parent", "7067:", "classid", "7067:3", "htb", "rate", "5mbit",
-    ]);
-    tc_in_r(&[
-        "qdisc", "add", "dev", "u0", "parent", "7067:3", "handle", "7103:", "pfifo", "limit", "77",
-    ]);
+    users_htb_on_u0(&t, "7067:", "3");
+    tc_in_r(
+        &t,
+        &[
+            "qdisc", "add", "dev", "u0", "parent", "7067:3", "handle", "7103:", "pfifo", "limit",
+            "77",
+        ],
+    );
     let s = serve(&t, "qhtb-keep", &file("engine = \"htb\""));
-    tc_in_r(&[
-        "qdisc", "replace", "dev", "b0", "parent", "7067:1", "handle", "7103:", "pfifo", "limit",
-        "500",
-    ]);
-    let snapshot = || {
-        let qdiscs: Vec<serde_json::Value> = ["u0", "a1", "b0"]
-            .iter()
-            .map(|d| tc_json(&t, "qdisc", d))
-            .collect();
-        let classes: Vec<Vec<String>> = ["u0", "b0"].iter().map(|d| tc_classes(&t, d)).collect();
-        (qdiscs, classes)
-    };
+    tc_in_r(
+        &t,
+        &[
+            "qdisc", "replace", "dev", "b0", "parent", "7067:1", "handle", "7103:", "pfifo",
+            "limit", "500",
+        ],
+    );
     let engine_classes = || {
         let mut names: Vec<String> = stats(&t)["scheduler"]["classes"]
             .as_array()
@@ -762,7 +846,8 @@ fn htb_refused_class_add_leaves_a_users_qdiscs_and_the_engines_classes() {
         names.sort();
         names
     };
-    let (qdiscs, classes) = snapshot();
+    let before = TcSnapshot::take(&t);
+    let (qdiscs, classes) = (&before.qdiscs, &before.classes);
     let user_b0 = kinds_handles_parents(&qdiscs[2]);
     assert!(
         user_b0.contains(&("pfifo".into(), "7103:".into(), "7067:1".into())),
@@ -812,7 +897,7 @@ fn htb_refused_class_add_leaves_a_users_qdiscs_and_the_engines_classes() {
         (
             "kernel refuses the queue's handle",
             &["extra", "--rate", "1Mbit", "--ceil", "50Mbit"][..],
-            "pfifo",
+            "class \"extra\": its queue (pfifo 7103: under 7067:3;",
         ),
     ] {
         let o = add(args);
@@ -821,24 +906,18 @@ fn htb_refused_class_add_leaves_a_users_qdiscs_and_the_engines_classes() {
         assert!(!o.status.success(), "{what}: taken");
         assert_eq!(e.trim().lines().count(), 1, "{what}: {e}");
         assert!(e.contains(want), "{what}: {e} (want {want})");
-        let (q, c) = snapshot();
-        for (i, dev) in ["u0", "a1", "b0"].iter().enumerate() {
-            assert_eq!(
-                kinds_handles_parents(&q[i]),
-                kinds_handles_parents(&qdiscs[i]),
-                "{what}: the qdiscs on {dev}"
-            );
-            assert_eq!(q[i], qdiscs[i], "{what}: the qdiscs on {dev}");
-        }
-        assert_eq!(c, classes, "{what}: the classes on u0 and b0");
+        TcSnapshot::take(&t).assert_as(&before, what);
         assert_eq!(engine_classes(), ["gold", "silver"], "{what}");
     }
 
     // The user puts gold's queue back under another handle: the add is taken.
-    tc_in_r(&[
-        "qdisc", "replace", "dev", "b0", "parent", "7067:1", "handle", "7101:", "pfifo", "limit",
-        "500",
-    ]);
+    tc_in_r(
+        &t,
+        &[
+            "qdisc", "replace", "dev", "b0", "parent", "7067:1", "handle", "7101:", "pfifo",
+            "limit", "500",
+        ],
+    );
     ok(
         &add(&["extra", "--rate", "1Mbit", "--ceil", "50Mbit"]),
         "qos class add extra",
@@ -849,25 +928,7 @@ fn htb_refused_class_add_leaves_a_users_qdiscs_and_the_engines_classes() {
     assert_eq!(tc_classes(&t, "u0"), classes[0], "the user's u0");
 
     drop(s);
-    let q = root_qdisc(&t);
-    assert!(!q.contains("htb") && !q.contains("7067"), "{q}");
-    assert_eq!(egress_programs(&t), 0, "no classifier left");
-    assert_eq!(
-        tc_json(&t, "qdisc", "u0"),
-        qdiscs[0],
-        "the user's u0 after the stop"
-    );
-    assert_eq!(
-        tc_classes(&t, "u0"),
-        classes[0],
-        "the user's u0 after the stop"
-    );
-    let list = pg_in(&r, &["qos", "list", "--json"]);
-    assert!(
-        !text(&list.stdout).contains(&r),
-        "no pin left: {}",
-        text(&list.stdout)
-    );
+    assert_stopped_leaving_u0(&t, &before);
 }
 
 /// The htb engine full: a file of as many classes as it takes (each
@@ -883,20 +944,7 @@ fn htb_class_add_past_the_limit_is_refused_leaving_every_qdisc() {
         return;
     };
     let r = t.ns("R");
-    common::ip(&[
-        "-n", &r, "link", "add", "u0", "type", "veth", "peer", "name", "u1",
-    ]);
-    common::ip(&["-n", &r, "link", "set", "u0", "up"]);
-    let tc_in_r = |args: &[&str]| {
-        let o = sh_in(&r, &[&["tc"], args].concat(), Duration::from_secs(5));
-        assert!(o.status.success(), "tc {args:?}: {}", text(&o.stderr));
-    };
-    tc_in_r(&[
-        "qdisc", "add", "dev", "u0", "root", "handle", "1:", "htb", "default", "10",
-    ]);
-    tc_in_r(&[
-        "class", "add", "dev", "u0", "parent", "1:", "classid", "1:10", "htb", "rate", "5mbit",
-    ]);
+    users_htb_on_u0(&t, "1:", "10");
     let mut f = "[scheduler]\nengine = \"htb\"\negress = \"b0\"\nrate = \"2Gbit\"\n".to_string();
     for i in 1..=HTB_LIMIT {
         f += &format!("\n[[class]]\nname = \"c{i}\"\nrate = \"100kbit\"\nceil = \"100Mbit\"\n");
@@ -925,23 +973,15 @@ fn htb_class_add_past_the_limit_is_refused_leaving_every_qdisc() {
         "{HTB_LIMIT} classes served after {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let snapshot = || {
-        let qdiscs: Vec<serde_json::Value> = ["u0", "a1", "b0"]
-            .iter()
-            .map(|d| tc_json(&t, "qdisc", d))
-            .collect();
-        let classes: Vec<Vec<String>> = ["u0", "b0"].iter().map(|d| tc_classes(&t, d)).collect();
-        (qdiscs, classes)
-    };
     let listed = || {
         stats(&t)["scheduler"]["classes"]
             .as_array()
             .map(Vec::len)
             .unwrap_or(0)
     };
-    let (qdiscs, classes) = snapshot();
+    let before = TcSnapshot::take(&t);
     assert_eq!(
-        (classes[0].len(), classes[1].len(), listed()),
+        (before.classes[0].len(), before.classes[1].len(), listed()),
         (1, HTB_LIMIT as usize + 1, HTB_LIMIT as usize),
         "u0's class; b0's classes and the link class; the classes listed"
     );
@@ -955,36 +995,9 @@ fn htb_class_add_past_the_limit_is_refused_leaving_every_qdisc() {
     assert!(!o.status.success(), "one class past the limit taken");
     assert_eq!(e.trim().lines().count(), 1, "{e}");
     assert!(e.contains("every class id is in use"), "{e}");
-    let (q, c) = snapshot();
-    for (i, dev) in ["u0", "a1", "b0"].iter().enumerate() {
-        assert_eq!(
-            kinds_handles_parents(&q[i]),
-            kinds_handles_parents(&qdiscs[i]),
-            "the qdiscs on {dev}"
-        );
-        assert_eq!(q[i], qdiscs[i], "the qdiscs on {dev}");
-    }
-    assert!(c == classes, "the classes on u0 or b0 changed");
+    TcSnapshot::take(&t).assert_as(&before, "one class past the limit");
     assert_eq!(listed(), HTB_LIMIT as usize);
 
     drop(s);
-    let q = root_qdisc(&t);
-    assert!(!q.contains("htb") && !q.contains("7067"), "{q}");
-    assert_eq!(egress_programs(&t), 0, "no classifier left");
-    assert_eq!(
-        tc_json(&t, "qdisc", "u0"),
-        qdiscs[0],
-        "the user's u0 after the stop"
-    );
-    assert_eq!(
-        tc_classes(&t, "u0"),
-        classes[0],
-        "the user's u0 after the stop"
-    );
-    let list = pg_in(&r, &["qos", "list", "--json"]);
-    assert!(
-        !text(&list.stdout).contains(&r),
-        "no pin left: {}",
-        text(&list.stdout)
-    );
+    assert_stopped_leaving_u0(&t, &before);
 }

@@ -219,9 +219,12 @@ pub fn plan_change(
             if index.id(&c.name).is_some() {
                 return Err(QosError::Config(format!("class {:?} exists", c.name)));
             }
-            let id = index
-                .free_id(max)
-                .ok_or_else(|| QosError::Config("every class id is in use".into()))?;
+            let id = index.free_id(max).ok_or_else(|| {
+                QosError::Config(format!(
+                    "every class id is in use: the engine takes at most {} classes",
+                    max - 1
+                ))
+            })?;
             classes.push((id, c.clone()));
             id
         }

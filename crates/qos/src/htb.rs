@@ -255,7 +255,11 @@ pub fn set_class(
                     tracing::warn!("taking back class {classid:x} of a refused add: {d}");
                 }
             }
-            return Err(e.into());
+            return Err(QosError::Other(format!(
+                "class \"{}\": {}: {e}",
+                c.name,
+                refused_what(ch)
+            )));
         }
         if let TcChange::HtbClass {
             class,
@@ -267,6 +271,28 @@ pub fn set_class(
         }
     }
     Ok(())
+}
+
+/// What a refused change of `set_class` was making, with its handles, for
+/// the one line that says so: a queue's pfifo refused on creation is most
+/// often a handle a qdisc peregrine did not make already holds.
+fn refused_what(ch: &TcChange) -> String {
+    let h = |id: u32| format!("{:x}:{:x}", id >> 16, id & 0xffff);
+    match ch {
+        TcChange::HtbClass { class, .. } => format!("its HTB class {}", h(class.classid)),
+        TcChange::Pfifo {
+            parent,
+            major,
+            change: false,
+            ..
+        } => format!(
+            "its queue (pfifo {major:x}: under {}; is that handle held by a qdisc peregrine did not make?)",
+            h(*parent)
+        ),
+        TcChange::Pfifo { parent, major, .. } => {
+            format!("its queue (pfifo {major:x}: under {})", h(*parent))
+        }
+    }
 }
 
 /// Removes class `id` from every queue's HTB.

@@ -212,24 +212,24 @@ impl<P> Scheduler<P> {
         for c in classes {
             if c.rate_bps == 0 || c.ceil_bps < c.rate_bps {
                 return Err(SchedError(format!(
-                    "class {}: rate must be above 0 and ceil at least the rate",
+                    "class {:?}: rate must be above 0 and ceil at least the rate",
                     c.name
                 )));
             }
             if c.weight == 0 || c.queue_limit == 0 || c.burst == 0 {
                 return Err(SchedError(format!(
-                    "class {}: weight, queue limit and burst must be above 0",
+                    "class {:?}: weight, queue limit and burst must be above 0",
                     c.name
                 )));
             }
             if by_name.contains_key(&c.name) {
-                return Err(SchedError(format!("class {} is defined twice", c.name)));
+                return Err(SchedError(format!("class {:?} is defined twice", c.name)));
             }
             let parent = match &c.parent {
                 None => None,
                 Some(p) => Some(by_name.get(p).copied().ok_or_else(|| {
                     SchedError(format!(
-                        "class {}: parent {p} is not defined before it",
+                        "class {:?}: parent {p:?} is not defined before it",
                         c.name
                     ))
                 })?),
