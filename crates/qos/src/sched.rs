@@ -788,7 +788,7 @@ mod tests {
             ),
             (vec![class("a", None, 0, 5, 0, 1)], "rate must be above 0"),
             (vec![ok.clone(), ok.clone()], "defined twice"),
-            (vec![class("b", Some("x"), 10, 10, 0, 1)], "parent x"),
+            (vec![class("b", Some("x"), 10, 10, 0, 1)], "parent \"x\""),
             (vec![class("a", None, 10, 10, 0, 0)], "weight"),
             (vec![], "at least one class"),
         ];
