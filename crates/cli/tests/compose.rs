@@ -17,8 +17,8 @@ use peregrine_testbed::testing::wait_until;
 
 mod common;
 use common::{
-    assert_policed_udp, json, json_u64, ok, pg_in, policed_udp, qos_apply, qos_stats,
-    router_port_stats, text, tmp, FaasServe, Topo, POLICED_UDP_RULE,
+    assert_policed_udp, example_function, faas_functions, json, json_u64, ok, pg_in, policed_udp,
+    qos_apply, qos_stats, router_port_stats, text, tmp, FaasServe, Topo, POLICED_UDP_RULE,
 };
 
 /// `peregrine router args` in R.
@@ -404,10 +404,7 @@ const LOOP_CALLS: u64 = 20;
 
 /// `faas deploy` of examples/functions/loop.wat on `LOOP_PORT` in B, 200 us.
 fn deploy_loop(t: &Topo) -> Output {
-    let wasm = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/functions/loop.wat")
-        .display()
-        .to_string();
+    let wasm = example_function("loop.wat");
     let port = LOOP_PORT.to_string();
     pg_in(
         &t.ns("B"),
@@ -443,17 +440,6 @@ fn call_looping(a: &str) -> u32 {
         answered += 1;
     }
     answered
-}
-
-/// `faas list --json` in B, by port.
-fn functions_by_port(t: &Topo) -> std::collections::HashMap<u16, serde_json::Value> {
-    let o = pg_in(&t.ns("B"), &["faas", "list", "--json"]);
-    json(&o, "faas list")["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| (f["port"].as_u64().unwrap() as u16, f.clone()))
-        .collect()
 }
 
 /// A stage of `router_policer_and_function_in_every_order`.
@@ -529,7 +515,7 @@ fn router_policer_and_function_in_every_order() {
         eprintln!("{what}: {got} of {N} requests answered");
         assert_eq!(got, N, "{what}: every request answered");
         assert_eq!(answered_looping, 0, "{what}: the looping function answered");
-        let looped = functions_by_port(&t)[&LOOP_PORT].clone();
+        let looped = faas_functions(&t.ns("B"))[&LOOP_PORT].clone();
         assert_eq!(
             (
                 looped["calls"].as_u64(),

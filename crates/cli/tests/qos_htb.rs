@@ -806,9 +806,9 @@ fn assert_stopped_leaving_u0(t: &Topo, before: &TcSnapshot) {
 /// engine's handle 7067: and the class 7067:3 the engine's next class
 /// would take), and a pfifo put under the engine's class gold on b0 with
 /// handle 7103: (the queue the engine's next class would take). Every
-/// `qos class add` the engine refuses (bad arguments, a name taken, a
-/// parent not defined, a ceiling above the link, an add the kernel refuses
-/// part-way on the taken handle) exits nonzero with one line on stderr
+/// `qos class add` the engine refuses (a ceiling below the rate, a rate
+/// that is none, a name taken, a parent not defined, a name too long, an
+/// add the kernel refuses part-way on the taken handle) exits nonzero with one line on stderr
 /// naming the problem, and leaves every qdisc on u0, a1 and b0 exactly as
 /// it was (`tc -j qdisc show`: kinds, handles, parents, options), the
 /// classes on b0 and u0 as they were, and the engine's two classes in
@@ -887,7 +887,7 @@ fn htb_refused_class_add_leaves_a_users_qdiscs_and_the_engines_classes() {
         (
             "parent not defined",
             &["bad", "--parent", "nosuch", "--rate", "1Mbit"][..],
-            "parent",
+            "class \"bad\": parent \"nosuch\" is not defined",
         ),
         (
             "name too long",
@@ -994,7 +994,10 @@ fn htb_class_add_past_the_limit_is_refused_leaving_every_qdisc() {
     let e = text(&o.stderr);
     assert!(!o.status.success(), "one class past the limit taken");
     assert_eq!(e.trim().lines().count(), 1, "{e}");
-    assert!(e.contains("every class id is in use"), "{e}");
+    assert!(
+        e.contains("every class id is in use: this engine takes at most 16383 classes"),
+        "{e}"
+    );
     TcSnapshot::take(&t).assert_as(&before, "one class past the limit");
     assert_eq!(listed(), HTB_LIMIT as usize);
 

@@ -214,6 +214,14 @@ pub fn plan_change(
             .position(name)
             .ok_or_else(|| QosError::Config(format!("no class {name:?} on {iface}")))
     };
+    if let ClassChange::Add(c) | ClassChange::Change(c) = change {
+        if let Some(p) = c.parent.as_ref().filter(|p| index.id(p).is_none()) {
+            return Err(QosError::Config(format!(
+                "class {:?}: parent {p:?} is not defined",
+                c.name
+            )));
+        }
+    }
     let id = match change {
         ClassChange::Add(c) => {
             if index.id(&c.name).is_some() {
@@ -221,7 +229,7 @@ pub fn plan_change(
             }
             let id = index.free_id(max).ok_or_else(|| {
                 QosError::Config(format!(
-                    "every class id is in use: the engine takes at most {} classes",
+                    "every class id is in use: this engine takes at most {} classes",
                     max - 1
                 ))
             })?;

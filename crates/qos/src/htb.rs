@@ -256,7 +256,7 @@ pub fn set_class(
                 }
             }
             return Err(QosError::Other(format!(
-                "class \"{}\": {}: {e}",
+                "class {:?}: {}: {e}",
                 c.name,
                 refused_what(ch)
             )));

@@ -702,6 +702,25 @@ pub fn router_port_stats(t: &Topo, port: &str) -> serde_json::Value {
         .clone()
 }
 
+/// An example function's file (examples/functions/NAME).
+pub fn example_function(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/functions")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// `faas list --json` in `ns`: the functions by port.
+pub fn faas_functions(ns: &str) -> std::collections::HashMap<u16, serde_json::Value> {
+    json(&pg_in(ns, &["faas", "list", "--json"]), "faas list")["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["port"].as_u64().unwrap() as u16, f.clone()))
+        .collect()
+}
+
 /// `faas serve` running in a namespace; interrupted (Ctrl-C) and waited
 /// for on drop, killed if it does not stop.
 pub struct FaasServe(pub std::process::Child);
