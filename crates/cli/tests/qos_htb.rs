@@ -296,15 +296,7 @@ fn htb_kill_9_then_detach_or_next_start_leaves_nothing() {
             // The next start takes the killed one's place; its stop removes all.
             drop(serve(&t, "qhtb-kill", &file("engine = \"htb\"")));
         }
-        let q = root_qdisc(&t);
-        assert!(!q.contains("htb") && !q.contains("7067"), "{then}: {q}");
-        assert_eq!(egress_programs(&t), 0, "{then}: no classifier left");
-        let list = pg_in(&t.ns("R"), &["qos", "list", "--json"]);
-        assert!(
-            !text(&list.stdout).contains(&t.ns("R")),
-            "{then}: {}",
-            text(&list.stdout)
-        );
+        assert_engine_gone(&t, then);
     }
 }
 
@@ -777,12 +769,24 @@ impl TcSnapshot {
     }
 }
 
-/// The engine stopped: no HTB of its own and no classifier left on b0, no
-/// pin in R, and the user's u0 as in `before`.
-fn assert_stopped_leaving_u0(t: &Topo, before: &TcSnapshot) {
+/// The engine is gone: no HTB of its own and no classifier on b0, no
+/// policer of R listed (no pin).
+fn assert_engine_gone(t: &Topo, what: &str) {
     let q = root_qdisc(t);
-    assert!(!q.contains("htb") && !q.contains("7067"), "{q}");
-    assert_eq!(egress_programs(t), 0, "no classifier left");
+    assert!(!q.contains("htb") && !q.contains("7067"), "{what}: {q}");
+    assert_eq!(egress_programs(t), 0, "{what}: no classifier left");
+    let list = pg_in(&t.ns("R"), &["qos", "list", "--json"]);
+    assert!(
+        !text(&list.stdout).contains(&t.ns("R")),
+        "{what}: no pin left: {}",
+        text(&list.stdout)
+    );
+}
+
+/// The engine stopped (`assert_engine_gone`), and the user's u0 as in
+/// `before`.
+fn assert_stopped_leaving_u0(t: &Topo, before: &TcSnapshot) {
+    assert_engine_gone(t, "after the stop");
     assert_eq!(
         tc_json(t, "qdisc", "u0"),
         before.qdiscs[0],
@@ -792,12 +796,6 @@ fn assert_stopped_leaving_u0(t: &Topo, before: &TcSnapshot) {
         tc_classes(t, "u0"),
         before.classes[0],
         "the user's u0 after the stop"
-    );
-    let list = pg_in(&t.ns("R"), &["qos", "list", "--json"]);
-    assert!(
-        !text(&list.stdout).contains(&t.ns("R")),
-        "no pin left: {}",
-        text(&list.stdout)
     );
 }
 
