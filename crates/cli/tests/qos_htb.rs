@@ -729,6 +729,24 @@ fn users_htb_on_u0(t: &Topo, root: &str, minor: &str) {
     );
 }
 
+/// `qos class VERB ARGS --iface a1` in R, as a user types it.
+fn qos_class(t: &Topo, verb: &str, args: &[&str]) -> std::process::Output {
+    let mut a = vec!["qos", "class", verb];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["--iface", "a1"]);
+    pg_in(&t.ns("R"), &a)
+}
+
+/// `o` is a refusal (`what`): a nonzero exit and one line on stderr that
+/// holds `want`.
+fn assert_refused(o: &std::process::Output, what: &str, want: &str) {
+    let e = text(&o.stderr);
+    eprintln!("{what}: {}", e.trim());
+    assert!(!o.status.success(), "{what}: taken");
+    assert_eq!(e.trim().lines().count(), 1, "{what}: {e}");
+    assert!(e.contains(want), "{what}: {e} (want {want})");
+}
+
 /// The qdiscs on u0, a1 and b0 (`tc -j qdisc show`) and the classes on
 /// u0 and b0, as a user reads them.
 #[derive(Debug, PartialEq)]
@@ -817,7 +835,6 @@ fn htb_refused_class_add_leaves_a_users_qdiscs_and_the_engines_classes() {
     let Some(t) = Topo::privileged_up("qhtb-keep") else {
         return;
     };
-    let r = t.ns("R");
     users_htb_on_u0(&t, "7067:", "3");
     tc_in_r(
         &t,
@@ -863,12 +880,7 @@ fn htb_refused_class_add_leaves_a_users_qdiscs_and_the_engines_classes() {
     assert_eq!((classes[1].len(), classes[0].len()), (3, 1), "{classes:?}");
     assert_eq!(engine_classes(), ["gold", "silver"]);
 
-    let add = |args: &[&str]| {
-        let mut a = vec!["qos", "class", "add"];
-        a.extend_from_slice(args);
-        a.extend_from_slice(&["--iface", "a1"]);
-        pg_in(&r, &a)
-    };
+    let add = |args: &[&str]| qos_class(&t, "add", args);
     let long = "c".repeat(64);
     for (what, args, want) in [
         (
@@ -898,12 +910,7 @@ fn htb_refused_class_add_leaves_a_users_qdiscs_and_the_engines_classes() {
             "class \"extra\": its queue (pfifo 7103: under 7067:3;",
         ),
     ] {
-        let o = add(args);
-        let e = text(&o.stderr);
-        eprintln!("{what}: {}", e.trim());
-        assert!(!o.status.success(), "{what}: taken");
-        assert_eq!(e.trim().lines().count(), 1, "{what}: {e}");
-        assert!(e.contains(want), "{what}: {e} (want {want})");
+        assert_refused(&add(args), what, want);
         TcSnapshot::take(&t).assert_as(&before, what);
         assert_eq!(engine_classes(), ["gold", "silver"], "{what}");
     }
@@ -925,6 +932,105 @@ fn htb_refused_class_add_leaves_a_users_qdiscs_and_the_engines_classes() {
     assert_eq!(tc_json(&t, "qdisc", "u0"), qdiscs[0], "the user's u0");
     assert_eq!(tc_classes(&t, "u0"), classes[0], "the user's u0");
 
+    drop(s);
+    assert_stopped_leaving_u0(&t, &before);
+}
+
+/// Changes to the tree that the kernel makes and takes back leave it as
+/// it was, queues included, as `tc` shows it. A class "spare" (no
+/// filter, a queue of 321 packets) gets a child and loses it again: spare
+/// is a leaf again with its own 321-packet pfifo `7103:`, not the
+/// kernel's default queue. Then a user puts a pfifo of their own, handle
+/// `7104:` (the queue the next class would take), under gold: the add of
+/// spare's child is refused in one line on that handle, and taken back
+/// with spare's queue restored; a change of gold (its queue is the
+/// user's now, so the kernel refuses the queue's part) is refused in one
+/// line with gold's rate put back; a child under gold, which the file's
+/// filters send to, is refused before anything changes. Every qdisc and
+/// class on b0, and the user's own HTB on u0, are as before each refusal.
+#[test]
+fn htb_class_changes_taken_back_leave_the_tree_as_it_was() {
+    let Some(t) = Topo::privileged_up("qhtb-back") else {
+        return;
+    };
+    users_htb_on_u0(&t, "7067:", "3");
+    let f = file("engine = \"htb\"")
+        + "\n[[class]]\nname = \"spare\"\nrate = \"1Mbit\"\nceil = \"50Mbit\"\nqueue = 321\n";
+    let s = serve(&t, "qhtb-back", &f);
+    let class = |verb: &str, args: &[&str]| qos_class(&t, verb, args);
+    let spare_queue = |t: &Topo| {
+        let q = tc_json(t, "qdisc", "b0");
+        let spare = q
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|q| q["parent"] == "7067:3")
+            .cloned()
+            .unwrap_or_else(|| panic!("no queue under spare: {q}"));
+        (
+            spare["kind"].clone(),
+            spare["handle"].clone(),
+            spare["options"]["limit"].clone(),
+        )
+    };
+    assert_eq!(
+        spare_queue(&t),
+        ("pfifo".into(), "7103:".into(), 321.into())
+    );
+    let before = TcSnapshot::take(&t);
+    ok(
+        &class("add", &["kid", "--parent", "spare", "--rate", "1Mbit"]),
+        "qos class add kid --parent spare",
+    );
+    assert_eq!(
+        tc_classes(&t, "b0").len(),
+        5,
+        "the link, gold, silver, spare, kid"
+    );
+    ok(&class("del", &["kid"]), "qos class del kid");
+    assert_eq!(
+        spare_queue(&t),
+        ("pfifo".into(), "7103:".into(), 321.into()),
+        "spare's own queue after its last child went"
+    );
+    TcSnapshot::take(&t).assert_as(&before, "a child added and deleted");
+
+    tc_in_r(
+        &t,
+        &[
+            "qdisc", "replace", "dev", "b0", "parent", "7067:1", "handle", "7104:", "pfifo",
+            "limit", "500",
+        ],
+    );
+    let before = TcSnapshot::take(&t);
+    for (what, verb, args, want) in [
+        (
+            "an add whose queue's handle is taken",
+            "add",
+            &["kid", "--parent", "spare", "--rate", "1Mbit"][..],
+            "class \"kid\": its queue (pfifo 7104: under 7067:4;",
+        ),
+        (
+            "a child under a class rules send to",
+            "add",
+            &["kid", "--parent", "gold", "--rate", "1Mbit"][..],
+            "class \"kid\": rule 0 sends packets to its parent \"gold\"",
+        ),
+        (
+            "a change whose queue is the user's",
+            "change",
+            &["gold", "--rate", "20Mbit", "--ceil", "50Mbit"][..],
+            "class \"gold\": its queue (pfifo 7101: under 7067:1)",
+        ),
+    ] {
+        assert_refused(&class(verb, args), what, want);
+        TcSnapshot::take(&t).assert_as(&before, what);
+        assert_eq!(
+            spare_queue(&t),
+            ("pfifo".into(), "7103:".into(), 321.into()),
+            "{what}"
+        );
+    }
     drop(s);
     assert_stopped_leaving_u0(&t, &before);
 }

@@ -239,6 +239,11 @@ pub struct Counter {
     /// A level beside the counts (a queue's depth, packets), exported as a
     /// gauge.
     pub depth: Option<u64>,
+    /// CLOCK_MONOTONIC (ns) when the counts were counted, for counters
+    /// published by a process (the AF_XDP scheduler's, every 20 ms, late
+    /// when it waits for a CPU): a rate between two samples divides by
+    /// the stamps' difference, not by the reader's own clock.
+    pub counted_at_ns: Option<u64>,
 }
 
 impl Counter {
@@ -251,12 +256,19 @@ impl Counter {
             packets,
             bytes,
             depth: None,
+            counted_at_ns: None,
         }
     }
 
     /// The counter with a level beside it (`depth`).
     pub fn with_depth(mut self, depth: u64) -> Counter {
         self.depth = Some(depth);
+        self
+    }
+
+    /// The counter as counted at `ns` (CLOCK_MONOTONIC).
+    pub fn counted_at(mut self, ns: u64) -> Counter {
+        self.counted_at_ns = Some(ns);
         self
     }
 

@@ -22,7 +22,9 @@ pub struct Watch {
 }
 
 /// Rates of `now` against `prev` over `dt` seconds: (pps, bit/s) per counter
-/// (counters matched by labels; a counter new in `now` counts from 0).
+/// (counters matched by labels; a counter new in `now` counts from 0). A
+/// counter stamped in both samples (`Counter::counted_at_ns`) is divided
+/// by the time between its stamps instead.
 pub fn rates(prev: &[Counter], now: &[Counter], dt: f64) -> Vec<(f64, Option<f64>)> {
     now.iter()
         .map(|c| {
@@ -31,6 +33,12 @@ pub fn rates(prev: &[Counter], now: &[Counter], dt: f64) -> Vec<(f64, Option<f64
             let db = c
                 .bytes
                 .map(|b| b.saturating_sub(p.and_then(|p| p.bytes).unwrap_or(0)));
+            let dt = match (p.and_then(|p| p.counted_at_ns), c.counted_at_ns) {
+                // 0: not counted yet (a scheduler before its first
+                // publication).
+                (Some(a), Some(b)) if a > 0 && b > a => (b - a) as f64 / 1e9,
+                _ => dt,
+            };
             let dt = dt.max(1e-9);
             (dp as f64 / dt, db.map(|b| b as f64 * 8.0 / dt))
         })
@@ -175,6 +183,23 @@ mod tests {
         let r = rates(&a, &b, 2.0);
         assert_eq!(r[0], (500.0, Some(256000.0)));
         assert_eq!(r[1], (25.0, None));
+        // Stamped where counted, 1.6 s apart though the reader slept 2 s:
+        // the stamps' difference, for that counter alone.
+        let stamped = |c: &[Counter], at: u64| -> Vec<Counter> {
+            let mut c = c.to_vec();
+            c[0] = c[0].clone().counted_at(at);
+            c
+        };
+        let rs = rates(
+            &stamped(&a, 1_000_000_000),
+            &stamped(&b, 2_600_000_000),
+            2.0,
+        );
+        assert_eq!(rs[0], (625.0, Some(320000.0)));
+        assert_eq!(rs[1], (25.0, None));
+        // Not counted yet (stamp 0): the reader's interval.
+        let rz = rates(&stamped(&a, 0), &stamped(&b, 2_600_000_000), 2.0);
+        assert_eq!(rz[0], (500.0, Some(256000.0)));
         let t = text(&a, &b, &r, 1.0, false);
         assert!(
             t.contains("in0") && t.contains("500") && t.contains("256.0k"),

@@ -214,12 +214,30 @@ pub fn plan_change(
             .position(name)
             .ok_or_else(|| QosError::Config(format!("no class {name:?} on {iface}")))
     };
+    let sending_to = |id: u32| {
+        rules
+            .iter()
+            .find(|r| u32::from(r.class()) == id)
+            .map(|r| r.id)
+    };
     if let ClassChange::Add(c) | ClassChange::Change(c) = change {
-        if let Some(p) = c.parent.as_ref().filter(|p| index.id(p).is_none()) {
-            return Err(QosError::Config(format!(
-                "class {:?}: parent {p:?} is not defined",
-                c.name
-            )));
+        if let Some(p) = &c.parent {
+            let Some(pid) = index.id(p) else {
+                return Err(QosError::Config(format!(
+                    "class {:?}: parent {p:?} is not defined",
+                    c.name
+                )));
+            };
+            // A class with children takes no packets of its own (a
+            // file's filters name leaves only): its rules would send to
+            // nothing.
+            if let Some(r) = sending_to(pid) {
+                return Err(QosError::Config(format!(
+                    "class {:?}: rule {r} sends packets to its parent {p:?}, which would have \
+                     children: `qos rule del` it first",
+                    c.name
+                )));
+            }
         }
     }
     let id = match change {
@@ -249,11 +267,7 @@ pub fn plan_change(
                 )));
             }
             let id = classes[k].0;
-            if let Some(r) = rules
-                .iter()
-                .find(|r| u32::from(r.class()) == id)
-                .map(|r| r.id)
-            {
+            if let Some(r) = sending_to(id) {
                 return Err(QosError::Config(format!(
                     "rule {r} sends packets to class {name:?}: `qos rule del` it first"
                 )));

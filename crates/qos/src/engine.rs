@@ -29,7 +29,7 @@ use crate::attach::{self, PolicerStats};
 use crate::classes::{class_slot, plan_change, slot_after, ClassChange};
 use crate::config::{ClassIndex, Engine, PolicerConfig, SchedulerConfig};
 use crate::error::{QosError, Result};
-use crate::htb::{self, Tree};
+use crate::htb::{self, Tree, Was};
 use crate::serve::{ServeOptions, ServeSummary};
 
 /// Runs the file's scheduler on `iface` with the engine the file names,
@@ -92,14 +92,24 @@ fn htb_change_class(iface: &str, r: &htb::Record, change: &ClassChange) -> Resul
     let classes = htb::classes(&maps)?;
     let rules = attach::maps_here(iface)?.rules()?;
     let link_burst = (r.port.link_bps / 8 / 1000).max(10 * 1514);
-    if let ClassChange::Change(c) = change {
-        if let Some((_, old)) = classes.iter().find(|(_, o)| o.name == c.name) {
-            if old.parent != c.parent {
-                return Err(QosError::Config(format!(
-                    "class {:?}: the htb engine cannot move a class to another parent; delete it and add it again",
-                    c.name
-                )));
-            }
+    let named = |name: &str| classes.iter().find(|(_, o)| o.name == name).cloned();
+    // The class as it is (changed or deleted), and for an add the parent
+    // when it is a leaf now (its first child makes it inner).
+    let (before, leaf_parent) = match change {
+        ClassChange::Change(c) => (named(&c.name), None),
+        ClassChange::Delete(n) => (named(n), None),
+        ClassChange::Add(c) => {
+            let index = ClassIndex::new(&classes);
+            let p = c.parent.as_deref().filter(|p| index.is_leaf(p));
+            (None, p.and_then(named))
+        }
+    };
+    if let (ClassChange::Change(c), Some((_, old))) = (change, &before) {
+        if old.parent != c.parent {
+            return Err(QosError::Config(format!(
+                "class {:?}: the htb engine cannot move a class to another parent; delete it and add it again",
+                c.name
+            )));
         }
     }
     let (id, ordered) = plan_change(
@@ -117,13 +127,39 @@ fn htb_change_class(iface: &str, r: &htb::Record, change: &ClassChange) -> Resul
     match change {
         ClassChange::Add(c) | ClassChange::Change(c) => {
             let leaf = ClassIndex::new(&ordered).is_leaf(&c.name);
-            let replace = matches!(change, ClassChange::Change(_));
-            htb::set_class(&tc, &tree, id, slot.parent, c, leaf, replace)?;
+            let was = Was {
+                class: before.as_ref().map(|(_, o)| o),
+                leaf_parent: leaf_parent.as_ref().map(|(_, p)| p),
+            };
+            htb::set_class(&tc, &tree, id, slot.parent, c, leaf, was)?;
             maps.set_class_slot(id, &slot)?;
         }
-        ClassChange::Delete(_) => {
+        ClassChange::Delete(name) => {
+            let old_slot = maps.class_slot(id)?;
             maps.set_class_slot(id, &ClassSlot::default())?;
-            htb::del_class(&tc, &tree, id)?;
+            if let Err(e) = htb::del_class(&tc, &tree, id) {
+                // Refused (a user's filter bound to the class): the class
+                // stays, and so does its slot.
+                maps.set_class_slot(id, &old_slot)?;
+                return Err(e);
+            }
+            // A parent whose last child went is a leaf again: its queue.
+            let index = ClassIndex::new(&ordered);
+            let parent = before.and_then(|(_, c)| c.parent);
+            if let Some((pid, p)) = parent
+                .filter(|p| index.is_leaf(p))
+                .and_then(|p| index.position(&p))
+                .map(|k| &ordered[k])
+            {
+                // The class is gone either way: a queue the kernel
+                // refuses is said, not the delete's failure.
+                if let Err(e) = htb::set_leaf_queue(&tc, &tree, *pid, p) {
+                    tracing::error!(
+                        "class {name:?} deleted; its parent {:?} keeps the kernel's default queue: {e}",
+                        p.name
+                    );
+                }
+            }
         }
     }
     Ok(id)

@@ -212,22 +212,49 @@ fn class_changes(
             create: !replace,
         });
         if leaf {
-            out.push(TcChange::Pfifo {
-                ifindex: tree.ifindex,
-                parent: hc.classid,
-                major: tree.leaf(q, id)?,
-                limit: c.queue_limit as u32,
-                change: replace,
-            });
+            out.push(leaf_queue(tree, q, id, c, replace)?);
         }
     }
     Ok(())
 }
 
-/// Adds class `id` in every queue's HTB (a leaf gets its pfifo), or
-/// with `replace` gives the existing class new settings (its parent
+/// The request that gives class `id` of queue q's HTB its pfifo of `c`'s
+/// queue limit (or with `change`, changes that pfifo's limit).
+fn leaf_queue(tree: &Tree, q: u16, id: u32, c: &ClassConfig, change: bool) -> Result<TcChange> {
+    Ok(TcChange::Pfifo {
+        ifindex: tree.ifindex,
+        parent: handle(tree.major(q), id as u16),
+        major: tree.leaf(q, id)?,
+        limit: c.queue_limit as u32,
+        change,
+    })
+}
+
+/// Gives class `id`, a leaf again, its pfifo of `c`'s queue limit in
+/// every queue's HTB. When an HTB class loses its last child (deleted, or
+/// an add taken back) the kernel makes it a leaf with a default queue of
+/// the device's length; the class's own limit is this one.
+pub fn set_leaf_queue(tc: &Tc, tree: &Tree, id: u32, c: &ClassConfig) -> Result<()> {
+    let changes = (0..tree.queues)
+        .map(|q| leaf_queue(tree, q, id, c, false))
+        .collect::<Result<Vec<_>>>()?;
+    tc.apply(&changes)?;
+    Ok(())
+}
+
+/// What a class change finds, to put back if the kernel refuses it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Was<'a> {
+    /// The class's settings now (None: the class is new).
+    pub class: Option<&'a ClassConfig>,
+    /// The parent's settings when it is a leaf now: a new class is its
+    /// first child.
+    pub leaf_parent: Option<&'a ClassConfig>,
+}
+
+/// Adds class `id` in every queue's HTB (a leaf gets its pfifo), or, when
+/// `was` has its settings, gives the existing class new ones (its parent
 /// stays).
-#[allow(clippy::too_many_arguments)]
 pub fn set_class(
     tc: &Tc,
     tree: &Tree,
@@ -235,49 +262,86 @@ pub fn set_class(
     parent: u32,
     c: &ClassConfig,
     leaf: bool,
-    replace: bool,
+    was: Was<'_>,
 ) -> Result<()> {
     let mut changes = Vec::with_capacity(2 * usize::from(tree.queues));
-    class_changes(tree, id, parent, c, leaf, replace, &mut changes)?;
+    class_changes(tree, id, parent, c, leaf, was.class.is_some(), &mut changes)?;
+    // What puts things back, made before anything changes: the requests
+    // for the old settings are those of `c`, one for one; the parent's
+    // queue, one per HTB.
+    let mut back = Vec::new();
+    if let Some(old) = was.class {
+        class_changes(tree, id, parent, old, leaf, true, &mut back)?;
+    }
+    let parent_queues = match was.leaf_parent {
+        Some(p) => (0..tree.queues)
+            .map(|q| leaf_queue(tree, q, parent, p, false))
+            .collect::<Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
     // One request at a time: a batch goes on past a refused request, and
-    // a class whose change was refused must not get its queue changed. An
-    // add refused part-way (a queue's class or a leaf's pfifo) takes back
-    // the classes it made, their pfifos with them: nothing half-added, and
-    // the same add may be tried again. (A refused change of an existing
-    // class keeps what the kernel took before the refusal; and a parent
-    // that was a leaf before a refused add of its first child is a leaf
-    // again with the kernel's default queue, not its configured one.)
+    // a class whose change was refused must not get its queue changed.
+    // Refused part-way, nothing is left half-done: an add takes back the
+    // classes it made (their pfifos with them; the same add may be tried
+    // again) and gives a parent it made inner its queue back; a change
+    // puts back the settings the kernel took before the refusal. What
+    // cannot be put back is said on the same line.
     let mut made = Vec::new();
-    for ch in &changes {
-        if let Err(e) = tc.apply(std::slice::from_ref(ch)) {
-            for &classid in made.iter().rev() {
-                if let Err(d) = tc.del_class(tree.ifindex, classid) {
-                    tracing::warn!("taking back class {classid:x} of a refused add: {d}");
-                }
+    for (i, ch) in changes.iter().enumerate() {
+        let Err(e) = tc.apply(std::slice::from_ref(ch)) else {
+            if let TcChange::HtbClass {
+                class,
+                create: true,
+                ..
+            } = ch
+            {
+                made.push(class.classid);
             }
-            return Err(QosError::Other(format!(
-                "class {:?}: {}: {e}",
-                c.name,
-                refused_what(ch)
-            )));
+            continue;
+        };
+        let mut unput = Vec::new();
+        let mut taken_back = Vec::new();
+        for &classid in made.iter().rev() {
+            match tc.del_class(tree.ifindex, classid) {
+                Ok(()) => taken_back.push(classid),
+                Err(d) => unput.push(format!("taking back its class {}: {d}", shown(classid))),
+            }
         }
-        if let TcChange::HtbClass {
-            class,
-            create: true,
-            ..
-        } = ch
-        {
-            made.push(class.classid);
+        // A parent is a leaf again in each HTB where its child was taken
+        // back (queue q's parent queue is the q-th request).
+        let queues: Vec<TcChange> = (0..tree.queues)
+            .zip(&parent_queues)
+            .filter(|(q, _)| taken_back.contains(&handle(tree.major(*q), id as u16)))
+            .map(|(_, r)| *r)
+            .collect();
+        if let Err(d) = tc.apply(&queues) {
+            unput.push(format!("giving its parent its queue back: {d}"));
         }
+        if !back.is_empty() {
+            if let Err(d) = tc.apply(&back[..i]) {
+                unput.push(format!("putting back its old settings: {d}"));
+            }
+        }
+        let unput: String = unput.iter().map(|u| format!("; {u}")).collect();
+        return Err(QosError::Other(format!(
+            "class {:?}: {}: {e}{unput}",
+            c.name,
+            refused_what(ch)
+        )));
     }
     Ok(())
+}
+
+/// A handle as `tc` shows it, `major:minor` in hex.
+fn shown(id: u32) -> String {
+    format!("{:x}:{:x}", id >> 16, id & 0xffff)
 }
 
 /// What a refused change of `set_class` was making, with its handles, for
 /// the one line that says so: a queue's pfifo refused on creation is most
 /// often a handle a qdisc peregrine did not make already holds.
 fn refused_what(ch: &TcChange) -> String {
-    let h = |id: u32| format!("{:x}:{:x}", id >> 16, id & 0xffff);
+    let h = shown;
     match ch {
         TcChange::HtbClass { class, .. } => format!("its HTB class {}", h(class.classid)),
         TcChange::Pfifo {

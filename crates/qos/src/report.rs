@@ -254,17 +254,20 @@ impl Counted for Policers {
                 out.push(on(&id, "conform", r.conform_packets, Some(r.conform_bytes)));
                 out.push(on(&id, "exceed", r.exceed_packets, Some(r.exceed_bytes)));
             }
-            for c in s.scheduler.iter().flat_map(|sc| &sc.classes) {
-                let class = format!("class:{}", c.config.name);
-                let k = &c.stats;
-                let sent = on(&class, "sent", k.sent_packets, Some(k.sent_bytes));
-                out.push(sent.with_depth(c.queue_depth));
-                out.push(on(
-                    &class,
-                    "dropped",
-                    k.dropped_packets,
-                    Some(k.dropped_bytes),
-                ));
+            if let Some(sc) = &s.scheduler {
+                // Counted when the scheduler published them (or the htb
+                // engine read the kernel's): rates over those stamps.
+                let at = sc.counted_at_ns;
+                for c in &sc.classes {
+                    let class = format!("class:{}", c.config.name);
+                    let k = &c.stats;
+                    let sent = on(&class, "sent", k.sent_packets, Some(k.sent_bytes));
+                    out.push(sent.with_depth(c.queue_depth).counted_at(at));
+                    out.push(
+                        on(&class, "dropped", k.dropped_packets, Some(k.dropped_bytes))
+                            .counted_at(at),
+                    );
+                }
             }
             for (name, v) in [
                 ("unmatched", s.unmatched),

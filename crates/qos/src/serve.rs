@@ -180,13 +180,24 @@ impl Running {
         })
     }
 
+    /// The class names, in the scheduler's order.
+    fn names(&self) -> Vec<String> {
+        self.sched
+            .classes()
+            .map(|(n, _, _)| n.to_string())
+            .collect()
+    }
+
     /// Moves queued packets and counters from `old` to the classes of the
-    /// same id here; packets of a class that is gone are dropped and freed.
+    /// same name here; packets of a class that is gone are dropped and
+    /// freed (a class deleted and another added in one interval may have
+    /// the same id: it does not get the deleted one's queue).
     fn take_over(&mut self, mut old: Running, slab: &mut Slab, lost: &mut u64) {
-        for (k, &id) in old.ids.clone().iter().enumerate() {
+        let heirs = successors(&old.names(), &self.names());
+        for (k, heir) in heirs.into_iter().enumerate() {
             let q = old.sched.take_queue(k);
             let stats = old.sched.stats(k);
-            match self.ids.iter().position(|&i| i == id) {
+            match heir {
                 Some(n) => {
                     self.sched.carry_stats(n, stats);
                     self.published_sent[n] = old.published_sent[k];
@@ -227,6 +238,14 @@ impl Running {
         }
         Ok(())
     }
+}
+
+/// For each class of `old` (by name), the index of the class of the same
+/// name in `new`, if it is still there.
+fn successors(old: &[String], new: &[String]) -> Vec<Option<usize>> {
+    old.iter()
+        .map(|name| new.iter().position(|n| n == name))
+        .collect()
 }
 
 /// Writes the scheduler's classes and link into a policer's maps.
@@ -486,6 +505,31 @@ fn wait_for_frames(rx: &[Xsk], ns: u64) {
             fds.len() as libc::nfds_t,
             &ts,
             std::ptr::null(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::successors;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|n| n.to_string()).collect()
+    }
+
+    /// Queued packets follow the class's name, not its id: gold deleted
+    /// and bronze added within one interval (bronze taking gold's id)
+    /// leaves gold's queue to be dropped, not sent as bronze's; a class
+    /// that moved in the order keeps its queue.
+    #[test]
+    fn queues_go_to_the_class_of_the_same_name() {
+        assert_eq!(
+            successors(&names(&["gold", "silver"]), &names(&["bronze", "silver"])),
+            [None, Some(1)]
+        );
+        assert_eq!(
+            successors(&names(&["a", "b"]), &names(&["b", "c", "a"])),
+            [Some(2), Some(0)]
         );
     }
 }
