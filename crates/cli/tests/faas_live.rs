@@ -571,12 +571,14 @@ fn killed_during_a_looping_call_the_next_serve_starts_and_answers() {
         assert_eq!(&buf[..n], b"erofeb", "{backend}");
         sock.send_to(b"!loop", to(SERVERS[0], LOOPING)).unwrap();
         // The call loops for up to 10 s on the only worker: a good request
-        // then goes unanswered. The first one sent may still be taken
+        // then goes unanswered. The first ones sent may still be taken
         // before the loop (the socket backend reads its ports' sockets in
-        // turn): an answered one is sent again, at most three times.
+        // turn): an answered one is sent again, for at most 4 s and 64
+        // requests.
         sock.set_read_timeout(Some(Duration::from_millis(1000)))
             .unwrap();
-        let held = (0..3).any(|_| {
+        let until = Instant::now() + Duration::from_secs(4);
+        let held = (0..64).take_while(|_| Instant::now() < until).any(|_| {
             sock.send_to(b"behind", to(SERVERS[0], NATIVE)).unwrap();
             sock.recv_from(&mut buf).is_err()
         });
@@ -633,4 +635,94 @@ fn killed_during_a_looping_call_the_next_serve_starts_and_answers() {
         assert!(!has_xdp(&server, "eth0"), "{backend}: an XDP program left");
         assert!(!path.exists(), "{backend}: the control socket left");
     }
+}
+
+/// The socket backend's one thread serves every port in turn: while a
+/// client floods one port (a std UDP socket sending as fast as it can),
+/// requests to another port are still answered, each within a second,
+/// with their bytes intact. (On a server that read one port's socket
+/// until it was empty, none of them was: the flood never let go.)
+#[test]
+fn socket_backend_answers_every_port_under_a_flood_on_one() {
+    if !privileged_here() {
+        return;
+    }
+    const OTHER: u16 = 1233;
+    let pair = pair("pg-live-f");
+    let (client, server) = (pair.a.clone(), pair.b.clone());
+    let functions = format!("{NATIVE}=reverse,{OTHER}=echo");
+    let mut served = FaasServe::start(
+        &server,
+        &[
+            "--backend",
+            "socket",
+            "--functions",
+            &functions,
+            "--duration",
+            "60",
+        ],
+        &[],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || faas(
+            &server,
+            &["list", "--json"]
+        )
+        .0),
+        "the server's control socket did not answer"
+    );
+    let to = |port| SocketAddr::new(SERVERS[0].parse().unwrap(), port);
+    let _ = sh_in(
+        &client,
+        &["ping", "-c1", "-W1", SERVERS[0]],
+        Duration::from_secs(3),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let (stop, client) = (stop.clone(), client.clone());
+        std::thread::spawn(move || {
+            netns::run_in(&client, || {
+                let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+                let until = Instant::now() + Duration::from_secs(20);
+                let mut sent = 0u64;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                    if s.send_to(&[7u8; 1200], to(NATIVE)).is_ok() {
+                        sent += 1;
+                    }
+                }
+                sent
+            })
+            .unwrap()
+        })
+    };
+    // The flood is under way once the server has answered some of it.
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            faas_functions(&server)[&NATIVE]["calls"].as_u64() > Some(1000)
+        }),
+        "the flood did not reach the server"
+    );
+    let sock = netns::run_in(&client, || UdpSocket::bind("0.0.0.0:0"))
+        .unwrap()
+        .unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut buf = [0u8; 2048];
+    let mut answered = 0;
+    for k in 0..10u8 {
+        let req = format!("under the flood {k}").into_bytes();
+        sock.send_to(&req, to(OTHER)).unwrap();
+        if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            assert_eq!(&buf[..n], &req[..], "request {k}");
+            answered += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sent = flood.join().unwrap();
+    assert!(sent > 1000, "the flood sent {sent}");
+    assert_eq!(
+        answered, 10,
+        "requests to port {OTHER} answered under the flood"
+    );
+    let stopped = served.stop();
+    assert!(stopped.ok, "the server: {}", stopped.stderr);
 }

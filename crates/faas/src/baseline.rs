@@ -325,10 +325,16 @@ fn this_netns() -> Result<std::fs::File, InvokerError> {
         .map_err(|e| InvokerError::Config(format!("opening this network namespace: {e}")))
 }
 
-/// Answers what waits on `d`'s socket, until it has nothing more.
-fn serve_socket(d: &Deployed, bufs: &mut SimpleBuffers, c: &Counters) {
+/// Datagrams the simple server takes from one port's socket before it
+/// turns to the next: a flood on one port must not starve the others
+/// (their requests would wait for as long as the flood lasts).
+const TURN: usize = 32;
+
+/// Answers at most `most` of what waits on `d`'s socket (fewer when it has
+/// nothing more).
+fn serve_socket(d: &Deployed, bufs: &mut SimpleBuffers, c: &Counters, most: usize) {
     let Some(s) = &d.socket else { return };
-    loop {
+    for _ in 0..most {
         let mut iov = [IoSliceMut::new(&mut bufs.rx)];
         let Ok(msg) = recvmsg::<SockaddrStorage>(
             s.as_raw_fd(),
@@ -378,9 +384,10 @@ fn poll_fds(r: &Registry) -> Vec<libc::pollfd> {
         .collect()
 }
 
-/// The simple server's thread: every port's socket in turn, picking up
-/// changes to the registry between rounds. A socket whose port was taken
-/// off is read dry (with the function it had) before it is closed.
+/// The simple server's thread: every port's socket in turn (`TURN`
+/// datagrams each), picking up changes to the registry between rounds. A
+/// socket whose port was taken off is read dry (with the function it had)
+/// before it is closed.
 fn simple_loop(mut view: LiveView, c: &Counters, stop: &AtomicBool) {
     let mut bufs = SimpleBuffers {
         rx: vec![0u8; 65536],
@@ -397,13 +404,16 @@ fn simple_loop(mut view: LiveView, c: &Counters, stop: &AtomicBool) {
                 let kept = view.registry.get(port).and_then(|n| n.socket.as_ref());
                 let same = matches!((kept, &d.socket), (Some(a), Some(b)) if Arc::ptr_eq(a, b));
                 if !same {
-                    serve_socket(d, &mut bufs, c);
+                    // Read dry: the socket closes with this round.
+                    serve_socket(d, &mut bufs, c, usize::MAX);
                 }
             }
             fds = poll_fds(&view.registry);
         }
+        // A turn each; what is left waits for the next round (poll
+        // returns at once while a socket holds datagrams).
         for (_, d) in view.registry.entries() {
-            serve_socket(d, &mut bufs, c);
+            serve_socket(d, &mut bufs, c, TURN);
         }
         view.drained();
     }
