@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use peregrine_bpf::router::FibMode;
 use peregrine_bpf::XdpMode;
-use peregrine_dataplane::HookChoice;
+use peregrine_dataplane::{HookChoice, TcAttach};
 use peregrine_qos::config::PolicerConfig;
 use serde::Serialize;
 
@@ -28,6 +28,9 @@ pub struct RouterDecl {
     pub hook: HookChoice,
     #[serde(serialize_with = "display_opt")]
     pub mode: Option<XdpMode>,
+    /// How the ports at tc are attached: tcx links or cls_bpf filters.
+    #[serde(serialize_with = "display")]
+    pub tc_attach: TcAttach,
     #[serde(serialize_with = "debug")]
     pub fib: FibMode,
 }
@@ -241,8 +244,10 @@ fn router(v: &toml::Value) -> Result<RouterDecl, Vec<String>> {
         .ok_or_else(|| vec!["not a table".to_string()])?;
     let mut errs = Vec::new();
     for k in t.keys() {
-        if !["ports", "hook", "mode", "fib"].contains(&k.as_str()) {
-            errs.push(format!("unknown key {k:?} (ports, hook, mode, fib)"));
+        if !["ports", "hook", "mode", "tc_attach", "fib"].contains(&k.as_str()) {
+            errs.push(format!(
+                "unknown key {k:?} (ports, hook, mode, tc_attach, fib)"
+            ));
         }
     }
     let mut ports: Vec<String> = Vec::new();
@@ -275,7 +280,7 @@ fn router(v: &toml::Value) -> Result<RouterDecl, Vec<String>> {
             },
         }
     };
-    let (hook, mode, fib) = (s("hook"), s("mode"), s("fib"));
+    let (hook, mode, tc_attach, fib) = (s("hook"), s("mode"), s("tc_attach"), s("fib"));
     let hook = hook
         .as_deref()
         .unwrap_or("auto")
@@ -291,17 +296,24 @@ fn router(v: &toml::Value) -> Result<RouterDecl, Vec<String>> {
     if hook.is_some_and(|h| h.is_tc()) && mode.is_some() {
         errs.push("mode is an XDP mode; hook \"tc\" takes none".into());
     }
+    let tc_attach = tc_attach
+        .as_deref()
+        .unwrap_or("tcx")
+        .parse::<TcAttach>()
+        .map_err(|e| errs.push(e.to_string()))
+        .ok();
     let fib = fib
         .as_deref()
         .unwrap_or("full")
         .parse::<FibMode>()
         .map_err(|e| errs.push(e.to_string()))
         .ok();
-    match (hook, fib) {
-        (Some(hook), Some(fib)) if errs.is_empty() => Ok(RouterDecl {
+    match (hook, tc_attach, fib) {
+        (Some(hook), Some(tc_attach), Some(fib)) if errs.is_empty() => Ok(RouterDecl {
             ports,
             hook,
             mode,
+            tc_attach,
             fib,
         }),
         _ => Err(errs),

@@ -21,6 +21,12 @@ pub fn diff(old: &NodeDecl, new: &NodeDecl) -> Vec<String> {
                     a.hook, b.hook
                 ));
             }
+            if a.tc_attach != b.tc_attach {
+                out.push(format!(
+                    "~ router tc_attach {} -> {} (every port at tc re-attached)",
+                    a.tc_attach, b.tc_attach
+                ));
+            }
         }
         (None, None) => {}
     }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use peregrine_bpf::policer::Rate;
 use peregrine_bpf::router::FibMode;
 use peregrine_bpf::Hook;
-use peregrine_dataplane::HookChoice;
+use peregrine_dataplane::{HookChoice, TcAttach};
 use peregrine_host::netns;
 use peregrine_qos::config::{default_burst, PolicerConfig};
 use peregrine_qos::shaper;
@@ -350,6 +350,7 @@ pub fn effective(decl: &NodeDecl, reg: &Registry) -> NodeDecl {
         ports: Vec::new(),
         hook: HookChoice::Auto,
         mode: None,
+        tc_attach: TcAttach::default(),
         fib: FibMode::Full,
     });
     for rec in reg.pods.values() {

@@ -6,7 +6,7 @@
 //! counted.
 use peregrine_bpf::Hook;
 use peregrine_dataplane::router::{self, AttachConfig, Site};
-use peregrine_dataplane::{pins, HookChoice};
+use peregrine_dataplane::{pins, HookChoice, TcAttach};
 use serde::Serialize;
 
 use crate::cluster::{Cidr, ClusterDecl, PeerNode, ROUTE_PROTO};
@@ -42,6 +42,8 @@ pub struct RouterView {
     pub ports: Vec<(String, bool)>,
     /// The hook kind ("xdp"/"tc") it runs at, if one runs.
     pub hook: Option<&'static str>,
+    /// Its ports at tc are cls_bpf filters (tcx links otherwise).
+    pub cls: bool,
 }
 
 impl RouterView {
@@ -53,10 +55,10 @@ impl RouterView {
             return RouterView::default();
         }
         let ports = pins::attachment(&dir).ports;
+        let live = ports.iter().find(|p| p.link.is_some_and(|l| l.live()));
         RouterView {
-            hook: ports
-                .iter()
-                .find_map(|p| p.link.filter(|l| l.live()).map(|l| l.hook_kind())),
+            hook: live.and_then(|p| p.link).map(|l| l.hook_kind()),
+            cls: live.is_some_and(|p| p.cls),
             ports: ports
                 .into_iter()
                 .map(|p| (p.iface, p.link.is_some_and(|l| l.live())))
@@ -117,7 +119,23 @@ pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
         owned.router_ports.clear();
         return;
     };
-    // A router at the other hook than the one declared goes whole first.
+    // A router at the other hook than the one declared, or at tc attached
+    // the other way, goes whole first.
+    let cls_now = view.hook == Some("tc") && view.cls;
+    let cls_wanted = view.hook == Some("tc") && want.tc_attach == TcAttach::Cls;
+    if cls_now != cls_wanted {
+        match router::detach(&site, &[]) {
+            Ok(_) => pass.changed.push(format!(
+                "router: detached to attach its ports at tc as {}",
+                want.tc_attach
+            )),
+            Err(e) => {
+                pass.errors.push(format!("router: detaching: {e}"));
+                return;
+            }
+        }
+        view = RouterView::read();
+    }
     if let (Some(kind), HookChoice::Given(h)) = (view.hook, want.hook) {
         if kind != h.kind() {
             match router::detach(&site, &[]) {
@@ -213,6 +231,7 @@ pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
         ports: add.clone(),
         hook: want.hook,
         mode: want.mode,
+        tc_attach: want.tc_attach,
         fib: want.fib,
         // The agent rechecks every port's peer delivery once a second
         // (`agent::peer`), so a join does not.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use peregrine_agent::control::{self, Reply, Request};
 use peregrine_dataplane::pins;
-use peregrine_dataplane::PinScope;
+use peregrine_dataplane::{PinScope, TcAttach};
 use peregrine_host::nl::Netlink;
 use peregrine_host::{netns, signals};
 use peregrine_lab::iopath::{self, IoPath, Receiver, RecvConfig, SendConfig, SendReport};
@@ -48,6 +48,11 @@ pub struct AgentBenchConfig {
     /// Rounds of the apply, re-apply and adopt measures.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+    /// How the router's ports at tc are attached, each measured in turn
+    /// (the apply, re-apply, adopt and reconcile rows): tcx links, cls_bpf
+    /// filters.
+    #[arg(long, value_delimiter = ',', default_value = "tcx,cls")]
+    pub tc_attach: Vec<TcAttach>,
     #[command(flatten)]
     pub output: ResultOutput,
 }
@@ -262,10 +267,11 @@ impl Namespaces {
     }
 }
 
-/// A node of `ports` router ports (p0..) at tc, plus the declared port
-/// `late` (absent), and a policer on p0 of `rules` rules; with `traffic`,
-/// also the restart row's ports ps and pd and its policer on ps.
-fn declaration(ports: usize, rules: usize, late: &str, traffic: bool) -> String {
+/// A node of `ports` router ports (p0..) at tc attached `how`, plus the
+/// declared port `late` (absent), and a policer on p0 of `rules` rules;
+/// with `traffic`, also the restart row's ports ps and pd and its policer
+/// on ps.
+fn declaration(ports: usize, rules: usize, late: &str, traffic: bool, how: TcAttach) -> String {
     use std::fmt::Write;
     let mut t = String::from("[router]\nports = [");
     if traffic {
@@ -274,7 +280,7 @@ fn declaration(ports: usize, rules: usize, late: &str, traffic: bool) -> String 
     for i in 0..ports {
         let _ = write!(t, "\"p{i}\", ");
     }
-    let _ = writeln!(t, "\"{late}\"]\nhook = \"tc\"\n");
+    let _ = writeln!(t, "\"{late}\"]\nhook = \"tc\"\ntc_attach = \"{how}\"\n");
     if rules > 0 {
         t.push_str("[[qos]]\niface = \"p0\"\nhook = \"tc\"\n");
         for i in 0..rules {
@@ -342,8 +348,8 @@ pub fn bench_agent(a: AgentBenchConfig) -> Result<()> {
     peregrine_host::caps::require_bpf("bench agent")?;
     // The agent runs as this binary: `peregrine agent`.
     let exe = std::env::current_exe()?;
-    if a.ports == 0 || a.samples == 0 || a.rounds == 0 {
-        bail!("--ports, --samples and --rounds are at least 1");
+    if a.ports == 0 || a.samples == 0 || a.rounds == 0 || a.tc_attach.is_empty() {
+        bail!("--ports, --samples and --rounds are at least 1, and --tc-attach names one way");
     }
     let nss = Namespaces::up(a.ports)?;
     let tmp = std::env::temp_dir().join(format!("peregrine-bench-agent-{}", std::process::id()));
@@ -351,26 +357,61 @@ pub fn bench_agent(a: AgentBenchConfig) -> Result<()> {
     std::fs::create_dir_all(&tmp)?;
     let mut agent = AgentProc::start(&exe, &nss.node, &tmp)?;
     let late = "late0";
-    let node = declaration(a.ports, a.rules, late, false);
     let params = RunParams {
         backend: "agent".into(),
         ..Default::default()
     };
-    let size = |mut v: AgentValues| {
-        v.ports = Some(a.ports as f64);
-        v.rules = Some(a.rules as f64);
-        v
-    };
     let mut runs = Vec::new();
+    let dir = PinScope::Named(nss.node.clone()).dir()?;
+    for (k, &how) in a.tc_attach.iter().enumerate() {
+        if k > 0 {
+            // The next way attaches every port afresh.
+            agent.apply("")?;
+        }
+        let node = declaration(a.ports, a.rules, late, false, how);
+        let params = RunParams {
+            backend: format!("{AGENT_AS}{how}"),
+            ..Default::default()
+        };
+        attach_rows(&a, &mut agent, &node, &params, &mut runs)?;
+        reconcile_row(&a, &nss, &dir, late, &params, &mut runs)?;
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    idle_and_restart_rows(&a, &mut agent, &nss, late, &params, &mut runs)?;
+    drop(agent);
+    drop(nss);
+    let _ = std::fs::remove_dir_all(&tmp);
+    let result = ResultFile::new(BenchAgent::KIND, command_line(), runs);
+    a.output.write::<BenchAgent>(&result)
+}
+
+/// `v` with the node's size.
+fn size(a: &AgentBenchConfig, mut v: AgentValues) -> AgentValues {
+    v.ports = Some(a.ports as f64);
+    v.rules = Some(a.rules as f64);
+    v
+}
+
+/// The run backend of the rows measured per way of attaching ports at tc.
+const AGENT_AS: &str = "agent, tc ports as ";
+
+/// The apply, re-apply and adopt rows of declaration `node`.
+fn attach_rows(
+    a: &AgentBenchConfig,
+    agent: &mut AgentProc,
+    node: &str,
+    params: &RunParams,
+    runs: &mut Vec<Run<AgentValues>>,
+) -> Result<()> {
     let (mut apply, mut reapply, mut adopt) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=a.rounds {
         signals::check()?;
         eprintln!(
-            "round {round}: applying {} ports and {} rules",
-            a.ports, a.rules
+            "round {round} ({}): applying {} ports and {} rules",
+            params.backend, a.ports, a.rules
         );
-        apply.push(agent.apply(&node)?.as_secs_f64());
-        reapply.push(agent.apply(&node)?.as_secs_f64());
+        apply.push(agent.apply(node)?.as_secs_f64());
+        reapply.push(agent.apply(node)?.as_secs_f64());
         agent.kill9();
         adopt.push(agent.spawn()?.as_secs_f64());
         if round < a.rounds {
@@ -383,22 +424,35 @@ pub fn bench_agent(a: AgentBenchConfig) -> Result<()> {
         runs.push(run(
             label,
             params.clone(),
-            size(AgentValues {
-                seconds: Some(med),
-                max_ms: Some(max * 1e3),
-                ..Default::default()
-            }),
+            size(
+                a,
+                AgentValues {
+                    seconds: Some(med),
+                    max_ms: Some(max * 1e3),
+                    ..Default::default()
+                },
+            ),
         ));
     }
-    // Reconcile after a declared port appears.
-    let dir = PinScope::Named(nss.node.clone()).dir()?;
+    Ok(())
+}
+
+/// The reconcile row: a declared port appears, until it runs (S samples).
+fn reconcile_row(
+    a: &AgentBenchConfig,
+    nss: &Namespaces,
+    dir: &Path,
+    late: &str,
+    params: &RunParams,
+    runs: &mut Vec<Run<AgentValues>>,
+) -> Result<()> {
     let mut nl = Netlink::new()?;
     let mut samples = Vec::new();
     for _ in 0..a.samples {
         signals::check()?;
         let t0 = Instant::now();
         nl.add_veth(&nss.node, late, &nss.far, "late0f", 1, 1500)?;
-        while !port_live(&dir, late) {
+        while !port_live(dir, late) {
             if t0.elapsed() > Duration::from_secs(5) {
                 bail!("{late} was not attached within 5 s of appearing");
             }
@@ -407,8 +461,7 @@ pub fn bench_agent(a: AgentBenchConfig) -> Result<()> {
         samples.push(t0.elapsed().as_secs_f64() * 1e3);
         nl.del_link(&nss.node, late)?;
         let t1 = Instant::now();
-        while port_live(&dir, late) || pins::attachment(&dir).ports.iter().any(|p| p.iface == late)
-        {
+        while port_live(dir, late) || pins::attachment(dir).ports.iter().any(|p| p.iface == late) {
             if t1.elapsed() > Duration::from_secs(5) {
                 bail!("{late} was not cleaned up within 5 s of going");
             }
@@ -428,39 +481,63 @@ pub fn bench_agent(a: AgentBenchConfig) -> Result<()> {
     runs.push(run(
         RECONCILE,
         params.clone(),
-        size(AgentValues {
-            p50_ms: Some(p50),
-            p99_ms: Some(p99),
-            max_ms: Some(max),
-            ..Default::default()
-        }),
+        size(
+            a,
+            AgentValues {
+                p50_ms: Some(p50),
+                p99_ms: Some(p99),
+                max_ms: Some(max),
+                ..Default::default()
+            },
+        ),
     ));
-    std::thread::sleep(Duration::from_secs(2));
+    Ok(())
+}
+
+/// The idle memory and restart rows, with the node attached the last
+/// way measured.
+fn idle_and_restart_rows(
+    a: &AgentBenchConfig,
+    agent: &mut AgentProc,
+    nss: &Namespaces,
+    late: &str,
+    params: &RunParams,
+    runs: &mut Vec<Run<AgentValues>>,
+) -> Result<()> {
     let rss = rss_mb(agent.pid().context("the agent runs")?)?;
     eprintln!("  {RSS}: {rss:.1} MB");
     runs.push(run(
         RSS,
         params.clone(),
-        size(AgentValues {
-            rss_mb: Some(rss),
-            ..Default::default()
-        }),
+        size(
+            a,
+            AgentValues {
+                rss_mb: Some(rss),
+                ..Default::default()
+            },
+        ),
     ));
     eprintln!("  {RESTART}: router and policer traffic at 50% of saturation");
-    let with_traffic = declaration(a.ports, a.rules, late, true);
-    let restart = through_restart(&mut agent, &nss.node, &with_traffic)?;
+    let how = *a.tc_attach.last().expect("one way at least");
+    let with_traffic = declaration(a.ports, a.rules, late, true, how);
+    let restart = through_restart(agent, &nss.node, &with_traffic)?;
     eprintln!(
         "  {RESTART}: lost {} of {} at {:.0} kpps",
         restart.lost.unwrap_or(0.0),
         restart.sent.unwrap_or(0.0),
         restart.rate_kpps.unwrap_or(0.0)
     );
-    runs.push(run(RESTART, params, size(restart)));
-    drop(agent);
-    drop(nss);
-    let _ = std::fs::remove_dir_all(&tmp);
-    let result = ResultFile::new(BenchAgent::KIND, command_line(), runs);
-    a.output.write::<BenchAgent>(&result)
+    runs.push(run(RESTART, params.clone(), size(a, restart)));
+    Ok(())
+}
+
+/// A run's label and `what`, with the way its router ports were attached
+/// at tc.
+fn labelled(r: &Run<AgentValues>, what: &str) -> String {
+    match r.params.backend.strip_prefix(AGENT_AS) {
+        Some(how) => format!("{}{what} ({how})", r.label),
+        None => format!("{}{what}", r.label),
+    }
 }
 
 /// `bench agent`'s result file.
@@ -490,7 +567,7 @@ impl Report for BenchAgent {
         let mut t = String::new();
         let _ = writeln!(
             t,
-            "{:<42} {:>12} {:>10} {:>8}",
+            "{:<52} {:>12} {:>10} {:>8}",
             "measure", "value", "goal", "ratio"
         );
         for run in &r.runs {
@@ -500,8 +577,8 @@ impl Report for BenchAgent {
             let what = if run.label == RECONCILE { " (p99)" } else { "" };
             let _ = writeln!(
                 t,
-                "{:<42} {:>9.1} {unit} {:>7} {unit} {:>7.2}x",
-                format!("{}{what}", run.label),
+                "{:<52} {:>9.1} {unit} {:>7} {unit} {:>7.2}x",
+                labelled(run, what),
                 v,
                 format!("<= {goal}"),
                 v / goal
@@ -511,7 +588,7 @@ impl Report for BenchAgent {
             let v = &run.values;
             let _ = writeln!(
                 t,
-                "{:<42} lost {} of {} datagrams at {:.0} kpps (goal: 0), half of the {:.0} kpps one sendmmsg sender pushed through router and policer",
+                "{:<52} lost {} of {} datagrams at {:.0} kpps (goal: 0), half of the {:.0} kpps one sendmmsg sender pushed through router and policer",
                 run.label,
                 v.lost.unwrap_or(f64::NAN),
                 v.sent.unwrap_or(f64::NAN),
@@ -537,7 +614,7 @@ impl Report for BenchAgent {
             .filter_map(|run| {
                 let (v, goal, unit) = against_goal(run)?;
                 Some(BarGroup {
-                    label: run.label.clone(),
+                    label: labelled(run, ""),
                     bars: vec![Bar {
                         contender: 0,
                         median: v / goal,

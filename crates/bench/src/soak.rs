@@ -818,7 +818,7 @@ fn soak(
         .ports
         .iter()
         .find(|(n, _)| n == "out0")
-        .map(|(_, l)| l.ifindex)
+        .map(|(_, l)| l.ifindex())
         .context("the tc router has no port out0")?;
 
     // Saturation, with servers of their own (so the soak's servers count

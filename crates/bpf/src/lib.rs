@@ -12,6 +12,8 @@
 //!   bpf_link that can be pinned and taken back from its pin; `xdp` and
 //!   `tcx`: the hooks' modes and what is attached there; `rtlink`: one
 //!   interface's XDP programs and address, read by index from the kernel.
+//! - `cls`: the record kept beside a program attached as a cls_bpf filter
+//!   (tc ingress without a link: a filter is made in one netlink request).
 //! - `bpffs`: the bpffs mount and the pins under `/sys/fs/bpf/peregrine`.
 //! - One thin wrapper per program (`sink`, `router`, `nf`, `policer`,
 //!   `classify` (the HTB engine's classifier), `dispatch`,
@@ -25,6 +27,7 @@
 
 pub mod bpffs;
 pub mod classify;
+pub mod cls;
 pub mod dispatch;
 pub mod error;
 pub mod fixture;

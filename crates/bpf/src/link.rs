@@ -294,7 +294,7 @@ impl Link {
     /// looked up in the calling thread's network namespace, which should be
     /// the interface's.
     pub fn from_pin(path: &Path) -> Result<Link> {
-        let fd = open_pin(path)?;
+        let fd = open_pinned(path)?;
         let info = link_info(fd.as_fd(), path)?;
         // Safety: `type_` says which union member the kernel filled in.
         let (ifindex, hook) = unsafe {
@@ -338,15 +338,13 @@ impl Link {
                 at.display()
             )));
         }
-        let c = pin_path(path)?;
-        // Safety: valid fd and NUL-terminated path for the call's duration.
-        let rc = unsafe { libbpf_sys::bpf_obj_pin(self.fd.as_raw_fd(), c.as_ptr()) };
-        if rc < 0 {
-            return Err(BpfError::Io {
+        pin_fd(self.fd.as_fd(), path).map_err(|e| match e {
+            BpfError::Io { source, .. } => BpfError::Io {
                 what: format!("pinning the link of {self} at {}", path.display()),
-                source: std::io::Error::from_raw_os_error(-rc),
-            });
-        }
+                source,
+            },
+            e => e,
+        })?;
         let _ = self.pin.set(path.to_path_buf());
         Ok(())
     }
@@ -434,13 +432,14 @@ impl PinnedLink {
     }
 }
 
-fn open_pin(path: &Path) -> Result<OwnedFd> {
+/// Opens the BPF object (link, program, map) pinned at `path`.
+pub fn open_pinned(path: &Path) -> Result<OwnedFd> {
     let c = pin_path(path)?;
     // Safety: NUL-terminated path valid for the call.
     let rc = unsafe { libbpf_sys::bpf_obj_get(c.as_ptr()) };
     if rc < 0 {
         return Err(BpfError::Io {
-            what: format!("opening the pinned link {}", path.display()),
+            what: format!("opening the pin {}", crate::bpffs::display(path)),
             source: std::io::Error::from_raw_os_error(-rc),
         });
     }
@@ -448,9 +447,23 @@ fn open_pin(path: &Path) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(rc) })
 }
 
+/// Pins the BPF object `fd` (link, program, map) at `path`.
+pub fn pin_fd(fd: BorrowedFd<'_>, path: &Path) -> Result<()> {
+    let c = pin_path(path)?;
+    // Safety: valid fd and NUL-terminated path for the call's duration.
+    let rc = unsafe { libbpf_sys::bpf_obj_pin(fd.as_raw_fd(), c.as_ptr()) };
+    if rc < 0 {
+        return Err(BpfError::Io {
+            what: format!("pinning at {}", crate::bpffs::display(path)),
+            source: std::io::Error::from_raw_os_error(-rc),
+        });
+    }
+    Ok(())
+}
+
 /// What the link pinned at `path` is attached to.
 pub fn pinned_link(path: &Path) -> Result<PinnedLink> {
-    let fd = open_pin(path)?;
+    let fd = open_pinned(path)?;
     let info = link_info(fd.as_fd(), path)?;
     // Safety: `type_` says which union member the kernel filled in.
     let (ifindex, xdp) = unsafe {
@@ -478,7 +491,7 @@ pub fn pinned_link(path: &Path) -> Result<PinnedLink> {
 /// removes the pin. Unlinking alone would detach only once the kernel frees
 /// the link, later and from a work queue.
 pub fn detach_pinned(path: &Path) -> Result<()> {
-    if let Ok(fd) = open_pin(path) {
+    if let Ok(fd) = open_pinned(path) {
         // Safety: a valid link fd for the call. A link already detached (its
         // interface gone) answers ENOLINK, which is the state wanted.
         let _ = unsafe { libbpf_sys::bpf_link_detach(fd.as_raw_fd()) };

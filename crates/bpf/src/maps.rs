@@ -86,6 +86,16 @@ pub fn read_pinned_per_cpu<T: Counters>(path: &Path, key: &[u8], missing: &str) 
 /// The name of a loaded program (as the kernel keeps it: at most 15
 /// characters, e.g. "policer_tc").
 pub fn program_name(prog: std::os::fd::BorrowedFd<'_>) -> Result<String> {
+    Ok(info_name(&program_info(prog)?))
+}
+
+/// The id of a loaded program.
+pub fn program_id(prog: std::os::fd::BorrowedFd<'_>) -> Result<u32> {
+    Ok(program_info(prog)?.id)
+}
+
+/// The kernel's description of a loaded program (no arrays asked for).
+fn program_info(prog: std::os::fd::BorrowedFd<'_>) -> Result<libbpf_sys::bpf_prog_info> {
     use std::os::fd::AsRawFd;
     // Safety: zeroed is a valid empty info struct.
     let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
@@ -95,11 +105,11 @@ pub fn program_name(prog: std::os::fd::BorrowedFd<'_>) -> Result<String> {
     let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(prog.as_raw_fd(), &mut info, &mut len) };
     if rc < 0 {
         return Err(BpfError::Io {
-            what: "reading a program's name".into(),
+            what: "reading a program's info".into(),
             source: std::io::Error::from_raw_os_error(-rc),
         });
     }
-    Ok(info_name(&info))
+    Ok(info)
 }
 
 /// The name of loaded program `prog_id` ("" when it cannot be read: gone,

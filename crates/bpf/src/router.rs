@@ -349,16 +349,40 @@ impl RouterMaps {
         let state = crate::rtlink::get(idx)?;
         let mac = mac_from(iface, &state.address)?;
         let link = Link::attach(prog, iface, hook)?;
-        let made = self
-            .add_port(link.ifindex)
-            .and_then(|()| self.set_port_mac(link.ifindex, mac))
-            .and_then(|()| self.set_bridged(link.ifindex, state.master.is_some()))
-            .and_then(|()| self.set_port(link.ifindex, 0, classify));
-        if let Err(e) = made {
-            let _ = self.remove_port(link.ifindex);
-            return Err(e);
-        }
+        self.register_port(idx, mac, state.master.is_some(), classify)?;
         Ok(link)
+    }
+
+    /// Makes `iface` (of the calling thread's namespace) a port, as
+    /// `attach_port` does, for a program attached otherwise (a cls_bpf
+    /// filter: `dataplane::cls_port`): its index. On error the port is
+    /// left as it was.
+    pub fn join_port(&self, iface: &str, classify: bool) -> Result<u32> {
+        let idx = crate::link::ifindex(iface)?;
+        let state = crate::rtlink::get(idx)?;
+        let mac = mac_from(iface, &state.address)?;
+        self.register_port(idx, mac, state.master.is_some(), classify)?;
+        Ok(idx)
+    }
+
+    /// The port tables' entries of port `ifindex`; on error they are
+    /// taken out again.
+    fn register_port(
+        &self,
+        ifindex: u32,
+        mac: MacAddr,
+        bridged: bool,
+        classify: bool,
+    ) -> Result<()> {
+        let made = self
+            .add_port(ifindex)
+            .and_then(|()| self.set_port_mac(ifindex, mac))
+            .and_then(|()| self.set_bridged(ifindex, bridged))
+            .and_then(|()| self.set_port(ifindex, 0, classify));
+        if made.is_err() {
+            let _ = self.remove_port(ifindex);
+        }
+        made
     }
 
     /// Makes `ifindex` a port frames may be redirected to (both hooks).

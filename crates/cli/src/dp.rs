@@ -6,7 +6,7 @@ use clap::Subcommand;
 use peregrine_bpf::router::FibMode;
 use peregrine_bpf::XdpMode;
 use peregrine_dataplane::router::{self, AttachConfig, Detached};
-use peregrine_dataplane::{report, HookChoice, RouterStats};
+use peregrine_dataplane::{report, HookChoice, RouterStats, TcAttach};
 use peregrine_host::caps::require_bpf;
 use peregrine_lab::lab;
 
@@ -29,6 +29,12 @@ pub enum RouterCmd {
         /// XDP mode: native (driver, the default) or generic (skb); XDP only.
         #[arg(long)]
         mode: Option<XdpMode>,
+        /// How ports at tc are attached: tcx (a link per port) or cls (a
+        /// cls_bpf filter per port in a clsact qdisc: one netlink request,
+        /// no RCU wait). Ports joining a running router are attached as
+        /// its ports are.
+        #[arg(long, default_value = "tcx")]
+        tc_attach: TcAttach,
         /// FIB lookup: full (policy rules) or direct (main table).
         #[arg(long, default_value = "full")]
         fib: FibMode,
@@ -124,6 +130,7 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
             ifaces,
             hook,
             mode,
+            tc_attach,
             fib,
             scope,
         } => attach(
@@ -131,6 +138,7 @@ pub fn router(cmd: RouterCmd) -> Result<()> {
                 ports: ifaces,
                 hook,
                 mode,
+                tc_attach,
                 fib,
                 refresh_running: true,
             },

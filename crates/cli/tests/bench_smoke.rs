@@ -459,11 +459,26 @@ fn bench_agent_quick_run_holds_together() {
         stdout.contains("reconcile after a port appears (p99)"),
         "{stdout}"
     );
-    let labels: Vec<&str> = r.runs.iter().map(|run| run.label.as_str()).collect();
-    assert_eq!(labels.len(), 6, "{labels:?}");
+    // Apply, re-apply, adopt and reconcile with the ports at tc as tcx
+    // links, then as cls_bpf filters; then memory and the restart.
+    let rows: Vec<(&str, &str)> = r
+        .runs
+        .iter()
+        .map(|run| (run.label.as_str(), run.params.backend.as_str()))
+        .collect();
+    assert_eq!(rows.len(), 10, "{rows:?}");
+    for (k, how) in ["tcx", "cls"].iter().enumerate() {
+        for row in &rows[k * 4..k * 4 + 4] {
+            assert!(row.1.ends_with(how), "{rows:?}");
+        }
+        assert!(
+            stdout.contains(&format!("apply a node from nothing ({how})")),
+            "{stdout}"
+        );
+    }
     // Router and policer traffic at 50% of saturation through an agent
     // kill -9 and restart: every datagram arrives.
-    let restart = &r.runs[5].values;
+    let restart = &r.runs[9].values;
     assert!(restart.sent.is_some_and(|s| s > 1000.0), "{restart:?}");
     assert_eq!(restart.lost, Some(0.0), "{restart:?}");
     assert!(

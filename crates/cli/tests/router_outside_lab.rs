@@ -743,3 +743,114 @@ fn ports_with_ifindexes_above_1024_are_routed_and_counted_exactly_at_both_hooks(
     }
     t.assert_clean();
 }
+
+/// The kinds of `dev`'s qdiscs in namespace `ns`, and the priorities of
+/// the bpf filters at its clsact ingress, as `tc -j` lists them.
+fn tc_state(ns: &str, dev: &str) -> (Vec<String>, Vec<u64>) {
+    let read = |args: &[&str]| -> serde_json::Value {
+        let o = sh_in(ns, args, Duration::from_secs(5));
+        serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Array(Vec::new()))
+    };
+    let kinds = read(&["tc", "-j", "qdisc", "show", "dev", dev])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["kind"].as_str().unwrap_or("").to_string())
+        .collect();
+    let mut prios: Vec<u64> = read(&["tc", "-j", "filter", "show", "dev", dev, "ingress"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "bpf" && f.get("options").is_some())
+        .filter_map(|f| f["pref"].as_u64())
+        .collect();
+    prios.dedup();
+    (kinds, prios)
+}
+
+/// `--tc-attach cls`, as a user runs it through `ip netns exec`: each port
+/// is a cls_bpf filter in a clsact qdisc (no tcx link), listed as
+/// "tc (cls_bpf)" with one program; a port joining later is attached the
+/// same way; both families are routed and counted; a port taken out
+/// leaves its device as it found it (no clsact); `detach --all` from
+/// another namespace finds the rest by their records and removes them. An
+/// attach killed with -9 at several moments leaves nothing `detach --all`
+/// does not remove, and never a port listed live that does not forward.
+#[test]
+fn a_router_of_cls_bpf_filters_attaches_joins_leaves_and_goes_from_anywhere() {
+    let Some(t) = Topo::privileged_up("pgo8") else {
+        return;
+    };
+    let r = t.ns("R");
+    let attach_cls = ["attach", "a1", "--hook", "tc", "--tc-attach", "cls"];
+    let out = t.router(&attach_cls);
+    ok(&out, "router attach a1 --tc-attach cls");
+    assert!(
+        text(&out.stdout).contains("as cls_bpf filters"),
+        "{}",
+        text(&out.stdout)
+    );
+    ok(&t.router(&["attach", "b0"]), "router attach b0 (joins)");
+    let listed = t.listed();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(
+        listed
+            .iter()
+            .all(|a| a["hook"] == "tc (cls_bpf)" && a["stale"] == false),
+        "{listed:?}"
+    );
+    assert_eq!(listed[0]["prog_id"], listed[1]["prog_id"], "one program");
+    for port in ["a1", "b0"] {
+        let (kinds, prios) = tc_state(&r, port);
+        assert!(kinds.contains(&"clsact".to_string()), "{port}: {kinds:?}");
+        assert_eq!(prios, vec![0xff00], "{port}: our filter");
+    }
+    assert_eq!(t.hooked(), vec![(None, 0), (None, 0)], "no XDP, no tcx");
+    let before = t.forwarded("a1").0;
+    assert!(t.ping("198.18.2.1"), "ping v4 through the router");
+    assert!(t.ping("2001:db8:2::1"), "ping v6 through the router");
+    // The first frames of each family go to the kernel to resolve the
+    // neighbours (fresh namespaces); the rest are forwarded.
+    let (a1, b0) = (t.forwarded("a1").0, t.forwarded("b0").0);
+    assert!(a1 >= before + 4, "a1 forwarded: {before} -> {a1}");
+    assert!(b0 >= 4, "b0 forwarded the replies: {b0}");
+
+    ok(&t.router(&["detach", "b0"]), "router detach b0");
+    assert_eq!(tc_state(&r, "b0"), (vec!["noqueue".to_string()], vec![]));
+    assert_eq!(t.listed().len(), 1, "a1 is still attached");
+    assert!(t.ping("198.18.2.1"), "the kernel forwards b0's side again");
+    t.detach_all_clean();
+    assert_eq!(tc_state(&r, "a1"), (vec!["noqueue".to_string()], vec![]));
+
+    for delay_ms in [2u64, 10, 30, 80] {
+        killed_after(
+            &r,
+            &[
+                "router",
+                "attach",
+                "a1",
+                "b0",
+                "--hook",
+                "tc",
+                "--tc-attach",
+                "cls",
+            ],
+            Duration::from_millis(delay_ms),
+        );
+        let listed = t.listed();
+        if listed.len() == 2 && listed.iter().all(|a| a["stale"] == false) {
+            assert!(
+                t.ping("198.18.2.1"),
+                "listed live after a kill at {delay_ms} ms, and does not forward"
+            );
+        }
+        t.detach_all_clean();
+        for port in ["a1", "b0"] {
+            assert_eq!(
+                tc_state(&r, port),
+                (vec!["noqueue".to_string()], vec![]),
+                "{port} after an attach killed at {delay_ms} ms"
+            );
+        }
+    }
+}

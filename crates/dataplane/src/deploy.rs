@@ -2,13 +2,16 @@
 //! in its container, the chains' steering rules, and pass-throughs on the
 //! ports' peers. Dropping a `Dataplane` detaches everything not pinned.
 use std::collections::BTreeMap;
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use peregrine_bpf::nf::{NfProgram, NfSetup};
 use peregrine_bpf::router::{FibMode, PortStats, RouterProgram};
 use peregrine_bpf::{Hook, Link, XdpProgram};
 use peregrine_host::netns;
+use peregrine_host::tc::Tc;
 
+use crate::cls_port::ClsPort;
 use crate::config::{ChainMatch, DataplaneConfig, NfKind};
 use crate::error::{DataplaneError, Result};
 use crate::hook::pick;
@@ -24,6 +27,23 @@ pub struct RunningNf {
     pub link: Link,
 }
 
+/// How one router port is attached: a link (XDP, tcx), or a cls_bpf
+/// filter with its record (`cls_port`).
+pub enum PortLink {
+    Link(Link),
+    Cls(ClsPort),
+}
+
+impl PortLink {
+    /// The port's interface index (in the router's namespace).
+    pub fn ifindex(&self) -> u32 {
+        match self {
+            PortLink::Link(l) => l.ifindex,
+            PortLink::Cls(c) => c.ifindex,
+        }
+    }
+}
+
 /// A router (with its chains and network functions), attached.
 pub struct Dataplane {
     pub router: RouterProgram,
@@ -31,11 +51,15 @@ pub struct Dataplane {
     pub router_ns: Option<String>,
     /// Where the router runs on every port.
     pub hook: Hook,
-    /// (port name, link)
-    pub ports: Vec<(String, Link)>,
+    /// (port name, attachment)
+    pub ports: Vec<(String, PortLink)>,
     pub nfs: Vec<RunningNf>,
     /// Pass-through programs on port peers that ran no XDP (see PassThrough).
     pub peers: Vec<PassThrough>,
+    /// The router's maps are pinned there already (before its cls_bpf
+    /// ports were attached: a filter outlives a killed attacher, and its
+    /// maps must be found beside its record).
+    maps_pinned: Option<std::path::PathBuf>,
 }
 
 impl Dataplane {
@@ -49,26 +73,55 @@ impl Dataplane {
         fib: FibMode,
         classify: bool,
     ) -> Result<Dataplane> {
-        Dataplane::attach(ns, ports, hook, fib, classify, |_| Ok(()))
+        Dataplane::attach(ns, ports, hook, fib, classify, None, |_| Ok(()))
+    }
+
+    /// `router` at tc ingress with each port a cls_bpf filter, its record
+    /// in `dir` (the directory the router will be pinned in, which must
+    /// exist). Dropped before `pin`, the ports are detached.
+    pub fn router_cls(
+        ns: Option<&str>,
+        ports: &[String],
+        fib: FibMode,
+        dir: &Path,
+    ) -> Result<Dataplane> {
+        Dataplane::attach(ns, ports, Hook::TC, fib, false, Some(dir), |_| Ok(()))
     }
 
     /// Loads the router and attaches it to `ports`; `then` adds what else
     /// runs with it (network functions and their ports), and last each
     /// port's delivery is chosen (see `pick_peer_delivery`), once every
     /// program on the ports' peers is in place.
+    /// `cls`: the ports are cls_bpf filters recorded in that directory.
+    #[allow(clippy::too_many_arguments)]
     fn attach(
         ns: Option<&str>,
         ports: &[String],
         hook: Hook,
         fib: FibMode,
         classify: bool,
+        cls: Option<&Path>,
         then: impl FnOnce(&mut Dataplane) -> Result<()>,
     ) -> Result<Dataplane> {
-        let router = RouterProgram::load(fib)?;
+        let mut router = RouterProgram::load(fib)?;
         let mut links = Vec::new();
-        for p in ports {
-            let l = netns::run_in_opt(ns, || attach_port(&router, p, hook, classify))??;
-            links.push((p.clone(), l));
+        match cls {
+            None => {
+                for p in ports {
+                    let l = netns::run_in_opt(ns, || attach_port(&router, p, hook, classify))??;
+                    links.push((p.clone(), PortLink::Link(l)));
+                }
+            }
+            Some(dir) => {
+                router.pin_maps(dir)?;
+                let tc = netns::run_in_opt(ns, Tc::open)??;
+                let prog = router.prog_at(hook)?;
+                for p in ports {
+                    let port = ClsPort::attach(ns, &tc, prog.as_fd(), p, &pins::port_cls(dir, p))?;
+                    links.push((p.clone(), PortLink::Cls(port)));
+                    netns::run_in_opt(ns, || router.join_port(p, classify))??;
+                }
+            }
         }
         let mut dp = Dataplane {
             router,
@@ -77,6 +130,7 @@ impl Dataplane {
             ports: links,
             nfs: Vec::new(),
             peers: Vec::new(),
+            maps_pinned: cls.map(Path::to_path_buf),
         };
         then(&mut dp)?;
         dp.pick_peer_delivery()?;
@@ -93,7 +147,7 @@ impl Dataplane {
         let ns = self.router_ns.as_deref();
         for (p, l) in &self.ports {
             let peer = netns::run_in_opt(ns, || delivers_to_peer(p))??;
-            self.router.set_peer_delivery(l.ifindex, peer)?;
+            self.router.set_peer_delivery(l.ifindex(), peer)?;
         }
         Ok(())
     }
@@ -111,6 +165,7 @@ impl Dataplane {
             hook,
             cfg.fib,
             !cfg.chains.is_empty(),
+            None,
             |dp| dp.run_nfs(hosts, cfg, &rns),
         )?;
         dp.prepare_peers(hosts, &cfg.router)?;
@@ -156,7 +211,7 @@ impl Dataplane {
             for p in [&in_port, &out_port] {
                 if !self.ports.iter().any(|(name, _)| name == p) {
                     let l = netns::run_in(rns, || attach_port(&self.router, p, self.hook, false))??;
-                    self.ports.push((p.clone(), l));
+                    self.ports.push((p.clone(), PortLink::Link(l)));
                 }
             }
             // The function hands frames back with XDP_TX or a redirect,
@@ -251,9 +306,22 @@ impl Dataplane {
     pub fn pin(&mut self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir)
             .map_err(|e| DataplaneError::Other(format!("creating {}: {e}", dir.display())))?;
-        self.router.pin_maps(dir)?;
-        for (name, l) in &self.ports {
-            l.pin(&pins::port_link(dir, name))?;
+        if self.maps_pinned.as_deref() != Some(dir) {
+            self.router.pin_maps(dir)?;
+        }
+        for (name, l) in &mut self.ports {
+            match l {
+                PortLink::Link(l) => l.pin(&pins::port_link(dir, name))?,
+                // Recorded in the directory it was attached for.
+                PortLink::Cls(c) if c.record == pins::port_cls(dir, name) => c.keep(),
+                PortLink::Cls(c) => {
+                    return Err(DataplaneError::Other(format!(
+                        "the tc port {name} is recorded at {}, not in {}",
+                        c.record.display(),
+                        dir.display()
+                    )))
+                }
+            }
         }
         for n in &mut self.nfs {
             n.link.pin(&pins::nf_link(dir, &n.host, &n.iface))?;
@@ -269,7 +337,7 @@ impl Dataplane {
     pub fn port_stats(&self) -> Result<Vec<(String, u32, PortStats)>> {
         self.ports
             .iter()
-            .map(|(n, l)| Ok((n.clone(), l.ifindex, self.router.stats(l.ifindex)?)))
+            .map(|(n, l)| Ok((n.clone(), l.ifindex(), self.router.stats(l.ifindex())?)))
             .collect()
     }
 }

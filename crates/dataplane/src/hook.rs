@@ -52,6 +52,43 @@ impl fmt::Display for HookChoice {
     }
 }
 
+/// How the router's ports at tc ingress are attached (`--tc-attach`, the
+/// declaration's `tc_attach`): the same program either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TcAttach {
+    /// A tcx link per port (Linux 6.6+): ordered with the other tcx
+    /// programs (a policer runs first), taken back from its pin. Each
+    /// attach and detach waits out an RCU grace period.
+    #[default]
+    Tcx,
+    /// A cls_bpf filter per port in a clsact qdisc, recorded beside it
+    /// (`cls_port`): one netlink request a port. Runs after every tcx
+    /// program of the port.
+    Cls,
+}
+
+impl std::str::FromStr for TcAttach {
+    type Err = DataplaneError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "tcx" => Ok(TcAttach::Tcx),
+            "cls" | "cls_bpf" => Ok(TcAttach::Cls),
+            _ => Err(DataplaneError::Config(format!(
+                "unknown tc attachment {s:?}: expected tcx or cls"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for TcAttach {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TcAttach::Tcx => "tcx",
+            TcAttach::Cls => "cls",
+        })
+    }
+}
+
 /// The hook picked, why (one line), and a warning when XDP was asked for
 /// on ports whose peers send what XDP cannot redirect intact.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,6 +5,8 @@
 //!
 //! - `config`: a declaration (TOML), parsed once into typed values.
 //! - `hosts`: where the declaration's hosts are (a lab, or a host by hand).
+//! - `cls_port`: a router port at tc ingress as a cls_bpf filter (no
+//!   link: a record pinned beside it), made in one netlink request.
 //! - `deploy`: attaching it all; `Dataplane` owns the programs and links.
 //! - `hook`: XDP or tc on the router's ports, picked from the veth peers' offloads.
 //! - `peer`: pass-throughs that let a veth peer receive redirected frames,
@@ -15,6 +17,7 @@
 //!   counters, chain apply/remove), each call reporting what it changed.
 //! - `report`: counters and lists as tables, JSON and watch counters.
 
+pub mod cls_port;
 pub mod config;
 pub mod deploy;
 pub mod error;
@@ -29,7 +32,7 @@ pub mod running;
 pub use config::{ChainConfig, ChainMatch, DataplaneConfig, NfConfig, NfKind};
 pub use deploy::{Dataplane, RunningNf};
 pub use error::{DataplaneError, Result};
-pub use hook::{HookChoice, Pick};
+pub use hook::{HookChoice, Pick, TcAttach};
 pub use hosts::{HostIface, Hosts, NamedNamespaces};
 pub use peer::{ensure_xdp_receiver, refresh_peer_of, PassThrough, PeerDelivery, RouterAwareLink};
 pub use peregrine_bpf::Hook;

@@ -224,15 +224,23 @@ impl RouterAt {
 
 /// The tc router port on `ifindex` of the calling thread's namespace:
 /// where its router's maps are, and the port's name. A port matches when
-/// its pinned link is at tcx on that ifindex and runs one of the programs
-/// the kernel has there (ifindexes repeat across namespaces; program ids
-/// do not), so a lab's router (pinned under the lab, whose namespace its
-/// pins do not name) is found too. A router no pin names (one a process
-/// holds: a bench's, an embedding program's) is found by its program at
-/// that tcx ingress, so it too stops skipping an XDP program that comes
-/// onto its port's peer.
+/// its pinned link is at tc on that ifindex and runs one of the programs
+/// the kernel has there, at tcx or as our cls_bpf filter (ifindexes
+/// repeat across namespaces; program ids do not), so a lab's router
+/// (pinned under the lab, whose namespace its pins do not name) is found
+/// too. A router no pin names (one a process holds: a bench's, an
+/// embedding program's) is found by its program at that tc ingress, so it
+/// too stops skipping an XDP program that comes onto its port's peer.
 fn router_port_here(ifindex: u32) -> Result<Option<(RouterAt, String)>> {
-    let ids = peregrine_bpf::tcx::attached_ids(ifindex, TcxDirection::Ingress)?;
+    let mut ids = peregrine_bpf::tcx::attached_ids(ifindex, TcxDirection::Ingress)?;
+    // A port attached as a cls_bpf filter: the program at its place.
+    let tc = peregrine_host::tc::Tc::open()?;
+    ids.extend(
+        tc.bpf_filters(ifindex, peregrine_host::tc::CLSACT_INGRESS)?
+            .into_iter()
+            .filter(|f| f.prio == crate::cls_port::PRIO && f.handle == crate::cls_port::HANDLE)
+            .filter_map(|f| f.prog_id),
+    );
     if ids.is_empty() {
         return Ok(None);
     }

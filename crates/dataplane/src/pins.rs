@@ -70,11 +70,25 @@ impl PinScope {
 }
 
 /// One port of a pinned router: its interface (as named when attached) and
-/// what its pinned link says now (None: the pin cannot be opened).
+/// what its pinned link says now (None: the pin cannot be opened). A port
+/// attached as a cls_bpf filter (`cls`) has its record read as a link:
+/// the program, the record's id, the interface (0 once gone), at tc.
 #[derive(Debug, Clone)]
 pub struct PinnedPort {
     pub iface: String,
     pub link: Option<PinnedLink>,
+    pub cls: bool,
+}
+
+/// What the cls_bpf record at `dir` says, as a pinned link would.
+fn cls_as_link(dir: &Path) -> Option<PinnedLink> {
+    let r = peregrine_bpf::cls::read(dir).ok()?;
+    Some(PinnedLink {
+        prog_id: r.prog_id,
+        link_id: r.id,
+        ifindex: r.ifindex,
+        xdp: false,
+    })
 }
 
 /// A router attachment found in the host's bpffs.
@@ -102,10 +116,18 @@ pub fn attachment(dir: &Path) -> Attachment {
     let mut ports: Vec<PinnedPort> = peregrine_host::fs::list_dir(dir)
         .into_iter()
         .filter_map(|n| {
-            let iface = n.strip_prefix(PORT_LINK)?.to_string();
+            if let Some(iface) = n.strip_prefix(PORT_LINK) {
+                return Some(PinnedPort {
+                    link: pinned_link(&dir.join(&n)).ok(),
+                    iface: iface.to_string(),
+                    cls: false,
+                });
+            }
+            let iface = n.strip_prefix(PORT_CLS)?;
             Some(PinnedPort {
-                link: pinned_link(&dir.join(&n)).ok(),
-                iface,
+                link: cls_as_link(&dir.join(&n)),
+                iface: iface.to_string(),
+                cls: true,
             })
         })
         .collect();
@@ -150,13 +172,16 @@ pub fn list_attachments() -> Vec<Attachment> {
 }
 
 /// Detaches and unpins the router pinned in `dir`: each port's link is
-/// detached at once (BPF_LINK_DETACH), then every pin goes, and the
-/// directories above it that are left empty.
+/// detached at once (BPF_LINK_DETACH), each cls_bpf port's filter removed
+/// in its namespace, then every pin goes, and the directories above it
+/// that are left empty.
 pub fn remove(dir: &Path) -> Result<()> {
     for n in peregrine_host::fs::list_dir(dir) {
         let p = dir.join(&n);
         if n.starts_with(PORT_LINK) || n.starts_with("nf-") || n.starts_with("peer-") {
             peregrine_bpf::link::detach_pinned(&p)?;
+        } else if n.starts_with(PORT_CLS) {
+            crate::cls_port::detach_recorded(&p)?;
         }
     }
     Ok(peregrine_bpf::bpffs::remove_pin_dir(dir)?)
@@ -219,15 +244,23 @@ pub fn port_link(dir: &Path, port: &str) -> PathBuf {
     dir.join(format!("{PORT_LINK}{port}"))
 }
 
+/// The record of router port `port` attached as a cls_bpf filter.
+pub fn port_cls(dir: &Path, port: &str) -> PathBuf {
+    dir.join(format!("{PORT_CLS}{port}"))
+}
+
 /// The link of router port `port` pinned in `dir` when it runs (attached
 /// to a live interface): that port's pin alone, whatever the number of
-/// ports.
-pub fn live_port_link(dir: &Path, port: &str) -> Option<peregrine_bpf::link::PinnedLink> {
-    peregrine_bpf::link::pinned_link(&port_link(dir, port))
-        .ok()
-        .filter(|l| l.live())
+/// ports. A cls_bpf port's record reads as its link (`PinnedPort`).
+pub fn live_port_link(dir: &Path, port: &str) -> Option<PinnedLink> {
+    let cls = port_cls(dir, port);
+    if cls.exists() {
+        return cls_as_link(&cls).filter(|l| l.live());
+    }
+    pinned_link(&port_link(dir, port)).ok().filter(|l| l.live())
 }
 const PORT_LINK: &str = "link-";
+const PORT_CLS: &str = "cls-";
 
 /// The link of network function `host`:`iface`.
 pub fn nf_link(dir: &Path, host: &str, iface: &str) -> PathBuf {

@@ -239,8 +239,9 @@ impl fmt::Display for Attached {
             )?,
             None => writeln!(
                 f,
-                "router attached ({}, fib {}) to {ports}",
+                "router attached ({}{}, fib {}) to {ports}",
                 self.hook,
+                if self.cls { " as cls_bpf filters" } else { "" },
                 format!("{:?}", self.fib).to_lowercase(),
             )?,
         }

@@ -13,7 +13,7 @@ use peregrine_host::netns;
 use crate::config::DataplaneConfig;
 use crate::deploy::Dataplane;
 use crate::error::{DataplaneError, Result};
-use crate::hook::{pick, HookChoice};
+use crate::hook::{pick, HookChoice, TcAttach};
 use crate::hosts::Hosts;
 use crate::pins::{self, PinScope};
 use crate::running::RunningRouter;
@@ -64,6 +64,9 @@ pub struct AttachConfig {
     pub hook: HookChoice,
     /// The XDP mode asked for, if one was (tc takes none).
     pub mode: Option<XdpMode>,
+    /// How a new router's ports at tc are attached (ports joining a
+    /// running router are attached as its ports are).
+    pub tc_attach: TcAttach,
     pub fib: FibMode,
     /// When ports join a running tc router, recheck how every running
     /// port delivers to its peer (an XDP program may have come or gone
@@ -85,6 +88,8 @@ pub struct Attached {
     pub joined: Option<Vec<String>>,
     /// The hook the ports run at.
     pub hook: Hook,
+    /// At tc: the ports are cls_bpf filters (tcx links otherwise).
+    pub cls: bool,
     /// Why `auto` picked `hook` for a new router.
     pub picked: Option<String>,
     /// XDP asked for on ports whose peers send what XDP cannot redirect.
@@ -124,6 +129,9 @@ pub struct Plan<'s, 'a> {
     pub removed_stale: Option<PathBuf>,
     /// The hook the ports will run at.
     pub hook: Hook,
+    /// At tc: as cls_bpf filters (the running router's way, or
+    /// `tc_attach` for a new one).
+    pub cls: bool,
     /// Why `auto` picked `hook` for a new router.
     pub picked: Option<String>,
     /// XDP asked for on ports whose peers send what XDP cannot redirect.
@@ -155,6 +163,11 @@ pub fn plan<'s, 'a>(site: &'s Site<'a>, cfg: &AttachConfig) -> Result<Plan<'s, '
             (cfg.hook == HookChoice::Auto).then(|| p.why.clone()),
         ),
     };
+    let cls = !hook.is_xdp()
+        && match &running {
+            Some(r) => r.cls(),
+            None => cfg.tc_attach == TcAttach::Cls,
+        };
     Ok(Plan {
         site,
         cfg: cfg.clone(),
@@ -163,6 +176,7 @@ pub fn plan<'s, 'a>(site: &'s Site<'a>, cfg: &AttachConfig) -> Result<Plan<'s, '
         running,
         removed_stale,
         hook,
+        cls,
         picked,
         warning: p.warning,
     })
@@ -178,6 +192,7 @@ impl Plan<'_, '_> {
             removed_stale: self.removed_stale.clone(),
             joined: self.joins.clone(),
             hook: self.hook,
+            cls: self.cls,
             picked: self.picked.clone(),
             warning: self.warning.clone(),
             fib: cfg.fib,
@@ -204,11 +219,20 @@ impl Plan<'_, '_> {
             report.peer_delivered = r.peer_delivered(&cfg.ports);
             return Ok(report);
         }
-        let mut dp = Dataplane::router(ns, &cfg.ports, self.hook, cfg.fib, false)?;
+        let mut dp = if self.cls {
+            // The ports' records go in the router's directory from the
+            // start: made before each filter.
+            make_dir(dir)?;
+            Dataplane::router_cls(ns, &cfg.ports, cfg.fib, dir).inspect_err(|_| {
+                let _ = pins::remove(dir);
+            })?
+        } else {
+            Dataplane::router(ns, &cfg.ports, self.hook, cfg.fib, false)?
+        };
         report.peer_delivered = dp
             .ports
             .iter()
-            .filter(|(_, l)| dp.router.peer_delivery(l.ifindex).unwrap_or(false))
+            .filter(|(_, l)| dp.router.peer_delivery(l.ifindex()).unwrap_or(false))
             .map(|(n, _)| n.clone())
             .collect();
         match &site.hosts {
@@ -300,18 +324,24 @@ fn running_router(dir: &std::path::Path) -> Result<(Option<RunningRouter>, Optio
 /// Pins a fresh deployment; on failure nothing stays attached or pinned
 /// (the unpinned links close when `dp` drops).
 fn pin_or_undo(mut dp: Dataplane, dir: &std::path::Path) -> Result<()> {
-    peregrine_bpf::bpffs::ensure_mounted()?;
-    let made = std::fs::create_dir_all(dir).map_err(|e| {
-        DataplaneError::Other(format!(
-            "creating {}: {e}",
-            peregrine_bpf::bpffs::display(dir)
-        ))
-    });
-    if let Err(e) = made.and_then(|()| dp.pin(dir)) {
+    if let Err(e) = make_dir(dir).and_then(|()| dp.pin(dir)) {
+        // The ports not pinned detach as `dp` drops.
+        drop(dp);
         let _ = pins::remove(dir);
         return Err(e);
     }
     Ok(())
+}
+
+/// The router's pin directory in the host's bpffs (mounted if it is not).
+fn make_dir(dir: &std::path::Path) -> Result<()> {
+    peregrine_bpf::bpffs::ensure_mounted()?;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        DataplaneError::Other(format!(
+            "creating {}: {e}",
+            peregrine_bpf::bpffs::display(dir)
+        ))
+    })
 }
 
 /// Checks that every port in `ifaces` of the router pinned in `dir` runs
@@ -383,7 +413,7 @@ pub struct Listed {
     pub cookie: Option<u64>,
     /// "-" for an attachment without ports.
     pub iface: String,
-    /// "xdp", "tc" or "-".
+    /// "xdp", "tc" (a tcx link), "tc (cls_bpf)" (a filter) or "-".
     pub hook: &'static str,
     pub prog_id: Option<u32>,
     pub ifindex: u32,
@@ -418,7 +448,11 @@ pub fn list() -> Vec<Listed> {
                 namespace: namespace.clone(),
                 cookie: a.cookie,
                 iface: p.iface.clone(),
-                hook: p.link.map(|l| l.hook_kind()).unwrap_or("-"),
+                hook: match (p.cls, p.link) {
+                    (true, _) => "tc (cls_bpf)",
+                    (false, Some(l)) => l.hook_kind(),
+                    (false, None) => "-",
+                },
                 prog_id: p.link.map(|l| l.prog_id),
                 ifindex: p.link.map(|l| l.ifindex).unwrap_or(0),
                 stale: stale || !p.link.is_some_and(|l| l.live()),

@@ -11,7 +11,9 @@ use peregrine_bpf::router::RouterMaps;
 use peregrine_bpf::{Hook, Link};
 use peregrine_host::netns;
 use peregrine_host::nl::NetlinkHere;
+use peregrine_host::tc::Tc;
 
+use crate::cls_port::{self, ClsPort};
 use crate::error::{DataplaneError, Result};
 use crate::peer::{delivers_to_peer, ensure_peer_receives, peer_label};
 use crate::pins;
@@ -22,6 +24,8 @@ pub struct RunningRouter {
     maps: RouterMaps,
     /// A live port's link: the program new ports run and its hook.
     sample: PinnedLink,
+    /// Its ports are cls_bpf filters (`cls_port`): new ones are too.
+    cls: bool,
     /// Its ports' interface names.
     pub ports: Vec<String>,
 }
@@ -34,10 +38,10 @@ impl RunningRouter {
 
     /// The router pinned in `dir` whose attachment the caller read.
     pub(crate) fn of(dir: &Path, a: pins::Attachment) -> Result<RunningRouter> {
-        let sample = a
+        let (sample, cls) = a
             .ports
             .iter()
-            .find_map(|p| p.link.filter(|l| l.live()))
+            .find_map(|p| p.link.filter(|l| l.live()).map(|l| (l, p.cls)))
             .ok_or_else(|| {
                 DataplaneError::Other(format!(
                     "no live router at {}",
@@ -48,6 +52,7 @@ impl RunningRouter {
             dir: dir.to_path_buf(),
             maps: RouterMaps::pinned(dir)?,
             sample,
+            cls,
             ports: a.ports.into_iter().map(|p| p.iface).collect(),
         })
     }
@@ -96,9 +101,15 @@ impl RunningRouter {
         self.sample.hook_kind()
     }
 
+    /// Its ports at tc are cls_bpf filters (tcx links otherwise).
+    pub fn cls(&self) -> bool {
+        self.cls
+    }
+
     /// Adds `ifaces` (interfaces of namespace `ns`, None: the caller's) as
     /// ports at `hook`, which must be the hook the router runs at (its
-    /// other program is not reachable from its links). Each new link is
+    /// other program is not reachable from its links), attached as its
+    /// ports are (tcx links or cls_bpf filters). Each new link or record is
     /// pinned beside the others; at the XDP hook each new port's veth peer
     /// gets a pass-through as at attach. On error the ports added by this
     /// call are taken out again and the running ones are untouched. The
@@ -125,10 +136,17 @@ impl RunningRouter {
         // router says so when the port is added).
         let _ = self.forget_gone_ports(ns);
         let prog = peregrine_bpf::maps::program_by_id(self.sample.prog_id)?;
+        let tc = match self.cls {
+            true => Some(netns::run_in_opt(ns, Tc::open)??),
+            false => None,
+        };
         let mut added: Vec<String> = Vec::new();
         let mut peers = Vec::new();
         for iface in ifaces {
-            let made = self.add_port(ns, &prog, iface, hook);
+            let made = match &tc {
+                Some(tc) => self.add_cls_port(ns, tc, &prog, iface).map(|()| None),
+                None => self.add_port(ns, &prog, iface, hook),
+            };
             if made.is_ok() || self.ports_pinned().contains(iface) {
                 added.push(iface.clone());
             }
@@ -174,6 +192,28 @@ impl RunningRouter {
         Ok(None)
     }
 
+    /// `add_port` as a cls_bpf filter, with `tc` opened in `ns`.
+    fn add_cls_port(
+        &self,
+        ns: Option<&str>,
+        tc: &Tc,
+        prog: &impl std::os::fd::AsFd,
+        iface: &str,
+    ) -> Result<()> {
+        let ifindex = netns::run_in_opt(ns, || self.maps.join_port(iface, false))??;
+        let record = pins::port_cls(&self.dir, iface);
+        let made = ClsPort::attach(ns, tc, prog.as_fd(), iface, &record).and_then(|mut port| {
+            let peer = netns::run_in_opt(ns, || delivers_to_peer(iface))??;
+            self.maps.set_peer_delivery(ifindex, peer)?;
+            port.keep();
+            Ok(())
+        });
+        if made.is_err() {
+            let _ = self.maps.remove_port(ifindex);
+        }
+        made
+    }
+
     /// Interfaces with a port link pinned now.
     fn ports_pinned(&self) -> Vec<String> {
         pins::attachment(&self.dir)
@@ -207,14 +247,27 @@ impl RunningRouter {
     }
 
     fn remove_pinned(&self, ns: Option<&str>, ifaces: &[String]) -> Result<()> {
+        // Opened in `ns` for the first cls_bpf port.
+        let mut tc: Option<Tc> = None;
         for iface in ifaces {
-            let path = pins::port_link(&self.dir, iface);
-            if let Ok(l) = peregrine_bpf::link::pinned_link(&path) {
-                if l.live() {
-                    self.maps.remove_port(l.ifindex)?;
-                }
+            let record = pins::port_cls(&self.dir, iface);
+            // Its interface while it is there (a record of an attach
+            // killed part-way too: its port entries were made first).
+            let ifindex = match record.exists() {
+                true => peregrine_bpf::cls::read(&record).map_or(0, |r| r.ifindex),
+                false => pins::live_port_link(&self.dir, iface).map_or(0, |l| l.ifindex),
+            };
+            if ifindex != 0 {
+                self.maps.remove_port(ifindex)?;
             }
-            peregrine_bpf::link::detach_pinned(&path)?;
+            if record.exists() {
+                if tc.is_none() {
+                    tc = Some(netns::run_in_opt(ns, Tc::open)??);
+                }
+                cls_port::detach(tc.as_ref().expect("opened"), &record)?;
+            } else {
+                peregrine_bpf::link::detach_pinned(&pins::port_link(&self.dir, iface))?;
+            }
             // The pass-through the router put on this port's peer, if the
             // port (and so its peer) is still there to be asked.
             let peer = netns::run_in_opt(ns, || peregrine_host::veth::peer_end(iface))

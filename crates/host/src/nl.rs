@@ -583,6 +583,23 @@ impl NetlinkHere {
         flags: u16,
         what: &str,
     ) -> Result<Vec<netlink_packet_route::RouteNetlinkMessage>> {
+        self.request_or_errno(msg, flags, what)?.map_err(|errno| {
+            HostError::Netlink(format!(
+                "{what}: {}",
+                std::io::Error::from_raw_os_error(errno)
+            ))
+        })
+    }
+
+    /// `request`, the kernel's refusal given as its errno (`Ok(Err(e))`)
+    /// for callers to whom one refusal is an answer (ENOENT: there is
+    /// none); failures to talk to the kernel are errors.
+    pub(crate) fn request_or_errno(
+        &self,
+        msg: netlink_packet_route::RouteNetlinkMessage,
+        flags: u16,
+        what: &str,
+    ) -> Result<std::result::Result<Vec<netlink_packet_route::RouteNetlinkMessage>, i32>> {
         use futures::StreamExt;
         use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
         let mut h = self.handle.clone();
@@ -593,14 +610,16 @@ impl NetlinkHere {
             let mut out = Vec::new();
             while let Some(m) = answers.next().await {
                 match m.payload {
-                    NetlinkPayload::Error(e) if e.code.is_some() => {
-                        return Err(nl_err(what)(rtnetlink::Error::NetlinkError(e)))
+                    NetlinkPayload::Error(e) => {
+                        if let Some(c) = e.code {
+                            return Ok(Err(-c.get()));
+                        }
                     }
                     NetlinkPayload::InnerMessage(i) => out.push(i),
                     _ => {}
                 }
             }
-            Ok(out)
+            Ok(Ok(out))
         };
         // A request the kernel answers with nothing (no ACK asked for, and
         // no message to send) would wait forever: say so instead.

@@ -1,7 +1,10 @@
 //! Queueing disciplines and classes of the calling thread's namespace,
 //! over rtnetlink (never through `tc`): root qdiscs read and removed, an
 //! MQ root, HTB qdiscs and classes made and changed, FIFO leaves with a
-//! packet limit, and each class's counters (TCA_STATS2, HTB's xstats).
+//! packet limit, and each class's counters (TCA_STATS2, HTB's xstats);
+//! clsact qdiscs and the cls_bpf filters in them (a tc program per device
+//! made in one netlink request, where a tcx link waits out an RCU grace
+//! period).
 //!
 //! Building a tree of thousands of classes goes in batches
 //! (`Tc::apply`): many requests per sendmsg on a plain netlink socket, one
@@ -36,6 +39,35 @@ const TC_H_ROOT: u32 = 0xffff_ffff;
 /// A handle `major:minor` as one u32, as the kernel keeps it.
 pub const fn handle(major: u16, minor: u16) -> u32 {
     ((major as u32) << 16) | minor as u32
+}
+
+/// The parent of an ingress or clsact qdisc (TC_H_INGRESS, TC_H_CLSACT).
+const TC_H_INGRESS: u32 = 0xffff_fff1;
+/// A clsact qdisc's handle, `ffff:`.
+const CLSACT_HANDLE: u32 = 0xffff_0000;
+/// The parent of filters at a clsact's ingress side (`tc filter add dev D
+/// ingress`: TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)).
+pub const CLSACT_INGRESS: u32 = 0xffff_fff2;
+/// The parent of filters at a clsact's egress side.
+pub const CLSACT_EGRESS: u32 = 0xffff_fff3;
+/// ETH_P_ALL (<linux/if_ether.h>): a filter for every protocol.
+const ETH_P_ALL: u16 = 0x0003;
+
+/// A filter's `tcm_info`: its priority above, its protocol (network order)
+/// below.
+fn filter_info(prio: u16) -> u32 {
+    (u32::from(prio) << 16) | u32::from(u16::from_ne_bytes(ETH_P_ALL.to_be_bytes()))
+}
+
+/// A cls_bpf filter as the kernel lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BpfFilter {
+    pub prio: u16,
+    pub handle: u32,
+    /// The program it runs (None: the kernel did not say).
+    pub prog_id: Option<u32>,
+    /// Its name (`TCA_BPF_NAME`).
+    pub name: String,
 }
 
 /// A qdisc as the kernel lists it.
@@ -167,6 +199,8 @@ pub struct Tc {
     /// has room for answers to (`ANSWER_ROOM`).
     per_send: std::cell::Cell<usize>,
     seq: std::cell::Cell<u32>,
+    /// The cookie of the namespace `nl` works in.
+    netns_cookie: u64,
 }
 
 impl Tc {
@@ -176,6 +210,7 @@ impl Tc {
             raw: std::cell::OnceCell::new(),
             per_send: std::cell::Cell::new(1),
             seq: std::cell::Cell::new(1),
+            netns_cookie: crate::netns::cookie()?,
         };
         // In the namespace of the opening thread, as `nl`.
         tc.raw()?;
@@ -432,13 +467,7 @@ impl Tc {
     }
 
     fn new_qdisc(&self, m: TcMessage, flags: u16, what: &str) -> Result<()> {
-        self.nl
-            .request(
-                RouteNetlinkMessage::NewQueueDiscipline(m),
-                NLM_F_ACK | flags,
-                what,
-            )
-            .map(|_| ())
+        self.ack(RouteNetlinkMessage::NewQueueDiscipline(m), flags, what)
     }
 
     /// An MQ root qdisc `major:` (one child qdisc per TX queue, at parents
@@ -488,7 +517,7 @@ impl Tc {
         change: bool,
     ) -> Result<()> {
         let (m, flags, what) = Self::pfifo_request(ifindex, parent, major, limit, change);
-        self.nl.request(m, NLM_F_ACK | flags, what).map(|_| ())
+        self.ack(m, flags, what)
     }
 
     fn pfifo_request(
@@ -517,19 +546,201 @@ impl Tc {
     /// it); a root that is not `handle` is left alone.
     pub fn del_root(&self, ifindex: u32, h: u32) -> Result<()> {
         let m = Self::message(ifindex, h, TC_H_ROOT, None);
-        self.nl
-            .request(
-                RouteNetlinkMessage::DelQueueDiscipline(m),
-                NLM_F_ACK,
-                "removing the root qdisc",
-            )
-            .map(|_| ())
+        self.ack(
+            RouteNetlinkMessage::DelQueueDiscipline(m),
+            0,
+            "removing the root qdisc",
+        )
+    }
+
+    /// The kind of the qdisc at device `ifindex`'s ingress side ("clsact",
+    /// "ingress"; None: there is none). One request for that device alone,
+    /// as `root_qdisc`.
+    pub fn ingress_qdisc(&self, ifindex: u32) -> Result<Option<String>> {
+        // None: no ingress queue on the device yet, or none left on it.
+        let Some(msgs) = self.ask_if_there(
+            RouteNetlinkMessage::GetQueueDiscipline(Self::message(ifindex, 0, TC_H_INGRESS, None)),
+            NLM_F_ACK | NLM_F_ECHO,
+            "reading the ingress qdisc",
+        )?
+        else {
+            return Ok(None);
+        };
+        // A device whose clsact went keeps an ingress queue running the
+        // noop qdisc, listed with handle 0: none.
+        Ok(Self::qdiscs_of(msgs, ifindex)
+            .into_iter()
+            .find(|q| q.parent == TC_H_INGRESS && q.handle != 0)
+            .map(|q| q.kind))
+    }
+
+    /// A clsact qdisc on device `ifindex` (where tc BPF filters run at
+    /// ingress and egress); an error when the device has one already, or
+    /// an ingress qdisc.
+    pub fn add_clsact(&self, ifindex: u32) -> Result<()> {
+        let m = Self::message(ifindex, CLSACT_HANDLE, TC_H_INGRESS, Some("clsact"));
+        self.new_qdisc(m, NLM_F_CREATE | NLM_F_EXCL, "adding a clsact qdisc")
+    }
+
+    /// Removes device `ifindex`'s clsact qdisc and every filter in it.
+    pub fn del_clsact(&self, ifindex: u32) -> Result<()> {
+        let m = Self::message(ifindex, CLSACT_HANDLE, TC_H_INGRESS, Some("clsact"));
+        self.ack(
+            RouteNetlinkMessage::DelQueueDiscipline(m),
+            0,
+            "removing a clsact qdisc",
+        )
+    }
+
+    /// A filter message at `parent` of device `ifindex` for every protocol,
+    /// at priority `prio`, handle `handle`.
+    fn filter_message(ifindex: u32, parent: u32, prio: u16, handle: u32) -> TcMessage {
+        let mut m = Self::message(ifindex, handle, parent, Some("bpf"));
+        m.header.info = filter_info(prio);
+        m
+    }
+
+    /// A cls_bpf filter running program `prog` (direct action: its return
+    /// code is the verdict) at `parent` (`CLSACT_INGRESS`, `CLSACT_EGRESS`)
+    /// of device `ifindex`, for every protocol, at priority `prio` and
+    /// handle `handle`; an error when a filter has that priority and
+    /// handle already. `name` is what `tc filter show` lists.
+    pub fn add_bpf_filter(
+        &self,
+        ifindex: u32,
+        parent: u32,
+        prio: u16,
+        handle: u32,
+        prog: std::os::fd::BorrowedFd<'_>,
+        name: &str,
+    ) -> Result<()> {
+        use netlink_packet_route::tc::{TcBpfFlags, TcFilterBpfOption};
+        use std::os::fd::AsRawFd;
+        let mut m = Self::filter_message(ifindex, parent, prio, handle);
+        m.attributes.push(TcAttribute::Options(vec![
+            TcOption::Bpf(TcFilterBpfOption::ProgFd(prog.as_raw_fd() as u32)),
+            TcOption::Bpf(TcFilterBpfOption::ProgName(name.to_string())),
+            TcOption::Bpf(TcFilterBpfOption::Flags(TcBpfFlags::DirectAction)),
+        ]));
+        self.ack(
+            RouteNetlinkMessage::NewTrafficFilter(m),
+            NLM_F_CREATE | NLM_F_EXCL,
+            "adding a tc bpf filter",
+        )
+    }
+
+    /// The cls_bpf filters at `parent` of device `ifindex` (none when it
+    /// has no clsact).
+    pub fn bpf_filters(&self, ifindex: u32, parent: u32) -> Result<Vec<BpfFilter>> {
+        use netlink_packet_route::tc::TcFilterBpfOption;
+        let mut out = Vec::new();
+        for m in self.filters_at(ifindex, parent)? {
+            let RouteNetlinkMessage::NewTrafficFilter(m) = m else {
+                continue;
+            };
+            let h = handle(m.header.handle.major, m.header.handle.minor);
+            // Each priority is listed once bare (no handle) before its
+            // filters.
+            if m.header.index != ifindex as i32 || h == 0 {
+                continue;
+            }
+            let mut f = BpfFilter {
+                prio: (m.header.info >> 16) as u16,
+                handle: h,
+                prog_id: None,
+                name: String::new(),
+            };
+            let mut bpf = false;
+            for a in &m.attributes {
+                match a {
+                    TcAttribute::Kind(k) => bpf = k == "bpf",
+                    TcAttribute::Options(opts) => {
+                        for o in opts {
+                            match o {
+                                TcOption::Bpf(TcFilterBpfOption::ProgId(id)) => {
+                                    f.prog_id = Some(*id)
+                                }
+                                TcOption::Bpf(TcFilterBpfOption::ProgName(n)) => f.name = n.clone(),
+                                _ => {}
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if bpf {
+                out.push(f);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `parent` of device `ifindex` holds any filter (of any
+    /// kind), one request: a clsact that does is someone's.
+    pub fn holds_filters(&self, ifindex: u32, parent: u32) -> Result<bool> {
+        Ok(self.filters_at(ifindex, parent)?.iter().any(|m| {
+            matches!(m, RouteNetlinkMessage::NewTrafficFilter(f) if f.header.index == ifindex as i32)
+        }))
+    }
+
+    /// Removes the cls_bpf filter at `parent` of device `ifindex` with
+    /// priority `prio` and handle `handle`.
+    pub fn del_filter(&self, ifindex: u32, parent: u32, prio: u16, handle: u32) -> Result<()> {
+        let m = Self::filter_message(ifindex, parent, prio, handle);
+        self.ack(
+            RouteNetlinkMessage::DelTrafficFilter(m),
+            0,
+            "removing a tc bpf filter",
+        )
+    }
+
+    /// Every filter at `parent` of device `ifindex` as the kernel lists
+    /// them (none when it has no clsact there).
+    fn filters_at(&self, ifindex: u32, parent: u32) -> Result<Vec<RouteNetlinkMessage>> {
+        let mut req = TcMessage::with_index(ifindex as i32);
+        req.header.parent = TcHandle::from(parent);
+        Ok(self
+            .ask_if_there(
+                RouteNetlinkMessage::GetTrafficFilter(req),
+                NLM_F_DUMP,
+                "listing tc filters",
+            )?
+            .unwrap_or_default())
+    }
+
+    /// A request about something that may not be there: the kernel's
+    /// ENOENT or EINVAL (no such qdisc, no such block) is None.
+    fn ask_if_there(
+        &self,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+        what: &str,
+    ) -> Result<Option<Vec<RouteNetlinkMessage>>> {
+        match self.nl.request_or_errno(msg, flags, what)? {
+            Ok(msgs) => Ok(Some(msgs)),
+            Err(libc::ENOENT | libc::EINVAL) => Ok(None),
+            Err(e) => Err(HostError::Netlink(format!(
+                "{what}: {}",
+                std::io::Error::from_raw_os_error(e)
+            ))),
+        }
+    }
+
+    /// Sends `msg` and waits for the kernel's ACK.
+    fn ack(&self, msg: RouteNetlinkMessage, flags: u16, what: &str) -> Result<()> {
+        self.nl.request(msg, NLM_F_ACK | flags, what).map(|_| ())
+    }
+
+    /// The cookie of the network namespace this `Tc` works in (the
+    /// opening thread's).
+    pub fn netns_cookie(&self) -> u64 {
+        self.netns_cookie
     }
 
     /// Makes (`create`) or changes HTB class `c`.
     pub fn set_htb_class(&self, ifindex: u32, c: &HtbClass, create: bool) -> Result<()> {
         let (m, flags, what) = Self::htb_class_request(ifindex, c, create);
-        self.nl.request(m, NLM_F_ACK | flags, what).map(|_| ())
+        self.ack(m, flags, what)
     }
 
     fn htb_class_request(
@@ -573,13 +784,11 @@ impl Tc {
     /// Removes class `classid` (and its leaf qdisc).
     pub fn del_class(&self, ifindex: u32, classid: u32) -> Result<()> {
         let m = Self::message(ifindex, classid, 0, None);
-        self.nl
-            .request(
-                RouteNetlinkMessage::DelTrafficClass(m),
-                NLM_F_ACK,
-                "removing an htb class",
-            )
-            .map(|_| ())
+        self.ack(
+            RouteNetlinkMessage::DelTrafficClass(m),
+            0,
+            "removing an htb class",
+        )
     }
 
     /// Every class of qdisc `major:` on the device, with its counters.

@@ -165,7 +165,7 @@ fn router_carries_ping_udp_and_tcp_intact() {
     // TCP with iperf3, both directions through the router: gen sends, then
     // (-R) the sink sends. Each direction's data enters the router on its
     // own port, and that port forwards it.
-    let out0 = dp.ports[1].1.ifindex;
+    let out0 = dp.ports[1].1.ifindex();
     for (reverse, data_port, dir) in [
         (false, in0_of(&dp), "gen -> sink"),
         (true, out0, "sink -> gen"),
@@ -209,7 +209,7 @@ fn router_carries_ping_udp_and_tcp_intact() {
 }
 
 fn in0_of(dp: &Dataplane) -> u32 {
-    dp.ports[0].1.ifindex
+    dp.ports[0].1.ifindex()
 }
 
 #[test]

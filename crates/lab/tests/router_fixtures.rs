@@ -427,8 +427,8 @@ fn router_fixtures() {
         .unwrap()
     };
     let dp = xdp_router(FibMode::Full);
-    let in0 = dp.ports[0].1.ifindex;
-    let out0 = dp.ports[1].1.ifindex;
+    let in0 = dp.ports[0].1.ifindex();
+    let out0 = dp.ports[1].1.ifindex();
     let in_r = NetnsGuard::enter(&ns).unwrap();
     run_tables(&dp.router, Via::Xdp, in0, out0);
     own_address_verdicts_follow_the_host(&dp.router, Via::Xdp, &ns, in0);

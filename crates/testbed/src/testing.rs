@@ -169,6 +169,24 @@ impl Drop for NsPair {
     }
 }
 
+/// A pin directory of a test's own below the pin root
+/// (`_test-<name>-<pid>`: no lab and no namespace's router), removed with
+/// everything pinned below it on drop.
+pub struct TestPins(pub std::path::PathBuf);
+
+impl TestPins {
+    pub fn new(name: &str) -> TestPins {
+        let sub = format!("_test-{name}-{}", std::process::id());
+        TestPins(peregrine_bpf::bpffs::pin_dir(&sub).expect("a test pin directory"))
+    }
+}
+
+impl Drop for TestPins {
+    fn drop(&mut self) {
+        let _ = peregrine_bpf::bpffs::remove_pin_dir(&self.0);
+    }
+}
+
 /// Runs `f` on a thread in a network namespace of its own, unnamed (only
 /// `lo`): what it makes there goes with the thread, and nothing else on the
 /// machine is touched.
