@@ -298,6 +298,73 @@ fn agent_composes_router_and_policer_and_adopts_after_kill() {
     assert_eq!(s["ready"], true, "{s:#}");
 }
 
+/// `tc_attach = "cls"`: the agent's router ports at tc are cls_bpf
+/// filters, after the policer (tcx, first): UDP is policed to its rate
+/// and routed; changing the declaration to tcx re-attaches every port as
+/// a tcx link (and back), each change said in one line; an empty
+/// declaration leaves the ports as the agent found them (no clsact).
+#[test]
+fn agent_router_ports_as_cls_filters_are_policed_first_and_change_way() {
+    let Some(t) = Topo::privileged_up("agcl") else {
+        return;
+    };
+    let r = t.ns("R");
+    let cls = format!("{ROUTER_TC}tc_attach = \"cls\"\n{POLICER_A1}");
+    let dir = tmp("agent-cls");
+    let a = Agent::start(&r, &dir, &cls);
+    a.wait_for(10, "ready", |s| s["ready"] == true);
+    let hooks = |want: &str| {
+        let v = json(&pg_in(&r, &["router", "list", "--json"]), "router list");
+        let rows: Vec<_> = v["attachments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["namespace"] == r.as_str())
+            .map(|x| x["hook"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(rows, vec![want.to_string(); 2], "{v}");
+    };
+    hooks("tc (cls_bpf)");
+    assert!(t.ping("198.18.2.1"), "A reaches B through the cls router");
+    let out = t.iperf3(&["-c", "198.18.2.1", "-u", "-b", "100M", "-t", "2"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sum = &v["end"]["sum"];
+    let got = sum["bits_per_second"].as_f64().unwrap()
+        * (1.0 - sum["lost_percent"].as_f64().unwrap() / 100.0);
+    assert!(
+        got > 20e6 * 0.95 && got < 20e6 * 1.01,
+        "policed to 20 Mbit/s before the cls router: {got}"
+    );
+
+    let o = a.apply("tcx.toml", &format!("{ROUTER_TC}{POLICER_A1}"));
+    ok(&o, "apply tc_attach tcx");
+    assert!(
+        text(&o.stdout).contains("~ router tc_attach cls -> tcx"),
+        "{}",
+        text(&o.stdout)
+    );
+    a.wait_for(10, "ready as tcx", |s| s["ready"] == true);
+    hooks("tc");
+    assert!(t.ping("198.18.2.1"), "A reaches B through the tcx router");
+    ok(&a.apply("cls.toml", &cls), "apply tc_attach cls again");
+    a.wait_for(10, "ready as cls", |s| s["ready"] == true);
+    hooks("tc (cls_bpf)");
+    ok(&a.apply("empty.toml", ""), "apply an empty declaration");
+    a.wait_for(10, "nothing left", |_| router_programs(&r).is_empty());
+    for port in ["a1", "b0"] {
+        let q = sh_in(
+            &r,
+            &["tc", "-j", "qdisc", "show", "dev", port],
+            Duration::from_secs(5),
+        );
+        assert!(
+            !text(&q.stdout).contains("clsact"),
+            "{port}: {}",
+            text(&q.stdout)
+        );
+    }
+}
+
 /// The user's state is theirs: a router and a policer attached by hand
 /// A router none of whose ports runs any more (attached by hand, its
 /// interfaces deleted since: only its pins are left) does not lock the
