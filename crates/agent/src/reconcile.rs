@@ -125,10 +125,14 @@ pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
     let cls_wanted = view.hook == Some("tc") && want.tc_attach == TcAttach::Cls;
     if cls_now != cls_wanted {
         match router::detach(&site, &[]) {
-            Ok(_) => pass.changed.push(format!(
-                "router: detached to attach its ports at tc as {}",
-                want.tc_attach
-            )),
+            Ok(_) => {
+                // Taken out on purpose: no port of it is drift.
+                owned.router_ports.clear();
+                pass.changed.push(format!(
+                    "router: detached to attach its ports at tc as {}",
+                    want.tc_attach
+                ))
+            }
             Err(e) => {
                 pass.errors.push(format!("router: detaching: {e}"));
                 return;
@@ -139,10 +143,13 @@ pub fn router(want: Option<&RouterDecl>, owned: &mut Owned, pass: &mut Pass) {
     if let (Some(kind), HookChoice::Given(h)) = (view.hook, want.hook) {
         if kind != h.kind() {
             match router::detach(&site, &[]) {
-                Ok(_) => pass.changed.push(format!(
-                    "router: detached from {kind} to move it to {}",
-                    h.kind()
-                )),
+                Ok(_) => {
+                    owned.router_ports.clear();
+                    pass.changed.push(format!(
+                        "router: detached from {kind} to move it to {}",
+                        h.kind()
+                    ))
+                }
                 Err(e) => {
                     pass.errors
                         .push(format!("router: detaching from {kind}: {e}"));

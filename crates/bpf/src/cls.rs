@@ -17,7 +17,8 @@
 //!   attached (`note_attached`).
 //!
 //! The record is made before the filter (`create`) and marked attached
-//! after it, so a run killed between the two leaves a record its owner
+//! once its owner keeps it (after the filter; for a new router, after its
+//! last port), so a run killed between the two leaves a record its owner
 //! finds and that reads as not running, never a filter nobody knows of.
 //! The devmap's map id is the record's identity: a record made again has
 //! another.
@@ -128,14 +129,24 @@ pub fn create(dir: &Path, prog: BorrowedFd<'_>, ifindex: u32, netns_cookie: u64)
     made
 }
 
-/// Notes in the record at `dir` that its attacher made the clsact qdisc
-/// of its interface `ifindex` (in the calling thread's namespace).
+/// Notes in the record at `dir` that its attacher makes the clsact qdisc
+/// of its interface `ifindex` (in the calling thread's namespace): noted
+/// before the qdisc is made, so a run killed in between leaves it known.
 pub fn note_made_clsact(dir: &Path, ifindex: u32) -> Result<()> {
     crate::maps::update(
         &open(dir, IFINDEX)?,
         &1u32.to_ne_bytes(),
         &ifindex.to_ne_bytes(),
         "noting the clsact made",
+    )
+}
+
+/// Takes back `note_made_clsact` (the clsact could not be made).
+pub fn forget_made_clsact(dir: &Path) -> Result<()> {
+    crate::maps::delete(
+        &open(dir, IFINDEX)?,
+        &1u32.to_ne_bytes(),
+        "taking back the clsact noted",
     )
 }
 

@@ -20,7 +20,10 @@
 //! Known limits: checking for a clsact and then making one is two
 //! requests (someone adding one in between makes the attach fail, with the
 //! kernel's "File exists"); a chain with no filters in it keeps a clsact
-//! we made (`holds_filters` sees filters, not empty chains).
+//! we made (`holds_filters` sees filters, not empty chains); a clsact we
+//! made that a user deleted and made again, empty, before our detach is
+//! taken for ours; a filter removed by hand (`tc qdisc del ... clsact`)
+//! reads as running from the record until its interface goes.
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
@@ -49,21 +52,24 @@ fn other_namespace(tc: &Tc, record: &Path) -> DataplaneError {
 
 /// Attaches `prog` to interface `ifindex` of `tc`'s namespace (which must
 /// be the calling thread's) at clsact ingress, recording it in `record`
-/// (a directory of its own, which must not hold a record). On error
-/// nothing of this call is left: no filter, no clsact it made, no record.
+/// (a directory of its own, which must not hold a record); `commit` then
+/// marks it kept. On error nothing of this call is left: no filter, no
+/// clsact it made, no record.
 pub fn attach(tc: &Tc, prog: BorrowedFd<'_>, ifindex: u32, record: &Path) -> Result<()> {
     if peregrine_host::netns::cookie()? != tc.netns_cookie() {
         return Err(other_namespace(tc, record));
     }
     let iface = peregrine_bpf::link::iface_name(ifindex);
     cls::create(record, prog, ifindex, tc.netns_cookie())?;
-    let mut made_clsact = false;
     let made = (|| -> Result<()> {
         match tc.ingress_qdisc(ifindex)?.as_deref() {
             None => {
-                tc.add_clsact(ifindex)?;
-                made_clsact = true;
+                // Noted first: a run killed once it is made still knows.
                 cls::note_made_clsact(record, ifindex)?;
+                if let Err(e) = tc.add_clsact(ifindex) {
+                    let _ = cls::forget_made_clsact(record);
+                    return Err(e.into());
+                }
             }
             Some("clsact") => {}
             Some(other) => {
@@ -78,22 +84,24 @@ pub fn attach(tc: &Tc, prog: BorrowedFd<'_>, ifindex: u32, record: &Path) -> Res
                 DataplaneError::Other(format!(
                     "{iface}: a filter at clsact ingress priority {PRIO} handle {HANDLE}: {e}"
                 ))
-            })?;
-        cls::note_attached(record).inspect_err(|_| {
-            let _ = tc.del_filter(ifindex, CLSACT_INGRESS, PRIO, HANDLE);
-        })?;
-        Ok(())
+            })
     })();
     if let Err(e) = made {
-        // A clsact we made and cannot remove stays recorded: its owner
-        // finds it and removes it later.
-        if made_clsact && tc.del_clsact(ifindex).is_err() {
-            return Err(e);
-        }
-        let _ = cls::remove(record);
+        // What this call made goes (a filter the kernel made although it
+        // answered with an error too); a record that cannot be cleared
+        // stays, for its owner to find.
+        let _ = detach(tc, record);
         return Err(e);
     }
     Ok(())
+}
+
+/// Marks the port recorded at `record` as kept by its owner: from here on
+/// its record reads it as running. Until then (an attach killed part-way,
+/// a new router not yet whole) it reads as stale, and the next run
+/// removes it.
+pub fn commit(record: &Path) -> Result<()> {
+    Ok(cls::note_attached(record)?)
 }
 
 /// The filter `record` says was attached is there: its interface lives,
@@ -214,10 +222,12 @@ impl ClsPort {
         })
     }
 
-    /// Leaves the port attached when this value drops: its record is
-    /// pinned where its owner finds it.
-    pub fn keep(&mut self) {
+    /// Leaves the port attached when this value drops, its record marked
+    /// kept (`commit`): it is pinned where its owner finds it.
+    pub fn keep(&mut self) -> Result<()> {
+        commit(&self.record)?;
         self.kept = true;
+        Ok(())
     }
 }
 
@@ -327,6 +337,9 @@ mod tests {
     fn a_port_on_a_bare_device_leaves_it_bare() {
         on_a_veth("cls-bare", |router, ifindex, tc, rec| {
             attach(tc, router.tc_prog().as_fd(), ifindex, rec).unwrap();
+            // Not kept yet: its record reads as a stale port.
+            assert!(!running(tc, rec).unwrap());
+            commit(rec).unwrap();
             assert!(qdiscs("pg0").contains(&"clsact".to_string()));
             assert_eq!(filters("pg0"), vec![("bpf".to_string(), u64::from(PRIO))]);
             assert!(running(tc, rec).unwrap());
@@ -428,6 +441,8 @@ mod tests {
     fn a_gone_device_or_a_half_made_port_leaves_only_its_record() {
         on_a_veth("cls-gone", |router, ifindex, tc, rec| {
             attach(tc, router.tc_prog().as_fd(), ifindex, rec).unwrap();
+            commit(rec).unwrap();
+            assert!(cls::read(rec).unwrap().live());
             run("ip", &["link", "del", "pg0"]);
             let r = cls::read(rec).unwrap();
             assert!(!r.live(), "the device went: {r:?}");

@@ -116,10 +116,16 @@ impl Dataplane {
                 router.pin_maps(dir)?;
                 let tc = netns::run_in_opt(ns, Tc::open)??;
                 let prog = router.prog_at(hook)?;
+                // Each port joins the tables before its filter runs (as a
+                // port joining a running router does); its record is
+                // marked kept by `pin`, once the router is whole.
                 for p in ports {
-                    let port = ClsPort::attach(ns, &tc, prog.as_fd(), p, &pins::port_cls(dir, p))?;
+                    let ifindex = netns::run_in_opt(ns, || router.join_port(p, classify))??;
+                    let port = ClsPort::attach(ns, &tc, prog.as_fd(), p, &pins::port_cls(dir, p))
+                        .inspect_err(|_| {
+                        let _ = router.remove_port(ifindex);
+                    })?;
                     links.push((p.clone(), PortLink::Cls(port)));
-                    netns::run_in_opt(ns, || router.join_port(p, classify))??;
                 }
             }
         }
@@ -313,7 +319,7 @@ impl Dataplane {
             match l {
                 PortLink::Link(l) => l.pin(&pins::port_link(dir, name))?,
                 // Recorded in the directory it was attached for.
-                PortLink::Cls(c) if c.record == pins::port_cls(dir, name) => c.keep(),
+                PortLink::Cls(c) if c.record == pins::port_cls(dir, name) => c.keep()?,
                 PortLink::Cls(c) => {
                     return Err(DataplaneError::Other(format!(
                         "the tc port {name} is recorded at {}, not in {}",

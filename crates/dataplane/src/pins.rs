@@ -80,13 +80,15 @@ pub struct PinnedPort {
     pub cls: bool,
 }
 
-/// What the cls_bpf record at `dir` says, as a pinned link would.
+/// What the cls_bpf record at `dir` says, as a pinned link would: its
+/// interface only while the port is kept and its interface is there (a
+/// record of an attach killed part-way reads as a dead link).
 fn cls_as_link(dir: &Path) -> Option<PinnedLink> {
     let r = peregrine_bpf::cls::read(dir).ok()?;
     Some(PinnedLink {
         prog_id: r.prog_id,
         link_id: r.id,
-        ifindex: r.ifindex,
+        ifindex: if r.live() { r.ifindex } else { 0 },
         xdp: false,
     })
 }

@@ -205,7 +205,8 @@ impl Plan<'_, '_> {
         if let Some(r) = &self.running {
             report.pass_throughs = r.add_ports(ns, &cfg.ports, self.hook)?;
             if let Err(e) = verify_attached(&cfg.ports, dir) {
-                let _ = r.remove_ports(ns, &cfg.ports);
+                // The new ports (not among those `r` was read with).
+                let _ = r.remove_pinned(ns, &cfg.ports);
                 return Err(e);
             }
             // The running ports too: what is on their peers may have

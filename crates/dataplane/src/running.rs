@@ -205,8 +205,7 @@ impl RunningRouter {
         let made = ClsPort::attach(ns, tc, prog.as_fd(), iface, &record).and_then(|mut port| {
             let peer = netns::run_in_opt(ns, || delivers_to_peer(iface))??;
             self.maps.set_peer_delivery(ifindex, peer)?;
-            port.keep();
-            Ok(())
+            port.keep()
         });
         if made.is_err() {
             let _ = self.maps.remove_port(ifindex);
@@ -246,7 +245,7 @@ impl RunningRouter {
         Ok(())
     }
 
-    fn remove_pinned(&self, ns: Option<&str>, ifaces: &[String]) -> Result<()> {
+    pub(crate) fn remove_pinned(&self, ns: Option<&str>, ifaces: &[String]) -> Result<()> {
         // Opened in `ns` for the first cls_bpf port.
         let mut tc: Option<Tc> = None;
         for iface in ifaces {
