@@ -173,13 +173,8 @@ pub fn detach_recorded(record: &Path) -> Result<()> {
         return Ok(cls::remove(record)?);
     }
     let here = || -> Result<()> { detach(&Tc::open()?, record) };
-    if netns::cookie()? == r.netns_cookie {
-        return here();
-    }
-    for f in netns::find_all() {
-        if matches!(netns::run_in_file(&f.file, netns::cookie), Ok(Ok(c)) if c == r.netns_cookie) {
-            return netns::run_in_file(&f.file, here)?;
-        }
+    if let Some(done) = netns::run_in_cookie(r.netns_cookie, here) {
+        return done;
     }
     Err(DataplaneError::Other(format!(
         "the tc port recorded at {} is in a network namespace this process cannot reach (netns cookie {}); remove it from there",

@@ -318,6 +318,18 @@ pub fn cookie_name(names: &[(String, u64)], c: u64) -> String {
         .unwrap_or_else(|| format!("netns cookie {c}"))
 }
 
+/// Runs `f` in the network namespace whose cookie is `cookie` (the
+/// calling thread's, or one of those `find_all` finds); None when none is.
+pub fn run_in_cookie<T>(cookie: u64, f: impl FnOnce() -> T) -> Option<T> {
+    if self::cookie().ok()? == cookie {
+        return Some(f());
+    }
+    let ns = find_all()
+        .into_iter()
+        .find(|n| run_in_file(&n.file, self::cookie).is_ok_and(|c| c.ok() == Some(cookie)))?;
+    run_in_file(&ns.file, f).ok()
+}
+
 /// (label, cookie) of every namespace `find_all` finds; the host's own
 /// (pid 1's) is labelled "host".
 pub fn cookies() -> Vec<(String, u64)> {

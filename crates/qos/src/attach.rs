@@ -127,7 +127,7 @@ impl Attachment {
     /// found.
     pub fn tc_order(&self) -> Option<TcOrder> {
         let l = self.link.filter(|l| l.live() && !l.xdp)?;
-        let ids = in_namespace(self.cookie, || {
+        let ids = netns::run_in_cookie(self.cookie, || {
             peregrine_bpf::tcx::attached_ids(l.ifindex, TcxDirection::Ingress)
         })?
         .ok()?;
@@ -145,18 +145,6 @@ impl Attachment {
                 .collect(),
         ))
     }
-}
-
-/// Runs `f` in the network namespace whose cookie is `cookie` (the
-/// caller's, or one of those `netns::find_all` finds); None when none is.
-fn in_namespace<T>(cookie: u64, f: impl FnOnce() -> T) -> Option<T> {
-    if netns::cookie().ok()? == cookie {
-        return Some(f());
-    }
-    let ns = netns::find_all().into_iter().find(|n| {
-        netns::run_in_file(&n.file, netns::cookie).is_ok_and(|c| c.ok() == Some(cookie))
-    })?;
-    netns::run_in_file(&ns.file, f).ok()
 }
 
 fn attachment(dir: &Path, cookie: u64, iface: &str) -> Attachment {
@@ -459,7 +447,7 @@ pub fn ifaces_here() -> Result<Vec<String>> {
 /// its devices' qdiscs with it).
 fn remove(dir: &Path, cookie: u64) -> Result<()> {
     if dir.join(crate::htb::HTB_PIN).exists() {
-        match in_namespace(cookie, || crate::htb::remove_here(dir)) {
+        match netns::run_in_cookie(cookie, || crate::htb::remove_here(dir)) {
             Some(r) => r?,
             None => peregrine_bpf::link::detach_pinned(&dir.join(crate::htb::HTB_PIN))?,
         }
