@@ -8,7 +8,8 @@
 //!   service on AF_XDP and a QUIC service on AF_XDP. Two of them on one
 //!   interface of one namespace are refused.
 //! - tcx ingress runs the policer first, then the router (the policer
-//!   attaches at the head of the chain, the router appends).
+//!   attaches at the head of the chain, the router appends; a router of
+//!   cls_bpf filters, `tc_attach = "cls"`, runs after every tcx program).
 //! - A router declared `hook = "auto"` may pick XDP; where another XDP user
 //!   shares one of its ports, it must say `hook = "tc"`.
 //! - A router port whose veth peer runs XDP (a function or QUIC service in

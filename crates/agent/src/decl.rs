@@ -302,6 +302,10 @@ fn router(v: &toml::Value) -> Result<RouterDecl, Vec<String>> {
         .parse::<TcAttach>()
         .map_err(|e| errs.push(e.to_string()))
         .ok();
+    if matches!(hook, Some(HookChoice::Given(h)) if h.is_xdp()) && tc_attach == Some(TcAttach::Cls)
+    {
+        errs.push("tc_attach is how ports attach at tc; hook \"xdp\" takes none".into());
+    }
     let fib = fib
         .as_deref()
         .unwrap_or("full")

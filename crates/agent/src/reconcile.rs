@@ -6,7 +6,7 @@
 //! counted.
 use peregrine_bpf::Hook;
 use peregrine_dataplane::router::{self, AttachConfig, Site};
-use peregrine_dataplane::{pins, HookChoice, TcAttach};
+use peregrine_dataplane::{cls_port, pins, HookChoice, TcAttach};
 use serde::Serialize;
 
 use crate::cluster::{Cidr, ClusterDecl, PeerNode, ROUTE_PROTO};
@@ -55,14 +55,29 @@ impl RouterView {
             return RouterView::default();
         }
         let ports = pins::attachment(&dir).ports;
-        let live = ports.iter().find(|p| p.link.is_some_and(|l| l.live()));
+        // A cls_bpf port's record reads live until its interface goes; its
+        // filter, taken off by hand (`tc filter del`, the clsact deleted),
+        // is looked for in the kernel: one filter dump a port.
+        let tc = ports
+            .iter()
+            .any(|p| p.cls)
+            .then(peregrine_host::tc::Tc::open)
+            .and_then(|r| r.ok());
+        let lives: Vec<bool> = ports
+            .iter()
+            .map(|p| {
+                p.link.is_some_and(|l| l.live())
+                    && (!p.cls
+                        || tc.as_ref().is_none_or(|tc| {
+                            cls_port::running(tc, &pins::port_cls(&dir, &p.iface)).unwrap_or(true)
+                        }))
+            })
+            .collect();
+        let live = ports.iter().zip(&lives).find(|(_, l)| **l).map(|(p, _)| p);
         RouterView {
             hook: live.and_then(|p| p.link).map(|l| l.hook_kind()),
             cls: live.is_some_and(|p| p.cls),
-            ports: ports
-                .into_iter()
-                .map(|p| (p.iface, p.link.is_some_and(|l| l.live())))
-                .collect(),
+            ports: ports.into_iter().map(|p| p.iface).zip(lives).collect(),
         }
     }
 }

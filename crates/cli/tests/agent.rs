@@ -300,7 +300,7 @@ fn agent_composes_router_and_policer_and_adopts_after_kill() {
 
 /// `tc_attach = "cls"`: the agent's router ports at tc are cls_bpf
 /// filters, after the policer (tcx, first): UDP is policed to its rate
-/// and routed; changing the declaration to tcx re-attaches every port as
+/// and routed; a filter deleted by hand is put back (drift); changing the declaration to tcx re-attaches every port as
 /// a tcx link (and back), each change said in one line; an empty
 /// declaration leaves the ports as the agent found them (no clsact).
 #[test]
@@ -335,6 +335,29 @@ fn agent_router_ports_as_cls_filters_are_policed_first_and_change_way() {
         got > 20e6 * 0.95 && got < 20e6 * 1.01,
         "policed to 20 Mbit/s before the cls router: {got}"
     );
+    // Drift: b0's filter deleted by hand (`tc filter del`) is found in
+    // the kernel (its record alone still reads live) and put back.
+    let o = sh_in(
+        &r,
+        &[
+            "tc", "filter", "del", "dev", "b0", "ingress", "pref", "65280",
+        ],
+        Duration::from_secs(5),
+    );
+    ok(&o, "tc filter del by hand");
+    a.wait_for(5, "b0's filter put back", |s| {
+        s["repairs"].as_u64() >= Some(1)
+            && s["router"]["ports"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|x| x[0] == "b0" && x[1] == true))
+    });
+    let f = sh_in(
+        &r,
+        &["tc", "filter", "show", "dev", "b0", "ingress"],
+        Duration::from_secs(5),
+    );
+    assert!(text(&f.stdout).contains("peregrine"), "{}", text(&f.stdout));
+    assert!(t.ping("198.18.2.1"), "routing again after the repair");
 
     let o = a.apply("tcx.toml", &format!("{ROUTER_TC}{POLICER_A1}"));
     ok(&o, "apply tc_attach tcx");
@@ -473,6 +496,10 @@ fn agent_refuses_bad_declarations_and_keeps_state() {
         ),
         ("[router]\nports = [\"a1\"]\nhook = \"sideways\"", "unknown hook"),
         ("[router]\nports = [\"a1\"]\nhook = \"tc\"\nmode = \"native\"", "hook \"tc\" takes none"),
+        (
+            "[router]\nports = [\"a1\"]\nhook = \"xdp\"\ntc_attach = \"cls\"",
+            "hook \"xdp\" takes none",
+        ),
         ("[router]\nports = [\"a1\"]\nspeed = 3", "unknown key \"speed\""),
         ("[[qos]]\n[[qos.rule]]\nrate = \"1M\"", "iface missing"),
         ("[[qos]]\niface = \"a1\"\n[[qos.rule]]\nrate = \"fast\"", "rate \"fast\""),

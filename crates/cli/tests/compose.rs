@@ -62,20 +62,32 @@ fn listed_policers(t: &Topo) -> Vec<serde_json::Value> {
 /// is the same either way: iperf3 UDP at 100 Mbit/s is held to the rate
 /// (the tolerance of the policer's own e2e test), the policer counts what
 /// it drops, the router forwards what conforms (and not what exceeds), and
-/// the tcx chain runs the policer first, as `qos list` says.
-fn router_and_policer_at_tc(p: &str, router_first: bool) {
+/// the tcx chain runs the policer first, as `qos list` says. With `cls`
+/// the router's ports are cls_bpf filters (`--tc-attach cls`), which run
+/// after every tcx program: the policer is first all the same.
+fn router_and_policer_at_tc(p: &str, router_first: bool, cls: bool) {
     let Some(t) = Topo::privileged_up(p) else {
         return;
     };
-    let what = if router_first {
-        "router then policer"
-    } else {
-        "policer then router"
+    let what = match (router_first, cls) {
+        (true, false) => "router then policer",
+        (false, false) => "policer then router",
+        (true, true) => "router (cls_bpf) then policer",
+        (false, true) => "policer then router (cls_bpf)",
     };
     let attach_router = || {
-        let o = router(&t, &["attach", "a1", "b0"]);
+        let mut args = vec!["attach", "a1", "b0"];
+        if cls {
+            args.extend(["--tc-attach", "cls"]);
+        }
+        let o = router(&t, &args);
         ok(&o, "router attach");
-        assert!(text(&o.stdout).contains("(tc,"), "{}", text(&o.stdout));
+        let hook = if cls {
+            "(tc as cls_bpf filters,"
+        } else {
+            "(tc,"
+        };
+        assert!(text(&o.stdout).contains(hook), "{}", text(&o.stdout));
     };
     let attach_policer = || {
         let o = qos_apply(&t, "cmp-udp", POLICED_UDP_RULE, &["--hook", "tc"]);
@@ -119,10 +131,11 @@ fn router_and_policer_at_tc(p: &str, router_first: bool) {
     assert_eq!(listed.len(), 1, "{listed:?}");
     let policer = listed[0]["prog_id"].as_u64().unwrap() as u32;
     let chain = tc_chain(&t);
+    // The router's port is the second tcx link, or a cls_bpf filter.
     assert_eq!(
         chain.len(),
-        2,
-        "{what}: policer and router on a1: {chain:?}"
+        if cls { 1 } else { 2 },
+        "{what}: tcx links on a1: {chain:?}"
     );
     assert_eq!(chain[0], policer, "{what}: the policer runs first");
     assert_eq!(
@@ -145,12 +158,22 @@ fn router_and_policer_at_tc(p: &str, router_first: bool) {
 
 #[test]
 fn router_then_policer_at_tc_polices() {
-    router_and_policer_at_tc("cmp1", true);
+    router_and_policer_at_tc("cmp1", true, false);
 }
 
 #[test]
 fn policer_then_router_at_tc_polices() {
-    router_and_policer_at_tc("cmp2", false);
+    router_and_policer_at_tc("cmp2", false, false);
+}
+
+#[test]
+fn cls_router_then_policer_polices() {
+    router_and_policer_at_tc("cmp8", true, true);
+}
+
+#[test]
+fn policer_then_cls_router_polices() {
+    router_and_policer_at_tc("cmp9", false, true);
 }
 
 /// `out` failed (non-zero exit) with one error line that says each of
@@ -326,23 +349,34 @@ fn replies(t: &Topo, n: u32) -> u32 {
 /// its XDP dispatcher on b1, started after the router or before it: a
 /// client in A gets every reply; while it serves, port b0 delivers
 /// through the veth (bpf_redirect_peer would skip b1's XDP hook), and
-/// once it stops (Ctrl-C) b0 is back to peer delivery.
+/// once it stops (Ctrl-C) b0 is back to peer delivery. The same with the
+/// router's ports as cls_bpf filters (`--tc-attach cls`).
 #[test]
 fn faas_serve_behind_the_tc_router_answers_every_request() {
     let Some(t) = Topo::privileged_up("cmp4") else {
         return;
     };
     const N: u32 = 400;
-    for router_first in [true, false] {
-        let what = if router_first {
-            "router, then faas serve"
-        } else {
-            "faas serve, then router"
+    for (router_first, cls) in [(true, false), (false, false), (true, true), (false, true)] {
+        let what = match (router_first, cls) {
+            (true, false) => "router, then faas serve",
+            (false, false) => "faas serve, then router",
+            (true, true) => "router (cls_bpf), then faas serve",
+            (false, true) => "faas serve, then router (cls_bpf)",
         };
         let attach = || {
-            let o = router(&t, &["attach", "a1", "b0"]);
+            let mut args = vec!["attach", "a1", "b0"];
+            if cls {
+                args.extend(["--tc-attach", "cls"]);
+            }
+            let o = router(&t, &args);
             ok(&o, "router attach");
-            assert!(text(&o.stdout).contains("(tc,"), "{}", text(&o.stdout));
+            let hook = if cls {
+                "(tc as cls_bpf filters,"
+            } else {
+                "(tc,"
+            };
+            assert!(text(&o.stdout).contains(hook), "{}", text(&o.stdout));
             o
         };
         let mut serve = if router_first {

@@ -446,7 +446,25 @@ fn attach_errors_are_one_line_and_leave_nothing() {
         &t.router(&["attach", "--hook", "tc", "--mode", "generic", "a1", "b0"]),
         "--hook tc takes none",
     );
+    one_line(
+        &t.router(&["attach", "--hook", "xdp", "--tc-attach", "cls", "a1", "b0"]),
+        "--hook xdp takes none",
+    );
     t.assert_clean();
+    // A port asked to attach as a cls_bpf filter does not join a router of
+    // tcx links silently, and the router is left as it was.
+    ok(
+        &t.router(&["attach", "a1", "--hook", "tc"]),
+        "router attach a1",
+    );
+    one_line(
+        &t.router(&["attach", "b0", "--tc-attach", "cls"]),
+        "new ports join it that way",
+    );
+    let listed = t.listed();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(tc_state(&r, "b0"), (vec!["noqueue".to_string()], vec![]));
+    t.detach_all_clean();
 }
 
 /// `router stats --json`'s rx counters of `port`, by action.
@@ -790,7 +808,13 @@ fn a_router_of_cls_bpf_filters_attaches_joins_leaves_and_goes_from_anywhere() {
         "{}",
         text(&out.stdout)
     );
-    ok(&t.router(&["attach", "b0"]), "router attach b0 (joins)");
+    let joined = t.router(&["attach", "b0"]);
+    ok(&joined, "router attach b0 (joins)");
+    assert!(
+        text(&joined.stdout).contains("added to the router (tc as cls_bpf filters) here: b0"),
+        "{}",
+        text(&joined.stdout)
+    );
     let listed = t.listed();
     assert_eq!(listed.len(), 2, "{listed:?}");
     assert!(

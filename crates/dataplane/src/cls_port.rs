@@ -23,7 +23,8 @@
 //! we made (`holds_filters` sees filters, not empty chains); a clsact we
 //! made that a user deleted and made again, empty, before our detach is
 //! taken for ours; a filter removed by hand (`tc qdisc del ... clsact`)
-//! reads as running from the record until its interface goes.
+//! reads as running from the record until its interface goes (`running`
+//! asks the kernel: the agent does, and puts the filter back).
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
@@ -122,6 +123,17 @@ fn ours(tc: &Tc, ifindex: u32, prog_id: u32) -> Result<bool> {
         .any(|f| f.prio == PRIO && f.handle == HANDLE && f.prog_id == Some(prog_id)))
 }
 
+/// The programs at tc ingress of `ifindex` in the calling thread's
+/// namespace, in the order the kernel runs them: the tcx links first,
+/// then the clsact qdisc's cls_bpf filters by priority (what the tcx
+/// programs pass on reaches the filters).
+pub fn tc_ingress_programs(ifindex: u32) -> Result<Vec<u32>> {
+    let mut ids = peregrine_bpf::tcx::attached_ids(ifindex, peregrine_bpf::TcxDirection::Ingress)?;
+    let filters = Tc::open()?.bpf_filters(ifindex, CLSACT_INGRESS)?;
+    ids.extend(filters.into_iter().filter_map(|f| f.prog_id));
+    Ok(ids)
+}
+
 /// Detaches the port recorded at `record` (in `tc`'s namespace, which
 /// must be the record's while its interface lives) and removes the
 /// record: the filter goes if it runs the recorded program, and the
@@ -161,26 +173,37 @@ pub fn program(record: &Path) -> Result<impl AsFd> {
     Ok(cls::program(record)?)
 }
 
-/// `detach` from wherever the caller is: in the record's namespace, found
-/// by its cookie among the namespaces this process can see (named, or
-/// held by a process). A record whose interface is gone is only removed.
-pub fn detach_recorded(record: &Path) -> Result<()> {
-    if !cls::is_record(record) {
-        return Ok(cls::remove(record)?);
+/// `detach` of each of `records` from wherever the caller is: in the
+/// record's namespace, found by its cookie among the namespaces this
+/// process can see (named, or held by a process), entered once for all
+/// its records. A record whose interface is gone is only removed.
+pub fn detach_recorded(records: &[PathBuf]) -> Result<()> {
+    let mut by_ns: std::collections::BTreeMap<u64, Vec<&Path>> = Default::default();
+    for record in records {
+        if !cls::is_record(record) {
+            cls::remove(record)?;
+            continue;
+        }
+        let r = cls::read(record)?;
+        if r.ifindex == 0 {
+            cls::remove(record)?;
+            continue;
+        }
+        by_ns.entry(r.netns_cookie).or_default().push(record);
     }
-    let r = cls::read(record)?;
-    if r.ifindex == 0 {
-        return Ok(cls::remove(record)?);
+    for (cookie, records) in by_ns {
+        let here = || -> Result<()> {
+            let tc = Tc::open()?;
+            records.iter().try_for_each(|r| detach(&tc, r))
+        };
+        if netns::run_in_cookie(cookie, here).transpose()?.is_none() {
+            return Err(DataplaneError::Other(format!(
+                "the tc port recorded at {} is in a network namespace this process cannot reach (netns cookie {cookie}); remove it from there",
+                peregrine_bpf::bpffs::display(records[0]),
+            )));
+        }
     }
-    let here = || -> Result<()> { detach(&Tc::open()?, record) };
-    if let Some(done) = netns::run_in_cookie(r.netns_cookie, here) {
-        return done;
-    }
-    Err(DataplaneError::Other(format!(
-        "the tc port recorded at {} is in a network namespace this process cannot reach (netns cookie {}); remove it from there",
-        peregrine_bpf::bpffs::display(record),
-        r.netns_cookie
-    )))
+    Ok(())
 }
 
 /// A port this process attached as a filter (`attach`): detached when

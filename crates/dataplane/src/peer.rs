@@ -232,15 +232,8 @@ impl RouterAt {
 /// embedding program's) is found by its program at that tc ingress, so it
 /// too stops skipping an XDP program that comes onto its port's peer.
 fn router_port_here(ifindex: u32) -> Result<Option<(RouterAt, String)>> {
-    let mut ids = peregrine_bpf::tcx::attached_ids(ifindex, TcxDirection::Ingress)?;
-    // A port attached as a cls_bpf filter: the program at its place.
-    let tc = peregrine_host::tc::Tc::open()?;
-    ids.extend(
-        tc.bpf_filters(ifindex, peregrine_host::tc::CLSACT_INGRESS)?
-            .into_iter()
-            .filter(|f| f.prio == crate::cls_port::PRIO && f.handle == crate::cls_port::HANDLE)
-            .filter_map(|f| f.prog_id),
-    );
+    // A port attached as a tcx link or as a cls_bpf filter.
+    let ids = crate::cls_port::tc_ingress_programs(ifindex)?;
     if ids.is_empty() {
         return Ok(None);
     }

@@ -178,14 +178,16 @@ pub fn list_attachments() -> Vec<Attachment> {
 /// in its namespace, then every pin goes, and the directories above it
 /// that are left empty.
 pub fn remove(dir: &Path) -> Result<()> {
+    let mut records = Vec::new();
     for n in peregrine_host::fs::list_dir(dir) {
         let p = dir.join(&n);
         if n.starts_with(PORT_LINK) || n.starts_with("nf-") || n.starts_with("peer-") {
             peregrine_bpf::link::detach_pinned(&p)?;
         } else if n.starts_with(PORT_CLS) {
-            crate::cls_port::detach_recorded(&p)?;
+            records.push(p);
         }
     }
+    crate::cls_port::detach_recorded(&records)?;
     Ok(peregrine_bpf::bpffs::remove_pin_dir(dir)?)
 }
 

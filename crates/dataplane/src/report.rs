@@ -233,8 +233,9 @@ impl fmt::Display for Attached {
         match &self.joined {
             Some(running) => writeln!(
                 f,
-                "added to the router ({}) here: {ports}; its ports: {} {ports}",
+                "added to the router ({}{}) here: {ports}; its ports: {} {ports}",
                 self.hook,
+                if self.cls { " as cls_bpf filters" } else { "" },
                 running.join(" "),
             )?,
             None => writeln!(

@@ -153,6 +153,12 @@ pub fn plan<'s, 'a>(site: &'s Site<'a>, cfg: &AttachConfig) -> Result<Plan<'s, '
                 .into(),
         ));
     }
+    if matches!(cfg.hook, HookChoice::Given(Hook::Xdp(_))) && cfg.tc_attach == TcAttach::Cls {
+        return Err(DataplaneError::Request(
+            "--tc-attach is how ports attach at tc; --hook xdp takes none (leave --tc-attach out or use --hook tc)"
+                .into(),
+        ));
+    }
     let dir = site.dir()?;
     let (running, removed_stale) = running_router(&dir)?;
     let p = netns::run_in_opt(ns, || pick(cfg.hook, cfg.mode, &cfg.ports))??;
@@ -264,6 +270,12 @@ fn join_hook(r: &RunningRouter, cfg: &AttachConfig, p: &crate::hook::Pick) -> Re
         return refuse(
             "--mode is an XDP mode and the router here runs at tc; leave --mode out".into(),
         );
+    }
+    if running_tc && !r.cls() && cfg.tc_attach == TcAttach::Cls {
+        return refuse(format!(
+            "the router here attaches its ports at tc as tcx links (on {}); new ports join it that way: leave --tc-attach out, or detach it and attach every port with --tc-attach cls",
+            r.ports.join(" ")
+        ));
     }
     match (cfg.hook, p.hook, running_tc) {
         (HookChoice::Auto, Hook::Tcx(_), false) => refuse(format!(

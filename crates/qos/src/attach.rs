@@ -15,7 +15,7 @@ use peregrine_bpf::link::{pinned_link, PinnedLink};
 use peregrine_bpf::policer::{
     InstalledRule, PolicerMaps, PolicerProgram, PolicerTotals, Rule, RuleCounters,
 };
-use peregrine_bpf::{bpffs, Hook, Link, TcxDirection, XdpMode};
+use peregrine_bpf::{bpffs, Hook, Link, XdpMode};
 use peregrine_dataplane::peer::refresh_peer_logged;
 use peregrine_host::netns;
 
@@ -104,9 +104,10 @@ impl Attachment {
     }
 }
 
-/// The programs at tcx ingress of a policer's interface, in the order
-/// they run, named: "policer" (this one), "router" (a port of a router
-/// pinned on this host), or "prog ID".
+/// The programs at tc ingress of a policer's interface, in the order
+/// they run (tcx links, then cls_bpf filters), named: "policer" (this
+/// one), "router" (a port of a router pinned on this host, either way),
+/// or "prog ID".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcOrder(pub Vec<String>);
 
@@ -121,14 +122,14 @@ impl std::fmt::Display for TcOrder {
 }
 
 impl Attachment {
-    /// Where the policer runs among its interface's tcx ingress programs,
+    /// Where the policer runs among its interface's tc ingress programs,
     /// read in its namespace (found by cookie among those this process
     /// can find). None at XDP, when stale, or when the namespace is not
     /// found.
     pub fn tc_order(&self) -> Option<TcOrder> {
         let l = self.link.filter(|l| l.live() && !l.xdp)?;
         let ids = netns::run_in_cookie(self.cookie, || {
-            peregrine_bpf::tcx::attached_ids(l.ifindex, TcxDirection::Ingress)
+            peregrine_dataplane::cls_port::tc_ingress_programs(l.ifindex)
         })?
         .ok()?;
         let routers: Vec<u32> = peregrine_dataplane::pins::list_attachments()
