@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use peregrine_agent::control::{self, Request};
-use peregrine_dataplane::{pins, PinScope};
+use peregrine_dataplane::{pins, PinScope, TcAttach};
 use peregrine_host::nl::Netlink;
 use peregrine_host::{netns, signals};
 use peregrine_lab::iopath::{self, IoPath, Receiver, RecvConfig, SendConfig, SendReport};
@@ -82,6 +82,11 @@ pub struct CniBenchConfig {
     /// The reference cnitool.
     #[arg(long, default_value = CNITOOL)]
     pub cnitool: PathBuf,
+    /// How the agent's router attaches the pods' ports at tc: tcx (a link
+    /// a port) or cls (a cls_bpf filter a port: the node's `[router]
+    /// tc_attach = "cls"`). The peregrine contenders' labels say "(cls)".
+    #[arg(long, default_value = "tcx")]
+    pub tc_attach: TcAttach,
     #[command(flatten)]
     pub output: ResultOutput,
 }
@@ -480,7 +485,7 @@ impl Node {
             netns::write_sysctl("net.ipv4.conf.all.forwarding", "1")
         })??;
         n.pin_dir = Some(PinScope::Named(n.ns.clone()).dir()?);
-        n.start_agent(&exe)?;
+        n.start_agent(&exe, a.tc_attach)?;
         Ok(n)
     }
 
@@ -501,8 +506,14 @@ impl Node {
         self.namespaces.retain(|n| n != name);
     }
 
-    fn start_agent(&mut self, exe: &Path) -> Result<()> {
-        std::fs::write(self.tmp.join("node.toml"), "")?;
+    /// Starts the node's agent: its declaration is empty (a router of pods
+    /// alone, as the CNI plugin hands them), or says how ports attach at tc.
+    fn start_agent(&mut self, exe: &Path, how: TcAttach) -> Result<()> {
+        let decl = match how {
+            TcAttach::Tcx => String::new(),
+            TcAttach::Cls => format!("[router]\ntc_attach = \"{how}\"\n"),
+        };
+        std::fs::write(self.tmp.join("node.toml"), decl)?;
         let log = std::fs::File::create(self.tmp.join("agent.log"))?;
         // Its own process group: Ctrl-C reaches the bench, which stops it
         // after the pods are deleted.
@@ -930,8 +941,14 @@ fn run(c: Contender, t: &Tally, a: &CniBenchConfig) -> Run<CniValues> {
     let mut del = t.del.clone();
     del.sort_by(f64::total_cmp);
     let n = |x: usize| Some(x as f64);
+    let label = match (c, a.tc_attach) {
+        (Contender::Peregrine | Contender::BridgePeregrine, TcAttach::Cls) => {
+            format!("{} (cls)", c.as_str())
+        }
+        _ => c.as_str().to_string(),
+    };
     Run {
-        label: c.as_str().into(),
+        label,
         params: RunParams {
             backend: c.as_str().into(),
             ip: "ipv4".into(),
@@ -1075,7 +1092,7 @@ impl Report for BenchCni {
         };
         let _ = writeln!(
             t,
-            "{:<17} {:>18} {:>16} {:>19} {:>20} {:>13} {:>7}",
+            "{:<22} {:>18} {:>16} {:>19} {:>20} {:>13} {:>7}",
             "contender",
             "TCP Gbit/s",
             "CPU/Gbit/s",
@@ -1088,7 +1105,7 @@ impl Report for BenchCni {
             let v = &run.values;
             let _ = writeln!(
                 t,
-                "{:<17} {:>18} {:>16} {:>19} {:>20} {:>13} {:>7}",
+                "{:<22} {:>18} {:>16} {:>19} {:>20} {:>13} {:>7}",
                 run.label,
                 format!(
                     "{} ({}..{})",
@@ -1120,7 +1137,7 @@ impl Report for BenchCni {
         }
         if let Some(base) = baseline(r) {
             let _ = writeln!(t, "\nagainst bridge (issue 26's goals):");
-            let _ = write!(t, "{:<17}", "contender");
+            let _ = write!(t, "{:<22}", "contender");
             for (label, _, goal, _, _) in MEASURES {
                 let _ = write!(t, " {:>24}", format!("{label} {goal}"));
             }
@@ -1128,7 +1145,7 @@ impl Report for BenchCni {
             for run in r.runs.iter().filter(|x| x.label != "bridge") {
                 let v = &run.values;
                 let xdp = v.router_xdp == Some(1.0);
-                let _ = write!(t, "{:<17}", run.label);
+                let _ = write!(t, "{:<22}", run.label);
                 for (label, get, _, _, _) in MEASURES {
                     let cell = match (get(v), get(base)) {
                         (Some((x, _, _)), Some((b, _, _))) if b > 0.0 => {
